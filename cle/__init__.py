@@ -1,0 +1,33 @@
+"""keras-cle: prepare Keras 3 convolutional networks for INT8 post-training quantization
+without data (Nagel et al. 2019, "Data-Free Quantization through Weight Equalization and
+Bias Correction").
+
+Stage one, batch-norm folding::
+
+    import cle
+    folded_pairs, folded_model = cle.fold_all_batch_norms(model)
+    for skip in folded_pairs.skipped:
+        print(skip.bn.name, skip.reason)
+"""
+
+from cle.batch_norm_fold import (
+    BatchNormFoldReport,
+    FoldedPair,
+    FoldedPairs,
+    SkippedBatchNorm,
+    find_foldable_batch_norms,
+    fold_all_batch_norms,
+    fold_given_batch_norms,
+)
+
+__version__ = "0.1.0.dev0"
+
+__all__ = [
+    "BatchNormFoldReport",
+    "FoldedPair",
+    "FoldedPairs",
+    "SkippedBatchNorm",
+    "find_foldable_batch_norms",
+    "fold_all_batch_norms",
+    "fold_given_batch_norms",
+]

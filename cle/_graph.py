@@ -1,0 +1,194 @@
+"""Read-only graph view of a Keras 3 Functional or Sequential model.
+
+This module is the only place in keras-cle that reads Keras internals (a Functional's
+``_nodes_by_depth``, ``Node.arguments``/``Node.outputs`` and a Sequential's ``_functional``).
+Everything else works on the flat view built here:
+
+* every *call* of a layer is a :class:`Call` (a layer called twice gives two calls);
+* every tensor is a :class:`Tensor` with one producer call (``None`` for a model input) and
+  the list of calls that consume it;
+* nested Functional/Sequential sub-models are seen through: their inner calls appear in the
+  flat view, wired to the outer tensors that feed the sub-model, so a pattern such as
+  ``conv`` (inside a sub-model) → ``BatchNormalization`` (outside) is visible.
+
+The view never mutates the model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import keras
+from keras.src.models.functional import Functional
+
+__all__ = ["Call", "GraphView", "Tensor", "graph_view"]
+
+
+@dataclasses.dataclass(eq=False)
+class Tensor:
+    """One symbolic tensor of the flattened graph."""
+
+    producer: "Call | None"
+    shape: tuple
+    consumers: list["Call"] = dataclasses.field(default_factory=list)
+    # Names of the (sub-)models that return this tensor as one of their outputs.
+    output_of: list[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def is_model_output(self) -> bool:
+        return bool(self.output_of)
+
+
+@dataclasses.dataclass(eq=False)
+class Call:
+    """One call of a layer (one Keras ``Node``) in the flattened graph."""
+
+    layer: Any
+    inputs: list[Tensor]
+    outputs: list[Tensor]
+    kwargs: dict
+    index: int  # topological position in the flat view
+    scope: tuple[str, ...]  # names of the enclosing sub-models, outermost first
+
+    @property
+    def name(self) -> str:
+        return "/".join(self.scope + (self.layer.name,))
+
+
+@dataclasses.dataclass(eq=False)
+class GraphView:
+    """Flat, read-only view of a model's graph.
+
+    Attributes:
+        model: the model that was viewed.
+        calls: every layer call in topological order (nested sub-models expanded).
+        calls_of: ``id(layer) -> list[Call]`` for every layer seen in the graph.
+        hidden_batch_norms: ``(call, bn)`` for every BatchNormalization held inside a layer
+            whose graph cannot be read (a custom layer or a subclassed model used as a
+            layer); such BNs are invisible to the matchers.
+    """
+
+    model: Any
+    calls: list[Call]
+    calls_of: dict[int, list[Call]]
+    hidden_batch_norms: list[tuple[Call, Any]]
+
+    def layer_calls(self, layer) -> list[Call]:
+        return self.calls_of.get(id(layer), [])
+
+    def find_layer(self, name: str) -> list[Any]:
+        """All distinct layer objects of the view whose name is ``name``."""
+        seen = {}
+        for call in self.calls:
+            if call.layer.name == name:
+                seen[id(call.layer)] = call.layer
+        return list(seen.values())
+
+
+def _is_sequential(obj) -> bool:
+    return isinstance(obj, keras.Sequential)
+
+
+def _is_functional(obj) -> bool:
+    # Keras has no public class for Functional models; Sequential is handled separately.
+    return isinstance(obj, Functional) and not _is_sequential(obj)
+
+
+def _inner_function(model):
+    """Return the Functional graph that defines ``model``, or None if it has none."""
+    if _is_sequential(model):
+        functional = getattr(model, "_functional", None)
+        return functional
+    if _is_functional(model):
+        return model
+    return None
+
+
+def graph_view(model) -> GraphView:
+    """Build the flat view of ``model``.
+
+    Args:
+        model: a ``keras.Model`` built with the Functional or Sequential API.
+
+    Returns:
+        A :class:`GraphView`.
+
+    Raises:
+        TypeError: if ``model`` is not a ``keras.Model``.
+        ValueError: if the model's graph cannot be read (a subclassed model, or a
+            Sequential model that has not been built with a known input shape).
+    """
+    if not isinstance(model, keras.Model):
+        raise TypeError(
+            "Expected a keras.Model (Functional or Sequential). "
+            f"Received: model of type {type(model).__name__}"
+        )
+    function = _inner_function(model)
+    if function is None:
+        if _is_sequential(model):
+            raise ValueError(
+                f"The Sequential model '{model.name}' has no known input shape, so its graph "
+                "cannot be read. Build it first, e.g. start it with keras.Input(shape=...) or "
+                "call model.build(input_shape). "
+                f"Received: model={model.name}"
+            )
+        raise ValueError(
+            f"The graph of model '{model.name}' (class {type(model).__name__}) cannot be read: "
+            "it is a subclassed model whose call() is Python code. Rebuild it with the "
+            "Functional API (keras.Model(inputs, outputs)) or as a keras.Sequential model, "
+            "and copy its weights over with set_weights(). "
+            f"Received: model of type {type(model).__name__}"
+        )
+
+    calls: list[Call] = []
+    calls_of: dict[int, list[Call]] = {}
+    hidden: list[tuple[Call, Any]] = []
+
+    def visit(function, entry: list[Tensor] | None, scope: tuple[str, ...], name: str):
+        # Map id(KerasTensor) of this (sub-)graph to flat Tensors.
+        local: dict[int, Tensor] = {}
+        for i, kt in enumerate(function.inputs):
+            local[id(kt)] = (
+                entry[i] if entry is not None else Tensor(None, tuple(kt.shape))
+            )
+        depths = sorted(function._nodes_by_depth, reverse=True)
+        for depth in depths:
+            for node in function._nodes_by_depth[depth]:
+                op = node.operation
+                if op is None or node.is_input:
+                    continue
+                ins = [local[id(kt)] for kt in node.input_tensors]
+                inner = _inner_function(op) if isinstance(op, keras.Model) else None
+                if inner is not None:
+                    outs = visit(inner, ins, scope + (op.name,), op.name)
+                    for kt, t in zip(node.outputs, outs):
+                        local[id(kt)] = t
+                    continue
+                call = Call(
+                    layer=op,
+                    inputs=ins,
+                    outputs=[],
+                    kwargs=dict(node.arguments.kwargs),
+                    index=len(calls),
+                    scope=scope,
+                )
+                for t in ins:
+                    t.consumers.append(call)
+                for kt in node.outputs:
+                    t = Tensor(call, tuple(kt.shape))
+                    call.outputs.append(t)
+                    local[id(kt)] = t
+                calls.append(call)
+                calls_of.setdefault(id(op), []).append(call)
+                if isinstance(op, keras.layers.Layer):
+                    for sub in op._flatten_layers(include_self=False, recursive=True):
+                        if isinstance(sub, keras.layers.BatchNormalization):
+                            hidden.append((call, sub))
+        outs = [local[id(kt)] for kt in function.outputs]
+        for t in outs:
+            t.output_of.append(name)
+        return outs
+
+    visit(function, None, (), model.name)
+    return GraphView(model=model, calls=calls, calls_of=calls_of, hidden_batch_norms=hidden)

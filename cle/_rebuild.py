@@ -1,0 +1,134 @@
+"""The one routine that builds new models: :func:`rebuild`.
+
+It rebuilds a Functional model with ``keras.models.clone_model`` (``clone_function`` makes
+each new layer from its config, possibly edited; ``call_function`` bypasses removed layers by
+returning their input) and a Sequential model as a new ``keras.Sequential`` of cloned layers.
+Nested Functional/Sequential sub-models are rebuilt the same way, recursively. Every new layer
+gets its weights from the input model (or the edit's new values) once the new graph exists.
+
+It never mutates the input model and never calls ``keras.backend.clear_session()``. The new
+model has its own layer objects with the same names, the same input and output names, and a
+layer object shared by several calls stays shared.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import keras
+import numpy as np
+
+from cle._graph import _inner_function
+
+__all__ = ["LayerEdit", "rebuild"]
+
+
+@dataclasses.dataclass
+class LayerEdit:
+    """How one layer changes.
+
+    Attributes:
+        config: entries of the layer's config to override (e.g. ``{"use_bias": True}``).
+        variables: new values by variable attribute (``{"kernel": ..., "bias": ...}``); they
+            must cover every weight of the new layer.
+    """
+
+    config: dict = dataclasses.field(default_factory=dict)
+    variables: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+class _Rebuilder:
+    def __init__(self, edits, bypass, identity):
+        self.edits = edits
+        self.bypass = bypass
+        self.identity = identity
+        self.clones: dict[int, Any] = {}
+        self.pairs: list[tuple[Any, Any]] = []  # (old layer, new layer) needing weights
+
+    def clone_layer(self, layer):
+        key = id(layer)
+        if key in self.clones:
+            return self.clones[key]
+        if key in self.bypass:
+            new = layer  # never called: call_layer returns its input instead
+        elif key in self.identity:
+            new = keras.layers.Identity(name=layer.name)
+        elif isinstance(layer, keras.Sequential):
+            new = self.rebuild_sequential(layer)
+        elif isinstance(layer, keras.Model) and _inner_function(layer) is layer:
+            new = self.rebuild_functional(layer)
+        else:
+            config = layer.get_config()
+            edit = self.edits.get(key)
+            if edit is not None:
+                config.update(edit.config)
+            new = layer.__class__.from_config(config)
+            self.pairs.append((layer, new))
+        self.clones[key] = new
+        return new
+
+    def call_layer(self, layer, *args, **kwargs):
+        if id(layer) in self.bypass:
+            return args[0]
+        return layer(*args, **kwargs)
+
+    def rebuild_functional(self, model):
+        return keras.models.clone_model(
+            model, clone_function=self.clone_layer, call_function=self.call_layer
+        )
+
+    def rebuild_sequential(self, model):
+        inp = model.inputs[0]
+        layers = [
+            self.clone_layer(layer)
+            for layer in model.layers
+            if id(layer) not in self.bypass
+        ]
+        new = keras.Sequential(
+            [keras.Input(batch_shape=inp.shape, dtype=inp.dtype, name=inp.name)] + layers,
+            name=model.name,
+            trainable=model.trainable,
+        )
+        if model.compiled:
+            new.compile_from_config(model.get_compile_config())
+        return new
+
+    def copy_weights(self):
+        for old, new in self.pairs:
+            edit = self.edits.get(id(old))
+            if edit is None or not edit.variables:
+                new.set_weights(old.get_weights())
+                continue
+            if len(edit.variables) != len(new.weights):
+                raise RuntimeError(
+                    f"internal error: edit of layer '{old.name}' sets "
+                    f"{sorted(edit.variables)} but the new layer has "
+                    f"{[w.path for w in new.weights]}"
+                )
+            for attr, value in edit.variables.items():
+                var = getattr(new, attr)
+                var.assign(keras.ops.convert_to_tensor(np.asarray(value), dtype=var.dtype))
+
+
+def rebuild(model, edits=None, bypass=(), identity=()):
+    """Build a new model from ``model`` with some layers edited or removed.
+
+    Args:
+        model: a Functional or Sequential ``keras.Model`` (already checked by the caller).
+        edits: ``id(layer) -> LayerEdit`` for layers whose config or weights change.
+        bypass: ids of single-input layers to remove; their output is replaced by their input.
+        identity: ids of layers to replace by ``keras.layers.Identity`` with the same name
+            (used where a removed layer's output is a model output, to keep output names).
+
+    Returns:
+        ``(new_model, clones)``: the new model (the input model is not modified) and
+        ``id(old layer) -> new layer`` for every layer that was cloned.
+    """
+    builder = _Rebuilder(edits or {}, set(bypass), set(identity))
+    if isinstance(model, keras.Sequential):
+        new = builder.rebuild_sequential(model)
+    else:
+        new = builder.rebuild_functional(model)
+    builder.copy_weights()
+    return new, builder.clones

@@ -1,0 +1,124 @@
+"""Shared test helpers.
+
+Every fold test goes through :func:`assert_folds`, which checks three things: how many BNs were
+folded (and skipped), the structure of the result (no folded BN left, names kept), and
+numerical equivalence at an explicit tolerance, ``max|Δ| <= RTOL * max|y|``.
+"""
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+
+import cle  # noqa: E402
+
+# Issue 2's bound: folded outputs match within 1e-5 of the largest output magnitude.
+RTOL = 1e-5
+
+
+def batch_norms(model):
+    return [
+        layer
+        for layer in model._flatten_layers()
+        if isinstance(layer, keras.layers.BatchNormalization)
+    ]
+
+
+def randomize_batch_norms(model, seed=0):
+    """Give every BN spread, per-channel statistics (weights=None models have trivial BN,
+    which makes a wrong fold look exact)."""
+    rng = np.random.default_rng(seed)
+    for bn in batch_norms(model):
+        c = bn.moving_mean.shape[0]
+        if bn.scale:
+            bn.gamma.assign(rng.uniform(0.3, 2.0, c) * rng.choice([-1.0, 1.0], c))
+        if bn.center:
+            bn.beta.assign(rng.normal(0.0, 1.0, c))
+        bn.moving_mean.assign(rng.normal(0.0, 1.0, c))
+        bn.moving_variance.assign(rng.uniform(0.2, 3.0, c))
+    return model
+
+
+def randomize_biases(model, seed=1):
+    rng = np.random.default_rng(seed)
+    for layer in model._flatten_layers():
+        bias = getattr(layer, "bias", None)
+        if bias is not None and not isinstance(layer, keras.layers.BatchNormalization):
+            bias.assign(rng.normal(0.0, 0.5, bias.shape))
+    return model
+
+
+def inputs_for(model, batch=2, seed=3):
+    rng = np.random.default_rng(seed)
+    xs = [
+        rng.normal(0.0, 1.0, (batch,) + tuple(t.shape[1:])).astype("float32")
+        for t in model.inputs
+    ]
+    return xs[0] if len(xs) == 1 else xs
+
+
+def outputs(model, x):
+    y = model(x, training=False)
+    ys = y if isinstance(y, (list, tuple)) else [y]
+    return [keras.ops.convert_to_numpy(v).astype(np.float64) for v in ys]
+
+
+def max_rel_error(model_a, model_b, x):
+    """max over outputs of max|ya - yb| / max|ya|."""
+    errs = []
+    for a, b in zip(outputs(model_a, x), outputs(model_b, x)):
+        assert a.shape == b.shape
+        errs.append(np.abs(a - b).max() / max(np.abs(a).max(), 1e-30))
+    return max(errs)
+
+
+def weights_snapshot(model):
+    return [np.array(w) for w in model.get_weights()]
+
+
+def assert_unchanged(model, snapshot, layer_names):
+    assert [layer.name for layer in model._flatten_layers()] == layer_names
+    after = model.get_weights()
+    assert len(after) == len(snapshot)
+    for a, b in zip(snapshot, after):
+        np.testing.assert_array_equal(a, b)
+
+
+def assert_folds(model, n_folded, n_skipped=None, x=None, rtol=RTOL, forward=None):
+    """Fold all BNs of ``model`` and check count, structure and equivalence.
+
+    Returns (pairs, folded_model, relative error).
+    """
+    names = [layer.name for layer in model._flatten_layers()]
+    snapshot = weights_snapshot(model)
+    pairs, folded = cle.fold_all_batch_norms(model)
+    assert len(pairs) == n_folded, (pairs, [str(s) for s in pairs.skipped])
+    if n_skipped is not None:
+        assert len(pairs.skipped) == n_skipped, [str(s) for s in pairs.skipped]
+    if forward is not None:
+        assert sum(not p.bn_after for p in pairs) == forward, pairs
+    # Structure: folded BNs gone, everything else kept by name, new layer objects.
+    folded_bn_names = {bn.name for _, bn in pairs}
+    new_layers = list(folded._flatten_layers())
+    new_names = [layer.name for layer in new_layers]
+    assert not folded_bn_names & {
+        layer.name for layer in new_layers if isinstance(layer, keras.layers.BatchNormalization)
+    }
+    kept = [n for n in names if n not in folded_bn_names]
+    assert [n for n in new_names if n in set(kept)] == kept
+    old_ids = {id(layer) for layer in model._flatten_layers()}
+    assert not old_ids & {id(layer) for layer in new_layers}
+    for layer, bn in pairs:
+        assert any(layer is l for l in new_layers)
+        assert any(bn is l for l in model._flatten_layers())
+    assert [t.name for t in folded.inputs] == [t.name for t in model.inputs]
+    assert list(folded.output_names) == list(model.output_names)
+    # Numerics.
+    x = inputs_for(model) if x is None else x
+    err = max_rel_error(model, folded, x)
+    assert err <= rtol, f"max|Δ|/max|y| = {err:.3g} > {rtol:g}"
+    # The input model is untouched.
+    assert_unchanged(model, snapshot, names)
+    return pairs, folded, err
