@@ -38,12 +38,23 @@ class LayerEdit:
     variables: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
+def _new_input(tensor):
+    layer = tensor._keras_history.operation
+    return keras.Input(
+        batch_shape=tensor.shape,
+        dtype=tensor.dtype,
+        sparse=tensor.sparse,
+        name=layer.name if layer is not None else None,
+    )
+
+
 class _Rebuilder:
     def __init__(self, edits, bypass, identity):
         self.edits = edits
         self.bypass = bypass
         self.identity = identity
         self.clones: dict[int, Any] = {}
+        self.identity_clones: set[int] = set()
         self.pairs: list[tuple[Any, Any]] = []  # (old layer, new layer) needing weights
 
     def clone_layer(self, layer):
@@ -54,6 +65,7 @@ class _Rebuilder:
             new = layer  # never called: call_layer returns its input instead
         elif key in self.identity:
             new = keras.layers.Identity(name=layer.name)
+            self.identity_clones.add(id(new))
         elif isinstance(layer, keras.Sequential):
             new = self.rebuild_sequential(layer)
         elif isinstance(layer, keras.Model) and _inner_function(layer) is layer:
@@ -71,22 +83,29 @@ class _Rebuilder:
     def call_layer(self, layer, *args, **kwargs):
         if id(layer) in self.bypass:
             return args[0]
+        if id(layer) in self.identity_clones:
+            return layer(args[0])  # the removed layer's other arguments (mask=...) go too
         return layer(*args, **kwargs)
 
     def rebuild_functional(self, model):
+        # clone_model names new inputs after the KerasTensors ("keras_tensor_12"); name them
+        # after the input layers instead, so input names survive.
+        inputs = keras.tree.map_structure(_new_input, model.input)
         return keras.models.clone_model(
-            model, clone_function=self.clone_layer, call_function=self.call_layer
+            model,
+            input_tensors=inputs,
+            clone_function=self.clone_layer,
+            call_function=self.call_layer,
         )
 
     def rebuild_sequential(self, model):
-        inp = model.inputs[0]
         layers = [
             self.clone_layer(layer)
             for layer in model.layers
             if id(layer) not in self.bypass
         ]
         new = keras.Sequential(
-            [keras.Input(batch_shape=inp.shape, dtype=inp.dtype, name=inp.name)] + layers,
+            [_new_input(model.inputs[0])] + layers,
             name=model.name,
             trainable=model.trainable,
         )

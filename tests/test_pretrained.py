@@ -20,7 +20,7 @@ from cle import pretrained as P
 
 
 def _fake_torch_modules():
-    """Modules named ``torch`` / ``torch._utils`` so pickle can save globals."""
+    """Fake ``torch`` / ``torch._utils`` modules so pickle can save globals."""
     torch = types.ModuleType("torch")
     utils = types.ModuleType("torch._utils")
 
@@ -52,7 +52,7 @@ class _Tensor:
         return self.rebuild, self.args
 
 
-def _write_legacy(path, torch, utils, entries, storages, extra=None):
+def _write_legacy(path, entries, storages):
     class _Pickler(pickle.Pickler):
         def persistent_id(self, obj):
             if isinstance(obj, _Storage):
@@ -61,8 +61,6 @@ def _write_legacy(path, torch, utils, entries, storages, extra=None):
             return None
 
     state = collections.OrderedDict(entries)
-    if extra is not None:
-        state.update(extra)
     with open(path, "wb") as f:
         pickle.dump(0x1950A86A20F9469CFC6C, f, protocol=2)
         pickle.dump(1001, f, protocol=2)
@@ -94,7 +92,7 @@ def test_reader_on_synthetic_legacy_checkpoint(tmp_path, monkeypatch):
         ("b.index", _Tensor(rebuild, s1, 0, (2,), (1,))),
     ]
     path = tmp_path / "ckpt.pth"
-    _write_legacy(path, torch, utils, entries, [s0, s1])
+    _write_legacy(path, entries, [s0, s1])
     monkeypatch.delitem(sys.modules, "torch")
     monkeypatch.delitem(sys.modules, "torch._utils")
 
@@ -215,8 +213,10 @@ def test_model_structure(model):
     import keras
     assert model.output.shape == (None, 1000)
     assert model.get_layer("Conv1").padding == "valid"
-    assert model.get_layer("Conv1").input is model.get_layer("Conv1_pad").output
-    pads = [l for l in model.layers if isinstance(l, keras.layers.ZeroPadding2D)]
+    conv1, pad = model.get_layer("Conv1"), model.get_layer("Conv1_pad")
+    assert conv1.input is pad.output
+    pads = [l for l in model.layers
+            if isinstance(l, keras.layers.ZeroPadding2D)]
     assert [l.name for l in pads] == ["Conv1_pad", "block_1_pad",
                                       "block_3_pad", "block_6_pad",
                                       "block_13_pad"]
