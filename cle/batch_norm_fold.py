@@ -493,6 +493,20 @@ def _resolve(view: GraphView, model, item, position: str):
     return item
 
 
+def _neighbours(bn_call: Call, bn_after: bool) -> list[Call]:
+    """The calls right before (bn_after) or right after a BN call; a Flatten right after the
+    BN is seen through, since BN -> Flatten -> Dense folds into the Dense."""
+    if bn_after:
+        producer = bn_call.inputs[0].producer
+        return [producer] if producer is not None else []
+    out = []
+    for c in bn_call.outputs[0].consumers:
+        out.append(c)
+        if type(c.layer) is keras.layers.Flatten:
+            out += c.outputs[0].consumers
+    return out
+
+
 def _parse_pair(view, model, pair, i):
     if not isinstance(pair, (tuple, list)) or len(pair) not in (2, 3):
         raise ValueError(
@@ -551,18 +565,19 @@ def fold_given_batch_norms(model, layer_pairs):
             )
         used[id(bn)] = i
         bn_call = view.layer_calls(bn)[0]
-        reason = _check_bn(view, bn_call)
+        neighbours = _neighbours(bn_call, bn_after)
         match = None
-        if not reason:
-            check = _check_backward if bn_after else _check_forward
-            match, reason = check(view, bn_call)
-        if match is not None and match.target.layer is not layer:
-            where = "after" if bn_after else "before"
-            reason = f"'{bn.name}' is not directly {where} '{layer.name}' " + (
-                f"(it follows '{match.target.name}')" if bn_after
-                else f"(it feeds '{match.target.name}')"
+        if neighbours and layer not in [c.layer for c in neighbours]:
+            where, verb = ("after", "it follows") if bn_after else ("before", "its output goes to")
+            reason = (
+                f"'{bn.name}' is not directly {where} '{layer.name}' "
+                f"({verb} {', '.join(_q(c) for c in neighbours)})"
             )
-            match = None
+        else:
+            reason = _check_bn(view, bn_call)
+            if not reason:
+                check = _check_backward if bn_after else _check_forward
+                match, reason = check(view, bn_call)
         if match is None:
             order = f"('{layer.name}', '{bn.name}')" if bn_after else f"('{bn.name}', '{layer.name}')"
             raise ValueError(

@@ -74,6 +74,17 @@ def max_rel_error(model_a, model_b, x):
     return max(errs)
 
 
+def graph_layers(model):
+    """Layers of the model's graph, nested Functional/Sequential models seen through (but not
+    the private sub-layers of custom layers, which Keras re-creates with new names)."""
+    out = []
+    for layer in model.layers:
+        out.append(layer)
+        if isinstance(layer, keras.Model):
+            out += graph_layers(layer)
+    return out
+
+
 def input_names(model):
     return [t._keras_history.operation.name for t in model.inputs]
 
@@ -96,6 +107,7 @@ def assert_folds(model, n_folded, n_skipped=None, x=None, rtol=RTOL, forward=Non
     Returns (pairs, folded_model, relative error).
     """
     names = [layer.name for layer in model._flatten_layers()]
+    graph_names = [layer.name for layer in graph_layers(model)]
     snapshot = weights_snapshot(model)
     pairs, folded = cle.fold_all_batch_norms(model)
     assert len(pairs) == n_folded, (pairs, [str(s) for s in pairs.skipped])
@@ -106,11 +118,11 @@ def assert_folds(model, n_folded, n_skipped=None, x=None, rtol=RTOL, forward=Non
     # Structure: folded BNs gone, everything else kept by name, new layer objects.
     folded_bn_names = {bn.name for _, bn in pairs}
     new_layers = list(folded._flatten_layers())
-    new_names = [layer.name for layer in new_layers]
+    new_names = [layer.name for layer in graph_layers(folded)]
     assert not folded_bn_names & {
         layer.name for layer in new_layers if isinstance(layer, keras.layers.BatchNormalization)
     }
-    kept = sorted(n for n in names if n not in folded_bn_names)
+    kept = sorted(n for n in graph_names if n not in folded_bn_names)
     identities = {
         layer.name for layer in new_layers if isinstance(layer, keras.layers.Identity)
     }  # a folded BN whose output is a model output leaves an Identity with its name
