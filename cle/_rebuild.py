@@ -64,7 +64,7 @@ class _Rebuilder:
         if key in self.bypass:
             new = layer  # never called: call_layer returns its input instead
         elif key in self.identity:
-            new = keras.layers.Identity(name=layer.name)
+            new = keras.layers.Identity(name=layer.name, dtype=layer.dtype_policy)
             self.identity_clones.add(id(new))
         elif isinstance(layer, keras.Sequential):
             new = self.rebuild_sequential(layer)

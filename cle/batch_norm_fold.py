@@ -202,7 +202,9 @@ def _check_backward(view: GraphView, bn_call: Call) -> tuple[_Match | None, str]
     if others:
         return None, f"the output of {_q(producer)} also feeds {_q(others[0])}"
     if x.is_model_output:
-        return None, f"the output of {_q(producer)} is also a model output"
+        return None, (
+            f"the output of {_q(producer)} is also an output of model '{x.output_of[0]}'"
+        )
     activation = keras.activations.serialize(layer.activation)
     if activation not in (None, "linear"):
         return None, (
@@ -233,7 +235,7 @@ def _check_backward(view: GraphView, bn_call: Call) -> tuple[_Match | None, str]
 def _check_forward(view: GraphView, bn_call: Call) -> tuple[_Match | None, str]:
     y = bn_call.outputs[0]
     if y.is_model_output:
-        return None, "its output is a model output"
+        return None, f"its output is an output of model '{y.output_of[0]}'"
     if len(y.consumers) != 1:
         names = ", ".join(_q(c) for c in y.consumers) or "nothing"
         return None, f"its output feeds {len(y.consumers)} layers ({names})"
