@@ -26,27 +26,39 @@ def batch_norms(model):
     ]
 
 
-def randomize_batch_norms(model, seed=0):
+def randomize_batch_norms(model, seed=0, deep=False):
     """Give every BN spread, per-channel statistics (weights=None models have trivial BN,
-    which makes a wrong fold look exact)."""
+    which makes a wrong fold look exact).
+
+    The default spread is wide (negative γ, σ² from 0.2 to 3) for small graphs. ``deep=True``
+    keeps the spread trained networks have (γ in [0.5, 1.5], σ² in [0.5, 2]), so that a
+    200-layer float32 network stays numerically well conditioned: with the wide spread every
+    BN can amplify by ~4.5 and float32 round-off alone grows past 1e-5 of the output.
+    """
     rng = np.random.default_rng(seed)
     for bn in batch_norms(model):
         c = bn.moving_mean.shape[0]
+        if deep:
+            gamma, beta = rng.uniform(0.5, 1.5, c), rng.normal(0.0, 0.5, c)
+            mean, var = rng.normal(0.0, 0.5, c), rng.uniform(0.5, 2.0, c)
+        else:
+            gamma = rng.uniform(0.3, 2.0, c) * rng.choice([-1.0, 1.0], c)
+            beta, mean, var = rng.normal(0.0, 1.0, c), rng.normal(0.0, 1.0, c), rng.uniform(0.2, 3.0, c)
         if bn.scale:
-            bn.gamma.assign(rng.uniform(0.3, 2.0, c) * rng.choice([-1.0, 1.0], c))
+            bn.gamma.assign(gamma)
         if bn.center:
-            bn.beta.assign(rng.normal(0.0, 1.0, c))
-        bn.moving_mean.assign(rng.normal(0.0, 1.0, c))
-        bn.moving_variance.assign(rng.uniform(0.2, 3.0, c))
+            bn.beta.assign(beta)
+        bn.moving_mean.assign(mean)
+        bn.moving_variance.assign(var)
     return model
 
 
-def randomize_biases(model, seed=1):
+def randomize_biases(model, seed=1, scale=0.5):
     rng = np.random.default_rng(seed)
     for layer in model._flatten_layers():
         bias = getattr(layer, "bias", None)
         if bias is not None and not isinstance(layer, keras.layers.BatchNormalization):
-            bias.assign(rng.normal(0.0, 0.5, bias.shape))
+            bias.assign(rng.normal(0.0, scale, bias.shape))
     return model
 
 

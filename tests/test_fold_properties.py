@@ -71,7 +71,8 @@ OBSERVED_ERRORS: list[float] = []
 
 _SETTINGS = dict(
     deadline=None,
-    derandomize=True,
+    derandomize=True,  # reproducible in CI: the examples depend only on this file's source
+    database=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 
@@ -361,6 +362,7 @@ def _check(recipe, seed):
         n_folded=len(report.folds),
         n_skipped=len(report.skipped),
         x=inputs_for(model, seed=seed + 3),
+        rtol=RTOL,
     )
     OBSERVED_ERRORS.append(err)
 
@@ -387,16 +389,15 @@ def _check(recipe, seed):
         "skipped": [str(s) for s in pairs.skipped],
     }
     assert len(pairs) == n_folded
-    assert err <= RTOL
 
 
-@settings(max_examples=30, **_SETTINGS)
+@settings(max_examples=80, **_SETTINGS)
 @given(recipe=recipes(rank=2), seed=st.integers(0, 2**16))
 def test_fold_random_2d_graphs(recipe, seed):
     _check(recipe, seed)
 
 
-@settings(max_examples=25, **_SETTINGS)
+@settings(max_examples=60, **_SETTINGS)
 @given(recipe=recipes(rank=1), seed=st.integers(0, 2**16))
 def test_fold_random_1d_graphs(recipe, seed):
     _check(recipe, seed)

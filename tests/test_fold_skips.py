@@ -41,7 +41,7 @@ def test_skip_producer_output_is_model_output():
     c = L.Conv2D(4, 3, name="conv")(inp)
     b = L.BatchNormalization(name="bn")(c)
     reason = _only_skip(_model(inp, [c, b]))
-    assert "'conv' is also a model output" in reason
+    assert "'conv' is also an output of model" in reason
 
 
 def test_skip_nonlinear_activation():
