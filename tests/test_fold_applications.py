@@ -60,17 +60,20 @@ def test_float64_fold_is_exact_to_rounding_with_wide_statistics():
     """With the wide BN spread, a float32 EfficientNetB0 amplifies round-off past 1e-5 (both
     the original and the folded model are then off by ~1e-2 from exact arithmetic). In float64
     the fold is exact to rounding: the float32 figures above measure conditioning, not folding."""
-    floatx = keras.config.floatx()
+    floatx, policy = keras.config.floatx(), keras.config.dtype_policy()
     keras.config.set_floatx("float64")
+    keras.config.set_dtype_policy("float64")
     try:
         model = keras.applications.EfficientNetB0(
             weights=None, input_shape=(96, 96, 3), classifier_activation=None)
+        assert model.get_layer("stem_conv").kernel.dtype == "float64"
         randomize_biases(randomize_batch_norms(model, seed=11), seed=12)
         x = np.random.default_rng(5).uniform(-1, 1, (2, 96, 96, 3))
         _, _, err = assert_folds(model, 49, 0, x=x, rtol=1e-10)
         print(f"EfficientNetB0 float64, wide BN spread: max|Δ|/max|y| = {err:.2e}")
     finally:
         keras.config.set_floatx(floatx)
+        keras.config.set_dtype_policy(policy)
 
 
 def test_densenet_skip_reasons_are_the_pre_activation_pattern():
