@@ -36,7 +36,15 @@ What is measured:
    search from Keras' cost of building a new model.
 
 Building the chains (especially N=1600) takes a while and is not timed. The chains' repeat count
-is reduced for large N (``--repeats`` is the count for N ≤ 400) to keep the run short.
+is reduced for large N (``--repeats`` is the count for N ≤ 400, at most 2 above) to keep the run
+short. Keras builds a Functional graph recursively (one Python frame per layer along the chain),
+so the script raises ``sys.setrecursionlimit`` for the long chains; without it, ``keras.Model``
+itself fails from about 330 blocks on.
+
+Times are wall-clock: other processes running on the machine inflate them, so the load average
+is printed at the start and at the end. Python's cyclic garbage collector is left on (as a user
+would have it); a full collection that falls inside a timed run costs in proportion to every
+live object in the process, which adds a size-dependent share to the largest chains.
 """
 
 from __future__ import annotations
@@ -216,6 +224,13 @@ def bench_chains(sizes: list[int], repeats: int) -> list[dict]:
     return rows
 
 
+def _load() -> str:
+    try:
+        return " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        return "n/a"
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="skip the N=1600 chain")
@@ -231,13 +246,14 @@ def main(argv=None) -> int:
 
     print(f"python {sys.version.split()[0]}, keras {keras.__version__}, "
           f"backend {keras.backend.backend()}, cle {cle.__version__}, "
-          f"{os.cpu_count()} CPUs\n", flush=True)
+          f"{os.cpu_count()} CPUs, load average {_load()}\n", flush=True)
     total = time.perf_counter()
     if not args.no_apps:
         bench_applications(args.repeats)
     if not args.no_chains:
         bench_chains(sizes, args.repeats)
-    print(f"total wall time {time.perf_counter() - total:.1f} s")
+    print(f"total wall time {time.perf_counter() - total:.1f} s, load average {_load()} "
+          "(times are wall-clock: other processes on the machine inflate them)")
     return 0
 
 
