@@ -14,7 +14,7 @@ layer object shared by several calls stays shared.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Callable
 
 import keras
 import numpy as np
@@ -32,10 +32,17 @@ class LayerEdit:
         config: entries of the layer's config to override (e.g. ``{"use_bias": True}``).
         variables: new values by variable attribute (``{"kernel": ..., "bias": ...}``); they
             must cover every weight of the new layer.
+        replace: ``fn(old_layer) -> new_layer``: a different layer takes the old one's place;
+            it is called on the old call's first argument only and keeps its own initial
+            weights.
+        insert_after: ``fn(old_layer) -> new_layer``: a new layer applied to the (new) layer's
+            output, e.g. an activation split out of a layer.
     """
 
     config: dict = dataclasses.field(default_factory=dict)
     variables: dict[str, Any] = dataclasses.field(default_factory=dict)
+    replace: Callable[[Any], Any] | None = None
+    insert_after: Callable[[Any], Any] | None = None
 
 
 def _new_input(tensor):
@@ -49,43 +56,48 @@ def _new_input(tensor):
 
 
 class _Rebuilder:
-    def __init__(self, edits, bypass, identity):
+    def __init__(self, edits, bypass):
         self.edits = edits
         self.bypass = bypass
-        self.identity = identity
         self.clones: dict[int, Any] = {}
-        self.identity_clones: set[int] = set()
+        self.replaced: set[int] = set()  # ids of new layers called on the first argument only
+        self.inserted: dict[int, Any] = {}  # id(new layer) -> layer applied to its output
         self.pairs: list[tuple[Any, Any]] = []  # (old layer, new layer) needing weights
 
     def clone_layer(self, layer):
         key = id(layer)
         if key in self.clones:
             return self.clones[key]
+        edit = self.edits.get(key)
         if key in self.bypass:
             new = layer  # never called: call_layer returns its input instead
-        elif key in self.identity:
-            new = keras.layers.Identity(name=layer.name, dtype=layer.dtype_policy)
-            self.identity_clones.add(id(new))
+        elif edit is not None and edit.replace is not None:
+            new = edit.replace(layer)
+            self.replaced.add(id(new))
         elif isinstance(layer, keras.Sequential):
             new = self.rebuild_sequential(layer)
         elif isinstance(layer, keras.Model) and _inner_function(layer) is layer:
             new = self.rebuild_functional(layer)
         else:
             config = layer.get_config()
-            edit = self.edits.get(key)
             if edit is not None:
                 config.update(edit.config)
             new = layer.__class__.from_config(config)
             self.pairs.append((layer, new))
+        if edit is not None and edit.insert_after is not None:
+            self.inserted[id(new)] = edit.insert_after(layer)
         self.clones[key] = new
         return new
 
     def call_layer(self, layer, *args, **kwargs):
         if id(layer) in self.bypass:
             return args[0]
-        if id(layer) in self.identity_clones:
-            return layer(args[0])  # the removed layer's other arguments (mask=...) go too
-        return layer(*args, **kwargs)
+        if id(layer) in self.replaced:
+            out = layer(args[0])  # the old layer's other arguments (mask=...) do not apply
+        else:
+            out = layer(*args, **kwargs)
+        after = self.inserted.get(id(layer))
+        return out if after is None else after(out)
 
     def rebuild_functional(self, model):
         # clone_model names new inputs after the KerasTensors ("keras_tensor_12"); name them
@@ -99,11 +111,14 @@ class _Rebuilder:
         )
 
     def rebuild_sequential(self, model):
-        layers = [
-            self.clone_layer(layer)
-            for layer in model.layers
-            if id(layer) not in self.bypass
-        ]
+        layers = []
+        for layer in model.layers:
+            if id(layer) in self.bypass:
+                continue
+            new = self.clone_layer(layer)
+            layers.append(new)
+            if id(new) in self.inserted:
+                layers.append(self.inserted[id(new)])
         new = keras.Sequential(
             [_new_input(model.inputs[0])] + layers,
             name=model.name,
@@ -130,21 +145,19 @@ class _Rebuilder:
                 var.assign(keras.ops.convert_to_tensor(np.asarray(value), dtype=var.dtype))
 
 
-def rebuild(model, edits=None, bypass=(), identity=()):
+def rebuild(model, edits=None, bypass=()):
     """Build a new model from ``model`` with some layers edited or removed.
 
     Args:
         model: a Functional or Sequential ``keras.Model`` (already checked by the caller).
         edits: ``id(layer) -> LayerEdit`` for layers whose config or weights change.
         bypass: ids of single-input layers to remove; their output is replaced by their input.
-        identity: ids of layers to replace by ``keras.layers.Identity`` with the same name
-            (used where a removed layer's output is a model output, to keep output names).
 
     Returns:
         ``(new_model, clones)``: the new model (the input model is not modified) and
         ``id(old layer) -> new layer`` for every layer that was cloned.
     """
-    builder = _Rebuilder(edits or {}, set(bypass), set(identity))
+    builder = _Rebuilder(edits or {}, set(bypass))
     if isinstance(model, keras.Sequential):
         new = builder.rebuild_sequential(model)
     else:

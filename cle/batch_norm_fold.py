@@ -385,14 +385,27 @@ def _edits(matches: list[_Match]) -> dict[int, LayerEdit]:
     return edits
 
 
-def _apply(model, view: GraphView, matches: list[_Match]):
-    bypass, identity = set(), set()
+def _identity_like(layer):
+    return keras.layers.Identity(name=layer.name, dtype=layer.dtype_policy)
+
+
+def fold_plan(matches: list[_Match]) -> tuple[dict[int, LayerEdit], set[int]]:
+    """Edits and removed layers for :func:`cle._rebuild.rebuild` that carry out ``matches``."""
+    edits, bypass = _edits(matches), set()
     for m in matches:
         bn_call = m.bn_call
-        # A BN whose output is returned by a (sub-)model becomes an Identity with its name,
-        # so that the model's output names stay the same.
-        (identity if bn_call.outputs[0].is_model_output else bypass).add(id(bn_call.layer))
-    return rebuild(model, edits=_edits(matches), bypass=bypass, identity=identity)
+        if bn_call.outputs[0].is_model_output:
+            # Keras 3 names outputs after the producing layer: an Identity with the BN's name
+            # and dtype policy keeps the model's output names.
+            edits[id(bn_call.layer)] = LayerEdit(replace=_identity_like)
+        else:
+            bypass.add(id(bn_call.layer))
+    return edits, bypass
+
+
+def _apply(model, matches: list[_Match]):
+    edits, bypass = fold_plan(matches)
+    return rebuild(model, edits=edits, bypass=bypass)
 
 
 def _log(matches, skipped, model):
@@ -461,7 +474,7 @@ def fold_all_batch_norms(model):
     """
     view = graph_view(model)
     matches, skipped = _find(view)
-    new_model, clones = _apply(model, view, matches)
+    new_model, clones = _apply(model, matches)
     _log(matches, skipped, model)
     pairs = [
         FoldedPair(clones[id(m.target.layer)], m.bn_call.layer, m.bn_after) for m in matches
@@ -589,6 +602,6 @@ def fold_given_batch_norms(model, layer_pairs):
             )
         matches.append(match)
     matches.sort(key=lambda m: m.bn_call.index)
-    new_model, _ = _apply(model, view, matches)
+    new_model, _ = _apply(model, matches)
     _log(matches, [], model)
     return new_model
