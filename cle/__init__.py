@@ -20,10 +20,31 @@ from cle.batch_norm_fold import (
     fold_given_batch_norms,
 )
 
+from cle.cross_layer_equalization import (
+    BiasAbsorption,
+    ClsSetInfo,
+    CrossLayerScaling,
+    EqualizationReport,
+    HighBiasFold,
+    equalize_model,
+    replace_relu6_with_clipped_relu,
+    replace_relu6_with_relu,
+)
+from cle.layers import ClippedReLU
+
 __version__ = "0.1.0.dev0"
 
 __all__ = [
     "BatchNormFoldReport",
+    "BiasAbsorption",
+    "ClippedReLU",
+    "ClsSetInfo",
+    "CrossLayerScaling",
+    "EqualizationReport",
+    "HighBiasFold",
+    "equalize_model",
+    "replace_relu6_with_clipped_relu",
+    "replace_relu6_with_relu",
     "FoldedPair",
     "FoldedPairs",
     "SkippedBatchNorm",

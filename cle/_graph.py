@@ -22,7 +22,7 @@ from typing import Any
 import keras
 from keras.src.models.functional import Functional
 
-__all__ = ["Call", "GraphView", "Tensor", "graph_view"]
+__all__ = ["Call", "GraphView", "Tensor", "graph_view", "local_view"]
 
 
 @dataclasses.dataclass(eq=False)
@@ -74,8 +74,15 @@ class GraphView:
     calls_of: dict[int, list[Call]]
     hidden_batch_norms: list[tuple[Call, Any]]
 
+    # For a local view (see local_view): number of calls of each layer known from Keras.
+    counts: dict[int, int] = dataclasses.field(default_factory=dict)
+
     def layer_calls(self, layer) -> list[Call]:
         return self.calls_of.get(id(layer), [])
+
+    def n_calls(self, layer) -> int:
+        """How many times ``layer`` is called in the viewed graph."""
+        return self.counts.get(id(layer), len(self.layer_calls(layer)))
 
     def find_layer(self, name: str) -> list[Any]:
         """All distinct layer objects of the view whose name is ``name``."""
@@ -192,3 +199,59 @@ def graph_view(model) -> GraphView:
 
     visit(function, None, (), model.name)
     return GraphView(model=model, calls=calls, calls_of=calls_of, hidden_batch_norms=hidden)
+
+
+def local_view(layers, depth: int = 64) -> GraphView:
+    """A partial view around ``layers``, built from their own Keras nodes, for callers that
+    have layers but not the model (AIMET-style ``scale_cls_sets(cls_sets)``).
+
+    It follows every call of each layer forward for at most ``depth`` steps. It cannot know
+    which tensors are model outputs, and a layer that also belongs to another model counts that
+    model's calls as well; pass the model to get a complete view.
+    """
+    calls: list[Call] = []
+    calls_of: dict[int, list[Call]] = {}
+    counts: dict[int, int] = {}
+    tensors: dict[int, Tensor] = {}
+    done: set[int] = set()
+
+    def tensor(kt) -> Tensor:
+        t = tensors.get(id(kt))
+        if t is None:
+            t = tensors[id(kt)] = Tensor(None, tuple(kt.shape))
+        return t
+
+    frontier = [node for layer in layers for node in layer._inbound_nodes]
+    for _ in range(depth):
+        nxt = []
+        for node in frontier:
+            op = node.operation
+            if id(node) in done or op is None or node.is_input:
+                continue
+            done.add(id(node))
+            call = Call(
+                layer=op,
+                inputs=[tensor(kt) for kt in node.input_tensors],
+                outputs=[],
+                kwargs=dict(node.arguments.kwargs),
+                index=len(calls),
+                scope=(),
+            )
+            for t in call.inputs:
+                t.consumers.append(call)
+            for kt in node.outputs:
+                t = tensor(kt)
+                t.producer = call
+                call.outputs.append(t)
+            calls.append(call)
+            calls_of.setdefault(id(op), []).append(call)
+            counts[id(op)] = len(op._inbound_nodes)
+            out_ids = {id(kt) for kt in node.outputs}
+            for out_node in op._outbound_nodes:
+                if any(id(kt) in out_ids for kt in out_node.input_tensors):
+                    nxt.append(out_node)
+        frontier = nxt
+        if not frontier:
+            break
+    return GraphView(model=None, calls=calls, calls_of=calls_of, hidden_batch_norms=[],
+                     counts=counts)

@@ -1,0 +1,713 @@
+"""Cross-layer equalization (Nagel et al. 2019): ReLU6 handling, cross-layer scaling,
+high-bias folding, and :func:`equalize_model`, which runs the whole pipeline.
+
+Pipeline of :func:`equalize_model`, building the new model once::
+
+    model ─► fold BNs + ReLU6 handling (one rebuild) ─► scale sets (in place on the new model)
+          ─► high-bias folding (in place) ─► new model, report
+
+The stepwise API follows Qualcomm AIMET's Keras API (``CrossLayerScaling``, ``ClsSetInfo``,
+``HighBiasFold``); its functions work **in place** on the layers they are given, as AIMET's do.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any
+
+import keras
+import numpy as np
+
+from cle import _cls_math, batch_norm_fold as _bnf
+from cle._cls_sets import Link, find_sets, in_spec, out_spec, relu6_kind, walk
+from cle._graph import GraphView, graph_view, local_view
+from cle._layouts import layout_of
+from cle._rebuild import LayerEdit, rebuild
+from cle.layers import ClippedReLU
+
+__all__ = [
+    "BiasAbsorption",
+    "ClsSetInfo",
+    "CrossLayerScaling",
+    "EqualizationReport",
+    "HighBiasFold",
+    "equalize_model",
+    "replace_relu6_with_clipped_relu",
+    "replace_relu6_with_relu",
+]
+
+logger = logging.getLogger("cle.cross_layer_equalization")
+
+_RELU6_MODES = ("bound", "replace", "keep")
+_HBF_MODES = ("unpadded", "all", "none")
+
+
+# ---------------------------------------------------------------------------- weights
+
+
+def _get(layer, attr):
+    return keras.ops.convert_to_numpy(getattr(layer, attr)).astype(np.float64)
+
+
+def _set(layer, attr, value):
+    var = getattr(layer, attr)
+    var.assign(keras.ops.convert_to_tensor(np.asarray(value), dtype=var.dtype))
+
+
+# ---------------------------------------------------------------------------- ReLU6
+
+
+def _relu6_edit(layer, kind, mode, axis=-1):
+    if mode == "replace":
+        if kind == "standalone":
+            return LayerEdit(
+                replace=lambda old: keras.layers.ReLU(name=old.name, dtype=old.dtype_policy)
+            )
+        return LayerEdit(config={"activation": "relu"})
+    if kind == "standalone":
+        return LayerEdit(replace=lambda old: ClippedReLU(
+            6.0, axis=axis, name=old.name, dtype=old.dtype_policy))
+    return LayerEdit(
+        config={"activation": "linear"},
+        insert_after=lambda old: ClippedReLU(
+            6.0, axis=axis, name=f"{old.name}_relu6", dtype=old.dtype_policy),
+    )
+
+
+def _all_relu6(view: GraphView):
+    """(layer, kind, channel axis for a ClippedReLU) for every distinct ReLU6 in the view."""
+    seen, out = set(), []
+    for call in view.calls:
+        kind = relu6_kind(call.layer)
+        if kind is None or id(call.layer) in seen:
+            continue
+        seen.add(id(call.layer))
+        t = call.outputs[0] if kind == "fused" else call.inputs[0]
+        fmt = getattr(call.layer, "data_format", None)
+        if kind == "standalone":  # follow the producer's data format when it has one
+            producer = call.inputs[0].producer
+            fmt = getattr(producer.layer, "data_format", None) if producer else None
+        axis = 1 if fmt == "channels_first" and len(t.shape) > 2 else -1
+        out.append((call.layer, kind, axis))
+    return out
+
+
+def _merge(edits: dict, key: int, edit: LayerEdit):
+    old = edits.get(key)
+    if old is None:
+        edits[key] = edit
+        return
+    old.config.update(edit.config)
+    old.variables.update(edit.variables)
+    old.replace = old.replace or edit.replace
+    old.insert_after = old.insert_after or edit.insert_after
+
+
+def _relu6_rebuild(model, mode):
+    view = graph_view(model)
+    edits, replaced = {}, []
+    for layer, kind, axis in _all_relu6(view):
+        edits[id(layer)] = _relu6_edit(layer, kind, mode, axis)
+        replaced.append(layer.name if kind == "standalone" else f"{layer.name} (fused activation)")
+    new_model, _ = rebuild(model, edits=edits)
+    return new_model, replaced
+
+
+def replace_relu6_with_relu(model):
+    """Replace every ReLU capped at 6 by an uncapped ReLU (the Nagel / AIMET-Keras step).
+
+    Handles ``ReLU(max_value=6)``, ``Activation("relu6")`` and ``activation="relu6"`` fused into a
+    Conv/Depthwise/Separable/Transpose/Dense layer. **This changes what the network computes**
+    (on the real ImageNet MobileNetV2 it changes the top-1 class of about 6% of photos);
+    :func:`equalize_model` defaults to ``relu6="bound"``, which does not.
+
+    Args:
+        model: a Functional or Sequential ``keras.Model``.
+
+    Returns:
+        ``(new_model, replaced)``: a new model (``model`` is untouched) and the names of what
+        was changed (fused activations as ``"name (fused activation)"``).
+    """
+    return _relu6_rebuild(model, "replace")
+
+
+def replace_relu6_with_clipped_relu(model):
+    """Replace every ReLU capped at 6 by a :class:`cle.layers.ClippedReLU` with caps 6.
+
+    The function computed does not change; the per-channel caps then let cross-layer scaling
+    cross the activation exactly (``CrossLayerScaling.scale_model`` divides the caps by the
+    scale factors). A fused ``activation="relu6"`` becomes a linear layer followed by a new
+    ``ClippedReLU`` named ``"<layer>_relu6"``.
+
+    Args:
+        model: a Functional or Sequential ``keras.Model``.
+
+    Returns:
+        ``(new_model, replaced)`` as for :func:`replace_relu6_with_relu`.
+    """
+    return _relu6_rebuild(model, "bound")
+
+
+# ---------------------------------------------------------------------------- AIMET-style API
+
+
+class ClsSetInfo:
+    """One scaled set: a pair has one :class:`ClsSetLayerPairInfo`, a triplet two.
+
+    Attributes:
+        cls_pair_info_list: the pair infos, in graph order.
+    """
+
+    class ClsSetLayerPairInfo:
+        """Two consecutive layers of a scaled set and the factors applied between them.
+
+        Attributes:
+            layer1: the layer whose output channels were divided by ``scale_factor``.
+            layer2: the layer whose input channels were multiplied by ``scale_factor``.
+            scale_factor: numpy array, one factor per channel.
+            relu_activation_between_layers: a ReLU-like activation lies between the layers
+                (selects the 3σ rule in high-bias folding).
+        """
+
+        def __init__(self, layer1, layer2, scale_factor, relu_activation_between_layers):
+            self.layer1 = layer1
+            self.layer2 = layer2
+            self.scale_factor = np.asarray(scale_factor)
+            self.relu_activation_between_layers = bool(relu_activation_between_layers)
+            self._link: Link | None = None  # set when the path between is known
+
+        def __repr__(self):
+            s = self.scale_factor
+            return (
+                f"ClsSetLayerPairInfo({self.layer1.name!r} -> {self.layer2.name!r}, "
+                f"scale {s.min():.3g}..{s.max():.3g}, relu={self.relu_activation_between_layers})"
+            )
+
+    def __init__(self, cls_pair_1, cls_pair_2=None):
+        self.cls_pair_info_list = [cls_pair_1] + ([cls_pair_2] if cls_pair_2 is not None else [])
+
+    def __repr__(self):
+        return f"ClsSetInfo({self.cls_pair_info_list!r})"
+
+
+def _set_names(layers):
+    return "(" + ", ".join(repr(getattr(la, "name", la)) for la in layers) + ")"
+
+
+def _link_for(view: GraphView, layer1, layer2, relu6, where):
+    calls = view.layer_calls(layer1)
+    if len(calls) != 1:
+        raise ValueError(
+            f"Cannot scale {where}: '{layer1.name}' is "
+            + ("not part of the model" if not calls else f"called {len(calls)} times")
+        )
+    link, reason = walk(view, calls[0], relu6)
+    if link is None:
+        raise ValueError(f"Cannot scale {where}: {reason}. Pass check=False to scale anyway.")
+    if link.second.layer is not layer2:
+        raise ValueError(
+            f"Cannot scale {where}: '{layer1.name}' does not feed '{layer2.name}' through "
+            f"scale-commuting layers only (the next scalable layer is '{link.second.layer.name}')."
+        )
+    return link
+
+
+def _scale_pair(layer1, layer2, link: Link | None):
+    a1, ax1, k1 = out_spec(layer1)
+    a2, ax2, k2, g2 = in_spec(layer2)
+    w1, w2 = _get(layer1, a1), _get(layer2, a2)
+    s = _cls_math.pair_scale(
+        _cls_math.channel_ranges(w1, ax1, k1), _cls_math.channel_ranges(w2, ax2, k2, g2)
+    )
+    _set(layer1, a1, _cls_math.scale_channels(w1, 1.0 / s, ax1, k1))
+    if layer1.use_bias:
+        _set(layer1, "bias", _get(layer1, "bias") / s)
+    _set(layer2, a2, _cls_math.scale_channels(w2, s, ax2, k2, g2))
+    _scale_caps(link, s)
+    return s
+
+
+def _scale_caps(link, s):
+    for cap_call in (link.caps if link is not None else []):
+        _set(cap_call.layer, "caps", _get(cap_call.layer, "caps") / s)
+
+
+def _scale_triplet(layer1, dw, layer3, link1, link2):
+    a1, ax1, k1 = out_spec(layer1)
+    a3, ax3, k3, g3 = in_spec(layer3)
+    w1, wd, w3 = _get(layer1, a1), _get(dw, "kernel"), _get(layer3, a3)
+    s12, s23 = _cls_math.triplet_scale(
+        _cls_math.channel_ranges(w1, ax1, k1),
+        _cls_math.channel_ranges(wd, -1, "depthwise_out"),
+        _cls_math.channel_ranges(w3, ax3, k3, g3),
+    )
+    _set(layer1, a1, _cls_math.scale_channels(w1, 1.0 / s12, ax1, k1))
+    if layer1.use_bias:
+        _set(layer1, "bias", _get(layer1, "bias") / s12)
+    _set(dw, "kernel", _cls_math.scale_channels(wd, s12 / s23, -1, "depthwise_out"))
+    if dw.use_bias:
+        _set(dw, "bias", _get(dw, "bias") / s23)
+    _set(layer3, a3, _cls_math.scale_channels(w3, s23, ax3, k3, g3))
+    _scale_caps(link1, s12)
+    _scale_caps(link2, s23)
+    return s12, s23
+
+
+def _is_triplet_middle(layer):
+    layout = layout_of(layer)
+    return layout is not None and layout.kind == "depthwise" and layer.depth_multiplier == 1
+
+
+class CrossLayerScaling:
+    """Cross-layer scaling, in place on the layers (AIMET's API)."""
+
+    @staticmethod
+    def scale_cls_sets(cls_sets, model=None, check=True, relu6="bound"):
+        """Scale the given sets in place.
+
+        Args:
+            cls_sets: list of ``(layer1, layer2)`` pairs and ``(layer1, depthwise, layer2)``
+                triplets (the depthwise layer with depth_multiplier 1).
+            model: the model the layers belong to. Optional: without it the check follows the
+                layers' own Keras nodes, which cannot see whether an output is also a model
+                output.
+            check: refuse (``ValueError``) a set whose scaling would change what the model
+                computes: layer1's output also feeds another layer, a non-homogeneous
+                activation between the layers, a shared layer. ``check=False`` scales anyway
+                (and cannot adjust :class:`ClippedReLU` caps on the path, which it does not know).
+            relu6: how a ReLU6 on the path is judged ("bound" accepts a ClippedReLU only;
+                a plain ReLU6 always refuses in place, since it cannot take per-channel caps).
+
+        Returns:
+            One entry per set: an array of scale factors for a pair, a tuple of two arrays for a
+            triplet.
+
+        Raises:
+            ValueError: a set is malformed or (with ``check``) unsafe; nothing is scaled then.
+        """
+        view = None
+        if check:
+            if model is not None:
+                view = graph_view(model)
+            else:
+                view = local_view([s[0] for s in cls_sets if len(s) in (2, 3)])
+        plans = []
+        for i, cls_set in enumerate(cls_sets):
+            layers = tuple(cls_set)
+            where = f"cls_sets[{i}]={_set_names(layers)}"
+            if len(layers) not in (2, 3) or any(layout_of(la) is None for la in layers):
+                raise ValueError(
+                    "Each set must be (layer1, layer2) or (layer1, depthwise, layer2) of "
+                    f"Conv/Depthwise/Separable/Transpose/Dense layers. Received: {where}"
+                )
+            if len(layers) == 3 and not _is_triplet_middle(layers[1]):
+                raise ValueError(
+                    f"The middle layer of a triplet must be a DepthwiseConv with "
+                    f"depth_multiplier=1. Received: {where}"
+                )
+            links = [None] * (len(layers) - 1)
+            if check:
+                # The view must also be rebuilt for sets whose layer1 is not in the first list.
+                if view.n_calls(layers[0]) == 0 and model is None:
+                    view = local_view([la for la in layers[:-1]])
+                links = [
+                    _link_for(view, layers[j], layers[j + 1], relu6, where)
+                    for j in range(len(layers) - 1)
+                ]
+                if len(layers) == 3 and view.n_calls(layers[1]) == 0:
+                    view = local_view([layers[1]])
+            plans.append((layers, links))
+        out = []
+        for layers, links in plans:
+            if len(layers) == 2:
+                out.append(_scale_pair(layers[0], layers[1], links[0]))
+            else:
+                out.append(_scale_triplet(*layers, links[0], links[1]))
+        return out
+
+    @staticmethod
+    def create_cls_set_info_list(cls_sets, scale_factors, is_relu_activation_in_cls_sets):
+        """Package sets, their factors and ReLU flags as :class:`ClsSetInfo` objects.
+
+        Args:
+            cls_sets: as given to :meth:`scale_cls_sets`.
+            scale_factors: as returned by :meth:`scale_cls_sets`.
+            is_relu_activation_in_cls_sets: per set, a bool for a pair or a pair of bools for a
+                triplet: whether a ReLU-like activation lies between consecutive layers.
+
+        Returns:
+            list of :class:`ClsSetInfo`.
+        """
+        infos = []
+        for layers, factors, relus in zip(cls_sets, scale_factors, is_relu_activation_in_cls_sets):
+            layers = tuple(layers)
+            if len(layers) == 2:
+                infos.append(ClsSetInfo(ClsSetInfo.ClsSetLayerPairInfo(
+                    layers[0], layers[1], factors, relus)))
+            else:
+                infos.append(ClsSetInfo(
+                    ClsSetInfo.ClsSetLayerPairInfo(layers[0], layers[1], factors[0], relus[0]),
+                    ClsSetInfo.ClsSetLayerPairInfo(layers[1], layers[2], factors[1], relus[1]),
+                ))
+        return infos
+
+    @staticmethod
+    def scale_model(model, relu6="bound"):
+        """Find every scaling set of ``model`` (BNs already folded) and scale it in place.
+
+        A ReLU6 layer ends a set (it cannot take per-channel caps in place); run
+        :func:`replace_relu6_with_clipped_relu` or :func:`replace_relu6_with_relu` first to
+        scale across it. Why each chain ended is logged at INFO on
+        ``"cle.cross_layer_equalization"``.
+
+        Args:
+            model: a Functional or Sequential ``keras.Model``.
+            relu6: "bound" (default), "keep" or "replace"; only a ClippedReLU is crossed.
+
+        Returns:
+            list of :class:`ClsSetInfo`, in graph order.
+        """
+        infos, _ = _scale_found(graph_view(model), relu6)
+        return infos
+
+
+def _scale_found(view, relu6):
+    search = find_sets(view, "keep" if relu6 == "replace" else relu6)
+    for call, reason in search.ends:
+        logger.info("no scaling set starts at '%s': %s", call.layer.name, reason)
+    infos = []
+    for links in search.sets:
+        if len(links) == 1:
+            (link,) = links
+            s = _scale_pair(link.first.layer, link.second.layer, link)
+            info = ClsSetInfo(ClsSetInfo.ClsSetLayerPairInfo(*link.layers, s, link.relu))
+        else:
+            l1, l2 = links
+            s12, s23 = _scale_triplet(l1.first.layer, l1.second.layer, l2.second.layer, l1, l2)
+            info = ClsSetInfo(
+                ClsSetInfo.ClsSetLayerPairInfo(*l1.layers, s12, l1.relu),
+                ClsSetInfo.ClsSetLayerPairInfo(*l2.layers, s23, l2.relu),
+            )
+        for pair_info, link in zip(info.cls_pair_info_list, links):
+            pair_info._link = link
+        infos.append(info)
+    return infos, search
+
+
+# ---------------------------------------------------------------------------- high-bias fold
+
+
+@dataclasses.dataclass
+class BiasAbsorption:
+    """One pair considered by high-bias folding.
+
+    Attributes:
+        layer1, layer2: layer names.
+        absorbed: True if a shift moved from layer1's bias into layer2's.
+        channels: number of channels with a non-zero shift.
+        max_shift: largest per-channel shift ``c``.
+        reason: why nothing was absorbed (empty when ``absorbed``).
+    """
+
+    layer1: str
+    layer2: str
+    absorbed: bool
+    channels: int = 0
+    max_shift: float = 0.0
+    reason: str = ""
+
+
+def _bn_lookup(bn_layers):
+    by_id, by_name = {}, {}
+    for key, bn in dict(bn_layers).items():
+        if isinstance(key, str):
+            by_name[key] = bn
+        else:
+            by_id[id(key)] = bn
+    return lambda layer: by_id.get(id(layer), by_name.get(layer.name))
+
+
+def _local_link(layer1, layer2):
+    """The path between two layers found from their own Keras nodes (for pair infos built by
+    hand), or None."""
+    view = local_view([layer1])
+    calls = view.layer_calls(layer1)
+    if len(calls) != 1:
+        return None
+    link, _ = walk(view, calls[0], "bound")
+    return link if link is not None and link.second.layer is layer2 else None
+
+
+def _padding_reason(layer2, link):
+    if link is not None and link.zero_padding:
+        return f"a ZeroPadding between the layers pads the shifted activation of '{layer2.name}'"
+    layout = layout_of(layer2)
+    if layout.kind == "dense":
+        return None
+    kernel = getattr(layer2, "kernel_size", (1,))
+    if getattr(layer2, "padding", "valid") != "valid" and any(k > 1 for k in kernel):
+        return (
+            f"'{layer2.name}' zero-pads its input (padding='{layer2.padding}', "
+            f"kernel {tuple(kernel)}): the border would see 0 instead of -c"
+        )
+    return None
+
+
+def _absorb(info, bn, margin, absorb_padded):
+    layer1, layer2 = info.layer1, info.layer2
+    record = BiasAbsorption(layer1.name, layer2.name, False)
+    layout2 = layout_of(layer2)
+    link = info._link if info._link is not None else _local_link(layer1, layer2)
+    if layout2.kind == "transpose":
+        record.reason = f"'{layer2.name}' is a transposed convolution: a shift is not exact there"
+        return record
+    if not (layer1.use_bias and layer2.use_bias):
+        record.reason = f"'{(layer2 if layer1.use_bias else layer1).name}' has no bias"
+        return record
+    if not absorb_padded:
+        reason = _padding_reason(layer2, link)
+        if reason:
+            record.reason = reason
+            return record
+    s = np.asarray(info.scale_factor, dtype=np.float64)
+    gamma = _bnf._bn_arrays(bn)[0]
+    beta = _bnf._bn_arrays(bn)[1]
+    n = s.shape[0]
+    gamma = np.ones(n) if gamma is None else gamma.astype(np.float64)
+    beta = np.zeros(n) if beta is None else beta.astype(np.float64)
+    if gamma.shape[0] != n:
+        record.reason = f"BN '{bn.name}' has {gamma.shape[0]} channels, the set {n}"
+        return record
+    c = _cls_math.relu_shift(beta / s, gamma / s, margin, info.relu_activation_between_layers)
+    caps = link.caps if link is not None else []
+    for cap_call in caps:
+        c = np.minimum(c, np.maximum(_get(cap_call.layer, "caps"), 0.0))
+    if not np.any(c > 0) and info.relu_activation_between_layers:
+        record.reason = f"no channel has beta - {margin:g}*|gamma| > 0"
+        return record
+    for cap_call in caps:
+        _set(cap_call.layer, "caps", _get(cap_call.layer, "caps") - c)
+    _set(layer1, "bias", _get(layer1, "bias") - c)
+    if layout2.kind == "separable":
+        dw_shift = _cls_math.constant_input_response(
+            _get(layer2, "depthwise_kernel"), c, "depthwise")
+        shift = _cls_math.constant_input_response(_get(layer2, "pointwise_kernel"), dw_shift)
+    else:
+        attr, _, kind, groups = in_spec(layer2)
+        kind = {"grouped_in": "grouped"}.get(kind, kind)
+        if layout2.kind == "depthwise":
+            kind = "depthwise"
+        shift = _cls_math.constant_input_response(_get(layer2, attr), c, kind, groups)
+    _set(layer2, "bias", _get(layer2, "bias") + shift)
+    record.absorbed = True
+    record.channels = int(np.count_nonzero(c))
+    record.max_shift = float(np.max(np.abs(c))) if c.size else 0.0
+    return record
+
+
+class HighBiasFold:
+    """High-bias folding, in place (AIMET's API)."""
+
+    @staticmethod
+    def bias_fold(cls_set_info_list, bn_layers, margin=3.0, absorb_into_padded=False):
+        """Move large biases from each set's layer1 into layer2 (Nagel et al. 2019, §4.1).
+
+        For each pair whose ``layer1`` absorbed a BN **backward** (``bn_layers[layer1]``), with
+        that BN's γ, β divided by the pair's scale factor: ``c = max(0, β̂ − margin·|γ̂|)`` if a
+        ReLU-like activation lies between, else ``c = β̂``; ``b1 −= c``, ``b2 += Σ W2·c``. A
+        :class:`ClippedReLU` cap on the path drops by ``c``. BNs folded forward must never be
+        passed: their statistics do not describe layer1's output.
+
+        Args:
+            cls_set_info_list: from ``CrossLayerScaling.scale_model`` or
+                ``create_cls_set_info_list``.
+            bn_layers: ``{layer1: bn}`` (layer objects or names as keys).
+            margin: the 3σ margin (pre-activations below ``c`` make the shift inexact).
+            absorb_into_padded: also absorb into a layer that zero-pads its input (the
+                textbook behaviour: inexact at the borders). Default False: such pairs are
+                skipped with the reason.
+
+        Returns:
+            list of :class:`BiasAbsorption`, one per pair considered.
+        """
+        lookup = _bn_lookup(bn_layers)
+        records = []
+        for info in cls_set_info_list:
+            for pair in info.cls_pair_info_list:
+                bn = lookup(pair.layer1)
+                if bn is None:
+                    continue
+                rec = _absorb(pair, bn, margin, absorb_into_padded)
+                if not rec.absorbed:
+                    logger.info("no bias absorbed from '%s' into '%s': %s",
+                                rec.layer1, rec.layer2, rec.reason)
+                records.append(rec)
+        return records
+
+
+# ---------------------------------------------------------------------------- equalize_model
+
+
+@dataclasses.dataclass
+class EqualizationReport:
+    """What :func:`equalize_model` did.
+
+    Attributes:
+        folded: :class:`cle.FoldedPair` list (layers of the new model, BNs of the input).
+        fold_skipped: BNs left in place, with reasons.
+        relu6: the ReLU6 mode.
+        relu6_changed: names of the ReLU6 activations replaced or bounded.
+        sets: :class:`ClsSetInfo` of every scaled set (layers of the new model).
+        set_ends: ``(layer name, reason)`` for every scalable layer where no set starts.
+        bias_absorptions: :class:`BiasAbsorption` records of high-bias folding.
+    """
+
+    folded: list
+    fold_skipped: list
+    relu6: str
+    relu6_changed: list[str]
+    sets: list[ClsSetInfo]
+    set_ends: list[tuple[str, str]]
+    bias_absorptions: list[BiasAbsorption]
+
+    def to_dict(self) -> dict[str, Any]:
+        def rng(a):
+            a = np.asarray(a)
+            return [float(a.min()), float(a.max())] if a.size else [1.0, 1.0]
+
+        return {
+            "folded": [
+                {"layer": p.layer.name, "bn": p.bn.name, "bn_after": p.bn_after}
+                for p in self.folded
+            ],
+            "fold_skipped": [{"bn": s.bn.name, "reason": s.reason} for s in self.fold_skipped],
+            "relu6": self.relu6,
+            "relu6_changed": list(self.relu6_changed),
+            "sets": [
+                [
+                    {"layer1": p.layer1.name, "layer2": p.layer2.name,
+                     "scale_range": rng(p.scale_factor),
+                     "relu_between": p.relu_activation_between_layers}
+                    for p in info.cls_pair_info_list
+                ]
+                for info in self.sets
+            ],
+            "set_ends": [{"layer": n, "reason": r} for n, r in self.set_ends],
+            "bias_absorptions": [dataclasses.asdict(r) for r in self.bias_absorptions],
+        }
+
+    def __str__(self):
+        n_pairs = sum(len(s.cls_pair_info_list) == 1 for s in self.sets)
+        n_trip = len(self.sets) - n_pairs
+        absorbed = [r for r in self.bias_absorptions if r.absorbed]
+        lines = [
+            f"batch norms folded: {len(self.folded)}, skipped: {len(self.fold_skipped)}",
+            f"ReLU6 ({self.relu6}): {len(self.relu6_changed)} changed",
+            f"scaled sets: {len(self.sets)} ({n_pairs} pairs, {n_trip} triplets)",
+            f"high-bias folding: {len(absorbed)} absorbed, "
+            f"{len(self.bias_absorptions) - len(absorbed)} skipped",
+        ]
+        for info in self.sets:
+            parts = [
+                f"{p.layer1.name} -> {p.layer2.name} "
+                f"[{np.min(p.scale_factor):.3g}, {np.max(p.scale_factor):.3g}]"
+                for p in info.cls_pair_info_list
+            ]
+            lines.append("  set  " + " ; ".join(parts))
+        for name, reason in self.set_ends:
+            lines.append(f"  end  {name}: {reason}")
+        for s in self.fold_skipped:
+            lines.append(f"  bn   {s.bn.name}: {s.reason}")
+        for r in self.bias_absorptions:
+            if r.absorbed:
+                lines.append(f"  hbf  {r.layer1} -> {r.layer2}: {r.channels} channels, "
+                             f"max shift {r.max_shift:.3g}")
+            else:
+                lines.append(f"  hbf  {r.layer1} -> {r.layer2}: skipped, {r.reason}")
+        return "\n".join(lines)
+
+
+def equalize_model(model, relu6="bound", high_bias_fold="unpadded", margin=3.0,
+                   return_report=False):
+    """Run the data-free equalization pipeline and return a new model.
+
+    Batch-norm folding, ReLU6 handling, cross-layer scaling and high-bias folding, with the new
+    model built once. ``model`` is not modified.
+
+    Args:
+        model: a Functional or Sequential ``keras.Model``.
+        relu6: "bound" (default): scale across ReLU6 exactly, turning each ReLU6 inside a set
+            into a :class:`ClippedReLU` with per-channel caps ``6/s`` — the float output does not
+            change. "replace": ReLU6 → ReLU first (Nagel / AIMET-Keras; changes the output).
+            "keep": ReLU6 stays and ends a set.
+        high_bias_fold: "unpadded" (default): absorb only into layers that see no zero padding
+            (padding borders would see 0 instead of −c); "all": the textbook behaviour, into
+            every layer; "none": skip high-bias folding.
+        margin: the 3σ margin of high-bias folding.
+        return_report: also return an :class:`EqualizationReport`.
+
+    Returns:
+        The new model, or ``(new_model, report)`` with ``return_report=True``.
+
+    Raises:
+        TypeError: ``model`` is not a ``keras.Model``.
+        ValueError: an unknown option, or the graph of ``model`` cannot be read.
+
+    Example:
+        >>> equalized, report = cle.equalize_model(model, return_report=True)
+        >>> print(report)
+    """
+    if relu6 not in _RELU6_MODES:
+        raise ValueError(f"relu6 must be one of {_RELU6_MODES}. Received: relu6={relu6!r}")
+    if high_bias_fold not in _HBF_MODES:
+        raise ValueError(
+            f"high_bias_fold must be one of {_HBF_MODES}. Received: high_bias_fold={high_bias_fold!r}"
+        )
+    if not float(margin) >= 0:
+        raise ValueError(f"margin must be >= 0. Received: margin={margin!r}")
+    view = graph_view(model)
+    matches, fold_skipped = _bnf._find(view)
+    edits, bypass = _bnf.fold_plan(matches)
+    changed = []
+    if relu6 == "replace":
+        targets = _all_relu6(view)
+    elif relu6 == "bound":
+        transparent = {id(m.bn_call.layer) for m in matches}
+        on_links = set()
+        for links in find_sets(view, "bound", transparent).sets:
+            for link in links:
+                on_links.update(id(c.layer) for c in link.caps)
+                if link.fused_cap:
+                    on_links.add(id(link.first.layer))
+        targets = [t for t in _all_relu6(view) if id(t[0]) in on_links]
+    else:
+        targets = []
+    for layer, kind, axis in targets:
+        _merge(edits, id(layer), _relu6_edit(layer, kind, relu6, axis))
+        changed.append(layer.name if kind == "standalone" else f"{layer.name} (fused activation)")
+    new_model, clones = rebuild(model, edits=edits, bypass=bypass)
+    infos, search = _scale_found(graph_view(new_model), relu6)
+    absorptions = []
+    if high_bias_fold != "none":
+        bn_layers = {
+            clones[id(m.target.layer)]: m.bn_call.layer for m in matches if m.bn_after
+        }
+        absorptions = HighBiasFold.bias_fold(
+            infos, bn_layers, margin=margin, absorb_into_padded=high_bias_fold == "all"
+        )
+    if not return_report:
+        return new_model
+    folded = [
+        _bnf.FoldedPair(clones[id(m.target.layer)], m.bn_call.layer, m.bn_after) for m in matches
+    ]
+    report = EqualizationReport(
+        folded=folded,
+        fold_skipped=fold_skipped,
+        relu6=relu6,
+        relu6_changed=changed,
+        sets=infos,
+        set_ends=[(c.layer.name, r) for c, r in search.ends],
+        bias_absorptions=absorptions,
+    )
+    return new_model, report

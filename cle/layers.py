@@ -1,0 +1,164 @@
+"""Keras layers that cross-layer equalization inserts into a model.
+
+:class:`ClippedReLU` is a ReLU with a separate upper bound per channel::
+
+    y[..., c, ...] = min(max(x[..., c, ...], 0), caps[c])
+
+Why it is needed. Cross-layer scaling (Nagel et al. 2019) divides output channel ``c`` of one
+layer by ``s_c > 0`` and multiplies the matching input channel of the next layer by ``s_c``.
+That is exact across a plain ReLU, because ReLU is positively homogeneous
+(``max(s·x, 0) = s·max(x, 0)``), but not across ReLU6, whose fixed cap is not scaled.
+Replacing the ReLU6 with a per-channel clipped ReLU restores exactness::
+
+    min(max(s·x, 0), 6) = s · min(max(x, 0), 6/s)        for s > 0
+
+so after scaling channel ``c`` by ``1/s_c`` the activation becomes ``ClippedReLU`` with
+``caps[c] = 6/s_c``. High-bias folding later absorbs a per-channel amount ``c_k`` into the next
+layer's bias and lowers the caps by the same amount (``caps.assign(caps - c)``), which is why
+the caps are a (non-trainable) weight that can be updated in place rather than a constant.
+
+Why this form. The layer is computed as ``minimum(relu(x), caps)`` with ``keras.ops`` only,
+which every backend and exporter understands. The TFLite converter turns it into a ``RELU``
+(fused into the preceding ``CONV_2D``/``DEPTHWISE_CONV_2D``/``FULLY_CONNECTED`` as its fused
+activation when there is one) followed by a builtin ``MINIMUM`` against a constant per-channel
+vector. Full-integer INT8 quantization quantizes that vector like any other constant, with the
+activation's own scale and zero point (``MINIMUM`` needs equal quantization on both sides), so
+the model stays entirely in INT8 builtins with no float fallback op. Caps above the calibrated
+activation range saturate at its top, which the activation can not exceed anyway.
+"""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+from keras import ops
+
+__all__ = ["ClippedReLU"]
+
+_DEFAULT_CAP = 6.0
+
+
+@keras.saving.register_keras_serializable(package="cle")
+class ClippedReLU(keras.layers.Layer):
+    """ReLU with a per-channel upper bound: ``y = min(max(x, 0), caps[c])``.
+
+    The caps are a non-trainable weight named ``"caps"`` of shape ``(C,)``, created in
+    :meth:`build`; they are saved with the model's weights and can be changed in place with
+    ``layer.caps.assign(new_caps)``. The layer config stores only ``axis`` and, when the
+    initial ``caps`` was a scalar, that scalar; per-channel values live in the weights.
+
+    With a scalar cap of 6 the layer computes exactly what ``keras.layers.ReLU(max_value=6)``
+    computes. With ``caps = 6 / s`` (``s > 0`` per channel),
+    ``s * ClippedReLU(caps=6 / s)(x) == ReLU6(s * x)``, which is what makes cross-layer scaling
+    across a ReLU6 exact.
+
+    Args:
+        caps: Initial upper bounds. A scalar (broadcast to every channel when the layer is
+            built) or a 1-D array/list with one value per channel. Defaults to 6.0.
+        axis: The channel axis of the input: ``-1`` for channels_last (default), ``1`` for
+            channels_first. Inputs of any rank >= 2 are supported.
+        **kwargs: Standard layer keyword arguments (``name``, ``dtype``, ...).
+
+    Raises:
+        ValueError: If ``caps`` is not a scalar or 1-D or contains NaN, or (at build time)
+            if the input's channel dimension is unknown or does not match the number of caps,
+            or ``axis`` is out of range.
+
+    Example:
+
+    >>> import numpy as np
+    >>> layer = ClippedReLU(caps=[1.0, 2.0, 6.0])
+    >>> x = np.array([[-1.0, 1.5, 7.0]], dtype="float32")
+    >>> keras.ops.convert_to_numpy(layer(x))
+    array([[0. , 1.5, 6. ]], dtype=float32)
+    >>> _ = layer.caps.assign([1.0, 1.0, 1.0])  # e.g. after high-bias folding
+    >>> keras.ops.convert_to_numpy(layer(x))
+    array([[0., 1., 1.]], dtype=float32)
+    """
+
+    def __init__(self, caps=None, axis=-1, **kwargs):
+        super().__init__(**kwargs)
+        if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
+            raise ValueError(f"`axis` must be an int, got {axis!r}.")
+        self.axis = int(axis)
+        # `_config_cap` is what get_config reports: the scalar as given, or None (the default,
+        # 6.0, or per-channel caps, whose values then live in the weights only).
+        self._config_cap = None
+        self._scalar_cap = _DEFAULT_CAP
+        self._initial_caps = None
+        if caps is not None:
+            if hasattr(caps, "shape") and not isinstance(caps, np.ndarray):
+                caps = ops.convert_to_numpy(caps)  # backend tensor or Keras variable
+            values = np.asarray(caps, dtype="float64")
+            if np.isnan(values).any():
+                raise ValueError("`caps` must not contain NaN.")
+            if values.ndim == 0:
+                self._scalar_cap = self._config_cap = float(values)
+            elif values.ndim == 1 and values.size > 0:
+                self._scalar_cap = None
+                self._initial_caps = values
+            else:
+                raise ValueError(
+                    "`caps` must be a scalar or a non-empty 1-D array, "
+                    f"got shape {values.shape}."
+                )
+        self.supports_masking = True
+
+    def _channel_axis(self, rank):
+        axis = self.axis + rank if self.axis < 0 else self.axis
+        if rank < 2:
+            raise ValueError(
+                f"{self.__class__.__name__} expects inputs of rank >= 2, got rank {rank}."
+            )
+        if not 1 <= axis < rank:
+            raise ValueError(
+                f"`axis`={self.axis} is not a channel axis of a rank-{rank} input "
+                f"(valid: 1..{rank - 1} or -1..-{rank - 1})."
+            )
+        return axis
+
+    def build(self, input_shape):
+        input_shape = tuple(input_shape)
+        axis = self._channel_axis(len(input_shape))
+        channels = input_shape[axis]
+        if channels is None:
+            raise ValueError(
+                f"{self.__class__.__name__} needs a known channel dimension (axis {self.axis}) "
+                f"to create its per-channel caps, but got input shape {input_shape}."
+            )
+        if self._initial_caps is not None:
+            if self._initial_caps.shape[0] != channels:
+                raise ValueError(
+                    f"{self.__class__.__name__} got {self._initial_caps.shape[0]} caps but the "
+                    f"input has {channels} channels on axis {self.axis} (shape {input_shape})."
+                )
+            initial = self._initial_caps
+        else:
+            initial = np.full((channels,), self._scalar_cap, dtype="float64")
+        self.caps = self.add_weight(
+            name="caps",
+            shape=(channels,),
+            initializer=keras.initializers.Constant(initial),
+            trainable=False,
+        )
+        # The per-channel values now live in the weight; keep no copy that could go stale.
+        self._initial_caps = None
+        self._broadcast_shape = tuple(
+            channels if i == axis else 1 for i in range(len(input_shape))
+        )
+
+    def call(self, inputs):
+        caps = ops.cast(self.caps, inputs.dtype)
+        caps = ops.reshape(caps, self._broadcast_shape)
+        return ops.minimum(ops.relu(inputs), caps)
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        """Returns ``axis`` and ``caps``: the initial cap if it was given as a scalar, else
+        ``None`` (default 6.0, or per-channel caps, which are restored from the weights)."""
+        config = super().get_config()
+        config["axis"] = self.axis
+        config["caps"] = self._config_cap
+        return config
