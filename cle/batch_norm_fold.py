@@ -386,7 +386,7 @@ def _edits(matches: list[_Match]) -> dict[int, LayerEdit]:
 
 
 def _identity_like(layer):
-    return keras.layers.Identity(name=layer.name, dtype=layer.dtype_policy)
+    return keras.layers.Identity(name=layer.name, dtype=layer.dtype_policy.name)
 
 
 def fold_plan(matches: list[_Match]) -> tuple[dict[int, LayerEdit], set[int]]:

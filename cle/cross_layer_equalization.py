@@ -62,16 +62,16 @@ def _relu6_edit(layer, kind, mode, axis=-1):
     if mode == "replace":
         if kind == "standalone":
             return LayerEdit(
-                replace=lambda old: keras.layers.ReLU(name=old.name, dtype=old.dtype_policy)
+                replace=lambda old: keras.layers.ReLU(name=old.name, dtype=old.dtype_policy.name)
             )
         return LayerEdit(config={"activation": "relu"})
     if kind == "standalone":
         return LayerEdit(replace=lambda old: ClippedReLU(
-            6.0, axis=axis, name=old.name, dtype=old.dtype_policy))
+            6.0, axis=axis, name=old.name, dtype=old.dtype_policy.name))
     return LayerEdit(
         config={"activation": "linear"},
         insert_after=lambda old: ClippedReLU(
-            6.0, axis=axis, name=f"{old.name}_relu6", dtype=old.dtype_policy),
+            6.0, axis=axis, name=f"{old.name}_relu6", dtype=old.dtype_policy.name),
     )
 
 

@@ -48,6 +48,16 @@ def test_multi_input_multi_output():
     assert folded.output_names == model.output_names == ["bo", "d"]
 
 
+def test_identity_kept_for_output_bn_saves(tmp_path):
+    inp = keras.Input((6, 6, 3))
+    model = _rand(keras.Model(inp, L.BatchNormalization(name="bo")(L.Conv2D(2, 1, name="c")(inp))))
+    _, folded = cle.fold_all_batch_norms(model)
+    folded.save(tmp_path / "f.keras")
+    loaded = keras.models.load_model(tmp_path / "f.keras")
+    assert loaded.output_names == ["bo"]
+    assert max_rel_error(model, loaded, inputs_for(model)) <= 1e-5
+
+
 def test_dict_inputs_and_outputs():
     a, b = keras.Input((6, 3), name="a"), keras.Input((6, 3), name="b")
     x = L.Concatenate()([a, b])

@@ -1,0 +1,261 @@
+"""equalize_model and the ReLU6 replacements: exactness, report, guarantees."""
+
+import json
+
+import keras
+import numpy as np
+import pytest
+from conftest import (
+    RTOL,
+    assert_unchanged,
+    inputs_for,
+    max_rel_error,
+    outputs,
+    randomize_batch_norms,
+    randomize_biases,
+    weights_snapshot,
+)
+
+import cle
+from cle import _cls_math
+from cle._cls_sets import in_spec, out_spec
+
+L = keras.layers
+
+
+def _rand(model, deep=False):
+    return randomize_biases(randomize_batch_norms(model, deep=deep), scale=0.1 if deep else 0.5)
+
+
+def _mobile_block(relu6_form="layer", residual=False):
+    """conv → BN → ReLU6 → depthwise → BN → ReLU6 → conv → BN (MobileNetV2's block)."""
+    inp = keras.Input((12, 12, 4))
+
+    def relu6(x, name):
+        if relu6_form == "layer":
+            return L.ReLU(6.0, name=name)(x)
+        return L.Activation("relu6", name=name)(x)
+
+    x = relu6(L.BatchNormalization(name="bn1")(L.Conv2D(8, 1, name="expand")(inp)), "r1")
+    x = relu6(L.BatchNormalization(name="bn2")(L.DepthwiseConv2D(3, padding="same", name="dw")(x)), "r2")
+    x = L.BatchNormalization(name="bn3")(L.Conv2D(4, 1, name="project")(x))
+    if residual:
+        x = L.Add()([x, inp])
+    return _rand(keras.Model(inp, x))
+
+
+@pytest.mark.parametrize("form", ["layer", "activation"])
+def test_bound_relu6_is_exact_and_makes_a_triplet(form):
+    model = _mobile_block(form)
+    snap, names = weights_snapshot(model), [la.name for la in model._flatten_layers()]
+    x = inputs_for(model) * 4  # drive the ReLU6 caps
+    new, report = cle.equalize_model(model, high_bias_fold="none", return_report=True)
+    assert len(report.folded) == 3
+    assert [[(p.layer1.name, p.layer2.name) for p in s.cls_pair_info_list] for s in report.sets] == [
+        [("expand", "dw"), ("dw", "project")]]
+    assert sorted(report.relu6_changed) == ["r1", "r2"]
+    assert isinstance(new.get_layer("r1"), cle.ClippedReLU)
+    caps = np.asarray(new.get_layer("r1").caps)
+    assert not np.allclose(caps, 6.0)  # the caps followed the scale factors
+    assert max_rel_error(model, new, x) <= RTOL
+    assert_unchanged(model, snap, names)
+
+
+def test_fused_relu6_is_split_into_a_clipped_relu():
+    inp = keras.Input((10, 10, 3))
+    x = L.Conv2D(6, 3, activation="relu6", name="c1")(inp)
+    x = L.Conv2D(4, 3, name="c2")(x)
+    model = _rand(keras.Model(inp, x))
+    x_in = inputs_for(model) * 5
+    new, report = cle.equalize_model(model, return_report=True)
+    assert report.relu6_changed == ["c1 (fused activation)"]
+    assert isinstance(new.get_layer("c1_relu6"), cle.ClippedReLU)
+    assert keras.activations.serialize(new.get_layer("c1").activation) == "linear"
+    assert len(report.sets) == 1
+    assert max_rel_error(model, new, x_in) <= RTOL
+
+
+def test_keep_mode_leaves_relu6_and_ends_the_set():
+    model = _mobile_block()
+    new, report = cle.equalize_model(model, relu6="keep", return_report=True)
+    assert report.sets == [] and report.relu6_changed == []
+    ends = dict(report.set_ends)
+    assert "'r1' is a ReLU capped at 6.0 (relu6='keep')" in ends["expand"]
+    assert isinstance(new.get_layer("r1"), L.ReLU)
+    assert max_rel_error(model, new, inputs_for(model) * 4) <= RTOL
+
+
+def test_replace_mode_changes_relu6_to_relu():
+    model = _mobile_block("activation")
+    new, report = cle.equalize_model(model, relu6="replace", high_bias_fold="none",
+                                      return_report=True)
+    assert sorted(report.relu6_changed) == ["r1", "r2"]
+    assert type(new.get_layer("r1")) is L.ReLU and new.get_layer("r1").max_value is None
+    # Equal to the original with the caps removed, i.e. to replace_relu6_with_relu(model).
+    relu_model, replaced = cle.replace_relu6_with_relu(model)
+    assert sorted(replaced) == ["r1", "r2"]
+    x = inputs_for(model) * 4
+    assert max_rel_error(relu_model, new, x) <= RTOL
+    assert max_rel_error(model, new, x) > RTOL  # replacing ReLU6 does change the function
+
+
+def test_replace_relu6_every_form():
+    inp = keras.Input((8, 8, 3))
+    x = L.Conv2D(4, 3, activation="relu6", name="fused")(inp)
+    x = L.ReLU(max_value=6, name="relu_layer")(L.Conv2D(4, 1, name="c2")(x))
+    x = L.Activation("relu6", name="act_layer")(L.Conv2D(4, 1, name="c3")(x))
+    x = L.ReLU(max_value=4, name="relu4")(x)  # not a ReLU6: untouched
+    x = L.Dense(3, activation=keras.activations.relu6, name="dense")(x)
+    model = _rand(keras.Model(inp, x))
+    new, replaced = cle.replace_relu6_with_relu(model)
+    assert sorted(replaced) == sorted(["fused (fused activation)", "relu_layer", "act_layer",
+                                       "dense (fused activation)"])
+    assert new.get_layer("relu4").max_value == 4
+    for name in ("fused", "dense"):
+        assert keras.activations.serialize(new.get_layer(name).activation) == "relu"
+    bounded, replaced2 = cle.replace_relu6_with_clipped_relu(model)
+    assert sorted(replaced2) == sorted(replaced)
+    x = inputs_for(model) * 5
+    assert max_rel_error(model, bounded, x) <= RTOL  # bounding changes nothing
+    assert isinstance(bounded.get_layer("fused_relu6"), cle.ClippedReLU)
+
+
+def test_high_bias_fold_defaults_skip_padded_layers_and_stay_exact_above_c():
+    # conv -> BN(beta large) -> ReLU -> conv 1x1 (valid) and -> depthwise 3x3 same.
+    inp = keras.Input((10, 10, 3))
+    x = L.ReLU(name="r1")(L.BatchNormalization(name="bn1")(L.Conv2D(6, 1, name="c1")(inp)))
+    x = L.Conv2D(6, 1, name="c2")(x)
+    x = L.ReLU(name="r2")(L.BatchNormalization(name="bn2")(x))
+    x = L.DepthwiseConv2D(3, padding="same", name="dw")(x)
+    model = keras.Model(inp, x)
+    _rand(model)
+    for bn in ("bn1", "bn2"):
+        layer = model.get_layer(bn)
+        layer.beta.assign(np.full(6, 6.0))
+        layer.gamma.assign(np.full(6, 0.5))
+        layer.moving_mean.assign(np.zeros(6))
+        layer.moving_variance.assign(np.ones(6))
+    # Small inputs keep every pre-activation within beta ± 3|gamma|: absorption is exact.
+    x_in = inputs_for(model) * 0.05
+    new, report = cle.equalize_model(model, return_report=True)
+    recs = {(r.layer1, r.layer2): r for r in report.bias_absorptions}
+    assert recs[("c1", "c2")].absorbed and recs[("c1", "c2")].channels == 6
+    assert not recs[("c2", "dw")].absorbed and "zero-pads its input" in recs[("c2", "dw")].reason
+    assert max_rel_error(model, new, x_in) <= RTOL
+    # Textbook behaviour absorbs into the padded depthwise too: inexact at the borders.
+    textbook = cle.equalize_model(model, high_bias_fold="all")
+    assert max_rel_error(model, textbook, x_in) > 1e-3
+
+
+def test_report_to_dict_is_json_and_str_is_readable():
+    model = _mobile_block(residual=True)
+    _, report = cle.equalize_model(model, return_report=True)
+    data = json.loads(json.dumps(report.to_dict()))
+    assert set(data) == {"folded", "fold_skipped", "relu6", "relu6_changed", "sets",
+                         "set_ends", "bias_absorptions"}
+    assert data["sets"][0][0]["layer1"] == "expand"
+    assert len(data["sets"][0][0]["scale_range"]) == 2
+    text = str(report)
+    assert "batch norms folded: 3" in text and "scaled sets: 1 (0 pairs, 1 triplets)" in text
+    assert "end  project: the output of 'project' feeds 1 layers" not in text
+    assert "end  project:" in text and "'add'" in text
+
+
+def test_bad_options():
+    model = _mobile_block()
+    with pytest.raises(ValueError, match="relu6 must be one of.*Received: relu6='clip'"):
+        cle.equalize_model(model, relu6="clip")
+    with pytest.raises(ValueError, match="high_bias_fold must be one of"):
+        cle.equalize_model(model, high_bias_fold=True)
+    with pytest.raises(ValueError, match="margin must be >= 0"):
+        cle.equalize_model(model, margin=-1)
+    with pytest.raises(TypeError):
+        cle.equalize_model("model.keras")
+
+
+def test_equalized_model_saves_and_loads(tmp_path):
+    model = _mobile_block()
+    new = cle.equalize_model(model)
+    path = tmp_path / "eq.keras"
+    new.save(path)
+    loaded = keras.models.load_model(path)
+    x = inputs_for(model) * 4
+    np.testing.assert_array_equal(outputs(new, x)[0], outputs(loaded, x)[0])
+    np.testing.assert_array_equal(np.asarray(loaded.get_layer("r1").caps),
+                                  np.asarray(new.get_layer("r1").caps))
+
+
+def _spread(kernel, axis, kind):
+    r = _cls_math.channel_ranges(kernel, axis, kind)
+    return r.max() / np.median(r)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, n_sets, n_triplets", [
+    ("MobileNetV2", 20, 17), ("ResNet50", 32, 0), ("EfficientNetB0", 2, 0)])
+def test_applications_all_relu6_modes(name, n_sets, n_triplets):
+    model = getattr(keras.applications, name)(
+        weights=None, input_shape=(224, 224, 3), classifier_activation=None)
+    _rand(model, deep=True)
+    x = np.random.default_rng(5).uniform(-1, 1, (2, 224, 224, 3)).astype("float32")
+    for relu6 in ("bound", "keep", "replace"):
+        new, report = cle.equalize_model(model, relu6=relu6, high_bias_fold="none",
+                                          return_report=True)
+        triplets = sum(len(s.cls_pair_info_list) == 2 for s in report.sets)
+        err = max_rel_error(model, new, x)
+        print(f"{name} relu6={relu6}: {len(report.sets)} sets ({triplets} triplets), "
+              f"max|Δ|/max|y| = {err:.2e}")
+        if relu6 != "keep" or name != "MobileNetV2":
+            assert (len(report.sets), triplets) == (n_sets, n_triplets)
+        if relu6 != "replace":
+            assert err <= RTOL
+
+
+@pytest.fixture(scope="module")
+def real_mobilenet():
+    from cle import pretrained
+
+    model = pretrained.mobilenet_v2_imagenet()
+    x = pretrained.preprocess_imagenet(pretrained.sample_images(64, seed=1))
+    return model, x, model.predict(x, batch_size=32, verbose=0).astype(np.float64)
+
+
+@pytest.mark.slow
+def test_real_mobilenet_v2_bound_equalization_is_exact(real_mobilenet):
+    model, x, y = real_mobilenet
+    new, report = cle.equalize_model(model, high_bias_fold="none", return_report=True)
+    assert len(report.folded) == 52
+    assert sum(len(s.cls_pair_info_list) == 2 for s in report.sets) == 17
+    y_new = new.predict(x, batch_size=32, verbose=0).astype(np.float64)
+    err = np.abs(y - y_new).max() / np.abs(y).max()
+    print(f"real MobileNetV2, relu6='bound', no HBF: max|Δ|/max|y| = {err:.2e}")
+    assert err <= RTOL
+    np.testing.assert_array_equal(y.argmax(1), y_new.argmax(1))
+    # Equalization did its job: the first depthwise layer's channel ranges are far less spread.
+    _, folded = cle.fold_all_batch_norms(model)
+    before = _spread(np.asarray(folded.get_layer("expanded_conv_depthwise").kernel), -1,
+                     "depthwise_out")
+    after = _spread(np.asarray(new.get_layer("expanded_conv_depthwise").kernel), -1,
+                    "depthwise_out")
+    print(f"expanded_conv_depthwise range spread (max/median): {before:.1f} -> {after:.1f}")
+    assert after < before / 2
+
+
+@pytest.mark.slow
+def test_real_mobilenet_v2_high_bias_fold_effect_is_measured(real_mobilenet):
+    model, x, y = real_mobilenet
+
+    def sqnr(a, b):
+        return 10 * np.log10(np.sum(a ** 2) / np.sum((a - b) ** 2))
+
+    rows = {}
+    for hbf in ("unpadded", "all"):
+        new, report = cle.equalize_model(model, high_bias_fold=hbf, return_report=True)
+        y_new = new.predict(x, batch_size=32, verbose=0).astype(np.float64)
+        absorbed = sum(r.absorbed for r in report.bias_absorptions)
+        rows[hbf] = (np.mean(y.argmax(1) == y_new.argmax(1)), sqnr(y, y_new), absorbed)
+        print(f"real MobileNetV2 relu6=bound high_bias_fold={hbf}: {absorbed} absorbed, "
+              f"top-1 agreement {rows[hbf][0]:.0%}, SQNR {rows[hbf][1]:.1f} dB")
+    # Skipping padded layers keeps the float model much closer than the textbook rule.
+    assert rows["unpadded"][1] > rows["all"][1]
+    assert rows["unpadded"][2] > 0
