@@ -15,7 +15,8 @@ Conditions, checked before anything is rewritten (each failed check is a skip wi
 * the BN is called exactly once, in inference mode, normalizes the layer's channel axis and
   has finite statistics with ``σ² + ε > 0``;
 * backward: the BN's input comes from a Conv/Depthwise/Separable/Transpose/Dense layer of
-  exactly that class, called once, with a linear activation, whose output feeds only the BN;
+  exactly that class, called once, with a linear activation, whose output feeds only the BN
+  (or from a BN already folded backward into such a layer, which feeds only this BN);
 * forward (tried when backward is not possible): the BN's output feeds only a Conv,
   DepthwiseConv, SeparableConv or Dense layer (or a Flatten feeding only a Dense), called once,
   with ``padding="valid"`` and ``groups=1`` — with padding, the zeros the layer adds would
@@ -183,9 +184,23 @@ def _bn_axis(bn, rank: int) -> int:
     return bn.axis % rank
 
 
-def _check_backward(view: GraphView, bn_call: Call) -> tuple[_Match | None, str]:
+def _check_backward(
+    view: GraphView, bn_call: Call, absorbed: dict | None = None
+) -> tuple[_Match | None, str]:
+    """``absorbed`` maps id(BN call) -> target call for BNs already matched backward: a BN
+    right after one of them folds into the same layer (conv -> BN_a -> BN_b)."""
     x = bn_call.inputs[0]
     producer = x.producer
+    if producer is not None and absorbed and id(producer) in absorbed:
+        if x.is_model_output:
+            return None, f"the output of {_q(producer)} is an output of model '{x.output_of[0]}'"
+        if len(x.consumers) != 1:
+            return None, f"the output of {_q(producer)} also feeds another layer"
+        target = absorbed[id(producer)]
+        rank = len(x.shape)
+        if _bn_axis(bn_call.layer, rank) != _bn_axis(producer.layer, rank):
+            return None, f"it normalizes another axis than {_q(producer)}"
+        return _Match(bn_call, target, True), ""
     if producer is None:
         return None, "its input is a model input"
     layer = producer.layer
@@ -291,11 +306,11 @@ def _check_forward(view: GraphView, bn_call: Call) -> tuple[_Match | None, str]:
     return _Match(bn_call, target, False, flatten), ""
 
 
-def _match_bn(view: GraphView, bn_call: Call) -> tuple[_Match | None, str]:
+def _match_bn(view: GraphView, bn_call: Call, absorbed: dict) -> tuple[_Match | None, str]:
     reason = _check_bn(view, bn_call)
     if reason:
         return None, reason
-    match, back_reason = _check_backward(view, bn_call)
+    match, back_reason = _check_backward(view, bn_call, absorbed)
     if match:
         return match, ""
     match, fwd_reason = _check_forward(view, bn_call)
@@ -309,14 +324,16 @@ def _bn_calls(view: GraphView) -> list[Call]:
 
 
 def _find(view: GraphView) -> tuple[list[_Match], list[SkippedBatchNorm]]:
-    matches, skipped, seen = [], [], set()
+    matches, skipped, seen, absorbed = [], [], set(), {}
     for bn_call in _bn_calls(view):
         if id(bn_call.layer) in seen:
             continue
         seen.add(id(bn_call.layer))
-        match, reason = _match_bn(view, bn_call)
+        match, reason = _match_bn(view, bn_call, absorbed)
         if match:
             matches.append(match)
+            if match.bn_after:
+                absorbed[id(bn_call)] = match.target
         else:
             skipped.append(SkippedBatchNorm(bn_call.layer, reason))
     for call, bn in view.hidden_batch_norms:

@@ -173,3 +173,13 @@ def test_wrong_fold_would_be_caught():
     layer = folded.get_layer("layer")
     layer.bias.assign(np.asarray(layer.bias) + 0.01)
     assert max_rel_error(model, folded, inputs_for(model)) > RTOL
+
+
+def test_consecutive_batch_norms_fold_into_one_layer():
+    inp = keras.Input((8, 8, 3))
+    x = L.Conv2D(4, 3, name="conv")(inp)
+    x = L.BatchNormalization(name="bn_a")(x)
+    x = L.BatchNormalization(name="bn_b", center=False)(x)
+    model = randomize_biases(randomize_batch_norms(keras.Model(inp, L.ReLU()(x))))
+    pairs, _, _ = assert_folds(model, 2, 0)
+    assert [(p.layer.name, p.bn.name) for p in pairs] == [("conv", "bn_a"), ("conv", "bn_b")]
