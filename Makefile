@@ -23,6 +23,7 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_fold.py
+	$(PY) benchmarks/bench_equalize.py
 
 clean:
 	rm -rf $(VENV)

@@ -8,8 +8,14 @@ per-channel scale ``s``: ``f(s·x) = s·f(x)``::
                | Dropout | Identity | linear/relu Activation | capped ReLU*] ─► layer2
 
 (*) A capped ReLU ``min(max(x, 0), M)`` (ReLU6, ``ReLU(max_value=M)``, :class:`ClippedReLU`)
-commutes only if its cap becomes per-channel ``M / s``; that is what ``relu6="bound"`` does. With
-``relu6="keep"`` a ReLU6 ends the chain; a :class:`ClippedReLU` is always scalable.
+commutes only if its cap becomes per-channel ``M / s``. A :class:`ClippedReLU` is always
+scalable (its caps are a weight). A plain ReLU6 depends on the mode of the search:
+
+* "bound" — planning for ``equalize_model(relu6="bound")``: it will become a ClippedReLU;
+* "replace" — planning for ``relu6="replace"``: it will become a ReLU;
+* "keep" — ``relu6="keep"``: it stays and ends the chain;
+* "inplace" — in-place scaling of an existing model: it cannot take per-channel caps in place
+  and ends the chain (the reason says how to convert it).
 
 Links chain into sets: ``conv → depthwise (multiplier 1) → conv`` is a triplet, any other link is
 a pair. Everything here reads a :class:`cle._graph.GraphView`; nothing is modified.
@@ -61,6 +67,16 @@ def relu6_kind(layer) -> str | None:
     return None
 
 
+def _capped_reason(layer, cap, relu6):
+    if relu6 == "keep":
+        return f"'{layer.name}' is a ReLU capped at {cap} (relu6='keep')"
+    return (
+        f"'{layer.name}' is a ReLU capped at {cap}, which cannot take per-channel caps in "
+        "place; convert it first with cle.replace_relu6_with_clipped_relu (exact) or "
+        "cle.replace_relu6_with_relu"
+    )
+
+
 def _classify(layer, relu6: str):
     """How a path layer behaves under channel scaling: ("pass"|"relu"|"cap", reason)."""
     if isinstance(layer, ClippedReLU):
@@ -74,22 +90,20 @@ def _classify(layer, relu6: str):
             return None, f"'{layer.name}' is a ReLU with threshold {layer.threshold}"
         if layer.max_value is None:
             return "relu", ""
-        if relu6 == "bound" and float(layer.negative_slope) == 0.0:
-            return "cap", ""
-        return None, f"'{layer.name}' is a ReLU capped at {layer.max_value}" + (
-            " (relu6='keep')" if relu6 == "keep" else ""
-        )
+        if relu6_kind(layer) == "standalone" and relu6 in ("bound", "replace"):
+            return ("cap" if relu6 == "bound" else "relu"), ""
+        return None, _capped_reason(layer, layer.max_value, relu6)
     if type(layer) is L.Activation:
         name = activation_name(layer.activation)
         if name == "linear":
             return "pass", ""
         if name == "relu":
             return "relu", ""
-        if name == "relu6" and relu6 == "bound":
-            return "cap", ""
-        return None, f"'{layer.name}' applies '{name}', which does not commute with scaling" + (
-            " (relu6='keep')" if name == "relu6" and relu6 == "keep" else ""
-        )
+        if name == "relu6":
+            if relu6 in ("bound", "replace"):
+                return ("cap" if relu6 == "bound" else "relu"), ""
+            return None, _capped_reason(layer, 6, relu6)
+        return None, f"'{layer.name}' applies '{name}', which does not commute with scaling"
     if isinstance(layer, L.BatchNormalization):
         return None, f"'{layer.name}' is a BatchNormalization that was not folded"
     return None, f"'{layer.name}' ({type(layer).__name__}) does not commute with scaling"
@@ -156,7 +170,7 @@ def walk(view: GraphView, call: Call, relu6: str, transparent=frozenset()):
     Args:
         view: the graph view.
         call: a call of a scalable layer (layer1).
-        relu6: "bound", "keep" or "replace" (treated as "keep": no ReLU6 should remain).
+        relu6: "bound", "replace", "keep" or "inplace" (see the module docstring).
         transparent: ids of layers to look through (BNs that a pending fold removes).
 
     Returns:
@@ -171,8 +185,11 @@ def walk(view: GraphView, call: Call, relu6: str, transparent=frozenset()):
     relu, fused_cap = False, False
     if act == "relu":
         relu = True
-    elif act == "relu6" and relu6 == "bound":
-        relu, fused_cap = True, True
+    elif act == "relu6" and relu6 in ("bound", "replace"):
+        relu, fused_cap = True, relu6 == "bound"
+    elif act == "relu6":
+        return None, _capped_reason(layer, 6, relu6).replace(
+            "is a ReLU capped at 6", "has a fused activation 'relu6'")
     elif act != "linear":
         return None, f"'{layer.name}' applies activation '{act}', which does not commute with scaling"
     t = call.outputs[0]
@@ -249,7 +266,7 @@ class SetSearch:
     ends: list[tuple[Call, str]]  # (layer1 call, why no set starts there)
 
 
-def find_sets(view: GraphView, relu6: str = "bound", transparent=frozenset()) -> SetSearch:
+def find_sets(view: GraphView, relu6: str = "inplace", transparent=frozenset()) -> SetSearch:
     links: dict[int, Link] = {}
     ends = []
     for call in view.calls:

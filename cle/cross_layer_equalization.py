@@ -195,14 +195,14 @@ def _set_names(layers):
     return "(" + ", ".join(repr(getattr(la, "name", la)) for la in layers) + ")"
 
 
-def _link_for(view: GraphView, layer1, layer2, relu6, where):
+def _link_for(view: GraphView, layer1, layer2, where):
     calls = view.layer_calls(layer1)
     if len(calls) != 1:
         raise ValueError(
             f"Cannot scale {where}: '{layer1.name}' is "
             + ("not part of the model" if not calls else f"called {len(calls)} times")
         )
-    link, reason = walk(view, calls[0], relu6)
+    link, reason = walk(view, calls[0], "inplace")
     if link is None:
         raise ValueError(f"Cannot scale {where}: {reason}. Pass check=False to scale anyway.")
     if link.second.layer is not layer2:
@@ -263,7 +263,7 @@ class CrossLayerScaling:
     """Cross-layer scaling, in place on the layers (AIMET's API)."""
 
     @staticmethod
-    def scale_cls_sets(cls_sets, model=None, check=True, relu6="bound"):
+    def scale_cls_sets(cls_sets, model=None, check=True):
         """Scale the given sets in place.
 
         Args:
@@ -276,8 +276,6 @@ class CrossLayerScaling:
                 computes: layer1's output also feeds another layer, a non-homogeneous
                 activation between the layers, a shared layer. ``check=False`` scales anyway
                 (and cannot adjust :class:`ClippedReLU` caps on the path, which it does not know).
-            relu6: how a ReLU6 on the path is judged ("bound" accepts a ClippedReLU only;
-                a plain ReLU6 always refuses in place, since it cannot take per-channel caps).
 
         Returns:
             One entry per set: an array of scale factors for a pair, a tuple of two arrays for a
@@ -312,7 +310,7 @@ class CrossLayerScaling:
                 if view.n_calls(layers[0]) == 0 and model is None:
                     view = local_view([la for la in layers[:-1]])
                 links = [
-                    _link_for(view, layers[j], layers[j + 1], relu6, where)
+                    _link_for(view, layers[j], layers[j + 1], where)
                     for j in range(len(layers) - 1)
                 ]
                 if len(layers) == 3 and view.n_calls(layers[1]) == 0:
@@ -353,29 +351,29 @@ class CrossLayerScaling:
         return infos
 
     @staticmethod
-    def scale_model(model, relu6="bound"):
+    def scale_model(model):
         """Find every scaling set of ``model`` (BNs already folded) and scale it in place.
 
-        A ReLU6 layer ends a set (it cannot take per-channel caps in place); run
-        :func:`replace_relu6_with_clipped_relu` or :func:`replace_relu6_with_relu` first to
-        scale across it. Why each chain ended is logged at INFO on
+        A :class:`ClippedReLU` is crossed (its caps follow the scale factors); a plain ReLU6
+        ends a set, since it cannot take per-channel caps in place: run
+        :func:`replace_relu6_with_clipped_relu` (exact) or :func:`replace_relu6_with_relu`
+        first to scale across it. Why each chain ended is logged at INFO on
         ``"cle.cross_layer_equalization"``.
 
         Args:
             model: a Functional or Sequential ``keras.Model``.
-            relu6: "bound" (default), "keep" or "replace"; only a ClippedReLU is crossed.
 
         Returns:
             list of :class:`ClsSetInfo`, in graph order.
         """
-        infos, _ = _scale_found(graph_view(model), relu6)
-        return infos
+        search = find_sets(graph_view(model), "inplace")
+        for call, reason in search.ends:
+            logger.info("no scaling set starts at '%s': %s", call.layer.name, reason)
+        return _scale_search(search)
 
 
-def _scale_found(view, relu6):
-    search = find_sets(view, "keep" if relu6 == "replace" else relu6)
-    for call, reason in search.ends:
-        logger.info("no scaling set starts at '%s': %s", call.layer.name, reason)
+def _scale_search(search):
+    """Scale every set of a search in place; one ClsSetInfo per set."""
     infos = []
     for links in search.sets:
         if len(links) == 1:
@@ -392,7 +390,7 @@ def _scale_found(view, relu6):
         for pair_info, link in zip(info.cls_pair_info_list, links):
             pair_info._link = link
         infos.append(info)
-    return infos, search
+    return infos
 
 
 # ---------------------------------------------------------------------------- high-bias fold
@@ -483,8 +481,11 @@ def _absorb(info, bn, margin, absorb_padded):
     caps = link.caps if link is not None else []
     for cap_call in caps:
         c = np.minimum(c, np.maximum(_get(cap_call.layer, "caps"), 0.0))
-    if not np.any(c > 0) and info.relu_activation_between_layers:
-        record.reason = f"no channel has beta - {margin:g}*|gamma| > 0"
+    if not np.any(c != 0):
+        record.reason = (
+            f"no channel has beta - {margin:g}*|gamma| > 0"
+            if info.relu_activation_between_layers else "beta is 0 on every channel"
+        )
         return record
     for cap_call in caps:
         _set(cap_call.layer, "caps", _get(cap_call.layer, "caps") - c)
@@ -670,12 +671,13 @@ def equalize_model(model, relu6="bound", high_bias_fold="unpadded", margin=3.0,
     matches, fold_skipped = _bnf._find(view)
     edits, bypass = _bnf.fold_plan(matches)
     changed = []
+    # Plan the sets on the input model as they will be after folding and ReLU6 handling.
+    plan = find_sets(view, relu6, transparent={id(m.bn_call.layer) for m in matches})
     if relu6 == "replace":
         targets = _all_relu6(view)
     elif relu6 == "bound":
-        transparent = {id(m.bn_call.layer) for m in matches}
         on_links = set()
-        for links in find_sets(view, "bound", transparent).sets:
+        for links in plan.sets:
             for link in links:
                 on_links.update(id(c.layer) for c in link.caps)
                 if link.fused_cap:
@@ -687,7 +689,14 @@ def equalize_model(model, relu6="bound", high_bias_fold="unpadded", margin=3.0,
         _merge(edits, id(layer), _relu6_edit(layer, kind, relu6, axis))
         changed.append(layer.name if kind == "standalone" else f"{layer.name} (fused activation)")
     new_model, clones = rebuild(model, edits=edits, bypass=bypass)
-    infos, search = _scale_found(graph_view(new_model), relu6)
+    search = find_sets(graph_view(new_model), "inplace")
+    if [len(s) for s in search.sets] != [len(s) for s in plan.sets]:
+        raise RuntimeError(  # the plan and the rebuilt model must agree
+            f"internal error: planned {len(plan.sets)} scaling sets, found {len(search.sets)}"
+        )
+    for call, reason in plan.ends:
+        logger.info("no scaling set starts at '%s': %s", call.layer.name, reason)
+    infos = _scale_search(search)
     absorptions = []
     if high_bias_fold != "none":
         bn_layers = {
@@ -707,7 +716,7 @@ def equalize_model(model, relu6="bound", high_bias_fold="unpadded", margin=3.0,
         relu6=relu6,
         relu6_changed=changed,
         sets=infos,
-        set_ends=[(c.layer.name, r) for c, r in search.ends],
+        set_ends=[(c.layer.name, r) for c, r in plan.ends],
         bias_absorptions=absorptions,
     )
     return new_model, report

@@ -259,3 +259,30 @@ def test_real_mobilenet_v2_high_bias_fold_effect_is_measured(real_mobilenet):
     # Skipping padded layers keeps the float model much closer than the textbook rule.
     assert rows["unpadded"][1] > rows["all"][1]
     assert rows["unpadded"][2] > 0
+
+
+@pytest.mark.parametrize("form", ["layer", "activation", "fused"])
+def test_in_place_scaling_never_crosses_a_plain_relu6(form):
+    """Regression: scale_model / scale_cls_sets once treated a ReLU6 as boundable in place
+    (AttributeError after half the scaling, or a silently wrong fused case)."""
+    inp = keras.Input((8, 8, 4))
+    if form == "fused":
+        x = L.Conv2D(6, 1, activation="relu6", name="c1")(inp)
+    else:
+        x = L.Conv2D(6, 1, name="c1")(inp)
+        x = L.ReLU(6.0)(x) if form == "layer" else L.Activation("relu6")(x)
+    model = _rand(keras.Model(inp, L.Conv2D(3, 1, name="c2")(x)))
+    snap = weights_snapshot(model)
+    assert cle.CrossLayerScaling.scale_model(model) == []
+    with pytest.raises(ValueError, match="replace_relu6_with_clipped_relu"):
+        cle.CrossLayerScaling.scale_cls_sets(
+            [(model.get_layer("c1"), model.get_layer("c2"))], model=model)
+    for a, b in zip(snap, model.get_weights()):
+        np.testing.assert_array_equal(a, b)
+    # After conversion, in-place scaling crosses it exactly.
+    bounded, _ = cle.replace_relu6_with_clipped_relu(model)
+    x_in = inputs_for(model) * 5
+    before = outputs(bounded, x_in)[0]
+    assert len(cle.CrossLayerScaling.scale_model(bounded)) == 1
+    after = outputs(bounded, x_in)[0]
+    assert np.abs(before - after).max() <= RTOL * np.abs(before).max()
