@@ -28,7 +28,7 @@ import dataclasses
 import keras
 
 from cle._graph import Call, GraphView
-from cle._layouts import Layout, channel_axis, layout_of
+from cle._layouts import Layout, bias_on_wrong_axis, channel_axis, layout_of
 from cle.layers import ClippedReLU
 
 L = keras.layers
@@ -193,6 +193,10 @@ def walk(view: GraphView, call: Call, relu6: str, transparent=frozenset()):
     elif act != "linear":
         return None, f"'{layer.name}' applies activation '{act}', which does not commute with scaling"
     t = call.outputs[0]
+    if layer.use_bias:
+        reason = bias_on_wrong_axis(layer, t.shape)
+        if reason:
+            return None, reason
     axis = channel_axis(layer, len(t.shape))
     path, caps, padded, last = [], [], False, call
     while True:

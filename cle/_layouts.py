@@ -24,7 +24,7 @@ import dataclasses
 
 import keras
 
-__all__ = ["Layout", "layout_of", "channel_axis"]
+__all__ = ["Layout", "layout_of", "channel_axis", "bias_on_wrong_axis"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,3 +87,23 @@ def channel_axis(layer, rank: int) -> int:
     ):
         return 1
     return rank - 1
+
+
+def bias_on_wrong_axis(layer, out_shape) -> str | None:
+    """Why Keras would add a per-channel bias of ``layer`` along the wrong axis, or None.
+
+    Keras 3.15's TensorFlow ``ops.add`` turns ``x + bias.reshape(1, C, 1, ...)`` into
+    ``tf.nn.bias_add`` and picks NHWC whenever ``x``'s last axis also has C entries, so a
+    channels_first layer whose last spatial size equals its channel count adds its bias along
+    the last axis (measured). A transform that changes such a layer's bias would then not
+    compute what the formulas say.
+    """
+    if getattr(layer, "data_format", None) != "channels_first" or len(out_shape) < 3:
+        return None
+    if out_shape[1] is None or out_shape[1] != out_shape[-1]:
+        return None
+    return (
+        f"'{layer.name}' is channels_first with its last spatial size equal to its "
+        f"{out_shape[1]} channels; Keras adds its bias on the wrong axis there (tf.nn.bias_add "
+        "takes it for channels_last), so a changed bias would not be applied per channel"
+    )

@@ -37,7 +37,7 @@ import numpy as np
 
 from cle import _fold_math
 from cle._graph import Call, GraphView, graph_view
-from cle._layouts import channel_axis, layout_of
+from cle._layouts import bias_on_wrong_axis, channel_axis, layout_of
 from cle._rebuild import LayerEdit, rebuild
 
 __all__ = [
@@ -232,18 +232,9 @@ def _check_backward(
             f"it normalizes axis {_bn_axis(bn_call.layer, rank)} but {_q(producer)} "
             f"writes its channels on axis {want}"
         )
-    if (
-        layout.kind == "transpose"
-        and layer.data_format == "channels_first"
-        and x.shape[-1] == layer.filters
-    ):
-        # Measured on Keras 3.15 / TensorFlow 2.21: such a layer adds its bias along the last
-        # axis instead of the channel axis, so a folded bias would land on the wrong axis.
-        return None, (
-            f"{_q(producer)} is a channels_first transposed convolution whose last spatial "
-            f"size equals filters ({layer.filters}); Keras adds its bias on the wrong axis "
-            "there, so the folded bias would not be applied per channel"
-        )
+    reason = bias_on_wrong_axis(layer, x.shape)
+    if reason:
+        return None, reason
     return _Match(bn_call, producer, True), ""
 
 
@@ -295,6 +286,9 @@ def _check_forward(view: GraphView, bn_call: Call) -> tuple[_Match | None, str]:
         groups = getattr(layer, "groups", 1)
         if groups != 1:
             return None, f"{_q(target)} has groups={groups}; folding into it is not exact"
+    reason = bias_on_wrong_axis(layer, target.outputs[0].shape)
+    if reason:
+        return None, reason
     if flatten is None:
         rank = len(y.shape)
         want = channel_axis(layer, rank)

@@ -22,7 +22,7 @@ import numpy as np
 from cle import _cls_math, batch_norm_fold as _bnf
 from cle._cls_sets import Link, find_sets, in_spec, out_spec, relu6_kind, walk
 from cle._graph import GraphView, graph_view, local_view
-from cle._layouts import layout_of
+from cle._layouts import bias_on_wrong_axis, layout_of
 from cle._rebuild import LayerEdit, rebuild
 from cle.layers import ClippedReLU
 
@@ -417,8 +417,12 @@ class BiasAbsorption:
 
 
 def _bn_lookup(bn_layers):
+    if isinstance(bn_layers, dict):
+        items = bn_layers.items()
+    else:  # e.g. the FoldedPairs list of fold_all_batch_norms: keep backward folds only
+        items = [tuple(p) for p in bn_layers if getattr(p, "bn_after", True)]
     by_id, by_name = {}, {}
-    for key, bn in dict(bn_layers).items():
+    for key, bn in items:
         if isinstance(key, str):
             by_name[key] = bn
         else:
@@ -427,14 +431,16 @@ def _bn_lookup(bn_layers):
 
 
 def _local_link(layer1, layer2):
-    """The path between two layers found from their own Keras nodes (for pair infos built by
-    hand), or None."""
+    """``(link, reason)``: the path between two layers found from their own Keras nodes (for
+    pair infos built by hand)."""
     view = local_view([layer1])
     calls = view.layer_calls(layer1)
     if len(calls) != 1:
-        return None
-    link, _ = walk(view, calls[0], "bound")
-    return link if link is not None and link.second.layer is layer2 else None
+        return None, f"'{layer1.name}' is called {len(calls)} times"
+    link, reason = walk(view, calls[0], "inplace")
+    if link is not None and link.second.layer is not layer2:
+        return None, f"'{layer1.name}' does not feed '{layer2.name}' directly"
+    return link, reason
 
 
 def _padding_reason(layer2, link):
@@ -456,10 +462,20 @@ def _absorb(info, bn, margin, absorb_padded):
     layer1, layer2 = info.layer1, info.layer2
     record = BiasAbsorption(layer1.name, layer2.name, False)
     layout2 = layout_of(layer2)
-    link = info._link if info._link is not None else _local_link(layer1, layer2)
+    link = info._link
+    if link is None:
+        link, reason = _local_link(layer1, layer2)
+        if link is None:
+            record.reason = f"the path between cannot take a shift: {reason}"
+            return record
     if layout2.kind == "transpose":
         record.reason = f"'{layer2.name}' is a transposed convolution: a shift is not exact there"
         return record
+    if link.second is not None:
+        wrong = bias_on_wrong_axis(layer2, link.second.outputs[0].shape)
+        if wrong:
+            record.reason = wrong
+            return record
     if not (layer1.use_bias and layer2.use_bias):
         record.reason = f"'{(layer2 if layer1.use_bias else layer1).name}' has no bias"
         return record
@@ -523,7 +539,9 @@ class HighBiasFold:
         Args:
             cls_set_info_list: from ``CrossLayerScaling.scale_model`` or
                 ``create_cls_set_info_list``.
-            bn_layers: ``{layer1: bn}`` (layer objects or names as keys).
+            bn_layers: ``{layer1: bn}`` (layer objects or names as keys), or the
+                ``folded_pairs`` list of :func:`cle.fold_all_batch_norms` as it is (its forward
+                folds are left out).
             margin: the 3σ margin (pre-activations below ``c`` make the shift inexact).
             absorb_into_padded: also absorb into a layer that zero-pads its input (the
                 textbook behaviour: inexact at the borders). Default False: such pairs are

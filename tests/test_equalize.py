@@ -286,3 +286,13 @@ def test_in_place_scaling_never_crosses_a_plain_relu6(form):
     assert len(cle.CrossLayerScaling.scale_model(bounded)) == 1
     after = outputs(bounded, x_in)[0]
     assert np.abs(before - after).max() <= RTOL * np.abs(before).max()
+
+
+def test_channels_first_bias_ambiguity_ends_the_set():
+    inp = keras.Input((3, 8, 6))  # conv output (4, 6, 4): channels == last spatial size
+    x = L.ReLU()(L.Conv2D(4, 3, data_format="channels_first", name="c1")(inp))
+    model = _rand(keras.Model(inp, L.Conv2D(2, 1, data_format="channels_first", name="c2")(x)))
+    new, report = cle.equalize_model(model, return_report=True)
+    assert report.sets == []
+    assert "Keras adds its bias on the wrong axis" in dict(report.set_ends)["c1"]
+    assert max_rel_error(model, new, inputs_for(model)) <= RTOL

@@ -147,13 +147,25 @@ def test_folded_dtype_and_no_bias_layer_gets_bias():
     assert layer.use_bias and layer.bias.dtype == "float32" and layer.kernel.dtype == "float32"
 
 
-def test_channels_first_transpose_keras_bias_bug_is_skipped():
-    # Keras 3.15 adds a channels_first Conv2DTranspose's bias on the last axis when the last
-    # spatial output size equals `filters` (here 5 == 5): folding a BN into it would be wrong.
-    model = _single(L.Conv2DTranspose(5, 2, data_format="channels_first", name="layer"),
-                    (2, 4, 4), bn_axis=1)
+@pytest.mark.parametrize("factory, shape", [
+    (lambda: L.Conv2DTranspose(5, 2, data_format="channels_first", name="layer"), (2, 4, 4)),
+    (lambda: L.Conv2D(4, 3, data_format="channels_first", name="layer"), (2, 6, 6)),
+    (lambda: L.DepthwiseConv2D(3, data_format="channels_first", name="layer"), (4, 6, 6)),
+], ids=["transpose", "conv", "depthwise"])
+def test_channels_first_keras_bias_bug_is_skipped(factory, shape):
+    # Keras 3.15 adds a channels_first layer's bias on the last axis when the last spatial
+    # output size equals the channel count (here 4 == 4, 5 == 5): folding would be wrong.
+    model = _single(factory(), shape, bn_axis=1)
     pairs, _, _ = assert_folds(model, 0, 1)
-    assert "wrong axis" in pairs.skipped[0].reason
+    assert "Keras adds its bias on the wrong axis" in pairs.skipped[0].reason
+
+
+def test_keras_bias_add_ambiguity_is_real():
+    """The Keras behaviour the skip above guards against; if Keras fixes it, this fails and the
+    guard (cle._layouts.bias_on_wrong_axis) can be narrowed."""
+    y = keras.ops.add(np.zeros((1, 4, 4, 4), "float32"),
+                      np.arange(4.0, dtype="float32").reshape(1, 4, 1, 1))
+    assert np.asarray(y)[0, :, 0, 0].tolist() == [0.0, 0.0, 0.0, 0.0]
 
 
 def test_tolerance_is_tight_not_loose():
