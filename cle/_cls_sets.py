@@ -28,7 +28,13 @@ import dataclasses
 import keras
 
 from cle._graph import Call, GraphView
-from cle._layouts import Layout, bias_on_wrong_axis, channel_axis, layout_of
+from cle._layouts import (
+    Layout,
+    bias_on_wrong_axis,
+    channel_axis,
+    layout_of,
+    untouchable_reason,
+)
 from cle.layers import ClippedReLU
 
 L = keras.layers
@@ -142,13 +148,9 @@ def _out_spec(layer, layout: Layout):
 
 def _check_scalable(view: GraphView, call: Call, role: str) -> str | None:
     layer = call.layer
-    n = view.n_calls(layer)
-    if n > 1:
-        return f"'{layer.name}' is a shared layer, called {n} times"
-    if getattr(layer, "quantization_mode", None):
-        return f"'{layer.name}' is quantized"
-    if getattr(layer, "lora_enabled", False):
-        return f"'{layer.name}' has LoRA enabled"
+    reason = untouchable_reason(layer, view.n_calls(layer))
+    if reason:
+        return reason
     if role == "first" and len(call.outputs) != 1:
         return f"'{layer.name}' has several outputs"
     return None

@@ -24,7 +24,7 @@ import dataclasses
 
 import keras
 
-__all__ = ["Layout", "layout_of", "channel_axis", "bias_on_wrong_axis"]
+__all__ = ["Layout", "layout_of", "channel_axis", "bias_on_wrong_axis", "untouchable_reason"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,3 +107,14 @@ def bias_on_wrong_axis(layer, out_shape) -> str | None:
         f"{out_shape[1]} channels; Keras adds its bias on the wrong axis there (tf.nn.bias_add "
         "takes it for channels_last), so a changed bias would not be applied per channel"
     )
+
+
+def untouchable_reason(layer, n_calls: int) -> str | None:
+    """Why no transform may rewrite ``layer``'s weights, whatever the pattern, or None."""
+    if n_calls > 1:
+        return f"'{layer.name}' is a shared layer, called {n_calls} times"
+    if getattr(layer, "quantization_mode", None):
+        return f"'{layer.name}' is quantized ({layer.quantization_mode})"
+    if getattr(layer, "lora_enabled", False):
+        return f"'{layer.name}' has LoRA enabled"
+    return None

@@ -37,7 +37,7 @@ import numpy as np
 
 from cle import _fold_math
 from cle._graph import Call, GraphView, graph_view
-from cle._layouts import bias_on_wrong_axis, channel_axis, layout_of
+from cle._layouts import bias_on_wrong_axis, channel_axis, layout_of, untouchable_reason
 from cle._rebuild import LayerEdit, rebuild
 
 __all__ = [
@@ -169,15 +169,7 @@ def _check_bn(view: GraphView, bn_call: Call) -> str | None:
 
 def _check_layer(view: GraphView, call: Call) -> str | None:
     """Conditions on the absorbing layer that do not depend on the direction."""
-    layer = call.layer
-    n = len(view.layer_calls(layer))
-    if n > 1:
-        return f"{_q(call)} is a shared layer, called {n} times"
-    if getattr(layer, "quantization_mode", None):
-        return f"{_q(call)} is quantized ({layer.quantization_mode})"
-    if getattr(layer, "lora_enabled", False):
-        return f"{_q(call)} has LoRA enabled"
-    return None
+    return untouchable_reason(call.layer, view.n_calls(call.layer))
 
 
 def _bn_axis(bn, rank: int) -> int:
