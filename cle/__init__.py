@@ -31,6 +31,16 @@ from cle.cross_layer_equalization import (
     replace_relu6_with_relu,
 )
 from cle.layers import ClippedReLU
+from cle.training_fold import (
+    FakeQuant,
+    FoldedConv1D,
+    FoldedConv2D,
+    FoldedDense,
+    FoldedDepthwiseConv1D,
+    FoldedDepthwiseConv2D,
+    export_folded,
+    fuse_for_training,
+)
 
 __version__ = "0.1.0.dev0"
 
@@ -41,6 +51,14 @@ __all__ = [
     "ClsSetInfo",
     "CrossLayerScaling",
     "EqualizationReport",
+    "FakeQuant",
+    "FoldedConv1D",
+    "FoldedConv2D",
+    "FoldedDense",
+    "FoldedDepthwiseConv1D",
+    "FoldedDepthwiseConv2D",
+    "export_folded",
+    "fuse_for_training",
     "HighBiasFold",
     "equalize_model",
     "replace_relu6_with_clipped_relu",
