@@ -94,7 +94,7 @@ def main(argv=None) -> int:
     print(f"pretrained MobileNetV2 (ImageNet, torchvision weights), {args.images} sample photos; "
           f"original logits max|y| = {np.abs(y0).max():.3g}\n")
 
-    # 1. One call, default options (relu6="bound", high_bias_fold="unpadded").
+    # 1. One call, default options (relu6="bound", high_bias_fold="none").
     equalized, report = cle.equalize_model(model, return_report=True)
     lines = str(report).splitlines()
     print(f"== cle.equalize_model(model, return_report=True): first {args.report_lines} of "

@@ -110,7 +110,8 @@ def test_fold_reads_legacy_h5(capsys, tmp_path, x):
 
 def test_equalize_writes_model_and_report(capsys, tmp_path, model_file, x):
     out_model, report = tmp_path / "eq.keras", tmp_path / "eq.json"
-    code, out, err = run(capsys, "equalize", model_file, "-o", out_model, "--report", report)
+    code, out, err = run(capsys, "equalize", model_file, "-o", out_model, "--report", report,
+                         "--high-bias-fold", "unpadded")
     assert code == 0, err
     assert "relu6=bound, high-bias-fold=unpadded, margin=3" in out
     for line in ("batch norms folded: 3, skipped: 1", "ReLU6 (bound): 2 changed",
@@ -121,7 +122,7 @@ def test_equalize_writes_model_and_report(capsys, tmp_path, model_file, x):
     assert sum(isinstance(la, cle.ClippedReLU) for la in equalized.layers) == 2
     data = json.loads(report.read_text())
     original = keras.saving.load_model(model_file)
-    _, expected = cle.equalize_model(original, return_report=True)
+    _, expected = cle.equalize_model(original, high_bias_fold="unpadded", return_report=True)
     assert data == json.loads(json.dumps(expected.to_dict()))
     assert [[p["layer1"] for p in s] for s in data["sets"]] == [["stem_conv", "dw"], [LONG]]
 
@@ -157,7 +158,7 @@ def test_inspect_an_equalized_model(capsys, tmp_path, model_file):
 def test_inspect_tables(capsys, tmp_path, model_file, monkeypatch):
     monkeypatch.setenv("COLUMNS", "90")
     before = sorted(os.listdir(os.path.dirname(model_file)))
-    code, out, err = run(capsys, "inspect", model_file)
+    code, out, err = run(capsys, "inspect", model_file, "--high-bias-fold", "unpadded")
     assert code == 0, err
     assert sorted(os.listdir(os.path.dirname(model_file))) == before  # writes nothing
     assert "model 'small_cnn' (Functional)" in out

@@ -1125,7 +1125,7 @@ def test_high_bias_fold_nothing_to_absorb():
 
 def test_equalize_model_end_to_end_high_bias_fold():
     model, x = _hbf_model([L.ReLU()], L.Conv2D(5, 1, name="l2"))
-    eq, report = cle.equalize_model(model, return_report=True)
+    eq, report = cle.equalize_model(model, high_bias_fold="unpadded", return_report=True)
     assert [(r.layer1, r.layer2, r.absorbed) for r in report.bias_absorptions] == [
         ("l1", "l2", True)]
     assert _names(report.sets) == [[("l1", "l2")]]

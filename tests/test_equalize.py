@@ -137,7 +137,7 @@ def test_high_bias_fold_defaults_skip_padded_layers_and_stay_exact_above_c():
         layer.moving_variance.assign(np.ones(6))
     # Small inputs keep every pre-activation within beta ± 3|gamma|: absorption is exact.
     x_in = inputs_for(model) * 0.05
-    new, report = cle.equalize_model(model, return_report=True)
+    new, report = cle.equalize_model(model, high_bias_fold="unpadded", return_report=True)
     recs = {(r.layer1, r.layer2): r for r in report.bias_absorptions}
     assert recs[("c1", "c2")].absorbed and recs[("c1", "c2")].channels == 6
     assert not recs[("c2", "dw")].absorbed and "zero-pads its input" in recs[("c2", "dw")].reason
