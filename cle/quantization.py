@@ -440,8 +440,8 @@ def _interpreter(tf, tflite_model, num_threads=2):
 
 
 def convert_to_tflite_int8(model, representative_inputs, per_channel=True,
-                           num_calibration=None) -> bytes:
-    """Full-integer INT8 TF Lite model with float32 input and output.
+                           num_calibration=None, integer_io=False) -> bytes:
+    """Full-integer INT8 TF Lite model, with float32 (default) or int8 input and output.
 
     TF Lite's converter with ``optimizations=[tf.lite.Optimize.DEFAULT]``,
     ``supported_ops=[TFLITE_BUILTINS_INT8]`` (every op in INT8, no float fallback) and a
@@ -458,6 +458,8 @@ def convert_to_tflite_int8(model, representative_inputs, per_channel=True,
         per_channel: one weight scale per output channel (TF Lite's default) or, with False,
             one per weight tensor (the converter's ``_experimental_disable_per_channel``).
         num_calibration: use only the first ``num_calibration`` samples (None: all).
+        integer_io: int8 input and output tensors (for integer-only runtimes) instead of
+            float32; :func:`run_tflite` (de)quantizes them.
 
     Returns:
         The ``.tflite`` flatbuffer as bytes.
@@ -504,8 +506,9 @@ def convert_to_tflite_int8(model, representative_inputs, per_channel=True,
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
         converter.representative_dataset = representative_dataset
         converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
-        converter.inference_input_type = tf.float32
-        converter.inference_output_type = tf.float32
+        io_type = tf.int8 if integer_io else tf.float32
+        converter.inference_input_type = io_type
+        converter.inference_output_type = io_type
         if not per_channel:
             converter._experimental_disable_per_channel = True
         content = converter.convert()

@@ -60,6 +60,7 @@ with quiet_stderr():
 
 import numpy as np  # noqa: E402
 
+from cle.quantization import convert_to_tflite_int8  # noqa: E402
 from cle.training_fold import FakeQuant, export_folded, fuse_for_training  # noqa: E402
 
 L = keras.layers
@@ -110,18 +111,8 @@ def accuracy(logits, labels):
 
 
 def to_int8_tflite(model, calibration):
-    def representative_dataset():
-        for i in range(0, len(calibration), 8):
-            yield [calibration[i:i + 8]]
-
-    converter = tf.lite.TFLiteConverter.from_keras_model(model)
-    converter.optimizations = [tf.lite.Optimize.DEFAULT]
-    converter.representative_dataset = representative_dataset
-    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
-    converter.inference_input_type = tf.int8
-    converter.inference_output_type = tf.int8
-    with quiet_stderr():
-        return converter.convert()
+    """Full-integer TFLite model with int8 input and output (cle's converter wrapper)."""
+    return convert_to_tflite_int8(model, calibration, integer_io=True)
 
 
 def run_tflite(content, x):
