@@ -18,7 +18,6 @@ from conftest import (
 
 import cle
 from cle import _cls_math
-from cle._cls_sets import in_spec, out_spec
 
 L = keras.layers
 
