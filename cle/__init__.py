@@ -20,6 +20,12 @@ from cle.batch_norm_fold import (
     fold_given_batch_norms,
 )
 
+from cle.bias_correction import (
+    BiasCorrectionRecord,
+    bn_stats_from_folded_pairs,
+    bn_stats_from_report,
+    correct_bias,
+)
 from cle.cross_layer_equalization import (
     BiasAbsorption,
     ClsSetInfo,
@@ -47,6 +53,10 @@ __version__ = "0.1.0.dev0"
 __all__ = [
     "BatchNormFoldReport",
     "BiasAbsorption",
+    "BiasCorrectionRecord",
+    "bn_stats_from_folded_pairs",
+    "bn_stats_from_report",
+    "correct_bias",
     "ClippedReLU",
     "ClsSetInfo",
     "CrossLayerScaling",

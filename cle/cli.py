@@ -435,14 +435,27 @@ def _equalize(args, model):
     import cle
 
     _check_graph(args.model, model)
+    mode = getattr(args, "bias_correction", "none")
+    calibration = None
+    if mode == "empirical":
+        import numpy as np
+
+        if not getattr(args, "calibration", None):
+            raise CliError("--bias-correction empirical needs --calibration FILE.npy",
+                           EXIT_USAGE)
+        try:
+            calibration = np.load(args.calibration)
+        except (OSError, ValueError) as e:
+            raise CliError(f"cannot read --calibration {args.calibration}: {e}", EXIT_USAGE)
     return cle.equalize_model(
         model, relu6=args.relu6, high_bias_fold=args.high_bias_fold, margin=args.margin,
-        return_report=True,
+        return_report=True, bias_correction=mode, calibration_data=calibration,
     )
 
 
 def _summary_lines(report):
-    return str(report).splitlines()[:4]
+    lines = str(report).splitlines()
+    return lines[:5] if len(lines) > 4 and lines[4].startswith("bias correction:") else lines[:4]
 
 
 def _cmd_equalize(args) -> int:
@@ -656,6 +669,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", required=True, metavar="OUT",
                    help="output model (.keras or .h5)")
     cle_options(p)
+    p.add_argument("--bias-correction", choices=("none", "analytic", "empirical"),
+                   default="none",
+                   help="finish with bias correction for INT8 per-tensor weights: analytic "
+                        "(data-free, from the folded BN statistics) or empirical (needs "
+                        "--calibration)")
+    p.add_argument("--calibration", metavar="NPY",
+                   help="calibration inputs (.npy array, preprocessed as the model expects) "
+                        "for --bias-correction empirical")
     p.add_argument("--report", metavar="JSON",
                    help="write the full report (EqualizationReport.to_dict()) as JSON")
     p.set_defaults(func=_cmd_equalize)

@@ -589,6 +589,7 @@ class EqualizationReport:
     sets: list[ClsSetInfo]
     set_ends: list[tuple[str, str]]
     bias_absorptions: list[BiasAbsorption]
+    bias_corrections: list = dataclasses.field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         def rng(a):
@@ -614,6 +615,7 @@ class EqualizationReport:
             ],
             "set_ends": [{"layer": n, "reason": r} for n, r in self.set_ends],
             "bias_absorptions": [dataclasses.asdict(r) for r in self.bias_absorptions],
+            "bias_corrections": [dataclasses.asdict(r) for r in self.bias_corrections],
         }
 
     def __str__(self):
@@ -627,6 +629,10 @@ class EqualizationReport:
             f"high-bias folding: {len(absorbed)} absorbed, "
             f"{len(self.bias_absorptions) - len(absorbed)} skipped",
         ]
+        if self.bias_corrections:
+            done = [r for r in self.bias_corrections if r.corrected]
+            lines.append(f"bias correction: {len(done)} layers corrected, "
+                         f"{len(self.bias_corrections) - len(done)} skipped")
         for info in self.sets:
             parts = [
                 f"{p.layer1.name} -> {p.layer2.name} "
@@ -638,6 +644,8 @@ class EqualizationReport:
             lines.append(f"  end  {name}: {reason}")
         for s in self.fold_skipped:
             lines.append(f"  bn   {s.bn.name}: {s.reason}")
+        for r in self.bias_corrections:
+            lines.append(f"  bc   {r}")
         for r in self.bias_absorptions:
             if r.absorbed:
                 lines.append(f"  hbf  {r.layer1} -> {r.layer2}: {r.channels} channels, "
@@ -648,7 +656,8 @@ class EqualizationReport:
 
 
 def equalize_model(model, relu6="bound", high_bias_fold="none", margin=3.0,
-                   return_report=False):
+                   return_report=False, bias_correction="none", calibration_data=None,
+                   weight_bits=8, per_channel_weights=False):
     """Run the data-free equalization pipeline and return a new model.
 
     Batch-norm folding, ReLU6 handling, cross-layer scaling and high-bias folding, with the new
@@ -667,6 +676,13 @@ def equalize_model(model, relu6="bound", high_bias_fold="none", margin=3.0,
             would see 0 instead of −c); "all": the textbook behaviour, into every layer.
         margin: the 3σ margin of high-bias folding.
         return_report: also return an :class:`EqualizationReport`.
+        bias_correction: "none" (default), "analytic" (data-free: expected inputs from the
+            folded BNs' γ, β divided by the scale factors) or "empirical" (needs
+            ``calibration_data``): finish with :func:`cle.correct_bias` for the weight
+            quantizer given by ``weight_bits`` / ``per_channel_weights``. The float model then
+            changes slightly on purpose (it is corrected for its quantized weights).
+        calibration_data: inputs for ``bias_correction="empirical"``.
+        weight_bits, per_channel_weights: the weight quantizer that bias correction targets.
 
     Returns:
         The new model, or ``(new_model, report)`` with ``return_report=True``.
@@ -684,6 +700,17 @@ def equalize_model(model, relu6="bound", high_bias_fold="none", margin=3.0,
     if high_bias_fold not in _HBF_MODES:
         raise ValueError(
             f"high_bias_fold must be one of {_HBF_MODES}. Received: high_bias_fold={high_bias_fold!r}"
+        )
+    if bias_correction not in ("none", "analytic", "empirical"):
+        raise ValueError(
+            "bias_correction must be one of ('none', 'analytic', 'empirical'). "
+            f"Received: bias_correction={bias_correction!r}"
+        )
+    if (bias_correction == "empirical") != (calibration_data is not None):
+        raise ValueError(
+            "calibration_data is needed for, and only for, bias_correction='empirical'. "
+            f"Received: bias_correction={bias_correction!r}, calibration_data="
+            f"{'None' if calibration_data is None else type(calibration_data).__name__}"
         )
     if not float(margin) >= 0:
         raise ValueError(f"margin must be >= 0. Received: margin={margin!r}")
@@ -725,11 +752,29 @@ def equalize_model(model, relu6="bound", high_bias_fold="none", margin=3.0,
         absorptions = HighBiasFold.bias_fold(
             infos, bn_layers, margin=margin, absorb_into_padded=high_bias_fold == "all"
         )
-    if not return_report:
-        return new_model
     folded = [
         _bnf.FoldedPair(clones[id(m.target.layer)], m.bn_call.layer, m.bn_after) for m in matches
     ]
+    corrections = []
+    if bias_correction != "none":
+        from cle import bias_correction as _bc
+
+        stats = None
+        if bias_correction == "analytic":
+            stats = _bc.bn_stats_from_report(
+                EqualizationReport(folded, [], relu6, [], infos, [], absorptions))
+        new_model, corrections = _bc.correct_bias(
+            new_model, bn_stats=stats, calibration_data=calibration_data, bits=weight_bits,
+            per_channel=per_channel_weights, return_report=True)
+        # Point the report at the layers of the model that is returned.
+        by_name = {la.name: la for la in new_model._flatten_layers()}
+        folded = [_bnf.FoldedPair(by_name[p.layer.name], p.bn, p.bn_after) for p in folded]
+        for info in infos:
+            for pair in info.cls_pair_info_list:
+                pair.layer1, pair.layer2 = by_name[pair.layer1.name], by_name[pair.layer2.name]
+                pair._link = None
+    if not return_report:
+        return new_model
     report = EqualizationReport(
         folded=folded,
         fold_skipped=fold_skipped,
@@ -738,5 +783,6 @@ def equalize_model(model, relu6="bound", high_bias_fold="none", margin=3.0,
         sets=infos,
         set_ends=[(c.layer.name, r) for c, r in plan.ends],
         bias_absorptions=absorptions,
+        bias_corrections=corrections,
     )
     return new_model, report

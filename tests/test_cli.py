@@ -504,3 +504,22 @@ def test_docs_mention_every_option():
                 if opt not in ("-h", "--help"):
                     assert opt in doc, (name, opt)
     assert "CLE_DEBUG" in doc
+
+
+def test_equalize_bias_correction_flags(capsys, tmp_path, model_file, x):
+    out_model, report = tmp_path / "bc.keras", tmp_path / "bc.json"
+    code, out, err = run(capsys, "equalize", model_file, "-o", out_model, "--report", report,
+                         "--bias-correction", "analytic")
+    assert code == 0, err
+    assert "bias correction:" in out
+    assert json.loads(report.read_text())["bias_corrections"]
+    code, _, err = run(capsys, "equalize", model_file, "-o", out_model,
+                       "--bias-correction", "empirical")
+    assert code == 2
+    assert_one_line_error(err, "--bias-correction empirical needs --calibration")
+    calib = tmp_path / "calib.npy"
+    np.save(calib, x)
+    code, out, err = run(capsys, "equalize", model_file, "-o", out_model,
+                         "--bias-correction", "empirical", "--calibration", calib)
+    assert code == 0, err
+    assert keras.saving.load_model(out_model) is not None

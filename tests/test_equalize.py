@@ -151,7 +151,7 @@ def test_report_to_dict_is_json_and_str_is_readable():
     _, report = cle.equalize_model(model, return_report=True)
     data = json.loads(json.dumps(report.to_dict()))
     assert set(data) == {"folded", "fold_skipped", "relu6", "relu6_changed", "sets",
-                         "set_ends", "bias_absorptions"}
+                         "set_ends", "bias_absorptions", "bias_corrections"}
     assert data["sets"][0][0]["layer1"] == "expand"
     assert len(data["sets"][0][0]["scale_range"]) == 2
     text = str(report)
@@ -295,3 +295,38 @@ def test_channels_first_bias_ambiguity_ends_the_set():
     assert report.sets == []
     assert "Keras adds its bias on the wrong axis" in dict(report.set_ends)["c1"]
     assert max_rel_error(model, new, inputs_for(model)) <= RTOL
+
+
+@pytest.mark.parametrize("mode", ["analytic", "empirical"])
+def test_equalize_with_bias_correction(mode):
+    from cle.quantization import fake_quantize_weights
+
+    model = _mobile_block()
+    x = inputs_for(model, batch=64, seed=7) * 2
+    kwargs = {"calibration_data": x[:32]} if mode == "empirical" else {}
+    plain = cle.equalize_model(model)
+    new, report = cle.equalize_model(model, bias_correction=mode, weight_bits=4,
+                                      return_report=True, **kwargs)
+    assert any(r.corrected for r in report.bias_corrections)
+    assert "bias correction:" in str(report)
+    assert report.to_dict()["bias_corrections"]
+    # The report names layers of the returned model.
+    layers = {id(la) for la in new._flatten_layers()}
+    assert all(id(p.layer) in layers for p in report.folded)
+    assert all(id(p.layer1) in layers for s in report.sets for p in s.cls_pair_info_list)
+    # Corrected for 4-bit weights: the quantized model's output mean moves back to the float one.
+    y = outputs(model, x[32:])[0]
+    err_plain = np.abs((outputs(fake_quantize_weights(plain, bits=4), x[32:])[0] - y).mean(0)).mean()
+    err_bc = np.abs((outputs(fake_quantize_weights(new, bits=4), x[32:])[0] - y).mean(0)).mean()
+    print(f"{mode}: mean output error {err_plain:.3g} -> {err_bc:.3g}")
+    assert err_bc < err_plain
+
+
+def test_bias_correction_options_are_checked():
+    model = _mobile_block()
+    with pytest.raises(ValueError, match="bias_correction must be one of"):
+        cle.equalize_model(model, bias_correction="yes")
+    with pytest.raises(ValueError, match="calibration_data is needed for, and only for"):
+        cle.equalize_model(model, bias_correction="empirical")
+    with pytest.raises(ValueError, match="calibration_data is needed for, and only for"):
+        cle.equalize_model(model, calibration_data=np.zeros((1, 12, 12, 4)))

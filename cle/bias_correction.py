@@ -1,0 +1,625 @@
+"""Bias correction (Nagel et al. 2019, §4.2): keep each layer's float output mean after its
+weights are quantized.
+
+Quantizing a kernel ``W`` to ``Q(W) = W + ε`` shifts the layer's expected output by
+``ε · E[x]``. Subtracting that from the bias removes the shift::
+
+    b' = b − Σ_{k,c} ε[k, c, o] · E[x_c]        (Conv / Dense, interior positions)
+    b'[c·mult + m] = b[·] − Σ_k ε[k, c, m] · E[x_c]   (DepthwiseConv)
+
+with ``Q`` the weight quantizer the model will be deployed with,
+:func:`cle.quantization.quantize_kernel` (symmetric, per tensor by default).
+
+``E[x]`` per input channel comes either
+
+* **analytically** (``bn_stats``): from the γ, β of a batch norm folded backward into the layer
+  that produces ``x`` (the pre-activation is taken as ``N(β, γ²)`` per channel), carried
+  through the layers in between: a linear / pass-through layer keeps the mean (ZeroPadding and
+  MaxPooling approximately), a ReLU gives ``E = γ·φ(β/γ) + β·Φ(β/γ)``, a capped ReLU
+  (ReLU6, :class:`cle.ClippedReLU`) the clipped-normal mean
+  :func:`expected_clipped_normal`. A BatchNormalization left in the model also gives
+  statistics for its own output. Anything else is a skip with a reason; or
+* **empirically** (``calibration_data``): the layer's input is measured by running the float
+  model, layer by layer in topological order, so each measurement sees the already-corrected
+  layers upstream. Here the mean of ``ε ∗ x`` itself is measured (a copy of the layer with
+  kernel ``ε``, no bias), which is exact at every output position, padded borders included.
+
+The input model is never modified; the result is a new model with the same layer names.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import keras
+import numpy as np
+from scipy.stats import norm
+
+from cle._graph import graph_view
+from cle._layouts import bias_on_wrong_axis, channel_axis, layout_of, untouchable_reason
+from cle._rebuild import LayerEdit, rebuild
+from cle.layers import ClippedReLU
+from cle.quantization import _kernel_layers, _kernel_specs, quantize_kernel
+
+__all__ = [
+    "BiasCorrectionRecord",
+    "bn_stats_from_folded_pairs",
+    "bn_stats_from_report",
+    "correct_bias",
+    "expected_clipped_normal",
+    "expected_relu_normal",
+]
+
+logger = logging.getLogger("cle.bias_correction")
+
+L = keras.layers
+_KINDS = ("conv", "depthwise", "dense")
+# Layers that keep each channel's mean exactly.
+_EXACT_PASS = (
+    L.AveragePooling1D, L.AveragePooling2D, L.AveragePooling3D,
+    L.GlobalAveragePooling1D, L.GlobalAveragePooling2D, L.GlobalAveragePooling3D,
+    L.Dropout, L.SpatialDropout1D, L.SpatialDropout2D, L.SpatialDropout3D, L.Identity,
+)
+# Layers taken as keeping the mean although they do not quite (the brief's approximation).
+_APPROX_PASS = (
+    L.ZeroPadding1D, L.ZeroPadding2D, L.ZeroPadding3D,
+    L.MaxPooling1D, L.MaxPooling2D, L.MaxPooling3D,
+    L.GlobalMaxPooling1D, L.GlobalMaxPooling2D, L.GlobalMaxPooling3D,
+)
+_BATCH = 32
+
+
+# ------------------------------------------------------------------------------- math
+
+
+def expected_clipped_normal(mean, std, lo=0.0, hi=np.inf) -> np.ndarray:
+    """``E[min(max(X, lo), hi)]`` for ``X ~ N(mean, std²)``, elementwise (float64).
+
+    With ``a = (lo − μ)/σ``, ``b = (hi − μ)/σ``:
+    ``E = lo·Φ(a) + μ·(Φ(b) − Φ(a)) + σ·(φ(a) − φ(b)) + hi·(1 − Φ(b))``
+    (terms of an infinite bound vanish). ``σ`` is taken as ``|std|``; ``σ = 0`` gives
+    ``clip(μ, lo, hi)``. Requires ``lo <= hi``.
+    """
+    mu, sd, lo, hi = np.broadcast_arrays(*(np.asarray(v, dtype=np.float64)
+                                           for v in (mean, std, lo, hi)))
+    sd = np.abs(sd)
+    det = sd == 0
+    s = np.where(det, 1.0, sd)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        a = (lo - mu) / s
+        b = (hi - mu) / s
+        cdf_a, pdf_a = norm.cdf(a), norm.pdf(a)
+        sf_b, pdf_b = norm.sf(b), norm.pdf(b)
+        mid = norm.cdf(b) - cdf_a
+        lo_term = np.where(np.isfinite(lo), lo * cdf_a, 0.0)
+        hi_term = np.where(np.isfinite(hi), hi * sf_b, 0.0)
+        out = lo_term + mu * mid + s * (pdf_a - pdf_b) + hi_term
+    return np.where(det, np.clip(mu, lo, hi), out)
+
+
+def expected_relu_normal(beta, gamma) -> np.ndarray:
+    """``E[ReLU(X)]`` for ``X ~ N(β, γ²)``: ``|γ|·φ(β/|γ|) + β·Φ(β/|γ|)`` (``γ = 0``: ``max(β, 0)``)."""
+    return expected_clipped_normal(beta, gamma, 0.0, np.inf)
+
+
+def _bias_delta(kind, eps, mean_x, groups=1) -> np.ndarray:
+    """``Σ ε · E[x]`` per output channel, for a kernel error ``eps`` of layer kind ``kind``."""
+    eps = np.asarray(eps, dtype=np.float64)
+    mean_x = np.asarray(mean_x, dtype=np.float64)
+    if kind == "dense":
+        return mean_x @ eps
+    summed = eps.reshape((-1,) + eps.shape[-2:]).sum(axis=0)  # (in[/groups], out|mult)
+    if kind == "depthwise":
+        return (summed * mean_x[:, None]).reshape(-1)  # output channel c*mult + m
+    in_g, out = summed.shape
+    per_group = mean_x.reshape(groups, in_g)[np.arange(out) // (out // groups)]  # (out, in_g)
+    return (summed.T * per_group).sum(axis=1)
+
+
+# ----------------------------------------------------------------------- records / stats
+
+
+@dataclasses.dataclass
+class BiasCorrectionRecord:
+    """What :func:`correct_bias` did to one layer.
+
+    Attributes:
+        layer: layer name.
+        mode: "analytic", "empirical" or "skipped".
+        max_abs_delta: largest ``|Δbias|`` applied (0 when skipped).
+        reason: why the layer was skipped ("" otherwise).
+        note: approximations made on the way (e.g. a MaxPooling taken as keeping the mean).
+        added_bias: the layer had no bias and got one.
+    """
+
+    layer: str
+    mode: str
+    max_abs_delta: float = 0.0
+    reason: str = ""
+    note: str = ""
+    added_bias: bool = False
+
+    @property
+    def corrected(self) -> bool:
+        return self.mode != "skipped"
+
+    def __str__(self):
+        if not self.corrected:
+            return f"{self.layer}: skipped, {self.reason}"
+        extra = f" ({self.note})" if self.note else ""
+        return f"{self.layer}: {self.mode}, max |Δbias| {self.max_abs_delta:.3g}{extra}"
+
+
+def _arr(v):
+    return np.asarray(keras.ops.convert_to_numpy(v), dtype=np.float64)
+
+
+def _gamma_beta(bn):
+    c = bn.moving_mean.shape[0]
+    gamma = _arr(bn.gamma) if bn.scale else np.ones(c)
+    beta = _arr(bn.beta) if bn.center else np.zeros(c)
+    return gamma, beta
+
+
+def bn_stats_from_folded_pairs(pairs) -> dict:
+    """``{layer: (γ, β)}`` for the backward folds of :func:`cle.fold_all_batch_norms`.
+
+    Forward folds are left out (their BN describes the layer's input, not its output). When
+    several BNs were folded backward into one layer (conv → BN → BN), the last one describes
+    the output.
+    """
+    stats = {}
+    for pair in pairs:
+        if not getattr(pair, "bn_after", True):
+            continue
+        layer, bn = pair[0], pair[1]
+        stats[layer] = _gamma_beta(bn)
+    return stats
+
+
+def bn_stats_from_report(report) -> dict:
+    """``{layer: (γ/s, β/s)}`` from an :class:`cle.EqualizationReport`.
+
+    γ, β come from the BNs folded backward (``report.folded``); ``s`` is the cross-layer scale
+    factor of the set where the layer is ``layer1`` (its output channels were divided by it).
+    Layers that gave bias to the next layer by high-bias folding are left out (the per-channel
+    shift is not recorded in the report), so their consumers are skipped with a reason.
+    """
+    scale = {}
+    for info in report.sets:
+        for pair in info.cls_pair_info_list:
+            scale[id(pair.layer1)] = np.asarray(pair.scale_factor, dtype=np.float64)
+    absorbed = {r.layer1 for r in getattr(report, "bias_absorptions", ()) if r.absorbed}
+    stats = {}
+    for layer, (gamma, beta) in bn_stats_from_folded_pairs(report.folded).items():
+        if layer.name in absorbed:
+            logger.info("no statistics for '%s': high-bias folding moved part of its bias",
+                        layer.name)
+            continue
+        s = scale.get(id(layer), 1.0)
+        stats[layer] = (gamma / s, beta / s)
+    return stats
+
+
+def _normalize_stats(bn_stats):
+    if not isinstance(bn_stats, dict):
+        raise TypeError(
+            "`bn_stats` must be a dict {layer or layer name: (gamma, beta)}. "
+            f"Received: bn_stats of type {type(bn_stats).__name__}"
+        )
+    out = {}
+    for key, value in bn_stats.items():
+        name = key if isinstance(key, str) else getattr(key, "name", None)
+        if name is None:
+            raise ValueError(f"`bn_stats` keys must be layers or names. Received: {key!r}")
+        try:
+            gamma, beta = value
+            gamma = np.asarray(gamma, dtype=np.float64).reshape(-1)
+            beta = np.asarray(beta, dtype=np.float64).reshape(-1)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(
+                f"`bn_stats['{name}']` must be a pair (gamma, beta) of per-channel arrays."
+            ) from exc
+        if gamma.shape != beta.shape or not (np.isfinite(gamma).all() and np.isfinite(beta).all()):
+            raise ValueError(
+                f"`bn_stats['{name}']`: gamma and beta must be finite and of the same length. "
+                f"Received: shapes {gamma.shape} and {beta.shape}"
+            )
+        out[name] = (gamma, beta)
+    return out
+
+
+# ------------------------------------------------------------------- analytic statistics
+
+
+def _clip_of(layer):
+    """(lo, hi) if ``layer`` is a (capped) ReLU, else None."""
+    if isinstance(layer, ClippedReLU) and type(layer) is ClippedReLU:
+        return 0.0, _arr(layer.caps)
+    if type(layer) is L.ReLU:
+        if float(layer.negative_slope) != 0.0 or float(layer.threshold) != 0.0:
+            return None
+        return 0.0, (np.inf if layer.max_value is None else float(layer.max_value))
+    if type(layer) is L.Activation:
+        return _activation_clip(layer.activation)
+    return None
+
+
+def _activation_clip(fn):
+    name = keras.activations.serialize(fn)
+    if name in (None, "linear"):
+        return -np.inf, np.inf
+    if name == "relu":
+        return 0.0, np.inf
+    if name == "relu6":
+        return 0.0, 6.0
+    return None
+
+
+class _Skip(Exception):
+    pass
+
+
+_MERGE = (L.Add, L.Average, L.Concatenate)
+
+
+def _analytic_mean(call, stats):
+    """((E[x] per input channel of ``call``, note), "") or (None, reason)."""
+    notes = []
+    try:
+        mean = _tensor_mean(call.inputs[0], stats, notes,
+                            allow_flatten=layout_of(call.layer).kind == "dense")
+    except _Skip as skip:
+        return None, str(skip)
+    return (mean, "; ".join(dict.fromkeys(notes))), ""
+
+
+def _tensor_mean(x, stats, notes, allow_flatten=False, depth=0):
+    """Per-channel mean of tensor ``x`` of the view, or raise :class:`_Skip`.
+
+    Walks back through pass-through layers and (capped) ReLUs to a layer with statistics
+    (its pre-activation is N(β, γ²)) or an unfolded BatchNormalization. An Add / Average /
+    channel Concatenate with no ReLU after it is followed into each of its inputs (means add /
+    average / concatenate exactly; a ReLU after it would need the sum's distribution).
+    """
+    if depth > 200:
+        raise _Skip("the path back to statistics is too long")
+    ops = []  # walking backward: ("clip", lo, hi) | ("flatten", layer, in_shape)
+    mean = None
+    while True:
+        p = x.producer
+        if p is None:
+            raise _Skip("its input is a model input, whose statistics are unknown"
+                        if depth == 0 and not ops else
+                        "a model input lies on its input path; its statistics are unknown")
+        layer = p.layer
+        if layer.name in stats:
+            gamma, beta = stats[layer.name]
+            if layout_of(layer) is not None:
+                clip = _activation_clip(layer.activation)
+                if clip is None:
+                    raise _Skip(f"'{layer.name}' applies activation "
+                                f"'{keras.activations.serialize(layer.activation)}'")
+                ops.append(("clip",) + clip)
+            break
+        if isinstance(layer, L.BatchNormalization):
+            if p.kwargs.get("training") is True:
+                raise _Skip(f"'{layer.name}' is called with training=True")
+            gamma, beta = _gamma_beta(layer)
+            break
+        if layout_of(layer) is not None:
+            raise _Skip(f"no statistics for the output of '{layer.name}' (no batch norm "
+                        "folded backward into it)")
+        if type(layer) in _MERGE:
+            if any(op[0] == "clip" for op in ops):
+                raise _Skip(f"a ReLU follows '{layer.name}' ({type(layer).__name__}); the "
+                            "distribution of its output is not modelled")
+            if type(layer) is L.Concatenate and layer.axis not in (-1, len(x.shape) - 1):
+                raise _Skip(f"'{layer.name}' concatenates along axis {layer.axis}, not channels")
+            parts = [_tensor_mean(t, stats, notes, depth=depth + 1) for t in p.inputs]
+            if type(layer) is L.Concatenate:
+                mean = np.concatenate(parts)
+            else:
+                if len({m.shape for m in parts}) != 1:
+                    raise _Skip(f"the inputs of '{layer.name}' broadcast channels")
+                mean = np.sum(parts, axis=0)
+                if type(layer) is L.Average:
+                    mean = mean / len(parts)
+            break
+        if len(p.inputs) != 1:
+            raise _Skip(f"its input comes from '{layer.name}' ({type(layer).__name__}) "
+                        "with several inputs")
+        clip = _clip_of(layer)
+        if clip is not None:
+            ops.append(("clip",) + clip)
+        elif type(layer) in _EXACT_PASS:
+            pass
+        elif type(layer) in _APPROX_PASS:
+            notes.append(f"'{layer.name}' taken as keeping the mean")
+        elif type(layer) is L.Flatten:
+            if ops or not allow_flatten:
+                raise _Skip(f"'{layer.name}' (Flatten) is not right before a Dense layer")
+            ops.append(("flatten", layer, p.inputs[0].shape))
+        else:
+            raise _Skip(f"its input comes through '{layer.name}' ({type(layer).__name__}), "
+                        "whose effect on the mean is not modelled")
+        x = p.inputs[0]
+    lo, hi = -np.inf, np.inf
+    flatten = None
+    for op in reversed(ops):
+        if op[0] == "flatten":
+            flatten = op
+            continue
+        lo, hi = np.clip(lo, op[1], op[2]), np.clip(hi, op[1], op[2])
+    if mean is None:
+        try:
+            mean = expected_clipped_normal(beta, gamma, lo, hi)
+        except ValueError:
+            raise _Skip("the caps on the path do not match the statistics' channel count")
+    if flatten is not None:
+        _, layer, shape = flatten
+        mean = _through_flatten(layer, shape, mean)
+        if mean is None:
+            raise _Skip(f"cannot map channels through '{layer.name}'")
+    return mean
+
+
+def _through_flatten(layer, shape, mean):
+    shape = tuple(shape[1:])
+    if any(d is None for d in shape):
+        return None
+    axis = -1 if getattr(layer, "data_format", "channels_last") == "channels_last" else 0
+    c = shape[axis]
+    if c != mean.shape[0]:
+        return None
+    idx = np.zeros(shape, dtype=np.float32)
+    idx += np.arange(c, dtype=np.float32).reshape([c if i == axis % len(shape) else 1
+                                                   for i in range(len(shape))])
+    flat = keras.ops.convert_to_numpy(layer(idx[None]))[0].astype(np.int64)
+    return mean[flat]
+
+
+# ----------------------------------------------------------------------------- checks
+
+
+def _in_channels(layer, kind):
+    k = keras.ops.convert_to_numpy(layer.kernel)
+    if kind == "dense":
+        return k.shape[0]
+    if kind == "depthwise":
+        return k.shape[-2]
+    return k.shape[-2] * int(getattr(layer, "groups", 1) or 1)
+
+
+def _target_reason(view, call):
+    layer = call.layer
+    layout = layout_of(layer)
+    reason = untouchable_reason(layer, view.n_calls(layer))
+    if reason:
+        return reason
+    if layout.kind not in _KINDS:
+        return (f"{type(layer).__name__} layers are not corrected yet (only Conv, "
+                "DepthwiseConv and Dense)")
+    reason = bias_on_wrong_axis(layer, call.outputs[0].shape)
+    if reason:
+        return reason
+    if not np.isfinite(keras.ops.convert_to_numpy(layer.kernel)).all():
+        return "its kernel is not finite"
+    return None
+
+
+def _kernel_error(layer, kind, bits, per_channel):
+    w = np.asarray(keras.ops.convert_to_numpy(layer.kernel), dtype=np.float64)
+    axis = -1 if per_channel else None  # the output-channel axis of these three kinds
+    return quantize_kernel(w, bits, axis, kind == "depthwise") - w
+
+
+def _check_data(model, data):
+    """A list of float32 numpy input batches."""
+    if isinstance(data, np.ndarray) or (
+        hasattr(data, "shape") and hasattr(data, "dtype") and not _is_dataset(data)
+    ):
+        x = np.asarray(data, dtype=np.float32)
+        if x.ndim < 1 or len(x) == 0:
+            raise ValueError(f"`calibration_data` must not be empty. Received shape {x.shape}")
+        return [x[i: i + _BATCH] for i in range(0, len(x), _BATCH)]
+    batches = []
+    for item in data:
+        if isinstance(item, (tuple, list)):
+            item = item[0]
+        batches.append(np.asarray(keras.ops.convert_to_numpy(item), dtype=np.float32))
+    if not batches:
+        raise ValueError("`calibration_data` yielded no batches.")
+    return batches
+
+
+def _is_dataset(obj):
+    return type(obj).__module__.startswith("tensorflow") and hasattr(obj, "element_spec")
+
+
+# ------------------------------------------------------------------------------- main
+
+
+def correct_bias(model, bn_stats=None, calibration_data=None, bits=8, per_channel=False,
+                 progress: Callable[[str], Any] | None = None, return_report=False):
+    """Correct each Conv/DepthwiseConv/Dense bias for the mean error of its quantized weights.
+
+    For every such layer (topological order), ``ε = quantize_kernel(W, bits, per_channel) − W``
+    and ``b −= Σ ε · E[x]`` (a zero bias is added first to a layer without one), so that the
+    model with quantized weights keeps the float model's expected outputs.
+
+    Args:
+        model: a Functional or Sequential ``keras.Model``, usually with batch norms folded
+            (:func:`cle.equalize_model` or :func:`cle.fold_all_batch_norms`); not modified.
+        bn_stats: analytic mode: ``{producing layer or its name: (γ, β)}`` per output channel
+            of that layer's pre-activation output (see :func:`bn_stats_from_report`,
+            :func:`bn_stats_from_folded_pairs`). Unfolded BatchNormalization layers are used
+            too.
+        calibration_data: empirical mode: array ``(N, *input_shape)``, or an iterable /
+            ``tf.data.Dataset`` of input batches (or ``(x, y)`` batches). Exactly one of
+            ``bn_stats`` and ``calibration_data`` must be given.
+        bits: weight bit width of the deployed quantizer.
+        per_channel: the deployed quantizer uses one scale per output channel.
+        progress: optional ``callable(str)`` called before each layer (empirical mode).
+        return_report: also return the list of :class:`BiasCorrectionRecord`.
+
+    Returns:
+        The new model, or ``(new_model, records)``.
+
+    Raises:
+        TypeError: ``model`` is not a ``keras.Model``.
+        ValueError: bad arguments.
+    """
+    if not isinstance(model, keras.Model):
+        raise TypeError(f"Expected a keras.Model. Received: model of type {type(model).__name__}")
+    if (bn_stats is None) == (calibration_data is None):
+        raise ValueError("Give exactly one of `bn_stats` (analytic) and `calibration_data` "
+                         "(empirical).")
+    if progress is not None and not callable(progress):
+        raise ValueError(f"`progress` must be None or a callable. Received: {progress!r}")
+    say = progress or (lambda message: None)
+    quantize_kernel(np.zeros(1), bits)  # validates bits
+    if not isinstance(per_channel, (bool, np.bool_)):
+        raise TypeError(f"`per_channel` must be True or False. Received: {per_channel!r}")
+    view = graph_view(model)
+    calls = [c for c in view.calls if layout_of(c.layer) is not None]
+    records: dict[int, BiasCorrectionRecord] = {}
+    plan = []  # (call, kind) of layers to correct
+    for call in calls:
+        reason = _target_reason(view, call)
+        if reason:
+            records[id(call)] = BiasCorrectionRecord(call.layer.name, "skipped", reason=reason)
+        else:
+            plan.append(call)
+
+    analytic = {}
+    if bn_stats is not None:
+        stats = _normalize_stats(bn_stats)
+        keep = []
+        for call in plan:
+            kind = layout_of(call.layer).kind
+            result, reason = _analytic_mean(call, stats)
+            if result is not None and result[0].shape[0] != _in_channels(call.layer, kind):
+                result, reason = None, (f"the statistics have {result[0].shape[0]} channels, "
+                                        f"the layer reads {_in_channels(call.layer, kind)}")
+            if result is None:
+                records[id(call)] = BiasCorrectionRecord(call.layer.name, "skipped",
+                                                         reason=reason)
+                continue
+            analytic[id(call)] = result
+            keep.append(call)
+        plan = keep
+        calibration = None
+    else:
+        calibration = _check_data(model, calibration_data)
+
+    edits = {}
+    for call in plan:
+        layer = call.layer
+        if not layer.use_bias:
+            kernel = keras.ops.convert_to_numpy(layer.kernel)
+            n_out = layer.compute_output_shape(call.inputs[0].shape)
+            n_out = int(n_out[channel_axis(layer, len(n_out))])
+            edits[id(layer)] = LayerEdit(config={"use_bias": True},
+                                         variables={"kernel": kernel,
+                                                    "bias": np.zeros(n_out, kernel.dtype)})
+    new_model, clones = rebuild(model, edits=edits)
+    if calibration is not None:
+        qmodel, qclones = _quantized_copy(new_model, bits, per_channel)
+
+    for i, call in enumerate(plan):
+        layer = call.layer
+        kind = layout_of(layer).kind
+        new_layer = clones[id(layer)]
+        eps = _kernel_error(layer, kind, bits, per_channel)
+        note = ""
+        if calibration is None:
+            mean_x, note = analytic[id(call)]
+            mode = "analytic"
+        else:
+            say(f"[{i + 1}/{len(plan)}] {layer.name}: measuring its output mean error")
+            qlayer = qclones[id(new_layer)]
+            delta, reason = _measure(model, layer, qmodel, qlayer, call, calibration, eps)
+            if delta is None:
+                records[id(call)] = BiasCorrectionRecord(layer.name, "skipped", reason=reason,
+                                                         added_bias=id(layer) in edits)
+                continue
+            mode = "empirical"
+        if mode == "analytic":
+            delta = _bias_delta(kind, eps, mean_x, int(getattr(layer, "groups", 1) or 1))
+        bias = new_layer.bias
+        new_bias = np.asarray(keras.ops.convert_to_numpy(bias), np.float64) - delta
+        bias.assign(keras.ops.convert_to_tensor(new_bias, dtype=bias.dtype))
+        if mode == "empirical":
+            qlayer.bias.assign(keras.ops.convert_to_tensor(new_bias, dtype=bias.dtype))
+        records[id(call)] = BiasCorrectionRecord(
+            layer.name, mode, float(np.max(np.abs(delta))) if delta.size else 0.0,
+            note=note, added_bias=id(layer) in edits)
+    ordered = [records[id(c)] for c in calls]
+    for rec in ordered:
+        if not rec.corrected:
+            logger.info("bias of '%s' not corrected: %s", rec.layer, rec.reason)
+    if return_report:
+        return new_model, ordered
+    return new_model
+
+
+def _probe(layer, kernel, in_shape):
+    """A copy of ``layer`` (same strides, padding, groups...) computing ``kernel ∗ x`` only
+    (no bias, no activation)."""
+    config = layer.get_config()
+    config.update(use_bias=False, activation="linear", name=f"{layer.name}_bias_probe",
+                  trainable=False)
+    for key in ("kernel_regularizer", "activity_regularizer", "kernel_constraint"):
+        config.pop(key, None)
+    probe = type(layer).from_config(config)
+    probe.build(in_shape)
+    probe.kernel.assign(keras.ops.convert_to_tensor(kernel, dtype=probe.kernel.dtype))
+    return probe
+
+
+def _quiet_call(fn, x):
+    with warnings.catch_warnings():  # "structure of `inputs` doesn't match": harmless
+        warnings.simplefilter("ignore", UserWarning)
+        return fn(x, training=False)
+
+
+def _measure(model, layer, qmodel, qlayer, call, batches, eps):
+    """``E[W_q ∗ x_q] − E[W ∗ x]`` per output channel over the calibration data, where ``x``
+    is ``layer``'s input in the float ``model`` and ``x_q`` ``qlayer``'s input in ``qmodel``
+    (quantized kernels, biases corrected so far); or (None, reason)."""
+    try:
+        sub_f = keras.Model(model.inputs, layer.input)
+        sub_q = keras.Model(qmodel.inputs, qlayer.input)
+    except Exception as exc:  # noqa: BLE001 - e.g. a layer inside a nested sub-model
+        return None, f"its input cannot be read from the model's inputs ({type(exc).__name__})"
+    w = np.asarray(keras.ops.convert_to_numpy(layer.kernel), dtype=np.float64)
+    in_shape = call.inputs[0].shape
+    probe_f, probe_q = _probe(layer, w, in_shape), _probe(layer, w + eps, in_shape)
+    axis = channel_axis(layer, len(call.outputs[0].shape))
+    total, count = None, 0
+    for x in batches:
+        y = [np.asarray(keras.ops.convert_to_numpy(p(_quiet_call(sub, x))), dtype=np.float64)
+             for p, sub in ((probe_f, sub_f), (probe_q, sub_q))]
+        d = np.moveaxis(y[1] - y[0], axis, -1)
+        d = d.reshape(-1, d.shape[-1])
+        total = d.sum(axis=0) if total is None else total + d.sum(axis=0)
+        count += d.shape[0]
+    return total / count, ""
+
+
+def _quantized_copy(model, bits, per_channel):
+    """``rebuild(model)`` with every kernel quantized as :func:`fake_quantize_weights` does."""
+    qmodel, qclones = rebuild(model)
+    for qlayer in _kernel_layers(qmodel):
+        for attr, axis, depthwise in _kernel_specs(qlayer):
+            var = getattr(qlayer, attr)
+            w = keras.ops.convert_to_numpy(var)
+            var.assign(keras.ops.convert_to_tensor(
+                quantize_kernel(w, bits, axis if per_channel else None, depthwise),
+                dtype=var.dtype))
+    return qmodel, qclones

@@ -1,0 +1,406 @@
+"""Bias correction (issue 5): analytic means, the bias formula, analytic and empirical modes."""
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import keras
+import numpy as np
+import pytest
+
+import cle
+from cle import bias_correction as BC
+from cle.quantization import fake_quantize_weights, quantize_kernel
+
+L = keras.layers
+
+
+# --------------------------------------------------------------------------- math
+
+
+@pytest.mark.parametrize("beta,gamma", [(0.3, 1.0), (-1.5, 0.7), (2.0, 0.5), (0.0, 2.0),
+                                        (-0.2, -1.3)])
+def test_relu_normal_mean_matches_monte_carlo(beta, gamma):
+    rng = np.random.default_rng(0)
+    x = rng.normal(beta, abs(gamma), 1_000_000)
+    mc = np.maximum(x, 0).mean()
+    assert BC.expected_relu_normal(beta, gamma) == pytest.approx(mc, rel=1e-2)
+
+
+@pytest.mark.parametrize("beta,gamma,cap", [(0.3, 1.0, 1.0), (2.0, 3.0, 6.0), (5.5, 1.0, 6.0),
+                                            (-0.5, 1.0, 0.4), (1.0, 0.3, 0.8)])
+def test_clipped_normal_mean_matches_monte_carlo(beta, gamma, cap):
+    rng = np.random.default_rng(1)
+    x = rng.normal(beta, gamma, 1_000_000)
+    mc = np.clip(x, 0, cap).mean()
+    assert BC.expected_clipped_normal(beta, gamma, 0.0, cap) == pytest.approx(mc, rel=1e-2)
+
+
+def test_clipped_normal_limits():
+    beta = np.array([-1.0, 0.5, 3.0])
+    gamma = np.array([0.5, 1.0, 2.0])
+    # no bounds: the mean; no cap: the ReLU mean; zero std: clip(mean)
+    np.testing.assert_allclose(BC.expected_clipped_normal(beta, gamma, -np.inf, np.inf), beta)
+    np.testing.assert_allclose(BC.expected_clipped_normal(beta, gamma, 0.0, 1e6),
+                               BC.expected_relu_normal(beta, gamma))
+    np.testing.assert_allclose(BC.expected_clipped_normal(beta, 0.0, 0.0, 2.0), [0, 0.5, 2.0])
+    # per-channel caps broadcast (means well above Monte Carlo noise)
+    beta = np.array([-0.3, 0.5, 3.0])
+    caps = np.array([1.0, 2.0, 3.0])
+    rng = np.random.default_rng(2)
+    x = rng.normal(beta, gamma, (1_000_000, 3))
+    np.testing.assert_allclose(BC.expected_clipped_normal(beta, gamma, 0.0, caps),
+                               np.clip(x, 0, caps).mean(axis=0), rtol=1e-2)
+
+
+@pytest.mark.parametrize("kind", ["conv", "depthwise", "dense", "grouped"])
+def test_bias_delta_equals_output_mean_shift(kind):
+    """Σ ε·E[x] is the shift of a (valid-padding) layer's output mean, computed by Keras."""
+    rng = np.random.default_rng(3)
+    c = 4
+    if kind == "conv":
+        layer = L.Conv2D(6, 3, use_bias=False)
+    elif kind == "grouped":
+        layer = L.Conv2D(6, 3, groups=2, use_bias=False)
+    elif kind == "depthwise":
+        layer = L.DepthwiseConv2D(3, depth_multiplier=2, use_bias=False)
+    else:
+        layer = L.Dense(5, use_bias=False)
+    shape = (c,) if kind == "dense" else (5, 5, c)
+    layer.build((None,) + shape)
+    eps = rng.normal(size=layer.kernel.shape)
+    layer.kernel.assign(eps)
+    mean_x = rng.normal(size=c)
+    x = np.broadcast_to(mean_x, (1,) + shape).astype(np.float32)  # constant input = its mean
+    y = keras.ops.convert_to_numpy(layer(x))
+    y = y.reshape(-1, y.shape[-1]).mean(axis=0)
+    kind = "conv" if kind == "grouped" else kind
+    delta = BC._bias_delta(kind, eps, mean_x, int(getattr(layer, "groups", 1)))
+    np.testing.assert_allclose(delta, y, rtol=1e-4, atol=1e-4)
+
+
+# ---------------------------------------------------------------- single conv, analytic
+
+
+def _single_conv(c_in=8, c_out=16, seed=0):
+    """Conv2D whose input comes from ReLU of a Conv2D 'src' with known (γ, β) statistics."""
+    inp = keras.Input((None, None, c_in), name="x")
+    h = L.ReLU(name="relu")(L.Identity(name="src")(inp))
+    out = L.Conv2D(c_out, 3, padding="valid", name="conv")(h)
+    model = keras.Model(inp, out)
+    rng = np.random.default_rng(seed)
+    conv = model.get_layer("conv")
+    # Uneven channel ranges so per-tensor INT8 has a visible mean error.
+    k = rng.normal(0, 1, conv.kernel.shape) * rng.uniform(0.01, 1, c_out)
+    conv.kernel.assign(k)
+    conv.bias.assign(rng.normal(0, 0.1, c_out))
+    return model
+
+
+def _quantized_mean_error(model, corrected, x, bits=4, per_channel=False):
+    y = model.predict(x, verbose=0)
+    yq = fake_quantize_weights(corrected, bits=bits, per_channel=per_channel).predict(
+        x, verbose=0)
+    return np.abs((yq - y).reshape(-1, y.shape[-1]).mean(axis=0))
+
+
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_analytic_single_conv_keeps_output_mean(per_channel):
+    c_in = 8
+    rng = np.random.default_rng(10)
+    gamma, beta = rng.uniform(0.5, 2.0, c_in), rng.normal(0, 1, c_in)
+    model = _single_conv(c_in)
+    # The statistics are those of src's output, which the test feeds as N(β, γ²) exactly.
+    x = rng.normal(beta, gamma, (256, 32, 32, c_in)).astype(np.float32)
+    before = [w.copy() for w in model.get_weights()]
+    # 'src' is an Identity, not a layout layer: hand its name to bn_stats.
+    corrected, records = BC.correct_bias(model, bn_stats={"src": (gamma, beta)}, bits=4,
+                                         per_channel=per_channel, return_report=True)
+    err_plain = _quantized_mean_error(model, model, x, per_channel=per_channel)
+    err_corr = _quantized_mean_error(model, corrected, x, per_channel=per_channel)
+    assert err_corr.max() < err_plain.max() / 10
+    # what is left is the sampling noise of the test inputs (measured ~8e-4 of the output std)
+    assert err_corr.max() < 2e-3 * model.predict(x, verbose=0).std()
+    rec = {r.layer: r for r in records}["conv"]
+    assert rec.mode == "analytic" and rec.max_abs_delta > 0
+    for a, b in zip(before, model.get_weights()):
+        np.testing.assert_array_equal(a, b)  # input model untouched
+    # exactly the formula: b' = b - Σ ε E[ReLU(N(β, γ²))]
+    w = model.get_layer("conv").kernel.numpy().astype(np.float64)
+    eps = quantize_kernel(w, 4, -1 if per_channel else None) - w
+    want = model.get_layer("conv").bias.numpy() - np.einsum(
+        "hwco,c->o", eps, BC.expected_relu_normal(beta, gamma))
+    np.testing.assert_allclose(corrected.get_layer("conv").bias.numpy(), want, rtol=1e-6,
+                               atol=1e-7)
+
+
+def test_analytic_clipped_relu_and_added_bias():
+    c_in, c_out = 6, 5
+    rng = np.random.default_rng(11)
+    gamma, beta = rng.uniform(0.5, 2.0, c_in), rng.normal(1, 1, c_in)
+    caps = rng.uniform(0.5, 3.0, c_in)
+    inp = keras.Input((None, None, c_in), name="x")
+    h = cle.ClippedReLU(caps=caps, name="crelu")(L.Identity(name="src")(inp))
+    h = L.AveragePooling2D(2, name="pool")(h)
+    out = L.Conv2D(c_out, 1, use_bias=False, name="conv")(h)
+    model = keras.Model(inp, out)
+    conv = model.get_layer("conv")
+    conv.kernel.assign(rng.normal(0, 1, conv.kernel.shape) * rng.uniform(0.01, 1, c_out))
+    corrected, records = BC.correct_bias(model, bn_stats={"src": (gamma, beta)}, bits=4,
+                                         return_report=True)
+    assert not model.get_layer("conv").use_bias
+    assert corrected.get_layer("conv").use_bias
+    assert records[0].added_bias
+    x = rng.normal(beta, gamma, (64, 8, 8, c_in)).astype(np.float32)
+    err_plain = _quantized_mean_error(model, model, x)
+    err_corr = _quantized_mean_error(model, corrected, x)
+    assert err_corr.max() < err_plain.max() / 10
+
+
+def test_analytic_skip_reasons():
+    inp = keras.Input((8, 8, 3), name="x")
+    a = L.Conv2D(4, 3, padding="same", name="first")(inp)  # model input: unknown stats
+    b = L.Conv2D(4, 3, padding="same", name="nostats")(a)  # 'first' has no stats
+    t = L.Activation("tanh", name="tanh")(b)
+    c = L.Conv2D(4, 1, name="after_tanh")(t)
+    d = L.Conv2D(4, 1, name="after_add")(L.ReLU(name="relu_add")(L.Add(name="add")([c, b])))
+    e = L.SeparableConv2D(4, 3, name="sep")(d)
+    model = keras.Model(inp, e)
+    stats = {"nostats": (np.ones(4), np.zeros(4)), "after_tanh": (np.ones(4), np.zeros(4)),
+             "after_add": (np.ones(4), np.zeros(4))}
+    _, records = BC.correct_bias(model, bn_stats=stats, return_report=True)
+    rec = {r.layer: r for r in records}
+    assert "model input" in rec["first"].reason
+    assert "no statistics for the output of 'first'" in rec["nostats"].reason
+    assert "tanh" in rec["after_tanh"].reason
+    assert "a ReLU follows 'add'" in rec["after_add"].reason
+    assert "SeparableConv2D" in rec["sep"].reason
+    assert all(r.mode == "skipped" for r in records)
+
+
+def test_analytic_through_add_concatenate_flatten():
+    """Means add through Add, concatenate through Concatenate and are repeated per position
+    through Flatten (channels_last: position-major)."""
+    inp = keras.Input((4, 4, 3), name="x")
+    a = L.Conv2D(3, 1, name="a")(inp)
+    b = L.Conv2D(3, 1, name="b")(inp)
+    s = L.Add(name="add")([a, b])
+    cat = L.Concatenate(name="cat")([s, L.ReLU(name="relu_b")(b)])
+    c = L.Conv2D(5, 1, name="c")(cat)
+    d = L.Dense(2, name="d")(L.Flatten(name="flat")(L.MaxPooling2D(2, name="pool")(cat)))
+    model = keras.Model(inp, [c, d])
+    rng = np.random.default_rng(6)
+    ga, ba = rng.uniform(0.5, 1, 3), rng.normal(0, 1, 3)
+    gb, bb = rng.uniform(0.5, 1, 3), rng.normal(0, 1, 3)
+    for layer in (model.get_layer("c"), model.get_layer("d")):
+        layer.kernel.assign(rng.normal(0, 1, layer.kernel.shape))
+    corrected, records = BC.correct_bias(model, bn_stats={"a": (ga, ba), "b": (gb, bb)},
+                                         return_report=True)
+    rec = {r.layer: r for r in records}
+    assert rec["c"].mode == "analytic" and rec["d"].mode == "analytic"
+    assert "'pool' taken as keeping the mean" in rec["d"].note
+    mean_cat = np.concatenate([ba + bb, BC.expected_relu_normal(bb, gb)])
+    for name, mean in (("c", mean_cat), ("d", np.tile(mean_cat, 4))):
+        w = model.get_layer(name).kernel.numpy().astype(np.float64)
+        kind = "dense" if name == "d" else "conv"
+        want = model.get_layer(name).bias.numpy() - BC._bias_delta(
+            kind, quantize_kernel(w, 8) - w, mean)
+        np.testing.assert_allclose(corrected.get_layer(name).bias.numpy(), want, rtol=1e-6,
+                                   atol=1e-7)
+
+
+def test_bn_stats_from_report_divides_by_scale():
+    inp = keras.Input((8, 8, 3), name="x")
+    h = L.Conv2D(6, 3, padding="same", use_bias=False, name="c1")(inp)
+    h = L.BatchNormalization(name="bn1")(h)
+    h = L.ReLU(name="r1")(h)
+    out = L.Conv2D(4, 3, padding="same", name="c2")(h)
+    model = keras.Model(inp, out)
+    rng = np.random.default_rng(4)
+    bn = model.get_layer("bn1")
+    bn.gamma.assign(rng.uniform(0.5, 2, 6))
+    bn.beta.assign(rng.normal(0, 1, 6))
+    model.get_layer("c1").kernel.assign(
+        rng.normal(size=(3, 3, 3, 6)) * rng.uniform(0.05, 2, 6))
+    eq, report = cle.equalize_model(model, return_report=True)
+    stats = BC.bn_stats_from_report(report)
+    (layer, (g, b)), = stats.items()
+    assert layer.name == "c1"
+    s = report.sets[0].cls_pair_info_list[0].scale_factor
+    np.testing.assert_allclose(g, bn.gamma.numpy() / s, rtol=1e-6)
+    np.testing.assert_allclose(b, bn.beta.numpy() / s, rtol=1e-6)
+    # without CLS, bn_stats_from_folded_pairs gives the raw γ, β
+    pairs, _ = cle.fold_all_batch_norms(model)
+    (_, (g0, _)), = BC.bn_stats_from_folded_pairs(pairs).items()
+    np.testing.assert_allclose(g0, bn.gamma.numpy())
+    _, records = BC.correct_bias(eq, bn_stats=stats, return_report=True)
+    rec = {r.layer: r for r in records}
+    assert rec["c2"].mode == "analytic" and rec["c1"].mode == "skipped"
+    # high-bias folding changed c1's bias by an unrecorded amount: no statistics for it
+    bn.beta.assign(np.full(6, 5.0))
+    _, report = cle.equalize_model(model, high_bias_fold="all", return_report=True)
+    assert any(r.absorbed for r in report.bias_absorptions)
+    assert BC.bn_stats_from_report(report) == {}
+
+
+# ------------------------------------------------------------------------ empirical
+
+
+def _three_conv_net(seed=0):
+    inp = keras.Input((12, 12, 3), name="x")
+    h = inp
+    for i, c in enumerate((8, 8, 6)):
+        h = L.Conv2D(c, 3, padding="same", use_bias=False, name=f"conv{i}")(h)
+        h = L.BatchNormalization(name=f"bn{i}")(h)
+        h = L.ReLU(name=f"relu{i}")(h)
+    out = L.Dense(5, name="head")(L.GlobalAveragePooling2D(name="gap")(h))
+    model = keras.Model(inp, out)
+    rng = np.random.default_rng(seed)
+    for layer in model.layers:
+        if isinstance(layer, L.BatchNormalization):
+            c = layer.gamma.shape[0]
+            layer.gamma.assign(rng.uniform(0.5, 1.5, c))
+            layer.beta.assign(rng.normal(0.5, 0.5, c))
+            layer.moving_mean.assign(rng.normal(0, 0.3, c))
+            layer.moving_variance.assign(rng.uniform(0.5, 2, c))
+        elif isinstance(layer, L.Conv2D):
+            k = layer.kernel
+            layer.kernel.assign(rng.normal(0, 0.3, k.shape) * rng.uniform(0.02, 1, k.shape[-1]))
+    head = model.get_layer("head")
+    head.kernel.assign(rng.normal(0, 0.5, head.kernel.shape))
+    return model
+
+
+def _mean_errors(reference, model, x, bits):
+    y = reference.predict(x, verbose=0)
+    yq = fake_quantize_weights(model, bits).predict(x, verbose=0)
+    return np.abs((yq - y).mean(axis=0)), np.abs(y).mean()
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+def test_empirical_three_conv_net(bits):
+    """Each layer's quantized output mean is matched to the float one with the quantized,
+    already-corrected layers upstream: on the calibration data the final (linear) output mean
+    is then exact; on other data of the same distribution the error drops by a lot."""
+    model = _three_conv_net()
+    _, folded = cle.fold_all_batch_norms(model)
+    rng = np.random.default_rng(5)
+    x = rng.normal(0, 1, (64, 12, 12, 3)).astype(np.float32)
+    held_out = rng.normal(0, 1, (256, 12, 12, 3)).astype(np.float32)
+    before = [w.copy() for w in folded.get_weights()]
+    messages = []
+    corrected, records = BC.correct_bias(folded, calibration_data=x, bits=bits,
+                                         progress=messages.append, return_report=True)
+    assert [r.mode for r in records] == ["empirical"] * 4
+    assert all(r.max_abs_delta > 0 for r in records)
+    assert len(messages) == 4 and "conv0" in messages[0]
+    for a, b in zip(before, folded.get_weights()):
+        np.testing.assert_array_equal(a, b)  # input model untouched
+    err_plain, scale = _mean_errors(folded, folded, x, bits)
+    err_corr, _ = _mean_errors(folded, corrected, x, bits)
+    assert err_corr.max() < 1e-5 * scale < err_plain.max() / 1000
+    err_plain, _ = _mean_errors(folded, folded, held_out, bits)
+    err_corr, _ = _mean_errors(folded, corrected, held_out, bits)
+    print(f"held-out mean error {bits} bits: {err_plain.max():.3g} -> {err_corr.max():.3g}")
+    assert err_corr.max() < err_plain.max() / 3
+    # a list of (x, y) batches gives the same correction
+    batches = [(x[i:i + 16], None) for i in range(0, 64, 16)]
+    again = BC.correct_bias(folded, calibration_data=batches, bits=bits)
+    for a, b in zip(corrected.get_weights(), again.get_weights()):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    if bits == 8:  # and so does a tf.data.Dataset
+        import tensorflow as tf
+        ds = BC.correct_bias(folded, calibration_data=tf.data.Dataset.from_tensor_slices(x)
+                             .batch(16), bits=bits)
+        for a, b in zip(corrected.get_weights(), ds.get_weights()):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_empirical_sequential_depthwise():
+    rng = np.random.default_rng(7)
+    model = keras.Sequential([
+        keras.Input((10, 10, 4), name="x"),
+        L.Conv2D(6, 3, padding="same", activation="relu", name="c"),
+        L.DepthwiseConv2D(3, depth_multiplier=2, padding="same", use_bias=False, name="dw"),
+        L.ReLU(name="r"),
+        L.GlobalAveragePooling2D(name="gap"),
+        L.Dense(3, name="head"),
+    ])
+    for layer in model.layers:
+        if hasattr(layer, "kernel"):
+            k = layer.kernel.shape
+            layer.kernel.assign(rng.normal(0, 0.5, k) * rng.uniform(0.02, 1, k[-1]))
+    x = rng.normal(0.3, 1, (32, 10, 10, 4)).astype(np.float32)
+    corrected, records = BC.correct_bias(model, calibration_data=x, bits=5,
+                                         return_report=True)
+    assert isinstance(corrected, keras.Sequential)
+    assert [r.mode for r in records] == ["empirical"] * 3
+    assert records[1].added_bias and not model.get_layer("dw").use_bias
+    err_plain, scale = _mean_errors(model, model, x, 5)
+    err_corr, _ = _mean_errors(model, corrected, x, 5)
+    assert err_corr.max() < 1e-5 * scale < err_plain.max() / 100
+
+
+def test_analytic_three_conv_net_via_folded_pairs():
+    model = _three_conv_net()
+    pairs, folded = cle.fold_all_batch_norms(model)
+    _, records = BC.correct_bias(folded, bn_stats=BC.bn_stats_from_folded_pairs(pairs),
+                                 bits=4, return_report=True)
+    modes = {r.layer: r.mode for r in records}
+    assert modes == {"conv0": "skipped", "conv1": "analytic", "conv2": "analytic",
+                     "head": "analytic"}
+
+
+def test_argument_errors():
+    model = _single_conv()
+    with pytest.raises(ValueError, match="exactly one"):
+        BC.correct_bias(model)
+    with pytest.raises(ValueError, match="exactly one"):
+        BC.correct_bias(model, bn_stats={}, calibration_data=np.zeros((1, 5, 5, 8)))
+    with pytest.raises(ValueError):
+        BC.correct_bias(model, bn_stats={"src": (np.ones(3), np.ones(4))})
+    with pytest.raises(ValueError):
+        BC.correct_bias(model, bn_stats={}, bits=1)
+    with pytest.raises(TypeError):
+        BC.correct_bias("model", bn_stats={})
+
+
+# ------------------------------------------------------------- real MobileNetV2 (slow)
+
+
+@pytest.mark.slow
+def test_mobilenet_v2_bias_correction(capsys):
+    from cle import pretrained as P
+    from cle.quantization import sqnr_db, top1_agreement
+
+    model = P.mobilenet_v2_imagenet()
+    x = P.preprocess_imagenet(P.sample_images(64, seed=0))
+    calib = P.preprocess_imagenet(P.sample_images(32, seed=1))
+    y_ref = model.predict(x, batch_size=32, verbose=0)
+    eq, report = cle.equalize_model(model, return_report=True)
+    analytic, rec_a = BC.correct_bias(eq, bn_stats=BC.bn_stats_from_report(report),
+                                      return_report=True)
+    empirical, rec_e = BC.correct_bias(eq, calibration_data=calib, return_report=True)
+    pairs, folded = cle.fold_all_batch_norms(model)
+    folded_bc = BC.correct_bias(folded, bn_stats=BC.bn_stats_from_folded_pairs(pairs))
+    rows = []
+    for name, m in (("folded (no CLS)", folded), ("folded + BC analytic", folded_bc),
+                    ("CLS", eq), ("CLS + BC analytic", analytic),
+                    ("CLS + BC empirical", empirical)):
+        y = fake_quantize_weights(m, bits=8, per_channel=False).predict(x, batch_size=32,
+                                                                       verbose=0)
+        rows.append((name, top1_agreement(y_ref, y), sqnr_db(y_ref, y)))
+    with capsys.disabled():
+        n_a = sum(r.mode == "analytic" for r in rec_a)
+        n_e = sum(r.mode == "empirical" for r in rec_e)
+        print(f"\nMobileNetV2 weight-only INT8 per-tensor vs float ({len(x)} images); "
+              f"analytic corrected {n_a}/{len(rec_a)}, empirical {n_e}/{len(rec_e)}")
+        for name, top1, sq in rows:
+            print(f"  {name:22s} top-1 {top1:6.1%}  SQNR {sq:5.1f} dB")
+        for r in rec_a:
+            if not r.corrected:
+                print(f"  analytic skip {r}")
+    assert n_a > len(rec_a) // 2 and n_e == len(rec_e)
+    # bias correction must not make things worse than CLS alone
+    cls_sqnr = rows[2][2]
+    assert rows[3][2] >= cls_sqnr - 0.5 and rows[4][2] >= cls_sqnr - 0.5
