@@ -289,7 +289,11 @@ class CrossLayerScaling:
             if model is not None:
                 view = graph_view(model)
             else:
-                view = local_view([s[0] for s in cls_sets if len(s) in (2, 3)])
+                # Follow every layer that starts a link (all but the last of each set).
+                view = local_view([
+                    la for s in cls_sets for la in tuple(s)[:-1]
+                    if isinstance(la, keras.layers.Layer)
+                ])
         plans = []
         for i, cls_set in enumerate(cls_sets):
             layers = tuple(cls_set)
@@ -306,15 +310,10 @@ class CrossLayerScaling:
                 )
             links = [None] * (len(layers) - 1)
             if check:
-                # The view must also be rebuilt for sets whose layer1 is not in the first list.
-                if view.n_calls(layers[0]) == 0 and model is None:
-                    view = local_view([la for la in layers[:-1]])
                 links = [
                     _link_for(view, layers[j], layers[j + 1], where)
                     for j in range(len(layers) - 1)
                 ]
-                if len(layers) == 3 and view.n_calls(layers[1]) == 0:
-                    view = local_view([layers[1]])
             plans.append((layers, links))
         out = []
         for layers, links in plans:
@@ -485,8 +484,7 @@ def _absorb(info, bn, margin, absorb_padded):
             record.reason = reason
             return record
     s = np.asarray(info.scale_factor, dtype=np.float64)
-    gamma = _bnf._bn_arrays(bn)[0]
-    beta = _bnf._bn_arrays(bn)[1]
+    gamma, beta, _, _ = _bnf._bn_arrays(bn)
     n = s.shape[0]
     gamma = np.ones(n) if gamma is None else gamma.astype(np.float64)
     beta = np.zeros(n) if beta is None else beta.astype(np.float64)
