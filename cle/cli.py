@@ -436,13 +436,15 @@ def _equalize(args, model):
 
     _check_graph(args.model, model)
     mode = getattr(args, "bias_correction", "none")
+    ranges = getattr(args, "activation_ranges", "bn")
     calibration = None
-    if mode == "empirical":
+    if mode == "empirical" or ranges == "calibration":
         import numpy as np
 
         if not getattr(args, "calibration", None):
-            raise CliError("--bias-correction empirical needs --calibration FILE.npy",
-                           EXIT_USAGE)
+            what = ("--bias-correction empirical" if mode == "empirical"
+                    else "--activation-ranges calibration")
+            raise CliError(f"{what} needs --calibration FILE.npy", EXIT_USAGE)
         try:
             calibration = np.load(args.calibration)
         except (OSError, ValueError) as e:
@@ -450,6 +452,9 @@ def _equalize(args, model):
     return cle.equalize_model(
         model, relu6=args.relu6, high_bias_fold=args.high_bias_fold, margin=args.margin,
         return_report=True, bias_correction=mode, calibration_data=calibration,
+        objective=args.objective, per_channel_weights=args.per_channel,
+        weight_bits=args.weight_bits, activation_bits=args.activation_bits,
+        activation_ranges=ranges,
     )
 
 
@@ -603,6 +608,13 @@ def _margin(text):
     return value
 
 
+def _bits(text):
+    value = _positive_int(text)
+    if not 2 <= value <= 16:
+        raise argparse.ArgumentTypeError(f"must be between 2 and 16, got {text}")
+    return value
+
+
 def _positive_int(text):
     try:
         value = int(text)
@@ -650,6 +662,18 @@ def build_parser() -> argparse.ArgumentParser:
                             "padding; all: textbook, every layer")
         p.add_argument("--margin", type=_margin, default=3.0,
                        help="high-bias folding margin in standard deviations (default 3.0)")
+        p.add_argument("--objective", choices=("quantized", "weights"), default="quantized",
+                       help="quantized (default): choose scales that lower the modelled INT8 "
+                            "noise of weights and activations for the target quantizer, and "
+                            "leave a set whose noise would not go down; weights: equalize "
+                            "weight ranges only (Nagel / AIMET)")
+        p.add_argument("--per-tensor", dest="per_channel", action="store_false",
+                       help="target INT8 per-tensor weights (default: per-channel, TFLite's "
+                            "default); scaling and bias correction are chosen for the target")
+        p.add_argument("--weight-bits", type=_bits, default=8, metavar="N",
+                       help="target weight bits (default 8)")
+        p.add_argument("--activation-bits", type=_bits, default=8, metavar="N",
+                       help="target activation bits (default 8)")
 
     p = sub.add_parser("fold", help="fold every foldable BatchNormalization",
                        description="Fold every BatchNormalization that can be folded exactly "
@@ -671,12 +695,16 @@ def build_parser() -> argparse.ArgumentParser:
     cle_options(p)
     p.add_argument("--bias-correction", choices=("none", "analytic", "empirical"),
                    default="none",
-                   help="finish with bias correction for INT8 per-tensor weights: analytic "
+                   help="finish with bias correction for the target weights: analytic "
                         "(data-free, from the folded BN statistics) or empirical (needs "
+                        "--calibration)")
+    p.add_argument("--activation-ranges", choices=("bn", "calibration"), default="bn",
+                   help="activation statistics for --objective quantized: bn (default, "
+                        "data-free, from the folded BNs) or calibration (measured on "
                         "--calibration)")
     p.add_argument("--calibration", metavar="NPY",
                    help="calibration inputs (.npy array, preprocessed as the model expects) "
-                        "for --bias-correction empirical")
+                        "for --bias-correction empirical and --activation-ranges calibration")
     p.add_argument("--report", metavar="JSON",
                    help="write the full report (EqualizationReport.to_dict()) as JSON")
     p.set_defaults(func=_cmd_equalize)

@@ -19,10 +19,10 @@ from typing import Any
 import keras
 import numpy as np
 
-from cle import _cls_math, batch_norm_fold as _bnf
+from cle import _cls_math, _qnoise, _scale_choice, batch_norm_fold as _bnf
 from cle._cls_sets import Link, find_sets, in_spec, out_spec, relu6_kind, walk
 from cle._graph import GraphView, graph_view, local_view
-from cle._layouts import bias_on_wrong_axis, layout_of
+from cle._layouts import bias_on_wrong_axis, channel_axis, layout_of
 from cle._rebuild import LayerEdit, rebuild
 from cle.layers import ClippedReLU
 
@@ -41,6 +41,7 @@ logger = logging.getLogger("cle.cross_layer_equalization")
 
 _RELU6_MODES = ("bound", "replace", "keep")
 _HBF_MODES = ("unpadded", "all", "none")
+_OBJECTIVES = ("quantized", "weights")
 
 
 # ---------------------------------------------------------------------------- weights
@@ -213,13 +214,15 @@ def _link_for(view: GraphView, layer1, layer2, where):
     return link
 
 
-def _scale_pair(layer1, layer2, link: Link | None):
+def _scale_pair(layer1, layer2, link: Link | None, s=None):
+    """Scale a pair in place by ``s`` (default: Nagel's weight equalization); returns ``s``."""
     a1, ax1, k1 = out_spec(layer1)
     a2, ax2, k2, g2 = in_spec(layer2)
     w1, w2 = _get(layer1, a1), _get(layer2, a2)
-    s = _cls_math.pair_scale(
-        _cls_math.channel_ranges(w1, ax1, k1), _cls_math.channel_ranges(w2, ax2, k2, g2)
-    )
+    if s is None:
+        s = _cls_math.pair_scale(
+            _cls_math.channel_ranges(w1, ax1, k1), _cls_math.channel_ranges(w2, ax2, k2, g2)
+        )
     _set(layer1, a1, _cls_math.scale_channels(w1, 1.0 / s, ax1, k1))
     if layer1.use_bias:
         _set(layer1, "bias", _get(layer1, "bias") / s)
@@ -233,15 +236,18 @@ def _scale_caps(link, s):
         _set(cap_call.layer, "caps", _get(cap_call.layer, "caps") / s)
 
 
-def _scale_triplet(layer1, dw, layer3, link1, link2):
+def _scale_triplet(layer1, dw, layer3, link1, link2, scales=None):
+    """Scale a triplet in place by ``(s12, s23)`` (default: Nagel's); returns them."""
     a1, ax1, k1 = out_spec(layer1)
     a3, ax3, k3, g3 = in_spec(layer3)
     w1, wd, w3 = _get(layer1, a1), _get(dw, "kernel"), _get(layer3, a3)
-    s12, s23 = _cls_math.triplet_scale(
-        _cls_math.channel_ranges(w1, ax1, k1),
-        _cls_math.channel_ranges(wd, -1, "depthwise_out"),
-        _cls_math.channel_ranges(w3, ax3, k3, g3),
-    )
+    if scales is None:
+        scales = _cls_math.triplet_scale(
+            _cls_math.channel_ranges(w1, ax1, k1),
+            _cls_math.channel_ranges(wd, -1, "depthwise_out"),
+            _cls_math.channel_ranges(w3, ax3, k3, g3),
+        )
+    s12, s23 = scales
     _set(layer1, a1, _cls_math.scale_channels(w1, 1.0 / s12, ax1, k1))
     if layer1.use_bias:
         _set(layer1, "bias", _get(layer1, "bias") / s12)
@@ -350,7 +356,8 @@ class CrossLayerScaling:
         return infos
 
     @staticmethod
-    def scale_model(model):
+    def scale_model(model, objective="weights", folded_pairs=None, per_channel_weights=True,
+                    weight_bits=8, activation_bits=8):
         """Find every scaling set of ``model`` (BNs already folded) and scale it in place.
 
         A :class:`ClippedReLU` is crossed (its caps follow the scale factors); a plain ReLU6
@@ -361,27 +368,78 @@ class CrossLayerScaling:
 
         Args:
             model: a Functional or Sequential ``keras.Model``.
+            objective: "weights" (default, AIMET's behaviour): equalize weight ranges.
+                "quantized": choose scales for the INT8 target given by
+                ``per_channel_weights`` / ``weight_bits`` / ``activation_bits``, as
+                :func:`equalize_model` does, with activation ranges from the BNs of
+                ``folded_pairs`` (needed); sets whose modelled noise would not go down are
+                left as they are (logged at INFO).
+            folded_pairs: the ``folded_pairs`` of :func:`cle.fold_all_batch_norms` that made
+                ``model`` (objective "quantized").
+            per_channel_weights, weight_bits, activation_bits: the INT8 target.
 
         Returns:
-            list of :class:`ClsSetInfo`, in graph order.
+            list of :class:`ClsSetInfo` of the scaled sets, in graph order.
+
+        Raises:
+            ValueError: an unknown objective, or "quantized" without ``folded_pairs``.
         """
+        if objective not in _OBJECTIVES:
+            raise ValueError(
+                f"objective must be one of {_OBJECTIVES}. Received: objective={objective!r}")
+        target = _target(weight_bits, per_channel_weights, activation_bits)
+        if objective == "quantized" and folded_pairs is None:
+            raise ValueError(
+                "objective='quantized' needs folded_pairs (from cle.fold_all_batch_norms) for "
+                "the activation statistics. Received: folded_pairs=None")
         search = find_sets(graph_view(model), "inplace")
         for call, reason in search.ends:
             logger.info("no scaling set starts at '%s': %s", call.layer.name, reason)
-        return _scale_search(search)
+        if objective == "weights":
+            return _scale_search(search)
+        bn_stats = {id(p.layer): _gamma_beta(p.bn) for p in folded_pairs if p.bn_after}
+        value = _weight_reader()
+        infos = []
+        for links in search.sets:  # in place, set by set: each sees the previous ones' result
+            d = _scale_choice.decide_set(links, value, bn_stats, target)
+            if d.scaled:
+                infos += _scale_search(_SetList([links]), {d.layers: d.scales})
+            else:
+                logger.info("scaling set %s left as it is: %s", d.layers, d.reason)
+        return infos
 
 
-def _scale_search(search):
-    """Scale every set of a search in place; one ClsSetInfo per set."""
+@dataclasses.dataclass
+class _SetList:
+    sets: list
+
+
+def _set_key(links):
+    return tuple(link.first.layer.name for link in links) + (links[-1].second.layer.name,)
+
+
+def _scale_search(search, chosen=None):
+    """Scale the sets of a search in place; one ClsSetInfo per scaled set.
+
+    ``chosen``: ``{set key: [scales per junction]}``; when given, only those sets are scaled,
+    with those scales (else every set, with Nagel's weight equalization).
+    """
     infos = []
     for links in search.sets:
+        scales = None
+        if chosen is not None:
+            scales = chosen.get(_set_key(links))
+            if scales is None:
+                continue
         if len(links) == 1:
             (link,) = links
-            s = _scale_pair(link.first.layer, link.second.layer, link)
+            s = _scale_pair(link.first.layer, link.second.layer, link,
+                            None if scales is None else scales[0])
             info = ClsSetInfo(ClsSetInfo.ClsSetLayerPairInfo(*link.layers, s, link.relu))
         else:
             l1, l2 = links
-            s12, s23 = _scale_triplet(l1.first.layer, l1.second.layer, l2.second.layer, l1, l2)
+            s12, s23 = _scale_triplet(l1.first.layer, l1.second.layer, l2.second.layer, l1, l2,
+                                      scales)
             info = ClsSetInfo(
                 ClsSetInfo.ClsSetLayerPairInfo(*l1.layers, s12, l1.relu),
                 ClsSetInfo.ClsSetLayerPairInfo(*l2.layers, s23, l2.relu),
@@ -578,6 +636,11 @@ class EqualizationReport:
         sets: :class:`ClsSetInfo` of every scaled set (layers of the new model).
         set_ends: ``(layer name, reason)`` for every scalable layer where no set starts.
         bias_absorptions: :class:`BiasAbsorption` records of high-bias folding.
+        bias_corrections: per-layer records of bias correction.
+        scaling: one ``ScalingDecision`` per set found: scaled or left as it is (with the
+            reason), and for ``objective="quantized"`` the modelled INT8 noise and the
+            activation range before and after.
+        objective: how the scales were chosen ("quantized" or "weights").
     """
 
     folded: list
@@ -588,6 +651,8 @@ class EqualizationReport:
     set_ends: list[tuple[str, str]]
     bias_absorptions: list[BiasAbsorption]
     bias_corrections: list = dataclasses.field(default_factory=list)
+    scaling: list = dataclasses.field(default_factory=list)
+    objective: str = "weights"
 
     def to_dict(self) -> dict[str, Any]:
         def rng(a):
@@ -614,6 +679,8 @@ class EqualizationReport:
             "set_ends": [{"layer": n, "reason": r} for n, r in self.set_ends],
             "bias_absorptions": [dataclasses.asdict(r) for r in self.bias_absorptions],
             "bias_corrections": [dataclasses.asdict(r) for r in self.bias_corrections],
+            "objective": self.objective,
+            "scaling": [d.to_dict() for d in self.scaling],
         }
 
     def __str__(self):
@@ -623,7 +690,10 @@ class EqualizationReport:
         lines = [
             f"batch norms folded: {len(self.folded)}, skipped: {len(self.fold_skipped)}",
             f"ReLU6 ({self.relu6}): {len(self.relu6_changed)} changed",
-            f"scaled sets: {len(self.sets)} ({n_pairs} pairs, {n_trip} triplets)",
+            f"scaled sets: {len(self.sets)} ({n_pairs} pairs, {n_trip} triplets; "
+            f"objective {self.objective!r}"
+            + (f", {sum(not d.scaled for d in self.scaling)} left as they are)"
+               if any(not d.scaled for d in self.scaling) else ")"),
             f"high-bias folding: {len(absorbed)} absorbed, "
             f"{len(self.bias_absorptions) - len(absorbed)} skipped",
         ]
@@ -638,6 +708,11 @@ class EqualizationReport:
                 for p in info.cls_pair_info_list
             ]
             lines.append("  set  " + " ; ".join(parts))
+        for d in self.scaling:
+            if d.scaled and d.noise_before is not None:
+                lines.append(f"  cls  {d}")
+            elif not d.scaled:
+                lines.append(f"  keep {d}")
         for name, reason in self.set_ends:
             lines.append(f"  end  {name}: {reason}")
         for s in self.fold_skipped:
@@ -653,9 +728,105 @@ class EqualizationReport:
         return "\n".join(lines)
 
 
+def _target(weight_bits, per_channel_weights, activation_bits):
+    for name, bits in (("weight_bits", weight_bits), ("activation_bits", activation_bits)):
+        if isinstance(bits, bool) or not isinstance(bits, (int, np.integer)) or not 2 <= bits <= 16:
+            raise ValueError(f"{name} must be an integer in [2, 16]. Received: {name}={bits!r}")
+    if not isinstance(per_channel_weights, (bool, np.bool_)):
+        raise ValueError(
+            f"per_channel_weights must be a bool. Received: per_channel_weights={per_channel_weights!r}")
+    return _qnoise.QuantTarget(bool(per_channel_weights), int(weight_bits), int(activation_bits))
+
+
+def _gamma_beta(bn):
+    """``(γ, β)`` of a BN as float64 arrays (1 and 0 where the BN has none)."""
+    gamma, beta, mean, _ = _bnf._bn_arrays(bn)
+    n = mean.shape[0]
+    return (np.ones(n) if gamma is None else gamma.astype(np.float64),
+            np.zeros(n) if beta is None else beta.astype(np.float64))
+
+
+def _weight_reader(edits=None):
+    """``value(layer, attr)``: the weight a layer has, or will have after ``edits``."""
+    edits = edits or {}
+
+    def value(layer, attr):
+        edit = edits.get(id(layer))
+        if edit is not None and attr in edit.variables:
+            return edit.variables[attr]
+        if attr == "bias" and not getattr(layer, "use_bias", False):
+            return None
+        return keras.ops.convert_to_numpy(getattr(layer, attr))
+
+    return value
+
+
+def _pre_activation(link, folded_bns):
+    """The top-level layer whose output is the pre-activation of a link's junction (the last
+    BN that will be folded into layer1, else layer1 itself), or None if it is nested."""
+    t = link.first.outputs[0]
+    while len(t.consumers) == 1 and id(t.consumers[0].layer) in folded_bns:
+        t = t.consumers[0].outputs[0]
+    call = t.producer
+    return call.layer if not call.scope and len(call.outputs) == 1 else None
+
+
+def _measure_junctions(model, plan, matches, data, value, progress):
+    """``{id(link.first): Junction}`` measured on ``data`` for every link of the plan whose
+    pre-activation is a top-level tensor; one streaming pass over the data."""
+    from cle.bias_correction import _check_data
+
+    folded = {id(m.bn_call.layer) for m in matches}
+    links = [link for links in plan.sets for link in links]
+    targets = [(link, _pre_activation(link, folded)) for link in links]
+    targets = [(link, layer) for link, layer in targets if layer is not None]
+    if not targets:
+        return {}
+    probe = keras.Model(model.inputs, [layer.output for _, layer in targets])
+    stats = [_qnoise.SampleStats(*_scale_choice.junction_kind(link, value)) for link, _ in targets]
+    batches = _check_data(model, data)
+    for b, batch in enumerate(batches):
+        if progress is not None:
+            progress(f"activation ranges: batch {b + 1}/{len(batches)}")
+        outs = probe([batch] if len(model.inputs) == 1 else batch, training=False)
+        outs = outs if isinstance(outs, (list, tuple)) else [outs]
+        for (link, _), st, out in zip(targets, stats, outs):
+            out = keras.ops.convert_to_numpy(out)
+            axis = channel_axis(link.first.layer, out.ndim)
+            st.update(np.moveaxis(out, axis, -1).reshape(-1, out.shape[axis]))
+    return {id(link.first): st.junction() for (link, _), st in zip(targets, stats)}
+
+
+def _decide_sets(plan, matches, edits, target, model=None, data=None, progress=None):
+    """One :class:`ScalingDecision` per planned set, from the weights the fold will give and
+    activation statistics from the BNs (or measured on ``data``)."""
+    bn_stats = {id(m.target.layer): _gamma_beta(m.bn_call.layer) for m in matches if m.bn_after}
+    folded = _weight_reader(edits)
+    measured = None
+    if data is not None:
+        measured = _measure_junctions(model, plan, matches, data, folded, progress)
+    # Sets are decided in graph order on the weights as the earlier sets leave them (a layer
+    # can end one set and start the next), as in-place scaling will then apply them.
+    scaled = {}
+
+    def value(layer, attr):
+        got = scaled.get((id(layer), attr))
+        return folded(layer, attr) if got is None else got
+
+    decisions = []
+    for links in plan.sets:
+        d = _scale_choice.decide_set(links, value, bn_stats, target, measured)
+        if d.scaled:
+            layers = tuple(link.first.layer for link in links) + (links[-1].second.layer,)
+            scaled.update(_scale_choice.scaled_weights(layers, d.scales, value))
+        decisions.append(d)
+    return decisions
+
+
 def equalize_model(model, relu6="bound", high_bias_fold="none", margin=3.0,
                    return_report=False, bias_correction="none", calibration_data=None,
-                   weight_bits=8, per_channel_weights=False):
+                   weight_bits=8, per_channel_weights=True, objective="quantized",
+                   activation_bits=8, activation_ranges="bn"):
     """Run the data-free equalization pipeline and return a new model.
 
     Batch-norm folding, ReLU6 handling, cross-layer scaling and high-bias folding, with the new
@@ -679,8 +850,22 @@ def equalize_model(model, relu6="bound", high_bias_fold="none", margin=3.0,
             ``calibration_data``): finish with :func:`cle.correct_bias` for the weight
             quantizer given by ``weight_bits`` / ``per_channel_weights``. The float model then
             changes slightly on purpose (it is corrected for its quantized weights).
-        calibration_data: inputs for ``bias_correction="empirical"``.
-        weight_bits, per_channel_weights: the weight quantizer that bias correction targets.
+        calibration_data: inputs (array, iterable of batches or ``tf.data.Dataset``) for
+            ``bias_correction="empirical"`` and ``activation_ranges="calibration"``.
+        weight_bits, per_channel_weights, activation_bits: the INT8 quantizer that will run
+            (default: TFLite's default full-INT8 flow, 8-bit per-channel weights and 8-bit
+            per-tensor activations). Scaling (``objective="quantized"``) and bias correction
+            are chosen for it.
+        objective: "quantized" (default): choose each set's scales to lower the modelled
+            quantization noise of the weights on both sides of every junction *and* of the
+            activation tensors between them, for the target above; activation ranges come from
+            the folded BNs' γ, β (data-free). A set whose modelled noise would not go down is
+            left as it is (its ReLU6 stays fused), with the reason in the report.
+            "weights": Nagel's / AIMET's weight-range equalization of every set.
+        activation_ranges: where ``objective="quantized"`` takes each junction's activation
+            statistics: "bn" (default, data-free: the folded BNs' γ, β with a heavy-tailed
+            range model) or "calibration" (measured on ``calibration_data`` in one pass: the
+            per-channel max, as TFLite's calibration takes it, and the moments).
 
     Returns:
         The new model, or ``(new_model, report)`` with ``return_report=True``.
@@ -704,25 +889,41 @@ def equalize_model(model, relu6="bound", high_bias_fold="none", margin=3.0,
             "bias_correction must be one of ('none', 'analytic', 'empirical'). "
             f"Received: bias_correction={bias_correction!r}"
         )
-    if (bias_correction == "empirical") != (calibration_data is not None):
+    if activation_ranges not in ("bn", "calibration"):
+        raise ValueError("activation_ranges must be one of ('bn', 'calibration'). "
+                         f"Received: activation_ranges={activation_ranges!r}")
+    wants_data = bias_correction == "empirical" or activation_ranges == "calibration"
+    if wants_data != (calibration_data is not None):
         raise ValueError(
-            "calibration_data is needed for, and only for, bias_correction='empirical'. "
-            f"Received: bias_correction={bias_correction!r}, calibration_data="
+            "calibration_data is needed for, and only for, bias_correction='empirical' or "
+            f"activation_ranges='calibration'. Received: bias_correction={bias_correction!r}, "
+            f"activation_ranges={activation_ranges!r}, calibration_data="
             f"{'None' if calibration_data is None else type(calibration_data).__name__}"
         )
     if not float(margin) >= 0:
         raise ValueError(f"margin must be >= 0. Received: margin={margin!r}")
+    if objective not in _OBJECTIVES:
+        raise ValueError(f"objective must be one of {_OBJECTIVES}. Received: objective={objective!r}")
+    target = _target(weight_bits, per_channel_weights, activation_bits)
     view = graph_view(model)
     matches, fold_skipped = _bnf._find(view)
     edits, bypass = _bnf.fold_plan(matches)
     changed = []
     # Plan the sets on the input model as they will be after folding and ReLU6 handling.
     plan = find_sets(view, relu6, transparent={id(m.bn_call.layer) for m in matches})
+    decisions, to_scale = None, plan.sets
+    if objective == "quantized":
+        # Choose every set's scales now, from the weights the fold will give: a set left
+        # unscaled then keeps its (fused) ReLU6 rather than a ClippedReLU.
+        decisions = _decide_sets(
+            plan, matches, edits, target, model,
+            calibration_data if activation_ranges == "calibration" else None)
+        to_scale = [links for links, d in zip(plan.sets, decisions) if d.scaled]
     if relu6 == "replace":
         targets = _all_relu6(view)
     elif relu6 == "bound":
         on_links = set()
-        for links in plan.sets:
+        for links in to_scale:
             for link in links:
                 on_links.update(id(c.layer) for c in link.caps)
                 if link.fused_cap:
@@ -735,13 +936,30 @@ def equalize_model(model, relu6="bound", high_bias_fold="none", margin=3.0,
         changed.append(layer.name if kind == "standalone" else f"{layer.name} (fused activation)")
     new_model, clones = rebuild(model, edits=edits, bypass=bypass)
     search = find_sets(graph_view(new_model), "inplace")
-    if [len(s) for s in search.sets] != [len(s) for s in plan.sets]:
-        raise RuntimeError(  # the plan and the rebuilt model must agree
-            f"internal error: planned {len(plan.sets)} scaling sets, found {len(search.sets)}"
-        )
     for call, reason in plan.ends:
         logger.info("no scaling set starts at '%s': %s", call.layer.name, reason)
-    infos = _scale_search(search)
+    chosen = None
+    if objective == "weights":
+        if [len(s) for s in search.sets] != [len(s) for s in plan.sets]:
+            raise RuntimeError(  # the plan and the rebuilt model must agree
+                f"internal error: planned {len(plan.sets)} scaling sets, found {len(search.sets)}"
+            )
+    else:
+        chosen = {d.layers: d.scales for d in decisions if d.scaled}
+        missing = set(chosen) - {_set_key(links) for links in search.sets}
+        if missing:  # the plan and the rebuilt model must agree
+            raise RuntimeError(f"internal error: planned sets not found after rebuild: {missing}")
+        for d in decisions:
+            if not d.scaled:
+                logger.info("scaling set %s left as it is: %s", d.layers, d.reason)
+    infos = _scale_search(search, chosen)
+    if decisions is None:
+        decisions = [
+            _scale_choice.ScalingDecision(
+                tuple(p.layer1.name for p in info.cls_pair_info_list)
+                + (info.cls_pair_info_list[-1].layer2.name,), True, "weights")
+            for info in infos
+        ]
     absorptions = []
     if high_bias_fold != "none":
         bn_layers = {
@@ -782,5 +1000,7 @@ def equalize_model(model, relu6="bound", high_bias_fold="none", margin=3.0,
         set_ends=[(c.layer.name, r) for c, r in plan.ends],
         bias_absorptions=absorptions,
         bias_corrections=corrections,
+        scaling=decisions,
+        objective=objective,
     )
     return new_model, report

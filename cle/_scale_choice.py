@@ -1,0 +1,264 @@
+"""Choosing the scales of each set for the quantizer that will run (``objective="quantized"``).
+
+Reads a planned set (its links, found on the input model before anything is rebuilt), the
+folded weights its layers *will* have (the fold plan's new values, else the layer's own), and
+the activation statistics of its junctions (data-free from the folded BNs' γ, β, or measured),
+and asks :mod:`cle._qnoise` for the scales with the least modelled noise. Deciding before the
+rebuild is what lets a set that stays unscaled keep its fused ReLU6 (a :class:`ClippedReLU`
+costs TFLite an extra, uncapped INT8 tensor).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from cle import _cls_math, _qnoise
+from cle._cls_sets import Link, in_spec, out_spec
+from cle._layouts import layout_of
+from cle.layers import ClippedReLU
+
+__all__ = ["ScalingDecision", "decide_set", "junction_kind", "scaled_weights", "weight_scales"]
+
+
+@dataclasses.dataclass
+class ScalingDecision:
+    """How one scaling set was treated by :func:`cle.equalize_model`.
+
+    Attributes:
+        layers: names of the set's layers (2 for a pair, 3 for a triplet).
+        scaled: the set was scaled.
+        objective: "quantized" (modelled INT8 noise) or "weights" (weight ranges only).
+        noise_before, noise_after: modelled quantization noise power at the output of the
+            set's last layer, before and after (None for objective "weights").
+        activation_range_before, activation_range_after: per junction, the per-tensor range
+            of the activation the quantizer sees (the widest INT8 tensor there).
+        alpha, lam: the chosen candidate (activation weight, fraction of the way), or None.
+        reason: why the set was left as it is (empty when scaled).
+    """
+
+    layers: tuple
+    scaled: bool
+    objective: str
+    noise_before: float | None = None
+    noise_after: float | None = None
+    activation_range_before: list = dataclasses.field(default_factory=list)
+    activation_range_after: list = dataclasses.field(default_factory=list)
+    alpha: float | None = None
+    lam: float | None = None
+    reason: str = ""
+    scales: list = dataclasses.field(default_factory=list, repr=False)
+
+    @property
+    def noise_change_db(self) -> float | None:
+        if self.noise_before is None or not self.noise_before > 0:
+            return None
+        return float(10 * np.log10(max(self.noise_after, 1e-300) / self.noise_before))
+
+    def to_dict(self):
+        d = dataclasses.asdict(self)
+        d.pop("scales")
+        d["layers"] = list(self.layers)
+        d["noise_change_db"] = self.noise_change_db
+        return d
+
+    def __str__(self):
+        names = " -> ".join(self.layers)
+        if not self.scaled:
+            return f"{names}: left as it is, {self.reason}"
+        if self.noise_before is None:
+            return f"{names}: scaled (weight ranges)"
+        rb = ", ".join(f"{r:.3g}" for r in self.activation_range_before)
+        ra = ", ".join(f"{r:.3g}" for r in self.activation_range_after)
+        how = ("weight equalization" if self.alpha is None
+               else f"alpha {self.alpha:g}, {self.lam:g} of the way")
+        return (f"{names}: modelled noise {self.noise_change_db:+.1f} dB, activation range "
+                f"[{rb}] -> [{ra}] ({how})")
+
+
+def _as64(x):
+    return np.asarray(x, dtype=np.float64)
+
+
+def _in_out_ranges(kernel, layer):
+    """``(R, SQ, taps)``: ``R[i, o]`` = max over taps of |W| from input channel i to output
+    o, ``SQ[i, o]`` the sum of their squares, taps = kernel taps."""
+    layout = layout_of(layer)
+    k = _as64(kernel)
+    if layout.kind == "dense":
+        return np.abs(k), k ** 2, 1
+    taps = int(np.prod(k.shape[:-2]))
+    flat = k.reshape((taps,) + k.shape[-2:])
+    per, sq = np.abs(flat).max(axis=0), (flat ** 2).sum(axis=0)  # (a, b)
+    if layout.kind == "transpose":  # (*k, out, in)
+        return per.T, sq.T, taps
+    if layout.kind in ("depthwise", "separable"):  # (*k, in, mult): out = c*mult + m
+        c, mult = per.shape
+        r, q = np.zeros((c, c * mult)), np.zeros((c, c * mult))
+        rows = np.arange(c)
+        for m in range(mult):
+            r[rows, rows * mult + m], q[rows, rows * mult + m] = per[:, m], sq[:, m]
+        return r, q, taps
+    groups = getattr(layer, "groups", 1) or 1
+    if groups == 1:
+        return per, sq, taps
+    ipg, out = per.shape
+    opg = out // groups
+    r, q = np.zeros((ipg * groups, out)), np.zeros((ipg * groups, out))
+    for g in range(groups):
+        rows, cols = slice(g * ipg, (g + 1) * ipg), slice(g * opg, (g + 1) * opg)
+        r[rows, cols], q[rows, cols] = per[:, cols], sq[:, cols]
+    return r, q, taps
+
+
+def _out_sumsq(kernel, layer):
+    """Per output channel: sum of squares of the kernel and fan-in (elements per channel)."""
+    attr, axis, kind = out_spec(layer)
+    k = _as64(kernel)
+    if kind == "depthwise_out":
+        flat = k.reshape((-1, k.shape[-2] * k.shape[-1]))
+    else:
+        flat = np.moveaxis(k, axis, -1).reshape((-1, k.shape[axis]))
+    return (flat ** 2).sum(axis=0), flat.shape[0]
+
+
+def _positions(link: Link) -> int:
+    shape = link.first.outputs[0].shape
+    axis = 1 if getattr(link.first.layer, "data_format", None) == "channels_first" else -1
+    dims = [d for i, d in enumerate(shape[1:], start=1) if i != axis % len(shape)]
+    return int(np.prod([d or 1 for d in dims])) if dims else 1
+
+
+def junction_kind(link: Link, value):
+    """("linear" | "relu" | "relu6" | "clipped", cap) of the activation on a link."""
+    caps = []
+    kind = "relu6" if link.fused_cap else None
+    for call in link.caps:
+        if isinstance(call.layer, ClippedReLU):
+            kind = "clipped"
+            caps.append(_as64(value(call.layer, "caps")))
+        else:
+            kind = kind or "relu6"
+            caps.append(np.asarray(6.0))
+    if link.fused_cap:
+        caps.append(np.asarray(6.0))
+    if kind is not None:
+        cap = caps[0]
+        for c in caps[1:]:
+            cap = np.minimum(cap, c)
+        return kind, cap
+    return ("relu" if link.relu else "linear"), None
+
+
+def weight_scales(layers, value):
+    """Nagel's weight-range equalization scales for a set (pair or triplet)."""
+    first, last = layers[0], layers[-1]
+    a1, ax1, k1 = out_spec(first)
+    a3, ax3, k3, g3 = in_spec(last)
+    r1 = _cls_math.channel_ranges(value(first, a1), ax1, k1)
+    r3 = _cls_math.channel_ranges(value(last, a3), ax3, k3, g3)
+    if len(layers) == 2:
+        return [_cls_math.pair_scale(r1, r3)]
+    r2 = _cls_math.channel_ranges(value(layers[1], "kernel"), -1, "depthwise_out")
+    return list(_cls_math.triplet_scale(r1, r2, r3))
+
+
+def _chain_weights(layers, value, bn_first):
+    first, last = layers[0], layers[-1]
+    a1, ax1, k1 = out_spec(first)
+    w_first = value(first, a1)
+    r_first = _cls_math.channel_ranges(w_first, ax1, k1)
+    gamma, beta = bn_first
+    sumsq, fan_in = _out_sumsq(w_first, first)
+    bias = value(first, "bias")
+    bias = np.zeros_like(r_first) if bias is None else _as64(bias)
+    ok = sumsq > 0
+    power = (gamma ** 2 + (beta - bias) ** 2)[ok] / sumsq[ok]
+    e = float(np.median(power)) if power.size else 0.0
+    a3, _, _, _ = in_spec(last)
+    r_last, sq_last, taps_last = _in_out_ranges(value(last, a3), last)
+    w = _qnoise.ChainWeights(r_first, e * fan_in, r_last, sq_last, taps_last,
+                             p_first=gamma ** 2 + (beta - bias) ** 2)
+    if len(layers) == 3:
+        dw = _as64(value(layers[1], "kernel"))
+        flat = dw.reshape((-1, dw.shape[-2] * dw.shape[-1]))
+        w.r_mid, w.d_mid, w.taps_mid = np.abs(flat).max(axis=0), (flat ** 2).sum(axis=0), flat.shape[0]
+    return w
+
+
+def _act_range(j, s, identity):
+    return max(r for r, _ in _qnoise._tensors(j, s, identity))
+
+
+def decide_set(links, value, bn_stats, target, activation_stats=None):
+    """Choose the scales of one planned set.
+
+    Args:
+        links: the set's links (1 or 2), on the input model.
+        value: ``value(layer, attr)`` → the folded weight the layer will have.
+        bn_stats: ``{id(layer): (gamma, beta)}`` of the BNs folded backward into layers.
+        target: :class:`cle._qnoise.QuantTarget`.
+        activation_stats: optional ``{id(link.first): Junction}`` measured on calibration
+            data; a junction found there replaces the data-free model.
+
+    Returns:
+        :class:`ScalingDecision` (with ``scales`` set when scaled).
+    """
+    layers = tuple(la for link in links for la in link.layers[:1]) + (links[-1].second.layer,)
+    names = tuple(la.name for la in layers)
+    junctions = []
+    for link in links:
+        kind, cap = junction_kind(link, value)
+        layer = link.first.layer
+        measured = None if activation_stats is None else activation_stats.get(id(link.first))
+        if measured is not None:
+            junctions.append(measured)
+            continue
+        stats = bn_stats.get(id(layer))
+        if stats is None:
+            return ScalingDecision(names, False, "quantized", reason=(
+                f"no activation statistics for the output of '{layer.name}' (no folded "
+                "BatchNormalization after it; pass calibration data to measure them)"))
+        junctions.append(_qnoise.junction_from_bn(stats[0], stats[1], kind, cap, _positions(link)))
+    first_stats = bn_stats.get(id(layers[0]))
+    if first_stats is None:
+        first_stats = (np.sqrt(junctions[0].mean_sq), np.zeros_like(junctions[0].mean_sq))
+    w = _chain_weights(layers, value, first_stats)
+    choice = _qnoise.choose_scales(w, junctions, target, extra=[weight_scales(layers, value)])
+    ident = [np.ones_like(s) for s in choice.scales]
+    decision = ScalingDecision(
+        names, choice.noise_after < choice.noise_before, "quantized", choice.noise_before, choice.noise_after,
+        [_act_range(j, s, True) for j, s in zip(junctions, ident)],
+        [_act_range(j, s, False) for j, s in zip(junctions, choice.scales)],
+        choice.alpha, choice.lam,
+    )
+    if choice.noise_after >= choice.noise_before:
+        decision.scaled = False
+        decision.activation_range_after = list(decision.activation_range_before)
+        decision.reason = "no candidate scaling lowers its modelled INT8 noise"
+    else:
+        decision.scales = choice.scales
+    return decision
+
+
+def scaled_weights(layers, scales, value):
+    """``{(id(layer), attr): array}``: the set's weights after scaling by ``scales`` (what
+    in-place scaling will assign), so that the next set is decided on them."""
+    first, last = layers[0], layers[-1]
+    a1, ax1, k1 = out_spec(first)
+    a3, ax3, k3, g3 = in_spec(last)
+    s_first, s_last = scales[0], scales[-1]
+    out = {(id(first), a1): _cls_math.scale_channels(value(first, a1), 1.0 / s_first, ax1, k1)}
+    bias = value(first, "bias")
+    if bias is not None:
+        out[(id(first), "bias")] = _as64(bias) / s_first
+    if len(layers) == 3:
+        dw = layers[1]
+        out[(id(dw), "kernel")] = _cls_math.scale_channels(
+            value(dw, "kernel"), s_first / s_last, -1, "depthwise_out")
+        bias = value(dw, "bias")
+        if bias is not None:
+            out[(id(dw), "bias")] = _as64(bias) / s_last
+    out[(id(last), a3)] = _cls_math.scale_channels(value(last, a3), s_last, ax3, k3, g3)
+    return out

@@ -1,0 +1,204 @@
+"""equalize_model(objective="quantized"): scales chosen for the INT8 target, do-no-harm, report,
+calibration ranges, the AIMET-style in-place route and the CLI options."""
+
+import keras
+import numpy as np
+import pytest
+from conftest import (
+    RTOL,
+    assert_unchanged,
+    inputs_for,
+    max_rel_error,
+    randomize_batch_norms,
+    randomize_biases,
+    weights_snapshot,
+)
+
+import cle
+from cle import _qnoise, _scale_choice
+
+L = keras.layers
+
+
+@pytest.fixture(scope="module")
+def mobilenet():
+    model = keras.applications.MobileNetV2(weights=None, input_shape=(64, 64, 3), alpha=0.35)
+    return randomize_biases(randomize_batch_norms(model, deep=True), scale=0.1)
+
+
+def _clipped(model):
+    return [la for la in model._flatten_layers() if isinstance(la, cle.ClippedReLU)]
+
+
+@pytest.mark.parametrize("per_channel", [True, False])
+def test_default_objective_is_exact_and_reports_every_set(mobilenet, per_channel):
+    snap, names = weights_snapshot(mobilenet), [la.name for la in mobilenet._flatten_layers()]
+    x = inputs_for(mobilenet, batch=2) * 3
+    new, report = cle.equalize_model(mobilenet, per_channel_weights=per_channel,
+                                     return_report=True)
+    assert report.objective == "quantized"
+    assert max_rel_error(mobilenet, new, x) <= RTOL
+    assert_unchanged(mobilenet, snap, names)
+    # One decision per set the weight objective scales (the same planner finds them).
+    _, weights_report = cle.equalize_model(mobilenet, objective="weights", return_report=True)
+    assert [d.layers for d in report.scaling] == [d.layers for d in weights_report.scaling]
+    scaled = [d for d in report.scaling if d.scaled]
+    assert len(report.sets) == len(scaled)
+    for d in scaled:
+        assert d.noise_after < d.noise_before and d.reason == ""
+        assert len(d.activation_range_after) == len(d.layers) - 1
+    for d in report.scaling:
+        if not d.scaled:
+            assert d.reason and d.noise_after == d.noise_before
+    # The scales applied are the scales decided, set by set.
+    for info, d in zip(report.sets, scaled):
+        for pair, s in zip(info.cls_pair_info_list, d.scales):
+            np.testing.assert_allclose(pair.scale_factor, s)
+    # str and to_dict carry the decisions.
+    text = str(report)
+    assert "objective 'quantized'" in text
+    assert sum(line.startswith("  cls  ") for line in text.splitlines()) == len(scaled)
+    assert len(report.to_dict()["scaling"]) == len(report.scaling)
+
+
+def test_unscaled_sets_keep_their_relu6(mobilenet):
+    """ClippedReLUs appear only on sets that are scaled; the rest keep the fused-able ReLU6."""
+    new, report = cle.equalize_model(mobilenet, return_report=True)
+
+    def relu6_names(model):
+        return {la.name for la in model._flatten_layers()
+                if type(la) is L.ReLU and la.max_value is not None}
+
+    # MobileNetV2 names the ReLU6 after a layer "<layer>_relu" ("out_relu" after Conv_1):
+    # the ones bounded must be exactly those after the first/middle layer of a scaled set.
+    def relu_after(name):
+        return "out_relu" if name == "Conv_1" else f"{name}_relu"
+
+    expected = relu6_names(mobilenet) & {
+        relu_after(name) for d in report.scaling if d.scaled for name in d.layers[:-1]}
+    assert 0 < len(expected) < len(relu6_names(mobilenet))
+    assert set(report.relu6_changed) == expected
+    assert {la.name for la in _clipped(new)} == expected
+    assert relu6_names(new) == relu6_names(mobilenet) - expected
+
+
+def test_identical_channels_are_left_as_they_are():
+    """Nothing to gain: every set stays, the model is the folded one weight for weight."""
+    inp = keras.Input((8, 8, 4))
+    x = L.ReLU(6.0, name="r1")(L.BatchNormalization(name="bn1")(L.Conv2D(6, 1, name="c1")(inp)))
+    out = L.Conv2D(5, 1, name="c2")(x)
+    model = keras.Model(inp, out)
+    model.get_layer("c1").set_weights([np.ones((1, 1, 4, 6)) * 0.3, np.zeros(6)])
+    model.get_layer("c2").set_weights([np.ones((1, 1, 6, 5)) * 0.2, np.zeros(5)])
+    new, report = cle.equalize_model(model, return_report=True)
+    (d,) = report.scaling
+    assert not d.scaled and "no candidate scaling lowers" in d.reason
+    assert report.sets == [] and _clipped(new) == []
+    _, folded = cle.fold_all_batch_norms(model)
+    for la in folded.layers:
+        for a, b in zip(la.get_weights(), new.get_layer(la.name).get_weights()):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_weights_objective_is_nagel(mobilenet):
+    """objective='weights' scales every set with Nagel's ranges, as the stepwise route does."""
+    new, report = cle.equalize_model(mobilenet, objective="weights", return_report=True)
+    assert report.objective == "weights" and all(d.scaled for d in report.scaling)
+    bounded, _ = cle.replace_relu6_with_clipped_relu(mobilenet)
+    _, folded = cle.fold_all_batch_norms(bounded)
+    infos = cle.CrossLayerScaling.scale_model(folded)
+    assert len(infos) == len(report.sets)
+    for a, b in zip(infos, report.sets):
+        for pa, pb in zip(a.cls_pair_info_list, b.cls_pair_info_list):
+            np.testing.assert_allclose(pa.scale_factor, pb.scale_factor, rtol=1e-6)
+
+
+def test_calibration_ranges_are_measured_and_exact(mobilenet):
+    x = inputs_for(mobilenet, batch=4) * 3
+    new, report = cle.equalize_model(mobilenet, activation_ranges="calibration",
+                                     calibration_data=x, return_report=True)
+    assert max_rel_error(mobilenet, new, x) <= RTOL
+    _, bn_report = cle.equalize_model(mobilenet, return_report=True)
+    # Measured ranges are the calibration data's maxima, not the BN model's tails.
+    before = [d.activation_range_before for d in report.scaling]
+    assert before != [d.activation_range_before for d in bn_report.scaling]
+
+
+def test_measured_junction_is_the_data_max():
+    """SampleStats accumulates over batches to what one pass over all the data gives."""
+    rng = np.random.default_rng(0)
+    pre = rng.normal(1.0, 2.0, size=(1000, 5))
+    whole = _qnoise.junction_from_samples(pre, "relu6", 6.0)
+    st = _qnoise.SampleStats("relu6", 6.0)
+    for part in np.array_split(pre, 7):
+        st.update(part)
+    parts = st.junction()
+    for attr in ("hi", "lo", "mean_sq", "passing", "positive"):
+        np.testing.assert_allclose(getattr(parts, attr), getattr(whole, attr))
+    np.testing.assert_allclose(whole.hi, pre.max(axis=0))
+    np.testing.assert_allclose(whole.mean_sq, (np.clip(pre, 0, 6) ** 2).mean(axis=0))
+
+
+def test_scale_model_quantized_in_place(mobilenet):
+    bounded, _ = cle.replace_relu6_with_clipped_relu(mobilenet)
+    pairs, folded = cle.fold_all_batch_norms(bounded)
+    x = inputs_for(mobilenet, batch=2) * 3
+    before = keras.ops.convert_to_numpy(folded(x))
+    with pytest.raises(ValueError, match="needs folded_pairs"):
+        cle.CrossLayerScaling.scale_model(folded, objective="quantized")
+    infos = cle.CrossLayerScaling.scale_model(folded, objective="quantized", folded_pairs=pairs)
+    after = keras.ops.convert_to_numpy(folded(x))
+    assert np.abs(after - before).max() <= RTOL * np.abs(before).max()
+    assert 0 < len(infos)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"objective": "range"}, "objective must be one of"),
+    ({"activation_ranges": "data"}, "activation_ranges must be one of"),
+    ({"activation_ranges": "calibration"}, "calibration_data is needed"),
+    ({"weight_bits": 1}, "weight_bits must be an integer in"),
+    ({"activation_bits": 8.0}, "activation_bits must be an integer in"),
+    ({"per_channel_weights": "yes"}, "per_channel_weights must be a bool"),
+])
+def test_bad_options_are_refused(mobilenet, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        cle.equalize_model(mobilenet, **kwargs)
+
+
+def test_decision_without_statistics_says_why():
+    """A junction whose producer has no BN cannot be modelled without data."""
+    inp = keras.Input((8, 8, 3))
+    x = L.Conv2D(4, 3, activation="relu", name="c1")(inp)
+    out = L.Conv2D(2, 1, name="c2")(x)
+    model = randomize_biases(keras.Model(inp, out))
+    new, report = cle.equalize_model(model, return_report=True)
+    (d,) = report.scaling
+    assert not d.scaled and "no activation statistics for the output of 'c1'" in d.reason
+    assert f"keep c1 -> c2: left as it is, {d.reason}" in str(report)
+
+
+def test_in_out_ranges_cover_every_layout():
+    """R[i, o] / SQ[i, o] read the kernel the way the layer reads its input channel i."""
+    rng = np.random.default_rng(1)
+    conv = L.Conv2D(6, 3, groups=2)
+    conv.build((None, 8, 8, 4))
+    k = rng.normal(size=conv.kernel.shape)
+    r, sq, taps = _scale_choice._in_out_ranges(k, conv)
+    assert r.shape == (4, 6) and taps == 9
+    # input channel 3 is in group 1 (channels 2..3), which feeds outputs 3..5 only
+    np.testing.assert_array_equal(r[3, :3], 0)
+    np.testing.assert_allclose(r[3, 4], np.abs(k[:, :, 1, 4]).max())
+    np.testing.assert_allclose(sq[3, 4], (k[:, :, 1, 4] ** 2).sum())
+    dw = L.DepthwiseConv2D(3, depth_multiplier=2)
+    dw.build((None, 8, 8, 3))
+    kd = rng.normal(size=dw.kernel.shape)
+    r, sq, _ = _scale_choice._in_out_ranges(kd, dw)
+    assert r.shape == (3, 6)
+    np.testing.assert_allclose(r[1, 3], np.abs(kd[:, :, 1, 1]).max())
+    assert r[1, 0] == 0
+    tr = L.Conv2DTranspose(5, 3)
+    tr.build((None, 8, 8, 4))
+    kt = rng.normal(size=tr.kernel.shape)  # (*k, out, in)
+    r, _, _ = _scale_choice._in_out_ranges(kt, tr)
+    assert r.shape == (4, 5)
+    np.testing.assert_allclose(r[2, 1], np.abs(kt[:, :, 1, 2]).max())
