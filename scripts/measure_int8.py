@@ -17,6 +17,13 @@ import cle  # noqa: E402
 from cle import pretrained, quantization as q  # noqa: E402
 
 
+NETS = {
+    "mobilenet_v2": (pretrained.mobilenet_v2_imagenet, pretrained.preprocess_imagenet, 224),
+    "efficientnet_lite1": (pretrained.efficientnet_lite1_imagenet,
+                           pretrained.preprocess_efficientnet_lite, pretrained.LITE1_INPUT_SIZE),
+}
+
+
 def variants(model, calib):
     # (index: name, builder)
     yield "BN folding only", lambda: cle.fold_all_batch_norms(model)[1]
@@ -39,9 +46,10 @@ def main():
     ap.add_argument("--calib", type=int, default=64)
     ap.add_argument("--granularity", default="pt,pc")
     args = ap.parse_args()
-    model = pretrained.mobilenet_v2_imagenet()
-    x = pretrained.preprocess_imagenet(pretrained.sample_images(args.eval, seed=0))
-    xc = pretrained.preprocess_imagenet(pretrained.sample_images(args.calib, seed=1))
+    build, prep, size = NETS[args.net]
+    model = build()
+    x = prep(pretrained.sample_images(args.eval, size=size, seed=0))
+    xc = prep(pretrained.sample_images(args.calib, size=size, seed=1))
     ref = model.predict(x, verbose=0, batch_size=32)
     wanted = [v for v in args.variants.split(",") if v]
     for i, (name, make) in enumerate(variants(model, xc)):

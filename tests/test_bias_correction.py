@@ -222,7 +222,7 @@ def test_bn_stats_from_report_divides_by_scale():
     bn.beta.assign(rng.normal(0, 1, 6))
     model.get_layer("c1").kernel.assign(
         rng.normal(size=(3, 3, 3, 6)) * rng.uniform(0.05, 2, 6))
-    eq, report = cle.equalize_model(model, return_report=True)
+    eq, report = cle.equalize_model(model, objective="weights", return_report=True)
     stats = BC.bn_stats_from_report(report)
     (layer, (g, b)), = stats.items()
     assert layer.name == "c1"
@@ -238,7 +238,7 @@ def test_bn_stats_from_report_divides_by_scale():
     assert rec["c2"].mode == "analytic" and rec["c1"].mode == "skipped"
     # high-bias folding changed c1's bias by an unrecorded amount: no statistics for it
     bn.beta.assign(np.full(6, 5.0))
-    _, report = cle.equalize_model(model, high_bias_fold="all", return_report=True)
+    _, report = cle.equalize_model(model, objective="weights", high_bias_fold="all", return_report=True)
     assert any(r.absorbed for r in report.bias_absorptions)
     assert BC.bn_stats_from_report(report) == {}
 
@@ -377,7 +377,7 @@ def test_mobilenet_v2_bias_correction(capsys):
     x = P.preprocess_imagenet(P.sample_images(64, seed=0))
     calib = P.preprocess_imagenet(P.sample_images(32, seed=1))
     y_ref = model.predict(x, batch_size=32, verbose=0)
-    eq, report = cle.equalize_model(model, return_report=True)
+    eq, report = cle.equalize_model(model, objective="weights", return_report=True)
     analytic, rec_a = BC.correct_bias(eq, bn_stats=BC.bn_stats_from_report(report),
                                       return_report=True)
     empirical, rec_e = BC.correct_bias(eq, calibration_data=calib, return_report=True)

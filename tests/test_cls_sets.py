@@ -553,7 +553,7 @@ def test_chain_end_reason_is_logged_and_reported(case, caplog):
     name, build, fragments = case
     model = build()
     # equalize_model (does not modify model): the end is in the report
-    _, report = cle.equalize_model(model, relu6="keep", return_report=True)
+    _, report = cle.equalize_model(model, objective="weights", relu6="keep", return_report=True)
     reasons = [r for n, r in report.set_ends if n == "c1"]
     assert len(reasons) == 1, report.set_ends
     for frag in fragments + (["relu6='keep'"] if "relu6" in name else []):
@@ -607,7 +607,7 @@ def test_equalize_model_bound_crosses_relu6_exactly(factory):
     """The supported route across a ReLU6: equalize_model(relu6='bound')."""
     model = _relu6_model(factory)
     x = inputs_for(model) * 3
-    eq, report = cle.equalize_model(model, return_report=True)
+    eq, report = cle.equalize_model(model, objective="weights", return_report=True)
     assert _names(report.sets) == [[("c1", "c2")]]
     assert rel_err(outputs(model, x), outputs(eq, x)) <= RTOL
 
@@ -1125,7 +1125,7 @@ def test_high_bias_fold_nothing_to_absorb():
 
 def test_equalize_model_end_to_end_high_bias_fold():
     model, x = _hbf_model([L.ReLU()], L.Conv2D(5, 1, name="l2"))
-    eq, report = cle.equalize_model(model, high_bias_fold="unpadded", return_report=True)
+    eq, report = cle.equalize_model(model, objective="weights", high_bias_fold="unpadded", return_report=True)
     assert [(r.layer1, r.layer2, r.absorbed) for r in report.bias_absorptions] == [
         ("l1", "l2", True)]
     assert _names(report.sets) == [[("l1", "l2")]]

@@ -48,7 +48,7 @@ def test_bound_relu6_is_exact_and_makes_a_triplet(form):
     model = _mobile_block(form)
     snap, names = weights_snapshot(model), [la.name for la in model._flatten_layers()]
     x = inputs_for(model) * 4  # drive the ReLU6 caps
-    new, report = cle.equalize_model(model, high_bias_fold="none", return_report=True)
+    new, report = cle.equalize_model(model, objective="weights", high_bias_fold="none", return_report=True)
     assert len(report.folded) == 3
     assert [[(p.layer1.name, p.layer2.name) for p in s.cls_pair_info_list] for s in report.sets] == [
         [("expand", "dw"), ("dw", "project")]]
@@ -66,7 +66,7 @@ def test_fused_relu6_is_split_into_a_clipped_relu():
     x = L.Conv2D(4, 3, name="c2")(x)
     model = _rand(keras.Model(inp, x))
     x_in = inputs_for(model) * 5
-    new, report = cle.equalize_model(model, return_report=True)
+    new, report = cle.equalize_model(model, objective="weights", return_report=True)
     assert report.relu6_changed == ["c1 (fused activation)"]
     assert isinstance(new.get_layer("c1_relu6"), cle.ClippedReLU)
     assert keras.activations.serialize(new.get_layer("c1").activation) == "linear"
@@ -76,7 +76,7 @@ def test_fused_relu6_is_split_into_a_clipped_relu():
 
 def test_keep_mode_leaves_relu6_and_ends_the_set():
     model = _mobile_block()
-    new, report = cle.equalize_model(model, relu6="keep", return_report=True)
+    new, report = cle.equalize_model(model, objective="weights", relu6="keep", return_report=True)
     assert report.sets == [] and report.relu6_changed == []
     ends = dict(report.set_ends)
     assert "'r1' is a ReLU capped at 6.0 (relu6='keep')" in ends["expand"]
@@ -86,7 +86,7 @@ def test_keep_mode_leaves_relu6_and_ends_the_set():
 
 def test_replace_mode_changes_relu6_to_relu():
     model = _mobile_block("activation")
-    new, report = cle.equalize_model(model, relu6="replace", high_bias_fold="none",
+    new, report = cle.equalize_model(model, objective="weights", relu6="replace", high_bias_fold="none",
                                       return_report=True)
     assert sorted(report.relu6_changed) == ["r1", "r2"]
     assert type(new.get_layer("r1")) is L.ReLU and new.get_layer("r1").max_value is None
@@ -136,26 +136,37 @@ def test_high_bias_fold_defaults_skip_padded_layers_and_stay_exact_above_c():
         layer.moving_variance.assign(np.ones(6))
     # Small inputs keep every pre-activation within beta ± 3|gamma|: absorption is exact.
     x_in = inputs_for(model) * 0.05
-    new, report = cle.equalize_model(model, high_bias_fold="unpadded", return_report=True)
+    new, report = cle.equalize_model(model, objective="weights", high_bias_fold="unpadded", return_report=True)
     recs = {(r.layer1, r.layer2): r for r in report.bias_absorptions}
     assert recs[("c1", "c2")].absorbed and recs[("c1", "c2")].channels == 6
     assert not recs[("c2", "dw")].absorbed and "zero-pads its input" in recs[("c2", "dw")].reason
     assert max_rel_error(model, new, x_in) <= RTOL
     # Textbook behaviour absorbs into the padded depthwise too: inexact at the borders.
-    textbook = cle.equalize_model(model, high_bias_fold="all")
+    textbook = cle.equalize_model(model, objective="weights", high_bias_fold="all")
     assert max_rel_error(model, textbook, x_in) > 1e-3
 
 
 def test_report_to_dict_is_json_and_str_is_readable():
     model = _mobile_block(residual=True)
-    _, report = cle.equalize_model(model, return_report=True)
+    _, report = cle.equalize_model(model, objective="weights", return_report=True)
     data = json.loads(json.dumps(report.to_dict()))
     assert set(data) == {"folded", "fold_skipped", "relu6", "relu6_changed", "sets",
-                         "set_ends", "bias_absorptions", "bias_corrections"}
+                         "set_ends", "bias_absorptions", "bias_corrections", "objective",
+                         "scaling"}
+    assert data["objective"] == "weights"
+    assert [d["layers"] for d in data["scaling"]] == [
+        [p["layer1"] for p in s] + [s[-1]["layer2"]] for s in data["sets"]]
+    _, quantized = cle.equalize_model(model, return_report=True)
+    qdata = json.loads(json.dumps(quantized.to_dict()))
+    assert qdata["objective"] == "quantized"
+    for d in qdata["scaling"]:
+        assert {"layers", "scaled", "noise_before", "noise_after", "noise_change_db",
+                "activation_range_before", "activation_range_after", "reason"} <= set(d)
     assert data["sets"][0][0]["layer1"] == "expand"
     assert len(data["sets"][0][0]["scale_range"]) == 2
     text = str(report)
-    assert "batch norms folded: 3" in text and "scaled sets: 1 (0 pairs, 1 triplets)" in text
+    assert "batch norms folded: 3" in text
+    assert "scaled sets: 1 (0 pairs, 1 triplets; objective 'weights')" in text
     assert "end  project: the output of 'project' feeds 1 layers" not in text
     assert "end  project:" in text and "'add'" in text
 
@@ -174,7 +185,7 @@ def test_bad_options():
 
 def test_equalized_model_saves_and_loads(tmp_path):
     model = _mobile_block()
-    new = cle.equalize_model(model)
+    new = cle.equalize_model(model, objective="weights")
     path = tmp_path / "eq.keras"
     new.save(path)
     loaded = keras.models.load_model(path)
@@ -198,7 +209,7 @@ def test_applications_all_relu6_modes(name, n_sets, n_triplets):
     _rand(model, deep=True)
     x = np.random.default_rng(5).uniform(-1, 1, (2, 224, 224, 3)).astype("float32")
     for relu6 in ("bound", "keep", "replace"):
-        new, report = cle.equalize_model(model, relu6=relu6, high_bias_fold="none",
+        new, report = cle.equalize_model(model, objective="weights", relu6=relu6, high_bias_fold="none",
                                           return_report=True)
         triplets = sum(len(s.cls_pair_info_list) == 2 for s in report.sets)
         err = max_rel_error(model, new, x)
@@ -222,7 +233,7 @@ def real_mobilenet():
 @pytest.mark.slow
 def test_real_mobilenet_v2_bound_equalization_is_exact(real_mobilenet):
     model, x, y = real_mobilenet
-    new, report = cle.equalize_model(model, high_bias_fold="none", return_report=True)
+    new, report = cle.equalize_model(model, objective="weights", high_bias_fold="none", return_report=True)
     assert len(report.folded) == 52
     assert sum(len(s.cls_pair_info_list) == 2 for s in report.sets) == 17
     y_new = new.predict(x, batch_size=32, verbose=0).astype(np.float64)
@@ -249,7 +260,7 @@ def test_real_mobilenet_v2_high_bias_fold_effect_is_measured(real_mobilenet):
 
     rows = {}
     for hbf in ("unpadded", "all"):
-        new, report = cle.equalize_model(model, high_bias_fold=hbf, return_report=True)
+        new, report = cle.equalize_model(model, objective="weights", high_bias_fold=hbf, return_report=True)
         y_new = new.predict(x, batch_size=32, verbose=0).astype(np.float64)
         absorbed = sum(r.absorbed for r in report.bias_absorptions)
         rows[hbf] = (np.mean(y.argmax(1) == y_new.argmax(1)), sqnr(y, y_new), absorbed)
@@ -291,7 +302,7 @@ def test_channels_first_bias_ambiguity_ends_the_set():
     inp = keras.Input((3, 8, 6))  # conv output (4, 6, 4): channels == last spatial size
     x = L.ReLU()(L.Conv2D(4, 3, data_format="channels_first", name="c1")(inp))
     model = _rand(keras.Model(inp, L.Conv2D(2, 1, data_format="channels_first", name="c2")(x)))
-    new, report = cle.equalize_model(model, return_report=True)
+    new, report = cle.equalize_model(model, objective="weights", return_report=True)
     assert report.sets == []
     assert "Keras adds its bias on the wrong axis" in dict(report.set_ends)["c1"]
     assert max_rel_error(model, new, inputs_for(model)) <= RTOL
@@ -305,9 +316,10 @@ def test_equalize_with_bias_correction(mode):
     model = _mobile_block()
     x = inputs_for(model, batch=64, seed=7) * 2
     kwargs = {"calibration_data": x[:32]} if mode == "empirical" else {}
-    plain = cle.equalize_model(model)
-    new, report = cle.equalize_model(model, bias_correction=mode, weight_bits=4,
-                                      return_report=True, **kwargs)
+    plain = cle.equalize_model(model, objective="weights")
+    new, report = cle.equalize_model(model, objective="weights", bias_correction=mode,
+                                     weight_bits=4, per_channel_weights=False,
+                                     return_report=True, **kwargs)
     assert any(r.corrected for r in report.bias_corrections)
     assert "bias correction:" in str(report)
     assert report.to_dict()["bias_corrections"]
