@@ -350,16 +350,19 @@ def _tensor_mean(x, stats, notes, allow_flatten=False, depth=0):
         x = p.inputs[0]
     lo, hi = -np.inf, np.inf
     flatten = None
+    if mean is None:
+        # Per-channel caps (ClippedReLU) must have one entry per channel of the statistics.
+        n = np.shape(beta)
+        if any(np.ndim(v) and np.shape(v) != n for op in ops if op[0] == "clip"
+               for v in op[1:]):
+            raise _Skip("the caps on the path do not match the statistics' channel count")
     for op in reversed(ops):
         if op[0] == "flatten":
             flatten = op
             continue
         lo, hi = np.clip(lo, op[1], op[2]), np.clip(hi, op[1], op[2])
     if mean is None:
-        try:
-            mean = expected_clipped_normal(beta, gamma, lo, hi)
-        except ValueError:
-            raise _Skip("the caps on the path do not match the statistics' channel count")
+        mean = expected_clipped_normal(beta, gamma, lo, hi)
     if flatten is not None:
         _, layer, shape = flatten
         mean = _through_flatten(layer, shape, mean)
@@ -588,14 +591,21 @@ def _quiet_call(fn, x):
         return fn(x, training=False)
 
 
+def _input_model(model, layer):
+    """A model from ``model``'s inputs to ``layer``'s input (``ValueError`` from Keras when that
+    input is not connected to them)."""
+    return keras.Model(model.inputs, layer.input)
+
+
 def _measure(model, layer, qmodel, qlayer, call, batches, eps):
     """``E[W_q ∗ x_q] − E[W ∗ x]`` per output channel over the calibration data, where ``x``
     is ``layer``'s input in the float ``model`` and ``x_q`` ``qlayer``'s input in ``qmodel``
     (quantized kernels, biases corrected so far); or (None, reason)."""
     try:
-        sub_f = keras.Model(model.inputs, layer.input)
-        sub_q = keras.Model(qmodel.inputs, qlayer.input)
-    except Exception as exc:  # noqa: BLE001 - e.g. a layer inside a nested sub-model
+        sub_f, sub_q = _input_model(model, layer), _input_model(qmodel, qlayer)
+    except ValueError as exc:
+        # Keras refuses a sub-model whose output is not connected to the model's inputs, e.g.
+        # the input of a layer inside a nested sub-model. Anything else is a bug: let it out.
         return None, f"its input cannot be read from the model's inputs ({type(exc).__name__})"
     w = np.asarray(keras.ops.convert_to_numpy(layer.kernel), dtype=np.float64)
     in_shape = call.inputs[0].shape

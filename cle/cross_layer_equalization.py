@@ -277,7 +277,8 @@ class CrossLayerScaling:
                 triplets (the depthwise layer with depth_multiplier 1).
             model: the model the layers belong to. Optional: without it the check follows the
                 layers' own Keras nodes, which cannot see whether an output is also a model
-                output.
+                output, so a set whose layer1 output is a model output is scaled (and that
+                output changes by 1/s). Pass the model for the complete check.
             check: refuse (``ValueError``) a set whose scaling would change what the model
                 computes: layer1's output also feeds another layer, a non-homogeneous
                 activation between the layers, a shared layer. ``check=False`` scales anyway

