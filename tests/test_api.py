@@ -47,11 +47,14 @@ DEFAULTS = {
     "cross_layer_equalization.equalize_model": {
         "relu6": "bound", "high_bias_fold": "none", "margin": 3.0, "return_report": False,
         "bias_correction": "none", "calibration_data": None, "weight_bits": 8,
-        "per_channel_weights": False,
+        "per_channel_weights": True, "objective": "quantized", "activation_bits": 8,
+        "activation_ranges": "bn",
     },
     "cross_layer_equalization.replace_relu6_with_relu": {},
     "cross_layer_equalization.replace_relu6_with_clipped_relu": {},
-    "cross_layer_equalization.CrossLayerScaling.scale_model": {},
+    "cross_layer_equalization.CrossLayerScaling.scale_model": {
+        "objective": "weights", "folded_pairs": None, "per_channel_weights": True,
+        "weight_bits": 8, "activation_bits": 8},
     "cross_layer_equalization.CrossLayerScaling.scale_cls_sets": {"model": None, "check": True},
     "cross_layer_equalization.CrossLayerScaling.create_cls_set_info_list": {},
     "cross_layer_equalization.ClsSetInfo": {"cls_pair_2": None},
@@ -91,6 +94,9 @@ DEFAULTS = {
         "FoldedDepthwiseConv2D")},
     # cle.pretrained
     "pretrained.mobilenet_v2_imagenet": {},
+    "pretrained.efficientnet_lite1_imagenet": {},
+    "pretrained.efficientnet_lite1_weights_path": {},
+    "pretrained.preprocess_efficientnet_lite": {},
     "pretrained.load_torch_legacy_checkpoint": {},
     "pretrained.mobilenet_v2_weights_path": {},
     "pretrained.preprocess_imagenet": {},
