@@ -785,7 +785,8 @@ def _measure_junctions(model, plan, matches, data, value, progress):
         return {}
     probe = keras.Model(model.inputs, [layer.output for _, layer in targets])
     stats = [_qnoise.SampleStats(*_scale_choice.junction_kind(link, value)) for link, _ in targets]
-    batches = _check_data(model, data)
+    # Small batches: the probe returns every junction's whole activation at once.
+    batches = [b[i: i + 8] for b in _check_data(model, data) for i in range(0, len(b), 8)]
     for b, batch in enumerate(batches):
         if progress is not None:
             progress(f"activation ranges: batch {b + 1}/{len(batches)}")
