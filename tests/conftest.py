@@ -11,8 +11,21 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
+import pytest  # noqa: E402
 
 import cle  # noqa: E402
+
+# The suite runs once per backend (`make test`: TensorFlow, then KERAS_BACKEND=jax).
+BACKEND = keras.backend.backend()
+
+
+def tensorflow_only(why):
+    """Skip marker for a test that needs the TensorFlow backend itself (TFLite conversion of a
+    Keras model, tf.data, tf.GradientTape, a TensorFlow-backend bug); ``why`` says what."""
+    return pytest.mark.skipif(
+        BACKEND != "tensorflow",
+        reason=f"TensorFlow backend only ({why}); running on {BACKEND}",
+    )
 
 # Issue 2's bound: folded outputs match within 1e-5 of the largest output magnitude.
 RTOL = 1e-5
