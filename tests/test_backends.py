@@ -180,3 +180,27 @@ def test_float64_fold_is_exact_against_numpy():
         err = np.abs(y_folded - reference).max() / np.abs(reference).max()
         assert err < 1e-12, err  # float64 all the way: exact to rounding
         assert max_rel_error(model, folded, x) <= RTOL
+
+
+# ------------------------------------------------- a whole real network on every backend
+
+
+@pytest.mark.slow
+@pytest.mark.jax_ci
+def test_real_mobilenet_v2_fold_equalize_and_fuse():
+    """The real pretrained MobileNetV2 on real photo crops: folding, equalization (relu6 bound)
+    and fusing for training keep the function, on every backend."""
+    from cle import pretrained
+
+    model = pretrained.mobilenet_v2_imagenet()
+    x = pretrained.preprocess_imagenet(pretrained.sample_images(4))
+    snapshot = weights_snapshot(model)
+    pairs, folded = cle.fold_all_batch_norms(model)
+    assert len(pairs) == 52
+    assert max_rel_error(model, folded, x) <= RTOL
+    equalized, report = cle.equalize_model(model, return_report=True)
+    assert len(report.sets) > 0
+    assert max_rel_error(model, equalized, x) <= RTOL
+    fused = cle.fuse_for_training(model)
+    assert max_rel_error(model, fused, x) <= RTOL
+    _assert_weights_equal(model, snapshot)
