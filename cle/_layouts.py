@@ -96,16 +96,20 @@ def bias_on_wrong_axis(layer, out_shape) -> str | None:
     ``tf.nn.bias_add`` and picks NHWC whenever ``x``'s last axis also has C entries, so a
     channels_first layer whose last spatial size equals its channel count adds its bias along
     the last axis (measured). A transform that changes such a layer's bias would then not
-    compute what the formulas say.
+    compute what the formulas say. This is a TensorFlow-backend bug: other backends (JAX,
+    PyTorch) add the bias on the channel axis, so the guard applies on TensorFlow only.
     """
+    if keras.backend.backend() != "tensorflow":
+        return None
     if getattr(layer, "data_format", None) != "channels_first" or len(out_shape) < 3:
         return None
     if out_shape[1] is None or out_shape[1] != out_shape[-1]:
         return None
     return (
         f"'{layer.name}' is channels_first with its last spatial size equal to its "
-        f"{out_shape[1]} channels; Keras adds its bias on the wrong axis there (tf.nn.bias_add "
-        "takes it for channels_last), so a changed bias would not be applied per channel"
+        f"{out_shape[1]} channels; on the TensorFlow backend Keras adds its bias on the wrong "
+        "axis there (tf.nn.bias_add takes it for channels_last), so a changed bias would not "
+        "be applied per channel"
     )
 
 

@@ -41,7 +41,9 @@ convolution. Gradients flow through ``μ_B, σ_B`` as in Keras' BN.
 Moving statistics update in training exactly like Keras BN's,
 ``moving = moving·momentum + batch·(1 − momentum)``, until ``ema_freeze_delay`` training steps have
 been taken; from then on they stay fixed and training uses them (no batch statistics). The step
-counter is a non-trainable int64 weight named ``step``, saved with the layer's weights. As for
+counter is a non-trainable integer weight named ``step``, saved with the layer's weights: int64 on
+TensorFlow, int32 on the other backends (the dtype Keras gives its optimizers' iteration counter,
+``"int"``; JAX has no int64 unless ``JAX_ENABLE_X64`` is set and would truncate with a warning). As for
 Keras BN, a layer with ``trainable=False`` always runs in inference mode.
 
 Layers: :class:`FoldedConv1D`, :class:`FoldedConv2D`, :class:`FoldedDepthwiseConv1D`,
@@ -57,11 +59,16 @@ from __future__ import annotations
 import logging
 
 import keras
+import numpy as np
 from keras import ops
 
 from cle import batch_norm_fold as _bnf
 from cle._graph import graph_view
 from cle._rebuild import LayerEdit, rebuild
+
+# The step counter's dtype: Keras' "int", the dtype of its optimizers' iteration counter (int64
+# on TensorFlow, int32 elsewhere: JAX without JAX_ENABLE_X64 truncates int64 with a warning).
+_STEP_DTYPE = "int64" if keras.backend.backend() == "tensorflow" else "int32"
 
 __all__ = [
     "FakeQuant",
@@ -288,7 +295,7 @@ class _FoldedBatchNorm:
             initializer=self.moving_variance_initializer, trainable=False, autocast=False,
         )
         self.step = self.add_weight(
-            name="step", shape=(), dtype="int64", initializer="zeros", trainable=False,
+            name="step", shape=(), dtype=_STEP_DTYPE, initializer="zeros", trainable=False,
             autocast=False,
         )
 
@@ -492,7 +499,7 @@ _FUSED_ARGS_DOC = """
             saving.
 
     Weights, in this order: ``kernel``, ``bias`` (if ``use_bias``), ``gamma`` (if ``scale``),
-    ``beta`` (if ``center``), ``moving_mean``, ``moving_variance``, ``step`` (int64).
+    ``beta`` (if ``center``), ``moving_mean``, ``moving_variance``, ``step`` (int64 on TensorFlow, int32 on other backends).
 """
 
 
@@ -703,8 +710,10 @@ def _fused_config(layer, bn, options):
 
 
 def _copy_into_fused(fused, layer, bn):
+    # A copy, never the same array: on JAX, assigning another variable's value shares its
+    # buffer, and training one model then deletes (donates) the other's arrays.
     def put(var, value):
-        var.assign(ops.cast(ops.convert_to_tensor(value), var.dtype))
+        var.assign(ops.cast(np.array(ops.convert_to_numpy(value), copy=True), var.dtype))
 
     put(fused.kernel, layer.kernel)
     if layer.use_bias:

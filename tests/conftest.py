@@ -44,6 +44,40 @@ def real_mobilenet_v2():
     return pretrained.mobilenet_v2_imagenet()
 
 
+# The suite runs once per backend (`make test`: TensorFlow, then KERAS_BACKEND=jax).
+BACKEND = keras.backend.backend()
+
+
+def tensorflow_only(why):
+    """Skip marker for a test that needs the TensorFlow backend itself (TFLite conversion of a
+    Keras model, tf.data, tf.GradientTape, a TensorFlow-backend bug); ``why`` says what."""
+    return pytest.mark.skipif(
+        BACKEND != "tensorflow",
+        reason=f"TensorFlow backend only ({why}); running on {BACKEND}",
+    )
+
+
+# What the JAX run leaves out for time (docs/backends.md): JAX compiles every new op shape on
+# first use, so tests that build many models or whole networks cost several times what they
+# cost on TensorFlow. They test backend-independent planning and whole-network arithmetic that
+# the TensorFlow run covers; tests marked `jax_ci` (whole networks on JAX) run anyway.
+_NOT_ON_JAX_FOR_TIME = {
+    "test_fold_properties.py": "hypothesis random graphs (170 models, each compiled anew by JAX; "
+    "over 20 min on 2 cores)",
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    if BACKEND != "jax":
+        return
+    for item in items:
+        why = _NOT_ON_JAX_FOR_TIME.get(item.path.name)
+        if why is None and item.get_closest_marker("slow") and not item.get_closest_marker("jax_ci"):
+            why = "whole networks (slow); on JAX covered by the jax_ci tests in test_backends"
+        if why is not None:
+            item.add_marker(pytest.mark.skip(
+                reason=f"skipped on JAX to keep CI within budget: {why}; runs on TensorFlow"))
+
 # Issue 2's bound: folded outputs match within 1e-5 of the largest output magnitude.
 RTOL = 1e-5
 

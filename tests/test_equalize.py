@@ -14,6 +14,7 @@ from conftest import (
     randomize_batch_norms,
     randomize_biases,
     real_mobilenet_v2,
+    tensorflow_only,
     weights_snapshot,
 )
 
@@ -310,6 +311,7 @@ def test_in_place_scaling_never_crosses_a_plain_relu6(form):
     assert np.abs(before - after).max() <= RTOL * np.abs(before).max()
 
 
+@tensorflow_only("a TensorFlow-backend bias_add bug; other backends scale: test_backends")
 def test_channels_first_bias_ambiguity_ends_the_set():
     inp = keras.Input((3, 8, 6))  # conv output (4, 6, 4): channels == last spatial size
     x = L.ReLU()(L.Conv2D(4, 3, data_format="channels_first", name="c1")(inp))

@@ -3,7 +3,7 @@
 import keras
 import numpy as np
 import pytest
-from conftest import RTOL, assert_folds, randomize_batch_norms, randomize_biases
+from conftest import RTOL, assert_folds, randomize_batch_norms, randomize_biases, tensorflow_only
 
 L = keras.layers
 
@@ -152,6 +152,7 @@ def test_folded_dtype_and_no_bias_layer_gets_bias():
     (lambda: L.Conv2D(4, 3, data_format="channels_first", name="layer"), (2, 6, 6)),
     (lambda: L.DepthwiseConv2D(3, data_format="channels_first", name="layer"), (4, 6, 6)),
 ], ids=["transpose", "conv", "depthwise"])
+@tensorflow_only("a TensorFlow-backend bias_add bug; other backends fold: test_backends")
 def test_channels_first_keras_bias_bug_is_skipped(factory, shape):
     # Keras 3.15 adds a channels_first layer's bias on the last axis when the last spatial
     # output size equals the channel count (here 4 == 4, 5 == 5): folding would be wrong.
@@ -160,6 +161,7 @@ def test_channels_first_keras_bias_bug_is_skipped(factory, shape):
     assert "Keras adds its bias on the wrong axis" in pairs.skipped[0].reason
 
 
+@tensorflow_only("a TensorFlow-backend bias_add bug; other backends fold: test_backends")
 def test_keras_bias_add_ambiguity_is_real():
     """The Keras behaviour the skip above guards against; if Keras fixes it, this fails and the
     guard (cle._layouts.bias_on_wrong_axis) can be narrowed."""

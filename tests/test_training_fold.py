@@ -16,6 +16,7 @@ import sys
 import keras
 import numpy as np
 import pytest
+from conftest import tensorflow_only
 
 from cle.batch_norm_fold import FoldedPairs
 from cle.training_fold import (
@@ -247,6 +248,7 @@ def test_trainable_false_runs_in_inference_mode():
     assert int(_np(fused.step)) == 0
 
 
+@tensorflow_only("tf.GradientTape")
 def test_gradients_reach_kernel_and_gamma_through_fake_quant():
     import tensorflow as tf
 
@@ -265,6 +267,7 @@ def test_gradients_reach_kernel_and_gamma_through_fake_quant():
 # --------------------------------------------------------------------------- FakeQuant
 
 
+@tensorflow_only("tf.GradientTape")
 def test_fake_quant_values_and_straight_through_gradient():
     import tensorflow as tf
 
