@@ -83,7 +83,10 @@ class _Rebuilder:
             if edit is not None:
                 config.update(edit.config)
             new = layer.__class__.from_config(config)
-            self.pairs.append((layer, new))
+            if isinstance(layer, keras.layers.Layer):
+                # A plain operation (``x + y``, ``keras.ops.multiply`` on KerasTensors) has no
+                # weights: it is rebuilt from its config and needs nothing copied.
+                self.pairs.append((layer, new))
         if edit is not None and edit.insert_after is not None:
             self.inserted[id(new)] = edit.insert_after(layer)
         self.clones[key] = new
