@@ -129,7 +129,10 @@ def main(argv=None):
             cmd += ["--size", str(size)]
         out = subprocess.run(cmd, capture_output=True, text=True)
         if out.returncode != 0:
-            print(f"| {name} | failed: {out.stderr.strip().splitlines()[-1]} |", flush=True)
+            errs = [ln for ln in out.stderr.splitlines() if ln.strip() and not ln.startswith(
+                ("I0000", "WARNING: All log"))]
+            print(f"| {name} | failed (exit code {out.returncode}): "
+                  f"{errs[-1] if errs else 'no message (killed?)'} |", flush=True)
             continue
         r = json.loads(out.stdout.strip().splitlines()[-1])
         row = (f"| {r['model']} | {r['input']} | {r['weights_mb']:.0f} | {r['clone_s']:.2f} | "
