@@ -131,8 +131,10 @@ def main(argv=None):
         if out.returncode != 0:
             errs = [ln for ln in out.stderr.splitlines() if ln.strip() and not ln.startswith(
                 ("I0000", "WARNING: All log"))]
-            print(f"| {name} | failed (exit code {out.returncode}): "
-                  f"{errs[-1] if errs else 'no message (killed?)'} |", flush=True)
+            row = (f"| {name} | failed (exit code {out.returncode}): "
+                   f"{errs[-1] if errs else 'no message (killed?)'} |")
+            print(row, flush=True)
+            rows.append(row)
             continue
         r = json.loads(out.stdout.strip().splitlines()[-1])
         row = (f"| {r['model']} | {r['input']} | {r['weights_mb']:.0f} | {r['clone_s']:.2f} | "
