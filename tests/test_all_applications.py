@@ -42,11 +42,11 @@ pytestmark = pytest.mark.slow
 
 APPS = application_constructors()
 
-# The smallest variant of each keras.applications family: all checks.
+# The smallest variant of each keras.applications family (module): all checks.
 FULL = {
     "ConvNeXtTiny", "DenseNet121", "EfficientNetB0", "EfficientNetV2B0", "InceptionResNetV2",
     "InceptionV3", "MobileNet", "MobileNetV2", "MobileNetV3Small", "MobileNetV3Large",
-    "NASNetMobile", "ResNet50", "ResNet50V2", "VGG16", "Xception",
+    "NASNetMobile", "ResNet50", "ResNet50V2", "VGG16", "VGG19", "Xception",
 }
 FLOAT64 = {name for name in APPS if name.startswith("EfficientNetV2")}
 
