@@ -14,7 +14,7 @@ The smallest variant of each family (``FULL``) is also checked with ``fold_all_b
 widths and depths; checking them once keeps the whole file within the CI budget (the largest,
 ConvNeXtXLarge, has 350 M parameters even at 32×32).
 
-EfficientNetV2 is built in float64: randomized float32 EfficientNetV2 drifts by itself (0.6
+EfficientNetV2 and ResNet152 are built in float64: randomized float32 EfficientNetV2 drifts by itself (0.6
 relative on V2-S in float32 against 4.5e-15 in float64, as measured for issue #10), so a float32 check
 would measure the network's conditioning, not the transforms.
 """
@@ -48,7 +48,9 @@ FULL = {
     "InceptionV3", "MobileNet", "MobileNetV2", "MobileNetV3Small", "MobileNetV3Large",
     "NASNetMobile", "ResNet50", "ResNet50V2", "VGG16", "VGG19", "Xception",
 }
-FLOAT64 = {name for name in APPS if name.startswith("EfficientNetV2")}
+# ResNet152: float32 round-off alone reaches ~1.3e-5 relative after equalization (ResNet101:
+# 3e-6), so it is checked where rounding cannot hide or fake a transform error.
+FLOAT64 = {name for name in APPS if name.startswith("EfficientNetV2")} | {"ResNet152"}
 
 
 def test_every_family_has_a_fully_checked_model():
