@@ -34,6 +34,7 @@ demo: $(STAMP)
 bench: $(STAMP)
 	$(PY) benchmarks/bench_fold.py
 	$(PY) benchmarks/bench_equalize.py
+	$(PY) benchmarks/bench_cost.py
 
 clean:
 	rm -rf $(VENV)

@@ -49,19 +49,28 @@ def channel_ranges(kernel, axis, kind="standard", groups=1):
     Returns:
         float64 array of shape (C,).
     """
-    a = np.abs(_as64(kernel))
+    # |W| and max are exact in the kernel's own dtype, and so is the cast of the result to
+    # float64: the same ranges as in float64, without a float64 copy of the whole kernel.
+    a = np.abs(np.asarray(kernel))
     if kind == "depthwise_out":
-        return a.reshape((-1, a.shape[-2] * a.shape[-1])).max(axis=0)
+        return _as64(a.reshape((-1, a.shape[-2] * a.shape[-1])).max(axis=0))
     if kind == "grouped_in":
         g = _grouped_view(a, groups)  # (*k, ipg, groups, opg)
         per = g.reshape((-1,) + g.shape[-3:]).max(axis=(0, 3))  # (ipg, groups)
-        return per.T.reshape(-1)
-    return np.moveaxis(a, axis, -1).reshape((-1, a.shape[axis])).max(axis=0)
+        return _as64(per.T.reshape(-1))
+    axis = axis % a.ndim
+    return _as64(a.max(axis=tuple(i for i in range(a.ndim) if i != axis)))
 
 
 def scale_channels(kernel, factors, axis, kind="standard", groups=1):
-    """Multiply each channel (as in :func:`channel_ranges`) by ``factors``; returns float64."""
-    k = _as64(kernel)
+    """Multiply each channel (as in :func:`channel_ranges`) by ``factors``; returns float64.
+
+    The product is computed in float64 (numpy promotes the kernel's float32 to float64 exactly)
+    without a separate float64 copy of the kernel first.
+    """
+    k = np.asarray(kernel)
+    if not np.issubdtype(k.dtype, np.floating):
+        k = _as64(k)
     f = _as64(factors)
     if kind == "depthwise_out":
         shape = k.shape

@@ -7,6 +7,10 @@ Everything else works on the flat view built here:
 * every *call* of a layer is a :class:`Call` (a layer called twice gives two calls);
 * every tensor is a :class:`Tensor` with one producer call (``None`` for a model input) and
   the list of calls that consume it;
+* a plain Keras operation called on KerasTensors (``x + y``, ``keras.ops.multiply``, an
+  ops-built hard-swish) is a call like any layer's; it has no weights, and
+  :attr:`Call.kind` tells the matchers which layer class it behaves as (an elementwise add of
+  two same-shape tensors is a ``keras.layers.Add``, a product a ``keras.layers.Multiply``);
 * nested Functional/Sequential sub-models are seen through: their inner calls appear in the
   flat view, wired to the outer tensors that feed the sub-model, so a pattern such as
   ``conv`` (inside a sub-model) → ``BatchNormalization`` (outside) is visible.
@@ -21,6 +25,7 @@ from typing import Any
 
 import keras
 from keras.src.models.functional import Functional
+from keras.src.ops import numpy as _ops_numpy
 
 __all__ = ["Call", "GraphView", "Tensor", "graph_view", "local_view"]
 
@@ -54,6 +59,34 @@ class Call:
     @property
     def name(self) -> str:
         return "/".join(self.scope + (self.layer.name,))
+
+    @property
+    def is_layer(self) -> bool:
+        """False for a plain Keras operation (``x + y`` on KerasTensors), which has no
+        weights and no config to edit."""
+        return isinstance(self.layer, keras.layers.Layer)
+
+    @property
+    def kind(self) -> type:
+        """The layer class this call behaves as: ``type(layer)`` for a layer; for a plain
+        operation, the equivalent merge layer when there is one (an elementwise add of two
+        or more same-shape tensors is ``keras.layers.Add``, a product ``keras.layers.Multiply``),
+        else the operation's own class."""
+        if self.is_layer:
+            return type(self.layer)
+        merge = _OP_MERGES.get(type(self.layer))
+        if (merge is not None and len(self.inputs) >= 2 and len(self.outputs) == 1
+                and all(t.shape == self.outputs[0].shape for t in self.inputs)):
+            return merge
+        return type(self.layer)
+
+
+# Plain operations that are a merge layer when every argument is a same-shape tensor. The
+# shape check also rules out ``x + 1.0`` (one tensor input) and broadcasting.
+_OP_MERGES = {
+    _ops_numpy.Add: keras.layers.Add,
+    _ops_numpy.Multiply: keras.layers.Multiply,
+}
 
 
 @dataclasses.dataclass(eq=False)

@@ -314,7 +314,7 @@ def _tensor_mean(x, stats, notes, allow_flatten=False, depth=0):
         if layout_of(layer) is not None:
             raise _Skip(f"no statistics for the output of '{layer.name}' (no batch norm "
                         "folded backward into it)")
-        if type(layer) in _MERGE:
+        if p.kind in _MERGE:  # a layer, or an op such as ``x + y`` (see _graph.Call.kind)
             if any(op[0] == "clip" for op in ops):
                 raise _Skip(f"a ReLU follows '{layer.name}' ({type(layer).__name__}); the "
                             "distribution of its output is not modelled")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import re
 from typing import Any
 
 import keras
@@ -48,12 +49,14 @@ _OBJECTIVES = ("quantized", "weights")
 
 
 def _get(layer, attr):
-    return keras.ops.convert_to_numpy(getattr(layer, attr)).astype(np.float64)
+    """The variable as a numpy array in its own dtype (the math promotes to float64 layer by
+    layer; a float64 copy of every kernel here would only add memory)."""
+    return keras.ops.convert_to_numpy(getattr(layer, attr))
 
 
 def _set(layer, attr, value):
     var = getattr(layer, attr)
-    var.assign(keras.ops.convert_to_tensor(np.asarray(value), dtype=var.dtype))
+    var.assign(np.asarray(value, dtype=var.dtype))
 
 
 # ---------------------------------------------------------------------------- ReLU6
@@ -654,6 +657,48 @@ class EqualizationReport:
     bias_corrections: list = dataclasses.field(default_factory=list)
     scaling: list = dataclasses.field(default_factory=list)
     objective: str = "weights"
+    # Names of the input model's layers, operations and sub-models, to group reasons in
+    # summary().
+    layer_names: frozenset = dataclasses.field(default_factory=frozenset, repr=False)
+
+    def reasons(self) -> list[tuple[str, str, int, str]]:
+        """Set ends and fold skips grouped by reason, layer names masked as ``'…'``.
+
+        Returns:
+            ``(what, reason, count, example)`` sorted by what ("bn skip" / "set end" /
+            "set kept": a set found but left unscaled by ``objective="quantized"``) and
+            falling count; ``example`` is the first layer (or BN) with that reason.
+        """
+        names = set(self.layer_names)
+        names.update(n for n, _ in self.set_ends)
+        names.update(s.bn.name for s in self.fold_skipped)
+
+        def mask(reason):
+            return re.sub(r"'([^']*)'",
+                          lambda m: "'…'" if m.group(1) in names else m.group(0), reason)
+
+        groups: dict[tuple[str, str], list[str]] = {}
+        for name, reason in self.set_ends:
+            groups.setdefault(("set end", mask(reason)), []).append(name)
+        for s in self.fold_skipped:
+            groups.setdefault(("bn skip", mask(s.reason)), []).append(s.bn.name)
+        for d in self.scaling:
+            if not d.scaled:
+                groups.setdefault(("set kept", mask(d.reason)), []).append(d.layers[0])
+        rows = [(what, reason, len(who), who[0]) for (what, reason), who in groups.items()]
+        return sorted(rows, key=lambda r: (r[0], -r[2], r[1]))
+
+    def summary(self) -> str:
+        """Counts, and one line per distinct reason (not per layer) for what was left out."""
+        n_pairs = sum(len(s.cls_pair_info_list) == 1 for s in self.sets)
+        lines = [
+            f"batch norms folded: {len(self.folded)}, skipped: {len(self.fold_skipped)}",
+            f"scaled sets: {len(self.sets)} ({n_pairs} pairs, {len(self.sets) - n_pairs} "
+            "triplets)",
+        ]
+        for what, reason, count, example in self.reasons():
+            lines.append(f"  {what} ×{count}: {reason} (e.g. '{example}')")
+        return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
         def rng(a):
@@ -1004,5 +1049,6 @@ def equalize_model(model, relu6="bound", high_bias_fold="none", margin=3.0,
         bias_corrections=corrections,
         scaling=decisions,
         objective=objective,
+        layer_names=frozenset(n for c in view.calls for n in c.scope + (c.layer.name,)),
     )
     return new_model, report
