@@ -90,13 +90,8 @@ def _objects() -> dict:
     import keras
 
     _register()
-    return {
-        name: obj
-        for module in _SERIALIZABLE_MODULES
-        for name, obj in vars(sys.modules[module]).items()
-        if isinstance(obj, type) and issubclass(obj, keras.layers.Layer)
-        and obj.__module__ == module
-    }
+    return {key.split(">", 1)[1]: obj for key, obj in keras.saving.get_custom_objects().items()
+            if key.startswith("cle>")}
 
 
 def load_model(path, custom_objects=None, compile=True, safe_mode=True):

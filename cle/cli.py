@@ -381,17 +381,32 @@ def _check_graph(path, model):
 
 
 def _save_model(model, path):
+    """Save atomically: Keras writes into a private temporary directory, then the bytes
+    replace ``path`` through :func:`cle._files.write_bytes_atomic`, so an interrupted run
+    leaves the old file intact and no partial file next to it."""
+    import tempfile
+
+    from cle._files import write_bytes_atomic
+
     try:
-        model.save(path)
+        with tempfile.TemporaryDirectory(prefix="cle-save-") as tmp:
+            staged = os.path.join(tmp, "model" + os.path.splitext(path)[1].lower())
+            model.save(staged)
+            with open(staged, "rb") as f:
+                data = f.read()
+        write_bytes_atomic(path, data)
+    except OSError as exc:
+        raise CliError(f"cannot write {path}: {exc.strerror or exc}") from exc
     except Exception as exc:
         raise CliError(f"cannot write {path}: {_one_line(exc)}") from exc
 
 
 def _write_json(data, path):
+    from cle._files import write_bytes_atomic
+
+    text = json.dumps(data, indent=2) + "\n"
     try:
-        with open(path, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=2)
-            f.write("\n")
+        write_bytes_atomic(path, text.encode("utf-8"))
     except OSError as exc:
         raise CliError(f"cannot write {path}: {exc.strerror or exc}") from exc
 
@@ -656,7 +671,10 @@ def build_parser() -> argparse.ArgumentParser:
                                    "and save the new model.", epilog=_EPILOG)
     model_args(p)
     p.add_argument("-o", "--output", required=True, metavar="OUT",
-                   help="output model (.keras or .h5)")
+                   help="output model (.keras or .h5); written atomically (the old file stays "
+                        "intact if the run is interrupted)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="allow OUT to be the input model itself (refused otherwise)")
     p.add_argument("--report", metavar="JSON", help="write what was folded/skipped as JSON")
     p.set_defaults(func=_cmd_fold)
 
@@ -667,7 +685,10 @@ def build_parser() -> argparse.ArgumentParser:
                                    "model.", epilog=_EPILOG)
     model_args(p)
     p.add_argument("-o", "--output", required=True, metavar="OUT",
-                   help="output model (.keras or .h5)")
+                   help="output model (.keras or .h5); written atomically (the old file stays "
+                        "intact if the run is interrupted)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="allow OUT to be the input model itself (refused otherwise)")
     cle_options(p)
     p.add_argument("--bias-correction", choices=("none", "analytic", "empirical"),
                    default="none",
@@ -707,6 +728,26 @@ def build_parser() -> argparse.ArgumentParser:
 # ---------------------------------------------------------------------------- main
 
 
+def _check_not_input(args):
+    """Refuse to write over the input model (the user's only copy) without --overwrite, and
+    never let two outputs of one command name the same file."""
+    from cle._files import same_file
+
+    model, output, report = (getattr(args, k, None) for k in ("model", "output", "report"))
+    if model and output and same_file(model, output) and not getattr(args, "overwrite", False):
+        raise CliError(
+            f"-o {output} is the input model: writing it would replace the original; choose "
+            "another output file, or pass --overwrite to replace it on purpose",
+            EXIT_USAGE,
+        )
+    if model and report and same_file(model, report):
+        raise CliError(f"--report {report} is the input model; choose another file name",
+                       EXIT_USAGE)
+    if output and report and same_file(output, report):
+        raise CliError(f"--report {report} is also the output model (-o); choose another "
+                       "file name", EXIT_USAGE)
+
+
 def _precheck(args):
     if getattr(args, "model", None) is not None:
         _check_model_file(args.model)
@@ -714,6 +755,7 @@ def _precheck(args):
         _check_output_path(args.output)
     if getattr(args, "report", None):
         _check_parent_dir(args.report, "--report")
+    _check_not_input(args)
     path = getattr(args, "custom_objects", None)
     if path is not None:
         if not os.path.isfile(path):
