@@ -251,3 +251,37 @@ def test_reports_are_written_atomically(capsys, files, tmp_path, monkeypatch):
     assert calls == ["f.keras", "fold.json"]
     assert json.loads(report.read_text())["folded"][0]["bn"] == "bn1"
     assert sorted(os.listdir(tmp_path)) == ["f.keras", "fold.json"]
+
+
+# ---------------------------------------------------------------------------- clear messages
+
+
+def test_sequential_with_only_an_input_says_it_has_no_layers():
+    import cle
+
+    with pytest.raises(ValueError, match=r"'only_input' has no layers \(a keras.Input alone"):
+        cle.equalize_model(keras.Sequential([keras.Input((4,))], name="only_input"))
+
+
+@pytest.mark.parametrize("kind, fragment", [
+    ("object", "holds Python objects (a pickled object array)"),
+    ("npz", "is an .npz archive"),
+    ("strings", "holds an array of <U1, not numbers"),
+    ("missing", ": no such file"),
+])
+def test_calibration_file_errors(capsys, files, tmp_path, kind, fragment):
+    path = tmp_path / ("c.npz" if kind == "npz" else "c.npy")
+    if kind == "object":
+        np.save(path, np.array([{"a": 1}], dtype=object))
+    elif kind == "npz":
+        np.savez(path, a=np.zeros(3))
+    elif kind == "strings":
+        np.save(path, np.array(["a"]))
+    code = cli.main(["equalize", str(files / "tiny.keras"), "-o", str(tmp_path / "o.keras"),
+                     "--bias-correction", "empirical", "--calibration", str(path)])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1 and err.startswith("cle: error: --calibration ")
+    assert fragment in err
+    assert "allow_pickle" not in err
+    assert not (tmp_path / "o.keras").exists()
