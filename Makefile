@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: test install bench demo clean
+.PHONY: test install bench demo results clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,11 @@ test: $(STAMP)
 
 demo: $(STAMP)
 	$(VENV)/bin/cle demo
+
+# Every figure and command output in README.md and docs/ that sits between
+# <!-- generated:NAME --> markers is written by a scripts/gen_*.py (see docs/design.md).
+results: $(STAMP)
+	@for script in scripts/gen_*.py; do echo "== $$script"; $(PY) $$script || exit 1; done
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_fold.py
