@@ -390,7 +390,9 @@ def test_mobilenet_v2_bias_correction(capsys):
         y = fake_quantize_weights(m, bits=8, per_channel=False).predict(x, batch_size=32,
                                                                        verbose=0)
         rows.append((name, top1_agreement(y_ref, y), sqnr_db(y_ref, y)))
-    with capsys.disabled():
+    # The table goes to the captured output (shown on failure, or with -rP), not between
+    # pytest -q's dots.
+    if True:
         n_a = sum(r.mode == "analytic" for r in rec_a)
         n_e = sum(r.mode == "empirical" for r in rec_e)
         print(f"\nMobileNetV2 weight-only INT8 per-tensor vs float ({len(x)} images); "
