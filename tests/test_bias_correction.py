@@ -392,16 +392,15 @@ def test_mobilenet_v2_bias_correction(capsys):
         rows.append((name, top1_agreement(y_ref, y), sqnr_db(y_ref, y)))
     # The table goes to the captured output (shown on failure, or with -rP), not between
     # pytest -q's dots.
-    if True:
-        n_a = sum(r.mode == "analytic" for r in rec_a)
-        n_e = sum(r.mode == "empirical" for r in rec_e)
-        print(f"\nMobileNetV2 weight-only INT8 per-tensor vs float ({len(x)} images); "
-              f"analytic corrected {n_a}/{len(rec_a)}, empirical {n_e}/{len(rec_e)}")
-        for name, top1, sq in rows:
-            print(f"  {name:22s} top-1 {top1:6.1%}  SQNR {sq:5.1f} dB")
-        for r in rec_a:
-            if not r.corrected:
-                print(f"  analytic skip {r}")
+    n_a = sum(r.mode == "analytic" for r in rec_a)
+    n_e = sum(r.mode == "empirical" for r in rec_e)
+    print(f"\nMobileNetV2 weight-only INT8 per-tensor vs float ({len(x)} images); "
+          f"analytic corrected {n_a}/{len(rec_a)}, empirical {n_e}/{len(rec_e)}")
+    for name, top1, sq in rows:
+        print(f"  {name:22s} top-1 {top1:6.1%}  SQNR {sq:5.1f} dB")
+    for r in rec_a:
+        if not r.corrected:
+            print(f"  analytic skip {r}")
     assert n_a > len(rec_a) // 2 and n_e == len(rec_e)
     # bias correction must not make things worse than CLS alone
     cls_sqnr = rows[2][2]
