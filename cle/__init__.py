@@ -64,7 +64,14 @@ _SERIALIZABLE_MODULES = ("cle.layers", "cle.training_fold")
 __all__ = sorted(_EXPORTS) + ["custom_objects", "load_model"]
 
 
+#: Public submodules, also loaded on first access (``cle.quantization.evaluate``).
+_SUBMODULES = ("batch_norm_fold", "bias_correction", "cli", "cross_layer_equalization", "demo",
+               "layers", "pretrained", "quantization", "training_fold")
+
+
 def __getattr__(name):
+    if name in _SUBMODULES:
+        return importlib.import_module(f"cle.{name}")
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'cle' has no attribute {name!r}")
@@ -74,7 +81,7 @@ def __getattr__(name):
 
 
 def __dir__():
-    return sorted(set(globals()) | set(_EXPORTS))
+    return sorted(set(globals()) | set(_EXPORTS) | set(_SUBMODULES))
 
 
 def custom_objects() -> dict:

@@ -285,3 +285,15 @@ def test_calibration_file_errors(capsys, files, tmp_path, kind, fragment):
     assert fragment in err
     assert "allow_pickle" not in err
     assert not (tmp_path / "o.keras").exists()
+
+
+def test_every_public_name_and_submodule_resolves():
+    import cle
+
+    for name in cle.__all__:
+        assert getattr(cle, name) is not None, name
+    assert cle.equalize_model.__module__ == "cle.cross_layer_equalization"
+    assert cle.quantization is sys.modules["cle.quantization"]
+    assert set(cle.__all__) <= set(dir(cle))
+    with pytest.raises(AttributeError, match="has no attribute 'no_such_name'"):
+        cle.no_such_name
