@@ -27,9 +27,10 @@ GENERATORS = {
     "demo-": "gen_demo_results.py",
 }
 
+# Markers count only on a line of their own (a marker quoted in running text is not one).
 BLOCK_RE = re.compile(
-    r"<!-- generated:(?P<name>[\w.-]+) -->\n(?P<body>.*?)<!-- /generated:(?P=name) -->",
-    re.DOTALL,
+    r"^<!-- generated:(?P<name>[\w.-]+) -->\n(?P<body>.*?)^<!-- /generated:(?P=name) -->$",
+    re.DOTALL | re.MULTILINE,
 )
 
 
@@ -46,8 +47,8 @@ def blocks(path: str) -> dict[str, str]:
         if m.group("name") in found:
             raise ValueError(f"{path}: generated block '{m.group('name')}' appears twice")
         found[m.group("name")] = m.group("body")
-    opened = re.findall(r"<!-- generated:([\w.-]+) -->", text)
-    closed = re.findall(r"<!-- /generated:([\w.-]+) -->", text)
+    opened = re.findall(r"(?m)^<!-- generated:([\w.-]+) -->$", text)
+    closed = re.findall(r"(?m)^<!-- /generated:([\w.-]+) -->$", text)
     if sorted(opened) != sorted(found) or sorted(closed) != sorted(found):
         raise ValueError(f"{path}: unbalanced generated-block markers (opened {opened}, "
                          f"closed {closed})")
@@ -75,10 +76,8 @@ def replace_block(path: str, name: str, text: str) -> bool:
                        "where it belongs")
     with open(path, encoding="utf-8") as f:
         text_before = f.read()
-    start = f"<!-- generated:{name} -->\n"
-    end = f"<!-- /generated:{name} -->"
-    i = text_before.index(start) + len(start)
-    j = text_before.index(end, i)
+    m = next(m for m in BLOCK_RE.finditer(text_before) if m.group("name") == name)
+    i, j = m.start("body"), m.end("body")
     new = text_before[:i] + render(text) + text_before[j:]
     if new == text_before:
         return False
