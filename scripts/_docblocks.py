@@ -1,27 +1,88 @@
-"""Replace generated blocks in docs pages.
+"""Generated blocks in Markdown files: the one mechanism by which measured figures and command
+output get into README.md and docs/.
 
-A block is delimited by ``<!-- generated:NAME -->`` and ``<!-- /generated:NAME -->`` lines; the
-text between them is replaced and everything else in the page is kept.
+A generated block is delimited by two HTML comments, which Markdown does not render::
+
+    <!-- generated:NAME -->
+    ...text written by a script under scripts/...
+    <!-- /generated:NAME -->
+
+A script computes the text and calls :func:`replace_block`; ``make results`` runs every
+script. Nothing between the markers is edited by hand: the next run overwrites it. Each script
+names its blocks ``<script topic>-<what>``, and ``tests/test_docs.py`` checks that every block
+is well formed, that every block has a script that writes it (:data:`GENERATORS`), and, for
+the cheap generators, that the text in the file is what the script writes today.
 """
 
 from __future__ import annotations
 
-import pathlib
+import os
 import re
 
+__all__ = ["GENERATORS", "BLOCK_RE", "blocks", "replace_block", "render"]
 
-def replace_block(path, name: str, text: str) -> None:
-    """Replace the text of block ``name`` in the file at ``path`` with ``text``.
+#: Block name prefix -> the script (under scripts/) that writes blocks with that prefix.
+GENERATORS = {
+    "cli-": "gen_cli_docs.py",
+    "demo-": "gen_demo_results.py",
+}
+
+# Markers count only on a line of their own (a marker quoted in running text is not one).
+BLOCK_RE = re.compile(
+    r"^<!-- generated:(?P<name>[\w.-]+) -->\n(?P<body>.*?)^<!-- /generated:(?P=name) -->$",
+    re.DOTALL | re.MULTILINE,
+)
+
+
+def blocks(path: str) -> dict[str, str]:
+    """``{name: text}`` of every generated block in a file (text without the markers).
 
     Raises:
-        ValueError: the page has no such block (or it is opened/closed more than once).
+        ValueError: a marker without its partner, or a name used twice.
     """
-    path = pathlib.Path(path)
-    page = path.read_text()
-    start, end = f"<!-- generated:{name} -->", f"<!-- /generated:{name} -->"
-    pattern = re.compile(re.escape(start) + r"\n.*?" + re.escape(end), re.S)
-    if page.count(start) != 1 or page.count(end) != 1 or not pattern.search(page):
-        raise ValueError(f"{path} must contain exactly one block {start} ... {end}. "
-                         f"Received: {page.count(start)} openings, {page.count(end)} closings")
-    body = text.rstrip("\n") + "\n"
-    path.write_text(pattern.sub(lambda m: f"{start}\n{body}{end}", page))
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    found = {}
+    for m in BLOCK_RE.finditer(text):
+        if m.group("name") in found:
+            raise ValueError(f"{path}: generated block '{m.group('name')}' appears twice")
+        found[m.group("name")] = m.group("body")
+    opened = re.findall(r"(?m)^<!-- generated:([\w.-]+) -->$", text)
+    closed = re.findall(r"(?m)^<!-- /generated:([\w.-]+) -->$", text)
+    if sorted(opened) != sorted(found) or sorted(closed) != sorted(found):
+        raise ValueError(f"{path}: unbalanced generated-block markers (opened {opened}, "
+                         f"closed {closed})")
+    return found
+
+
+def render(text: str) -> str:
+    """Body as stored between the markers: the text with exactly one final newline."""
+    return text.rstrip("\n") + "\n"
+
+
+def replace_block(path: str, name: str, text: str) -> bool:
+    """Replace the body of block ``name`` in ``path`` by ``text``.
+
+    Returns:
+        True if the file changed.
+
+    Raises:
+        KeyError: the file has no block ``name`` (add the two markers by hand once, where the
+            block belongs).
+    """
+    current = blocks(path)
+    if name not in current:
+        raise KeyError(f"{path} has no block <!-- generated:{name} -->; add the two markers "
+                       "where it belongs")
+    with open(path, encoding="utf-8") as f:
+        text_before = f.read()
+    m = next(m for m in BLOCK_RE.finditer(text_before) if m.group("name") == name)
+    i, j = m.start("body"), m.end("body")
+    new = text_before[:i] + render(text) + text_before[j:]
+    if new == text_before:
+        return False
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(new)
+    os.replace(tmp, path)
+    return True

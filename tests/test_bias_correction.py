@@ -391,16 +391,17 @@ def test_mobilenet_v2_bias_correction(capsys):
         y = fake_quantize_weights(m, bits=8, per_channel=False).predict(x, batch_size=32,
                                                                        verbose=0)
         rows.append((name, top1_agreement(y_ref, y), sqnr_db(y_ref, y)))
-    with capsys.disabled():
-        n_a = sum(r.mode == "analytic" for r in rec_a)
-        n_e = sum(r.mode == "empirical" for r in rec_e)
-        print(f"\nMobileNetV2 weight-only INT8 per-tensor vs float ({len(x)} images); "
-              f"analytic corrected {n_a}/{len(rec_a)}, empirical {n_e}/{len(rec_e)}")
-        for name, top1, sq in rows:
-            print(f"  {name:22s} top-1 {top1:6.1%}  SQNR {sq:5.1f} dB")
-        for r in rec_a:
-            if not r.corrected:
-                print(f"  analytic skip {r}")
+    # The table goes to the captured output (shown on failure, or with -rP), not between
+    # pytest -q's dots.
+    n_a = sum(r.mode == "analytic" for r in rec_a)
+    n_e = sum(r.mode == "empirical" for r in rec_e)
+    print(f"\nMobileNetV2 weight-only INT8 per-tensor vs float ({len(x)} images); "
+          f"analytic corrected {n_a}/{len(rec_a)}, empirical {n_e}/{len(rec_e)}")
+    for name, top1, sq in rows:
+        print(f"  {name:22s} top-1 {top1:6.1%}  SQNR {sq:5.1f} dB")
+    for r in rec_a:
+        if not r.corrected:
+            print(f"  analytic skip {r}")
     assert n_a > len(rec_a) // 2 and n_e == len(rec_e)
     sq = {name: s for name, _, s in rows}
     # Per-tensor INT8 weights: equalization helps, and bias correction helps on top of either

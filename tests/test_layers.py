@@ -210,11 +210,10 @@ def _convert(converter):
 
 
 def _interpreter(tf, content):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # tf.lite.Interpreter deprecation notice
-        resolver = tf.lite.experimental.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
-        interp = tf.lite.Interpreter(model_content=content, experimental_op_resolver_type=resolver)
-    return interp
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType  # LiteRT, not tf.lite
+
+    return Interpreter(model_content=content,
+                       experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
 
 
 def _run_tflite(tf, content, x):

@@ -465,9 +465,9 @@ def test_run_tflite_int8_io():
     model = _small_conv_model()
     x = np.random.default_rng(25).normal(0.0, 1.0, (12, 16, 16, 3)).astype("float32")
     content = Q.convert_to_tflite_int8(model, x, integer_io=True)
-    import tensorflow as tf
+    from ai_edge_litert.interpreter import Interpreter
 
-    details = tf.lite.Interpreter(model_content=content).get_input_details()
+    details = Interpreter(model_content=content).get_input_details()
     assert details[0]["dtype"] == np.int8
     y = _np(model(x)).astype(np.float64)
     y_int8 = Q.run_tflite(content, x, batch_size=5)
