@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -39,7 +38,7 @@ import keras
 import numpy as np
 from scipy.stats import norm
 
-from cle._graph import graph_view
+from cle._graph import graph_view, run_call
 from cle._layouts import bias_on_wrong_axis, channel_axis, layout_of, untouchable_reason
 from cle._rebuild import LayerEdit, rebuild
 from cle.layers import ClippedReLU
@@ -528,37 +527,20 @@ def correct_bias(model, bn_stats=None, calibration_data=None, bits=8, per_channe
                                          variables={"kernel": kernel,
                                                     "bias": np.zeros(n_out, kernel.dtype)})
     new_model, clones = rebuild(model, edits=edits)
-    if calibration is not None:
-        qmodel, qclones = _quantized_copy(new_model, bits, per_channel)
-
-    for i, call in enumerate(plan):
-        layer = call.layer
-        kind = layout_of(layer).kind
-        new_layer = clones[id(layer)]
-        eps = _kernel_error(layer, kind, bits, per_channel)
-        note = ""
-        if calibration is None:
+    if calibration is None:
+        for call in plan:
+            layer = call.layer
+            kind = layout_of(layer).kind
             mean_x, note = analytic[id(call)]
-            mode = "analytic"
-        else:
-            say(f"[{i + 1}/{len(plan)}] {layer.name}: measuring its output mean error")
-            qlayer = qclones[id(new_layer)]
-            delta, reason = _measure(model, layer, qmodel, qlayer, call, calibration, eps)
-            if delta is None:
-                records[id(call)] = BiasCorrectionRecord(layer.name, "skipped", reason=reason,
-                                                         added_bias=id(layer) in edits)
-                continue
-            mode = "empirical"
-        if mode == "analytic":
+            eps = _kernel_error(layer, kind, bits, per_channel)
             delta = _bias_delta(kind, eps, mean_x, int(getattr(layer, "groups", 1) or 1))
-        bias = new_layer.bias
-        new_bias = np.asarray(keras.ops.convert_to_numpy(bias), np.float64) - delta
-        bias.assign(keras.ops.convert_to_tensor(new_bias, dtype=bias.dtype))
-        if mode == "empirical":
-            qlayer.bias.assign(keras.ops.convert_to_tensor(new_bias, dtype=bias.dtype))
-        records[id(call)] = BiasCorrectionRecord(
-            layer.name, mode, float(np.max(np.abs(delta))) if delta.size else 0.0,
-            note=note, added_bias=id(layer) in edits)
+            _subtract(clones[id(layer)].bias, delta)
+            records[id(call)] = _record(layer, "analytic", delta, note, id(layer) in edits)
+    else:
+        for call, delta in _empirical_pass(view, plan, new_model, clones, calibration, bits,
+                                           per_channel, say):
+            layer = call.layer
+            records[id(call)] = _record(layer, "empirical", delta, "", id(layer) in edits)
     ordered = [records[id(c)] for c in calls]
     for rec in ordered:
         if not rec.corrected:
@@ -582,34 +564,155 @@ def _probe(layer, kernel, in_shape):
     return probe
 
 
-def _quiet_call(fn, x):
-    with warnings.catch_warnings():  # "structure of `inputs` doesn't match": harmless
-        warnings.simplefilter("ignore", UserWarning)
-        return fn(x, training=False)
+def _record(layer, mode, delta, note, added_bias):
+    return BiasCorrectionRecord(layer.name, mode,
+                                float(np.max(np.abs(delta))) if delta.size else 0.0,
+                                note=note, added_bias=added_bias)
 
 
-def _measure(model, layer, qmodel, qlayer, call, batches, eps):
-    """``E[W_q ∗ x_q] − E[W ∗ x]`` per output channel over the calibration data, where ``x``
-    is ``layer``'s input in the float ``model`` and ``x_q`` ``qlayer``'s input in ``qmodel``
-    (quantized kernels, biases corrected so far); or (None, reason)."""
-    try:
-        sub_f = keras.Model(model.inputs, layer.input)
-        sub_q = keras.Model(qmodel.inputs, qlayer.input)
-    except Exception as exc:  # noqa: BLE001 - e.g. a layer inside a nested sub-model
-        return None, f"its input cannot be read from the model's inputs ({type(exc).__name__})"
+def _subtract(bias, delta, also=None):
+    """``bias −= delta`` in float64, cast once to the variable's dtype (the same value is
+    assigned to the variable ``also`` if given)."""
+    value = np.asarray(keras.ops.convert_to_numpy(bias), np.float64) - delta
+    for var in (bias, also) if also is not None else (bias,):
+        var.assign(keras.ops.convert_to_tensor(value, dtype=var.dtype))
+
+
+def _is_linear(layer):
+    return keras.activations.serialize(layer.activation) in (None, "linear")
+
+
+class _ChannelMean:
+    """Running per-channel mean of ``a − b`` over every axis but ``axis`` (float64)."""
+
+    def __init__(self, axis):
+        self.axis, self.total, self.count = axis, None, 0
+
+    def add(self, a, b):
+        ndim = len(a.shape)
+        axis = self.axis % ndim
+        d = keras.ops.cast(a, "float64") - keras.ops.cast(b, "float64")
+        s = keras.ops.sum(d, axis=tuple(i for i in range(ndim) if i != axis))
+        s = np.asarray(keras.ops.convert_to_numpy(s), dtype=np.float64)
+        self.total = s if self.total is None else self.total + s
+        self.count += int(np.prod(a.shape)) // int(a.shape[axis])
+
+    def mean(self):
+        return self.total / self.count
+
+
+def _empirical_pass(view, plan, new_model, clones, batches, bits, per_channel, say):
+    """Correct the layers of ``plan`` in one forward pass over the calibration ``batches``;
+    yield ``(call, delta)`` for each, in order, once its bias is corrected.
+
+    Two streams of activations go through the graph of ``view`` (the input model) call by
+    call in topological order, each layer called on all batches: ``f``, the float input model
+    (biases as given), and ``q``, a copy of ``new_model`` whose kernels are all quantized as
+    :func:`cle.fake_quantize_weights` does and whose biases are corrected as the pass goes.
+    On reaching a layer of ``plan``, ``delta = E[W_q ∗ x_q] − E[W ∗ x_f]`` per output channel
+    (mean over samples and positions, padded borders included) is subtracted from its bias in
+    ``new_model`` and in the quantized copy, and its ``q`` output is shifted by ``−delta``
+    (the same as recomputing it with the new bias). Activations are not quantized. A tensor is
+    freed once its last consumer has run; calls that lead to no layer of ``plan`` are not run.
+    Cost: about one float and one quantized forward pass over the data (plus a kernel-only
+    copy of the layers with a non-linear fused activation).
+    """
+    if len(view.inputs) != 1:
+        raise ValueError(
+            "Empirical bias correction needs a model with one input. "
+            f"Received: model '{view.model.name}' with {len(view.inputs)} inputs"
+        )
+    qmodel, qclones = _quantized_copy(new_model, bits, per_channel)
+
+    def quantized(layer):
+        new = clones.get(id(layer))
+        if new is None:
+            if isinstance(layer, keras.layers.Layer):
+                raise RuntimeError(f"internal error: no copy of layer '{layer.name}'")
+            return layer  # an operation that is not a layer holds no weights
+        return qclones[id(new)]
+
+    position = {id(call): i for i, call in enumerate(plan)}
+    needed, stack = set(), list(plan)
+    while stack:
+        call = stack.pop()
+        if id(call) not in needed:
+            needed.add(id(call))
+            stack.extend(t.producer for t in call.inputs if t.producer is not None)
+    calls = [c for c in view.calls if id(c) in needed]
+    uses: dict[int, int] = {}
+    for call in calls:
+        for t in call.inputs:
+            uses[id(t)] = uses.get(id(t), 0) + 1
+
+    x = [keras.ops.convert_to_tensor(b) for b in batches]
+    f = {id(view.inputs[0]): x}  # id(Tensor) -> one value per batch
+    q = {id(view.inputs[0]): x}
+    n = len(x)
+    for call in calls:
+        xf = [f[id(t)] for t in call.inputs]
+        xq = [q[id(t)] for t in call.inputs]
+        layer = call.layer
+        if id(call) in position:
+            i = position[id(call)]
+            say(f"[{i + 1}/{len(plan)}] {layer.name}: measuring its output mean error")
+            out_f, out_q, delta = _correct(call, quantized(layer), clones[id(layer)], xf[0],
+                                           xq[0], bits, per_channel)
+            outs_f, outs_q = [out_f], [out_q]
+        else:
+            outs_f = _run(call, layer, xf, n)
+            if all(a is b for a, b in zip(xf, xq)) and not getattr(layer, "weights", None):
+                outs_q = outs_f  # same inputs, no kernel: the streams have not parted yet
+            else:
+                outs_q = _run(call, quantized(layer), xq, n)
+        for t in call.inputs:
+            uses[id(t)] -= 1
+            if uses[id(t)] == 0:
+                del f[id(t)], q[id(t)]
+        for t, vf, vq in zip(call.outputs, outs_f, outs_q):
+            if uses.get(id(t), 0):
+                f[id(t)], q[id(t)] = vf, vq
+        if id(call) in position:
+            yield call, delta
+
+
+def _run(call, layer, inputs, n):
+    """``layer`` applied as ``call`` on each batch; one list of per-batch values per output."""
+    per_batch = [run_call(call, [v[b] for v in inputs], layer=layer) for b in range(n)]
+    return [list(values) for values in zip(*per_batch)]
+
+
+def _correct(call, qlayer, new_layer, xf, xq, bits, per_channel):
+    """Measure ``delta`` for the target ``call`` and correct the biases of ``new_layer`` and
+    ``qlayer``; returns (float outputs, corrected quantized outputs, delta)."""
+    layer = call.layer
+    n = len(xf)
+    axis = channel_axis(layer, len(call.outputs[0].shape))
+    mean = _ChannelMean(axis)
+    if _is_linear(layer):
+        # W ∗ x + b with the same b in both streams: the difference of the layer outputs is
+        # the difference of the kernel-only outputs.
+        yf = _run(call, layer, [xf], n)[0]
+        yq = _run(call, qlayer, [xq], n)[0]
+        for a, b in zip(yq, yf):
+            mean.add(a, b)
+        delta = mean.mean()
+        _subtract(new_layer.bias, delta, also=qlayer.bias)
+        shape = [1] * len(yq[0].shape)
+        shape[axis] = delta.shape[0]
+        shift = keras.ops.convert_to_tensor(
+            delta.reshape(shape), dtype=keras.backend.standardize_dtype(yq[0].dtype))
+        return yf, [y - shift for y in yq], delta
+    kind = layout_of(layer).kind
     w = np.asarray(keras.ops.convert_to_numpy(layer.kernel), dtype=np.float64)
+    eps = _kernel_error(layer, kind, bits, per_channel)
     in_shape = call.inputs[0].shape
     probe_f, probe_q = _probe(layer, w, in_shape), _probe(layer, w + eps, in_shape)
-    axis = channel_axis(layer, len(call.outputs[0].shape))
-    total, count = None, 0
-    for x in batches:
-        y = [np.asarray(keras.ops.convert_to_numpy(p(_quiet_call(sub, x))), dtype=np.float64)
-             for p, sub in ((probe_f, sub_f), (probe_q, sub_q))]
-        d = np.moveaxis(y[1] - y[0], axis, -1)
-        d = d.reshape(-1, d.shape[-1])
-        total = d.sum(axis=0) if total is None else total + d.sum(axis=0)
-        count += d.shape[0]
-    return total / count, ""
+    for a, b in zip(xq, xf):
+        mean.add(probe_q(a), probe_f(b))
+    delta = mean.mean()
+    _subtract(new_layer.bias, delta, also=qlayer.bias)
+    return _run(call, layer, [xf], n)[0], _run(call, qlayer, [xq], n)[0], delta
 
 
 def _quantized_copy(model, bits, per_channel):
