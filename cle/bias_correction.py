@@ -70,6 +70,7 @@ _APPROX_PASS = (
     L.GlobalMaxPooling1D, L.GlobalMaxPooling2D, L.GlobalMaxPooling3D,
 )
 _BATCH = 32
+_GROUPS = 10  # empirical mode: compiled steps (and progress reports)
 
 
 # ------------------------------------------------------------------------------- math
@@ -537,8 +538,8 @@ def correct_bias(model, bn_stats=None, calibration_data=None, bits=8, per_channe
             _subtract(clones[id(layer)].bias, delta)
             records[id(call)] = _record(layer, "analytic", delta, note, id(layer) in edits)
     else:
-        for call, delta in _empirical_pass(view, plan, new_model, clones, calibration, bits,
-                                           per_channel, say):
+        for call, delta in _empirical_pass(view, plan, model, new_model, clones, calibration,
+                                           bits, per_channel, say):
             layer = call.layer
             records[id(call)] = _record(layer, "empirical", delta, "", id(layer) in edits)
     ordered = [records[id(c)] for c in calls]
@@ -582,57 +583,69 @@ def _is_linear(layer):
     return keras.activations.serialize(layer.activation) in (None, "linear")
 
 
-class _ChannelMean:
-    """Running per-channel mean of ``a − b`` over every axis but ``axis`` (float64)."""
-
-    def __init__(self, axis):
-        self.axis, self.total, self.count = axis, None, 0
-
-    def add(self, a, b):
-        ndim = len(a.shape)
-        axis = self.axis % ndim
-        d = keras.ops.cast(a, "float64") - keras.ops.cast(b, "float64")
-        s = keras.ops.sum(d, axis=tuple(i for i in range(ndim) if i != axis))
-        s = np.asarray(keras.ops.convert_to_numpy(s), dtype=np.float64)
-        self.total = s if self.total is None else self.total + s
-        self.count += int(np.prod(a.shape)) // int(a.shape[axis])
-
-    def mean(self):
-        return self.total / self.count
+def _linear_copy(layer, in_shape):
+    """A copy of ``layer`` (same weights) without its activation."""
+    config = layer.get_config()
+    config.update(activation="linear", name=f"{layer.name}_linear", trainable=False)
+    copy = type(layer).from_config(config)
+    copy.build(in_shape)
+    copy.set_weights(layer.get_weights())
+    return copy
 
 
-def _empirical_pass(view, plan, new_model, clones, batches, bits, per_channel, say):
+def _channel_mean(y, axis):
+    """Symbolic float64 mean of ``y`` over every axis (batch included) but ``axis``."""
+    ndim = len(y.shape)
+    axis %= ndim
+    return keras.ops.mean(keras.ops.cast(y, "float64"),
+                          axis=tuple(i for i in range(ndim) if i != axis))
+
+
+def _groups(plan, n_groups):
+    """``plan`` cut into at most ``n_groups`` runs of consecutive layers of about equal size."""
+    n = min(len(plan), n_groups)
+    bounds = [round(i * len(plan) / n) for i in range(n + 1)]
+    return [plan[a:b] for a, b in zip(bounds, bounds[1:])]
+
+
+def _empirical_pass(view, plan, model, new_model, clones, batches, bits, per_channel, say,
+                    n_groups=_GROUPS):
     """Correct the layers of ``plan`` in one forward pass over the calibration ``batches``;
-    yield ``(call, delta)`` for each, in order, once its bias is corrected.
+    yield ``(call, delta)`` for each, in order, once its bias in ``new_model`` is corrected.
 
     Two streams of activations go through the graph of ``view`` (the input model) call by
-    call in topological order, each layer called on all batches: ``f``, the float input model
-    (biases as given), and ``q``, a copy of ``new_model`` whose kernels are all quantized as
-    :func:`cle.fake_quantize_weights` does and whose biases are corrected as the pass goes.
-    On reaching a layer of ``plan``, ``delta = E[W_q ∗ x_q] − E[W ∗ x_f]`` per output channel
-    (mean over samples and positions, padded borders included) is subtracted from its bias in
-    ``new_model`` and in the quantized copy, and its ``q`` output is shifted by ``−delta``
-    (the same as recomputing it with the new bias). Activations are not quantized. A tensor is
-    freed once its last consumer has run; calls that lead to no layer of ``plan`` are not run.
-    Cost: about one float and one quantized forward pass over the data (plus a kernel-only
-    copy of the layers with a non-linear fused activation).
+    call in topological order, on all the calibration data at once: ``f``, the float model,
+    and ``q``, the model with every kernel quantized as :func:`cle.fake_quantize_weights` does
+    and with the biases corrected so far. On reaching a layer of ``plan``,
+    ``delta = E[W_q ∗ x_q + b] − E[W ∗ x_f + b]`` per output channel (mean over samples and
+    positions, padded borders included; the same as the difference of the kernel-only
+    outputs) is subtracted from the layer's ``q`` output before its activation, which is what
+    the corrected bias ``b − delta`` computes. Activations are not quantized.
+
+    The walk is traced into ``n_groups`` Keras models (one per run of consecutive layers of
+    ``plan``), each run once with ``predict_on_batch``, i.e. compiled by the backend; the
+    tensors still needed by later groups are handed on as arrays, everything else is freed.
+    The layers called are private copies (:func:`_private_copy`, new names so that both
+    streams fit in one model), so neither ``model`` nor ``new_model`` gets new nodes. Calls
+    that lead to no layer of ``plan`` are not run.
     """
     if len(view.inputs) != 1:
         raise ValueError(
             "Empirical bias correction needs a model with one input. "
             f"Received: model '{view.model.name}' with {len(view.inputs)} inputs"
         )
-    qmodel, qclones = _quantized_copy(new_model, bits, per_channel)
+    copies: dict[tuple, Any] = {}
 
-    def quantized(layer):
-        new = clones.get(id(layer))
-        if new is None:
-            if isinstance(layer, keras.layers.Layer):
-                raise RuntimeError(f"internal error: no copy of layer '{layer.name}'")
-            return layer  # an operation that is not a layer holds no weights
-        return qclones[id(new)]
+    def copy_of(call, stream):
+        key = (id(call.layer), stream)
+        if key not in copies:
+            if stream == "f":
+                copies[key] = _private_copy(call, call.layer, "_bc_float")
+            else:
+                copies[key] = _private_copy(call, clones.get(id(call.layer), call.layer),
+                                            "_bc_quantized", bits, per_channel)
+        return copies[key]
 
-    position = {id(call): i for i, call in enumerate(plan)}
     needed, stack = set(), list(plan)
     while stack:
         call = stack.pop()
@@ -645,84 +658,124 @@ def _empirical_pass(view, plan, new_model, clones, batches, bits, per_channel, s
         for t in call.inputs:
             uses[id(t)] = uses.get(id(t), 0) + 1
 
-    x = [keras.ops.convert_to_tensor(b) for b in batches]
-    f = {id(view.inputs[0]): x}  # id(Tensor) -> one value per batch
-    q = {id(view.inputs[0]): x}
-    n = len(x)
-    for call in calls:
-        xf = [f[id(t)] for t in call.inputs]
-        xq = [q[id(t)] for t in call.inputs]
-        layer = call.layer
-        if id(call) in position:
-            i = position[id(call)]
-            say(f"[{i + 1}/{len(plan)}] {layer.name}: measuring its output mean error")
-            out_f, out_q, delta = _correct(call, quantized(layer), clones[id(layer)], xf[0],
-                                           xq[0], bits, per_channel)
-            outs_f, outs_q = [out_f], [out_q]
-        else:
-            outs_f = _run(call, layer, xf, n)
-            if all(a is b for a, b in zip(xf, xq)) and not getattr(layer, "weights", None):
-                outs_q = outs_f  # same inputs, no kernel: the streams have not parted yet
+    x = np.concatenate(batches)
+    live = {id(view.inputs[0]): (x, x)}  # id(Tensor) -> (float, quantized) arrays
+    done, counted = 0, 0
+    for group in _groups(plan, n_groups):
+        for call in group:
+            counted += 1
+            say(f"[{counted}/{len(plan)}] {call.layer.name}: measuring its output mean error")
+        targets = {id(call) for call in group}
+        inputs, feeds = [], []
+        sym: dict[int, tuple] = {}  # id(Tensor) -> (float, quantized) symbolic values
+
+        def symbolic(t):
+            if id(t) not in sym:
+                values = []
+                for v in live[id(t)]:
+                    if values and v is feeds[-1]:
+                        values.append(values[-1])  # the streams have not parted yet
+                        continue
+                    inputs.append(keras.Input(batch_shape=(None,) + v.shape[1:],
+                                              dtype=str(v.dtype)))
+                    feeds.append(v)
+                    values.append(inputs[-1])
+                sym[id(t)] = tuple(values)
+            return sym[id(t)]
+
+        deltas = []
+        last = group[-1].index
+        while done < len(calls) and calls[done].index <= last:
+            call = calls[done]
+            done += 1
+            xf, xq = zip(*(symbolic(t) for t in call.inputs))
+            layer = call.layer
+            if id(call) in targets:
+                outs = [_measure_symbolic(call, copy_of(call, "f"), copy_of(call, "q"),
+                                          xf[0], xq[0], deltas)]
             else:
-                outs_q = _run(call, quantized(layer), xq, n)
-        for t in call.inputs:
-            uses[id(t)] -= 1
-            if uses[id(t)] == 0:
-                del f[id(t)], q[id(t)]
-        for t, vf, vq in zip(call.outputs, outs_f, outs_q):
-            if uses.get(id(t), 0):
-                f[id(t)], q[id(t)] = vf, vq
-        if id(call) in position:
+                out_f = run_call(call, list(xf), layer=copy_of(call, "f"))
+                if all(a is b for a, b in zip(xf, xq)) and not getattr(layer, "weights", None):
+                    out_q = out_f  # same inputs, no weights: the streams have not parted yet
+                else:
+                    out_q = run_call(call, list(xq), layer=copy_of(call, "q"))
+                outs = list(zip(out_f, out_q))
+            for t in call.inputs:
+                uses[id(t)] -= 1
+                if uses[id(t)] == 0:
+                    live.pop(id(t), None)
+                    sym.pop(id(t), None)
+            for t, pair in zip(call.outputs, outs):
+                if uses.get(id(t), 0):
+                    sym[id(t)] = pair
+        # Hand on what later groups need and was computed here.
+        fed = {id(k) for k in inputs}
+        handed = [i for i, pair in sym.items() if id(pair[0]) not in fed]
+        outputs = list(deltas)
+        for i in handed:
+            outputs.extend(sym[i] if sym[i][0] is not sym[i][1] else sym[i][:1])
+        result = keras.Model(inputs, outputs).predict_on_batch(feeds)
+        result = list(result) if isinstance(result, (list, tuple)) else [result]
+        measured, result = result[:len(deltas)], result[len(deltas):]
+        for i in handed:
+            vf = result.pop(0)
+            vq = vf if sym[i][0] is sym[i][1] else result.pop(0)
+            live[i] = (vf, vq)
+        for call, delta in zip(group, measured):
+            delta = np.asarray(delta, dtype=np.float64)
+            _subtract(clones[id(call.layer)].bias, delta)
             yield call, delta
 
 
-def _run(call, layer, inputs, n):
-    """``layer`` applied as ``call`` on each batch; one list of per-batch values per output."""
-    per_batch = [run_call(call, [v[b] for v in inputs], layer=layer) for b in range(n)]
-    return [list(values) for values in zip(*per_batch)]
+def _private_copy(call, source, suffix, bits=None, per_channel=False):
+    """A copy of ``source`` (the layer or operation of ``call``, or its clone) named
+    ``source.name + suffix``, with ``source``'s weights; with ``bits``, every kernel quantized
+    as :func:`cle.fake_quantize_weights` does."""
+    config = source.get_config()
+    config["name"] = source.name + suffix
+    copy = type(source).from_config(config)
+    if isinstance(source, keras.layers.Layer) and source.weights:
+        # Build it by a symbolic call on inputs of the call's shapes, then copy the weights.
+        run_call(call, [keras.KerasTensor(t.shape) for t in call.inputs], layer=copy)
+        copy.set_weights(source.get_weights())
+        if bits is not None:
+            _quantize_kernels(([copy] if layout_of(copy) is not None else [])
+                              + _kernel_layers(copy), bits, per_channel)
+    return copy
 
 
-def _correct(call, qlayer, new_layer, xf, xq, bits, per_channel):
-    """Measure ``delta`` for the target ``call`` and correct the biases of ``new_layer`` and
-    ``qlayer``; returns (float outputs, corrected quantized outputs, delta)."""
-    layer = call.layer
-    n = len(xf)
-    axis = channel_axis(layer, len(call.outputs[0].shape))
-    mean = _ChannelMean(axis)
-    if _is_linear(layer):
-        # W ∗ x + b with the same b in both streams: the difference of the layer outputs is
-        # the difference of the kernel-only outputs.
-        yf = _run(call, layer, [xf], n)[0]
-        yq = _run(call, qlayer, [xq], n)[0]
-        for a, b in zip(yq, yf):
-            mean.add(a, b)
-        delta = mean.mean()
-        _subtract(new_layer.bias, delta, also=qlayer.bias)
-        shape = [1] * len(yq[0].shape)
-        shape[axis] = delta.shape[0]
-        shift = keras.ops.convert_to_tensor(
-            delta.reshape(shape), dtype=keras.backend.standardize_dtype(yq[0].dtype))
-        return yf, [y - shift for y in yq], delta
-    kind = layout_of(layer).kind
-    w = np.asarray(keras.ops.convert_to_numpy(layer.kernel), dtype=np.float64)
-    eps = _kernel_error(layer, kind, bits, per_channel)
-    in_shape = call.inputs[0].shape
-    probe_f, probe_q = _probe(layer, w, in_shape), _probe(layer, w + eps, in_shape)
-    for a, b in zip(xq, xf):
-        mean.add(probe_q(a), probe_f(b))
-    delta = mean.mean()
-    _subtract(new_layer.bias, delta, also=qlayer.bias)
-    return _run(call, layer, [xf], n)[0], _run(call, qlayer, [xq], n)[0], delta
-
-
-def _quantized_copy(model, bits, per_channel):
-    """``rebuild(model)`` with every kernel quantized as :func:`fake_quantize_weights` does."""
-    qmodel, qclones = rebuild(model)
-    for qlayer in _kernel_layers(qmodel):
+def _quantize_kernels(layers, bits, per_channel):
+    for qlayer in layers:
         for attr, axis, depthwise in _kernel_specs(qlayer):
             var = getattr(qlayer, attr)
             w = keras.ops.convert_to_numpy(var)
             var.assign(keras.ops.convert_to_tensor(
                 quantize_kernel(w, bits, axis if per_channel else None, depthwise),
                 dtype=var.dtype))
+
+
+def _measure_symbolic(call, flayer, qlayer, xf, xq, deltas):
+    """Symbolic outputs (float, corrected quantized) of the target ``call``; appends the
+    symbolic ``delta`` to ``deltas``."""
+    layer = call.layer
+    axis = channel_axis(layer, len(call.outputs[0].shape))
+    if not _is_linear(layer):
+        in_shape = call.inputs[0].shape
+        flayer, qlayer = _linear_copy(flayer, in_shape), _linear_copy(qlayer, in_shape)
+    yf = run_call(call, [xf], layer=flayer)[0]
+    yq = run_call(call, [xq], layer=qlayer)[0]
+    delta = _channel_mean(yq, axis) - _channel_mean(yf, axis)
+    deltas.append(delta)
+    shape = [1] * len(yq.shape)
+    shape[axis] = yq.shape[axis]
+    yq = yq - keras.ops.reshape(keras.ops.cast(delta, yq.dtype), shape)
+    if not _is_linear(layer):
+        yf, yq = layer.activation(yf), layer.activation(yq)
+    return yf, yq
+
+
+def _quantized_copy(model, bits, per_channel):
+    """``rebuild(model)`` with every kernel quantized as :func:`fake_quantize_weights` does."""
+    qmodel, qclones = rebuild(model)
+    _quantize_kernels(_kernel_layers(qmodel), bits, per_channel)
     return qmodel, qclones
