@@ -28,6 +28,7 @@ demo: $(STAMP)
 bench: $(STAMP)
 	$(PY) benchmarks/bench_fold.py
 	$(PY) benchmarks/bench_equalize.py
+	$(PY) benchmarks/bench_bias_correction.py
 
 clean:
 	rm -rf $(VENV)

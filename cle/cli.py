@@ -450,7 +450,13 @@ def _equalize(args, model):
     return cle.equalize_model(
         model, relu6=args.relu6, high_bias_fold=args.high_bias_fold, margin=args.margin,
         return_report=True, bias_correction=mode, calibration_data=calibration,
+        progress=_progress if mode == "empirical" else None,
     )
+
+
+def _progress(message):
+    """Empirical bias correction's per-layer progress, on stderr (stdout keeps the summary)."""
+    print(f"cle: bias correction {message}", file=sys.stderr, flush=True)
 
 
 def _summary_lines(report):

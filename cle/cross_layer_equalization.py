@@ -655,7 +655,7 @@ class EqualizationReport:
 
 def equalize_model(model, relu6="bound", high_bias_fold="none", margin=3.0,
                    return_report=False, bias_correction="none", calibration_data=None,
-                   weight_bits=8, per_channel_weights=False):
+                   weight_bits=8, per_channel_weights=False, progress=None):
     """Run the data-free equalization pipeline and return a new model.
 
     Batch-norm folding, ReLU6 handling, cross-layer scaling and high-bias folding, with the new
@@ -681,6 +681,8 @@ def equalize_model(model, relu6="bound", high_bias_fold="none", margin=3.0,
             changes slightly on purpose (it is corrected for its quantized weights).
         calibration_data: inputs for ``bias_correction="empirical"``.
         weight_bits, per_channel_weights: the weight quantizer that bias correction targets.
+        progress: optional ``callable(str)`` given to :func:`cle.correct_bias` (empirical
+            bias correction reports each layer through it).
 
     Returns:
         The new model, or ``(new_model, report)`` with ``return_report=True``.
@@ -763,7 +765,7 @@ def equalize_model(model, relu6="bound", high_bias_fold="none", margin=3.0,
                 EqualizationReport(folded, [], relu6, [], infos, [], absorptions))
         new_model, corrections = _bc.correct_bias(
             new_model, bn_stats=stats, calibration_data=calibration_data, bits=weight_bits,
-            per_channel=per_channel_weights, return_report=True)
+            per_channel=per_channel_weights, progress=progress, return_report=True)
         # Point the report at the layers of the model that is returned.
         by_name = {la.name: la for la in new_model._flatten_layers()}
         folded = [_bnf.FoldedPair(by_name[p.layer.name], p.bn, p.bn_after) for p in folded]

@@ -523,3 +523,7 @@ def test_equalize_bias_correction_flags(capsys, tmp_path, model_file, x):
                          "--bias-correction", "empirical", "--calibration", calib)
     assert code == 0, err
     assert keras.saving.load_model(out_model) is not None
+    # progress, one line per corrected layer, on stderr (as the API's `progress` gives it)
+    lines = [ln for ln in err.splitlines() if ln.startswith("cle: bias correction [")]
+    counts = [ln.split("[")[1].split("]")[0].split("/") for ln in lines]
+    assert counts == [[str(i), counts[0][1]] for i in range(1, int(counts[0][1]) + 1)]
