@@ -34,7 +34,7 @@ def _measure(model, layer, qmodel, qlayer, call, batches, eps):
     in_shape = call.inputs[0].shape
     probe_f, probe_q = BC._probe(layer, w, in_shape), BC._probe(layer, w + eps, in_shape)
     axis = channel_axis(layer, len(call.outputs[0].shape))
-    total, count = None, 0
+    total, count, scale = None, 0, 0.0
     for x in batches:
         y = [np.asarray(keras.ops.convert_to_numpy(p(_quiet_call(sub, x))), dtype=np.float64)
              for p, sub in ((probe_f, sub_f), (probe_q, sub_q))]
@@ -42,12 +42,15 @@ def _measure(model, layer, qmodel, qlayer, call, batches, eps):
         d = d.reshape(-1, d.shape[-1])
         total = d.sum(axis=0) if total is None else total + d.sum(axis=0)
         count += d.shape[0]
-    return total / count
+        scale = max(scale, float(np.abs(y[0]).mean()))
+    return total / count, scale
 
 
 def empirical_deltas(model, calibration_data, bits=8, per_channel=False):
-    """``{layer name: delta}`` (the bias is corrected by ``−delta``) for every layer that
-    :func:`cle.correct_bias` would correct empirically, computed layer by layer."""
+    """``{layer name: (delta, scale)}`` for every layer that :func:`cle.correct_bias` would
+    correct empirically, computed layer by layer: the bias is corrected by ``−delta``;
+    ``scale`` is the mean ``|W ∗ x|`` of the layer's float kernel-only output (largest over
+    the batches)."""
     view = graph_view(model)
     plan = [c for c in view.calls
             if layout_of(c.layer) is not None and not BC._target_reason(view, c)]
@@ -69,9 +72,9 @@ def empirical_deltas(model, calibration_data, bits=8, per_channel=False):
         layer = call.layer
         qlayer = qclones[id(clones[id(layer)])]
         eps = BC._kernel_error(layer, layout_of(layer).kind, bits, per_channel)
-        delta = _measure(model, layer, qmodel, qlayer, call, batches, eps)
+        delta, scale = _measure(model, layer, qmodel, qlayer, call, batches, eps)
         bias = qlayer.bias
         new_bias = np.asarray(keras.ops.convert_to_numpy(bias), np.float64) - delta
         bias.assign(keras.ops.convert_to_tensor(new_bias, dtype=bias.dtype))
-        deltas[layer.name] = delta
+        deltas[layer.name] = delta, scale
     return deltas

@@ -346,17 +346,19 @@ def test_empirical_sequential_depthwise():
 def _assert_same_as_reference(model, corrected, x, bits=8, per_channel=False):
     """Per layer, the correction of the one-pass implementation equals the one of the old
     layer-by-layer implementation (tests/bias_correction_reference.py) to 1e-5 of the layer's
-    largest correction, plus one float32 step of the stored bias (the new bias is rounded to
-    float32 once, the reference delta is float64)."""
+    largest correction plus 1e-6 of the layer's mean |output| (both measure a difference of
+    float32 means: on the real MobileNetV2 they differ by up to ~1.3e-7 where the correction
+    is 4.5e-4) plus one float32 step of the stored bias (the new bias is rounded to float32
+    once, the reference delta is float64)."""
     want = reference.empirical_deltas(model, x, bits=bits, per_channel=per_channel)
     assert want
-    for name, delta in want.items():
+    for name, (delta, scale) in want.items():
         before = model.get_layer(name)
         b0 = (before.bias.numpy().astype(np.float64) if before.use_bias
               else np.zeros(delta.shape))
         b1 = corrected.get_layer(name).bias.numpy()
         got = b0 - b1.astype(np.float64)
-        tol = 1e-5 * np.abs(delta).max() + np.spacing(np.abs(b1))
+        tol = 1e-5 * np.abs(delta).max() + 1e-6 * scale + np.spacing(np.abs(b1))
         assert np.all(np.abs(got - delta) <= tol), (
             name, np.abs(got - delta).max(), np.abs(delta).max())
 
