@@ -19,10 +19,12 @@ with ``Q`` the weight quantizer the model will be deployed with,
   (ReLU6, :class:`cle.ClippedReLU`) the clipped-normal mean
   :func:`expected_clipped_normal`. A BatchNormalization left in the model also gives
   statistics for its own output. Anything else is a skip with a reason; or
-* **empirically** (``calibration_data``): the layer's input is measured by running the float
-  model, layer by layer in topological order, so each measurement sees the already-corrected
-  layers upstream. Here the mean of ``ε ∗ x`` itself is measured (a copy of the layer with
-  kernel ``ε``, no bias), which is exact at every output position, padded borders included.
+* **empirically** (``calibration_data``): in one forward pass over the calibration data, the
+  float model and the model with quantized kernels and the corrections made so far run side
+  by side through the graph, and each layer is corrected when it is reached by
+  ``E[W_q ∗ x_q] − E[W ∗ x_f]`` (measured on the layer outputs themselves, so exact at every
+  output position, padded borders included), so each measurement sees the already-corrected
+  layers upstream. See :func:`_empirical_pass`.
 
 The input model is never modified; the result is a new model with the same layer names.
 """
@@ -464,7 +466,8 @@ def correct_bias(model, bn_stats=None, calibration_data=None, bits=8, per_channe
             ``bn_stats`` and ``calibration_data`` must be given.
         bits: weight bit width of the deployed quantizer.
         per_channel: the deployed quantizer uses one scale per output channel.
-        progress: optional ``callable(str)`` called before each layer (empirical mode).
+        progress: optional ``callable(str)`` called once per layer (empirical mode; in groups,
+            as each compiled step of the pass starts).
         return_report: also return the list of :class:`BiasCorrectionRecord`.
 
     Returns:
