@@ -42,6 +42,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/bench_fold.py
 	$(PY) benchmarks/bench_equalize.py
 	$(PY) benchmarks/bench_cost.py
+	$(PY) benchmarks/bench_bias_correction.py
 
 clean:
 	rm -rf $(VENV)

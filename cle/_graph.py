@@ -27,7 +27,7 @@ import keras
 from keras.src.models.functional import Functional
 from keras.src.ops import numpy as _ops_numpy
 
-__all__ = ["Call", "GraphView", "Tensor", "graph_view", "local_view"]
+__all__ = ["Call", "GraphView", "Tensor", "graph_view", "local_view", "run_call"]
 
 
 @dataclasses.dataclass(eq=False)
@@ -55,6 +55,7 @@ class Call:
     kwargs: dict
     index: int  # topological position in the flat view
     scope: tuple[str, ...]  # names of the enclosing sub-models, outermost first
+    node: Any = dataclasses.field(default=None, repr=False)  # the Keras Node (see run_call)
 
     @property
     def name(self) -> str:
@@ -106,6 +107,8 @@ class GraphView:
     calls: list[Call]
     calls_of: dict[int, list[Call]]
     hidden_batch_norms: list[tuple[Call, Any]]
+    # The model's input tensors, in the order of model.inputs (empty for a local view).
+    inputs: list[Tensor] = dataclasses.field(default_factory=list)
 
     # For a local view (see local_view): number of calls of each layer known from Keras.
     counts: dict[int, int] = dataclasses.field(default_factory=dict)
@@ -192,6 +195,8 @@ def graph_view(model) -> GraphView:
     calls_of: dict[int, list[Call]] = {}
     hidden: list[tuple[Call, Any]] = []
 
+    top_inputs: list[Tensor] = []
+
     def visit(function, entry: list[Tensor] | None, scope: tuple[str, ...], name: str):
         # Map id(KerasTensor) of this (sub-)graph to flat Tensors.
         local: dict[int, Tensor] = {}
@@ -199,6 +204,8 @@ def graph_view(model) -> GraphView:
             local[id(kt)] = (
                 entry[i] if entry is not None else Tensor(None, tuple(kt.shape))
             )
+            if entry is None:
+                top_inputs.append(local[id(kt)])
         depths = sorted(function._nodes_by_depth, reverse=True)
         for depth in depths:
             for node in function._nodes_by_depth[depth]:
@@ -219,6 +226,7 @@ def graph_view(model) -> GraphView:
                     kwargs=dict(node.arguments.kwargs),
                     index=len(calls),
                     scope=scope,
+                    node=node,
                 )
                 for t in ins:
                     t.consumers.append(call)
@@ -238,7 +246,25 @@ def graph_view(model) -> GraphView:
         return outs
 
     visit(function, None, (), model.name)
-    return GraphView(model=model, calls=calls, calls_of=calls_of, hidden_batch_norms=hidden)
+    return GraphView(model=model, calls=calls, calls_of=calls_of, hidden_batch_norms=hidden,
+                     inputs=top_inputs)
+
+
+def run_call(call: Call, values: list, layer=None, training: bool = False) -> list:
+    """Run one call of a :func:`graph_view` on concrete tensors.
+
+    ``values`` hold the values of ``call.inputs`` (same order); ``layer`` (default
+    ``call.layer``, else e.g. its clone) is called with the argument structure of the call in
+    the model (e.g. ``Add()([a, b])``) and, when it takes ``training``, with ``training`` set
+    as ``Functional.call`` does. Returns the values of ``call.outputs``.
+    """
+    layer = call.layer if layer is None else layer
+    node = call.node
+    tensors = {id(kt): v for kt, v in zip(node.input_tensors, values)}
+    args, kwargs = node.arguments.fill_in(tensors)
+    if "training" in getattr(layer, "_call_context_args", ()):
+        kwargs["training"] = training
+    return keras.tree.flatten(layer(*args, **kwargs))
 
 
 def local_view(layers, depth: int = 64) -> GraphView:

@@ -19,10 +19,12 @@ with ``Q`` the weight quantizer the model will be deployed with,
   (ReLU6, :class:`cle.ClippedReLU`) the clipped-normal mean
   :func:`expected_clipped_normal`. A BatchNormalization left in the model also gives
   statistics for its own output. Anything else is a skip with a reason; or
-* **empirically** (``calibration_data``): the layer's input is measured by running the float
-  model, layer by layer in topological order, so each measurement sees the already-corrected
-  layers upstream. Here the mean of ``ε ∗ x`` itself is measured (a copy of the layer with
-  kernel ``ε``, no bias), which is exact at every output position, padded borders included.
+* **empirically** (``calibration_data``): in one forward pass over the calibration data, the
+  float model and the model with quantized kernels and the corrections made so far run side
+  by side through the graph, and each layer is corrected when it is reached by
+  ``E[W_q ∗ x_q] − E[W ∗ x_f]`` (measured on the layer outputs themselves, so exact at every
+  output position, padded borders included), so each measurement sees the already-corrected
+  layers upstream. See :func:`_empirical_pass`.
 
 The input model is never modified; the result is a new model with the same layer names.
 """
@@ -31,7 +33,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -39,7 +40,7 @@ import keras
 import numpy as np
 from scipy.stats import norm
 
-from cle._graph import graph_view
+from cle._graph import graph_view, run_call
 from cle._layouts import bias_on_wrong_axis, channel_axis, layout_of, untouchable_reason
 from cle._rebuild import LayerEdit, rebuild
 from cle.layers import ClippedReLU
@@ -71,6 +72,7 @@ _APPROX_PASS = (
     L.GlobalMaxPooling1D, L.GlobalMaxPooling2D, L.GlobalMaxPooling3D,
 )
 _BATCH = 32
+_GROUPS = 10  # empirical mode: compiled steps (and progress reports)
 
 
 # ------------------------------------------------------------------------------- math
@@ -467,7 +469,8 @@ def correct_bias(model, bn_stats=None, calibration_data=None, bits=8, per_channe
             ``bn_stats`` and ``calibration_data`` must be given.
         bits: weight bit width of the deployed quantizer.
         per_channel: the deployed quantizer uses one scale per output channel.
-        progress: optional ``callable(str)`` called before each layer (empirical mode).
+        progress: optional ``callable(str)`` called once per layer (empirical mode; in groups,
+            as each compiled step of the pass starts).
         return_report: also return the list of :class:`BiasCorrectionRecord`.
 
     Returns:
@@ -531,37 +534,20 @@ def correct_bias(model, bn_stats=None, calibration_data=None, bits=8, per_channe
                                          variables={"kernel": kernel,
                                                     "bias": np.zeros(n_out, kernel.dtype)})
     new_model, clones = rebuild(model, edits=edits)
-    if calibration is not None:
-        qmodel, qclones = _quantized_copy(new_model, bits, per_channel)
-
-    for i, call in enumerate(plan):
-        layer = call.layer
-        kind = layout_of(layer).kind
-        new_layer = clones[id(layer)]
-        eps = _kernel_error(layer, kind, bits, per_channel)
-        note = ""
-        if calibration is None:
+    if calibration is None:
+        for call in plan:
+            layer = call.layer
+            kind = layout_of(layer).kind
             mean_x, note = analytic[id(call)]
-            mode = "analytic"
-        else:
-            say(f"[{i + 1}/{len(plan)}] {layer.name}: measuring its output mean error")
-            qlayer = qclones[id(new_layer)]
-            delta, reason = _measure(model, layer, qmodel, qlayer, call, calibration, eps)
-            if delta is None:
-                records[id(call)] = BiasCorrectionRecord(layer.name, "skipped", reason=reason,
-                                                         added_bias=id(layer) in edits)
-                continue
-            mode = "empirical"
-        if mode == "analytic":
+            eps = _kernel_error(layer, kind, bits, per_channel)
             delta = _bias_delta(kind, eps, mean_x, int(getattr(layer, "groups", 1) or 1))
-        bias = new_layer.bias
-        new_bias = np.asarray(keras.ops.convert_to_numpy(bias), np.float64) - delta
-        bias.assign(keras.ops.convert_to_tensor(new_bias, dtype=bias.dtype))
-        if mode == "empirical":
-            qlayer.bias.assign(keras.ops.convert_to_tensor(new_bias, dtype=bias.dtype))
-        records[id(call)] = BiasCorrectionRecord(
-            layer.name, mode, float(np.max(np.abs(delta))) if delta.size else 0.0,
-            note=note, added_bias=id(layer) in edits)
+            _subtract(clones[id(layer)].bias, delta)
+            records[id(call)] = _record(layer, "analytic", delta, note, id(layer) in edits)
+    else:
+        for call, delta in _empirical_pass(view, plan, model, new_model, clones, calibration,
+                                           bits, per_channel, say):
+            layer = call.layer
+            records[id(call)] = _record(layer, "empirical", delta, "", id(layer) in edits)
     ordered = [records[id(c)] for c in calls]
     for rec in ordered:
         if not rec.corrected:
@@ -585,51 +571,217 @@ def _probe(layer, kernel, in_shape):
     return probe
 
 
-def _quiet_call(fn, x):
-    with warnings.catch_warnings():  # "structure of `inputs` doesn't match": harmless
-        warnings.simplefilter("ignore", UserWarning)
-        return fn(x, training=False)
+def _record(layer, mode, delta, note, added_bias):
+    return BiasCorrectionRecord(layer.name, mode,
+                                float(np.max(np.abs(delta))) if delta.size else 0.0,
+                                note=note, added_bias=added_bias)
 
 
-def _input_model(model, layer):
-    """A model from ``model``'s inputs to ``layer``'s input (``ValueError`` from Keras when that
-    input is not connected to them)."""
-    return keras.Model(model.inputs, layer.input)
+def _subtract(bias, delta, also=None):
+    """``bias −= delta`` in float64, cast once to the variable's dtype (the same value is
+    assigned to the variable ``also`` if given)."""
+    value = np.asarray(keras.ops.convert_to_numpy(bias), np.float64) - delta
+    for var in (bias, also) if also is not None else (bias,):
+        var.assign(keras.ops.convert_to_tensor(value, dtype=var.dtype))
 
 
-def _measure(model, layer, qmodel, qlayer, call, batches, eps):
-    """``E[W_q ∗ x_q] − E[W ∗ x]`` per output channel over the calibration data, where ``x``
-    is ``layer``'s input in the float ``model`` and ``x_q`` ``qlayer``'s input in ``qmodel``
-    (quantized kernels, biases corrected so far); or (None, reason)."""
-    try:
-        sub_f, sub_q = _input_model(model, layer), _input_model(qmodel, qlayer)
-    except ValueError as exc:
-        # Keras refuses a sub-model whose output is not connected to the model's inputs, e.g.
-        # the input of a layer inside a nested sub-model. Anything else is a bug: let it out.
-        return None, f"its input cannot be read from the model's inputs ({type(exc).__name__})"
-    w = np.asarray(keras.ops.convert_to_numpy(layer.kernel), dtype=np.float64)
-    in_shape = call.inputs[0].shape
-    probe_f, probe_q = _probe(layer, w, in_shape), _probe(layer, w + eps, in_shape)
-    axis = channel_axis(layer, len(call.outputs[0].shape))
-    total, count = None, 0
-    for x in batches:
-        y = [np.asarray(keras.ops.convert_to_numpy(p(_quiet_call(sub, x))), dtype=np.float64)
-             for p, sub in ((probe_f, sub_f), (probe_q, sub_q))]
-        d = np.moveaxis(y[1] - y[0], axis, -1)
-        d = d.reshape(-1, d.shape[-1])
-        total = d.sum(axis=0) if total is None else total + d.sum(axis=0)
-        count += d.shape[0]
-    return total / count, ""
+def _is_linear(layer):
+    return keras.activations.serialize(layer.activation) in (None, "linear")
 
 
-def _quantized_copy(model, bits, per_channel):
-    """``rebuild(model)`` with every kernel quantized as :func:`fake_quantize_weights` does."""
-    qmodel, qclones = rebuild(model)
-    for qlayer in _kernel_layers(qmodel):
+def _linear_copy(layer, in_shape):
+    """A copy of ``layer`` (same weights) without its activation."""
+    config = layer.get_config()
+    config.update(activation="linear", name=f"{layer.name}_linear", trainable=False)
+    copy = type(layer).from_config(config)
+    copy.build(in_shape)
+    copy.set_weights(layer.get_weights())
+    return copy
+
+
+def _channel_mean(y, axis):
+    """Symbolic float64 mean of ``y`` over every axis (batch included) but ``axis``."""
+    ndim = len(y.shape)
+    axis %= ndim
+    return keras.ops.mean(keras.ops.cast(y, "float64"),
+                          axis=tuple(i for i in range(ndim) if i != axis))
+
+
+def _groups(plan, n_groups):
+    """``plan`` cut into at most ``n_groups`` runs of consecutive layers of about equal size."""
+    n = min(len(plan), n_groups)
+    bounds = [round(i * len(plan) / n) for i in range(n + 1)]
+    return [plan[a:b] for a, b in zip(bounds, bounds[1:])]
+
+
+def _empirical_pass(view, plan, model, new_model, clones, batches, bits, per_channel, say,
+                    n_groups=_GROUPS):
+    """Correct the layers of ``plan`` in one forward pass over the calibration ``batches``;
+    yield ``(call, delta)`` for each, in order, once its bias in ``new_model`` is corrected.
+
+    Two streams of activations go through the graph of ``view`` (the input model) call by
+    call in topological order, on all the calibration data at once: ``f``, the float model,
+    and ``q``, the model with every kernel quantized as :func:`cle.fake_quantize_weights` does
+    and with the biases corrected so far. On reaching a layer of ``plan``,
+    ``delta = E[W_q ∗ x_q + b] − E[W ∗ x_f + b]`` per output channel (mean over samples and
+    positions, padded borders included; the same as the difference of the kernel-only
+    outputs) is subtracted from the layer's ``q`` output before its activation, which is what
+    the corrected bias ``b − delta`` computes. Activations are not quantized.
+
+    The walk is traced into ``n_groups`` Keras models (one per run of consecutive layers of
+    ``plan``), each run once with ``predict_on_batch``, i.e. compiled by the backend; the
+    tensors still needed by later groups are handed on as arrays, everything else is freed.
+    The layers called are private copies (:func:`_private_copy`, new names so that both
+    streams fit in one model), so neither ``model`` nor ``new_model`` gets new nodes. Calls
+    that lead to no layer of ``plan`` are not run.
+    """
+    if len(view.inputs) != 1:
+        raise ValueError(
+            "Empirical bias correction needs a model with one input. "
+            f"Received: model '{view.model.name}' with {len(view.inputs)} inputs"
+        )
+    copies: dict[tuple, Any] = {}
+
+    def copy_of(call, stream):
+        key = (id(call.layer), stream)
+        if key not in copies:
+            if stream == "f":
+                copies[key] = _private_copy(call, call.layer, "_bc_float")
+            else:
+                copies[key] = _private_copy(call, clones.get(id(call.layer), call.layer),
+                                            "_bc_quantized", bits, per_channel)
+        return copies[key]
+
+    needed, stack = set(), list(plan)
+    while stack:
+        call = stack.pop()
+        if id(call) not in needed:
+            needed.add(id(call))
+            stack.extend(t.producer for t in call.inputs if t.producer is not None)
+    calls = [c for c in view.calls if id(c) in needed]
+    uses: dict[int, int] = {}
+    for call in calls:
+        for t in call.inputs:
+            uses[id(t)] = uses.get(id(t), 0) + 1
+
+    x = np.concatenate(batches)
+    live = {id(view.inputs[0]): (x, x)}  # id(Tensor) -> (float, quantized) arrays
+    done, counted = 0, 0
+    for group in _groups(plan, n_groups):
+        for call in group:
+            counted += 1
+            say(f"[{counted}/{len(plan)}] {call.layer.name}: measuring its output mean error")
+        targets = {id(call) for call in group}
+        inputs, feeds = [], []
+        sym: dict[int, tuple] = {}  # id(Tensor) -> (float, quantized) symbolic values
+
+        def symbolic(t):
+            if id(t) not in sym:
+                values = []
+                for v in live[id(t)]:
+                    if values and v is feeds[-1]:
+                        values.append(values[-1])  # the streams have not parted yet
+                        continue
+                    inputs.append(keras.Input(batch_shape=(None,) + v.shape[1:],
+                                              dtype=str(v.dtype)))
+                    feeds.append(v)
+                    values.append(inputs[-1])
+                sym[id(t)] = tuple(values)
+            return sym[id(t)]
+
+        deltas = []
+        last = group[-1].index
+        while done < len(calls) and calls[done].index <= last:
+            call = calls[done]
+            done += 1
+            xf, xq = zip(*(symbolic(t) for t in call.inputs))
+            layer = call.layer
+            if id(call) in targets:
+                outs = [_measure_symbolic(call, copy_of(call, "f"), copy_of(call, "q"),
+                                          xf[0], xq[0], deltas)]
+            else:
+                out_f = run_call(call, list(xf), layer=copy_of(call, "f"))
+                if all(a is b for a, b in zip(xf, xq)) and not getattr(layer, "weights", None):
+                    out_q = out_f  # same inputs, no weights: the streams have not parted yet
+                else:
+                    out_q = run_call(call, list(xq), layer=copy_of(call, "q"))
+                outs = list(zip(out_f, out_q))
+            for t in call.inputs:
+                uses[id(t)] -= 1
+                if uses[id(t)] == 0:
+                    live.pop(id(t), None)
+                    sym.pop(id(t), None)
+            for t, pair in zip(call.outputs, outs):
+                if uses.get(id(t), 0):
+                    sym[id(t)] = pair
+        # Hand on what later groups need and was computed here.
+        fed = {id(k) for k in inputs}
+        handed = [i for i, pair in sym.items() if id(pair[0]) not in fed]
+        outputs = list(deltas)
+        for i in handed:
+            outputs.extend(sym[i] if sym[i][0] is not sym[i][1] else sym[i][:1])
+        result = keras.Model(inputs, outputs).predict_on_batch(feeds)
+        result = list(result) if isinstance(result, (list, tuple)) else [result]
+        measured, result = result[:len(deltas)], result[len(deltas):]
+        for i in handed:
+            vf = result.pop(0)
+            vq = vf if sym[i][0] is sym[i][1] else result.pop(0)
+            live[i] = (vf, vq)
+        for call, delta in zip(group, measured):
+            delta = np.asarray(delta, dtype=np.float64)
+            _subtract(clones[id(call.layer)].bias, delta)
+            yield call, delta
+
+
+def _private_copy(call, source, suffix, bits=None, per_channel=False):
+    """A copy of ``source`` (the layer or operation of ``call``, or its clone) named
+    ``source.name + suffix``, with ``source``'s weights; with ``bits``, every kernel quantized
+    as :func:`cle.fake_quantize_weights` does."""
+    config = source.get_config()
+    config["name"] = source.name + suffix
+    copy = type(source).from_config(config)
+    if isinstance(source, keras.layers.Layer) and source.weights:
+        # Build it by a symbolic call on inputs of the call's shapes, then copy the weights.
+        run_call(call, [keras.KerasTensor(t.shape) for t in call.inputs], layer=copy)
+        copy.set_weights(source.get_weights())
+        if bits is not None:
+            _quantize_kernels(([copy] if layout_of(copy) is not None else [])
+                              + _kernel_layers(copy), bits, per_channel)
+    return copy
+
+
+def _quantize_kernels(layers, bits, per_channel):
+    for qlayer in layers:
         for attr, axis, depthwise in _kernel_specs(qlayer):
             var = getattr(qlayer, attr)
             w = keras.ops.convert_to_numpy(var)
             var.assign(keras.ops.convert_to_tensor(
                 quantize_kernel(w, bits, axis if per_channel else None, depthwise),
                 dtype=var.dtype))
+
+
+def _measure_symbolic(call, flayer, qlayer, xf, xq, deltas):
+    """Symbolic outputs (float, corrected quantized) of the target ``call``; appends the
+    symbolic ``delta`` to ``deltas``."""
+    layer = call.layer
+    axis = channel_axis(layer, len(call.outputs[0].shape))
+    if not _is_linear(layer):
+        in_shape = call.inputs[0].shape
+        flayer, qlayer = _linear_copy(flayer, in_shape), _linear_copy(qlayer, in_shape)
+    yf = run_call(call, [xf], layer=flayer)[0]
+    yq = run_call(call, [xq], layer=qlayer)[0]
+    delta = _channel_mean(yq, axis) - _channel_mean(yf, axis)
+    deltas.append(delta)
+    shape = [1] * len(yq.shape)
+    shape[axis] = yq.shape[axis]
+    yq = yq - keras.ops.reshape(keras.ops.cast(delta, yq.dtype), shape)
+    if not _is_linear(layer):
+        yf, yq = layer.activation(yf), layer.activation(yq)
+    return yf, yq
+
+
+def _quantized_copy(model, bits, per_channel):
+    """``rebuild(model)`` with every kernel quantized as :func:`fake_quantize_weights` does."""
+    qmodel, qclones = rebuild(model)
+    _quantize_kernels(_kernel_layers(qmodel), bits, per_channel)
     return qmodel, qclones

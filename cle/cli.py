@@ -467,6 +467,7 @@ def _equalize(args, model):
         objective=args.objective, per_channel_weights=args.per_channel,
         weight_bits=args.weight_bits, activation_bits=args.activation_bits,
         activation_ranges=ranges,
+        progress=_progress if mode == "empirical" else None,
     )
 
 
@@ -493,6 +494,11 @@ def _load_calibration(np, path):
     if not np.issubdtype(data.dtype, np.number):
         raise CliError(f"{option} holds an array of {data.dtype}, not numbers", EXIT_USAGE)
     return data
+
+
+def _progress(message):
+    """Empirical bias correction's per-layer progress, on stderr (stdout keeps the summary)."""
+    print(f"cle: bias correction {message}", file=sys.stderr, flush=True)
 
 
 def _summary_lines(report):

@@ -873,7 +873,7 @@ def _decide_sets(plan, matches, edits, target, model=None, data=None, progress=N
 def equalize_model(model, relu6="bound", high_bias_fold="none", margin=3.0,
                    return_report=False, bias_correction="none", calibration_data=None,
                    weight_bits=8, per_channel_weights=True, objective="quantized",
-                   activation_bits=8, activation_ranges="bn"):
+                   activation_bits=8, activation_ranges="bn", progress=None):
     """Run the data-free equalization pipeline and return a new model.
 
     Batch-norm folding, ReLU6 handling, cross-layer scaling and high-bias folding, with the new
@@ -913,6 +913,8 @@ def equalize_model(model, relu6="bound", high_bias_fold="none", margin=3.0,
             statistics: "bn" (default, data-free: the folded BNs' γ, β with a heavy-tailed
             range model) or "calibration" (measured on ``calibration_data`` in one pass: the
             per-channel max, as TFLite's calibration takes it, and the moments).
+        progress: optional ``callable(str)``: measuring activation ranges on calibration data
+            reports each batch through it, and :func:`cle.correct_bias` (empirical) each layer.
 
     Returns:
         The new model, or ``(new_model, report)`` with ``return_report=True``.
@@ -964,7 +966,7 @@ def equalize_model(model, relu6="bound", high_bias_fold="none", margin=3.0,
         # unscaled then keeps its (fused) ReLU6 rather than a ClippedReLU.
         decisions = _decide_sets(
             plan, matches, edits, target, model,
-            calibration_data if activation_ranges == "calibration" else None)
+            calibration_data if activation_ranges == "calibration" else None, progress)
         to_scale = [links for links, d in zip(plan.sets, decisions) if d.scaled]
     if relu6 == "replace":
         targets = _all_relu6(view)
@@ -1028,7 +1030,7 @@ def equalize_model(model, relu6="bound", high_bias_fold="none", margin=3.0,
                 EqualizationReport(folded, [], relu6, [], infos, [], absorptions))
         new_model, corrections = _bc.correct_bias(
             new_model, bn_stats=stats, calibration_data=calibration_data, bits=weight_bits,
-            per_channel=per_channel_weights, return_report=True)
+            per_channel=per_channel_weights, progress=progress, return_report=True)
         # Point the report at the layers of the model that is returned.
         by_name = {la.name: la for la in new_model._flatten_layers()}
         folded = [_bnf.FoldedPair(by_name[p.layer.name], p.bn, p.bn_after) for p in folded]

@@ -561,3 +561,7 @@ def test_equalize_bias_correction_flags(capsys, tmp_path, model_file, x):
     scale = np.abs(expected).max()
     assert np.abs(written - expected).max() <= RTOL * scale
     assert np.abs(uncorrected - expected).max() > 100 * RTOL * scale
+    # progress, one line per corrected layer, on stderr (as the API's `progress` gives it)
+    lines = [ln for ln in err.splitlines() if ln.startswith("cle: bias correction [")]
+    counts = [ln.split("[")[1].split("]")[0].split("/") for ln in lines]
+    assert counts == [[str(i), counts[0][1]] for i in range(1, int(counts[0][1]) + 1)]

@@ -1,0 +1,80 @@
+"""The empirical bias correction as it was before the one-pass rewrite (issue 10, item 4),
+kept for tests only: a sub-model per layer re-runs the model prefix on the calibration data
+(cost grows with the square of the depth). ``tests/test_bias_correction.py`` checks that
+:func:`cle.correct_bias` (one forward pass) gives the same per-layer corrections.
+
+It reuses the library's target selection, probes and quantized copy, so that what is compared
+is the measuring pass itself.
+"""
+
+import warnings
+
+import keras
+import numpy as np
+
+from cle import bias_correction as BC
+from cle._graph import graph_view
+from cle._layouts import channel_axis, layout_of
+from cle._rebuild import LayerEdit, rebuild
+
+
+def _quiet_call(fn, x):
+    with warnings.catch_warnings():  # "structure of `inputs` doesn't match": harmless
+        warnings.simplefilter("ignore", UserWarning)
+        return fn(x, training=False)
+
+
+def _measure(model, layer, qmodel, qlayer, call, batches, eps):
+    """``E[W_q ∗ x_q] − E[W ∗ x]`` per output channel over the calibration data, where ``x``
+    is ``layer``'s input in the float ``model`` and ``x_q`` ``qlayer``'s input in ``qmodel``
+    (quantized kernels, biases corrected so far)."""
+    sub_f = keras.Model(model.inputs, layer.input)
+    sub_q = keras.Model(qmodel.inputs, qlayer.input)
+    w = np.asarray(keras.ops.convert_to_numpy(layer.kernel), dtype=np.float64)
+    in_shape = call.inputs[0].shape
+    probe_f, probe_q = BC._probe(layer, w, in_shape), BC._probe(layer, w + eps, in_shape)
+    axis = channel_axis(layer, len(call.outputs[0].shape))
+    total, count, scale = None, 0, 0.0
+    for x in batches:
+        y = [np.asarray(keras.ops.convert_to_numpy(p(_quiet_call(sub, x))), dtype=np.float64)
+             for p, sub in ((probe_f, sub_f), (probe_q, sub_q))]
+        d = np.moveaxis(y[1] - y[0], axis, -1)
+        d = d.reshape(-1, d.shape[-1])
+        total = d.sum(axis=0) if total is None else total + d.sum(axis=0)
+        count += d.shape[0]
+        scale = max(scale, float(np.abs(y[0]).mean()))
+    return total / count, scale
+
+
+def empirical_deltas(model, calibration_data, bits=8, per_channel=False):
+    """``{layer name: (delta, scale)}`` for every layer that :func:`cle.correct_bias` would
+    correct empirically, computed layer by layer: the bias is corrected by ``−delta``;
+    ``scale`` is the mean ``|W ∗ x|`` of the layer's float kernel-only output (largest over
+    the batches)."""
+    view = graph_view(model)
+    plan = [c for c in view.calls
+            if layout_of(c.layer) is not None and not BC._target_reason(view, c)]
+    batches = BC._check_data(model, calibration_data)
+    edits = {}
+    for call in plan:
+        layer = call.layer
+        if not layer.use_bias:
+            kernel = keras.ops.convert_to_numpy(layer.kernel)
+            n_out = layer.compute_output_shape(call.inputs[0].shape)
+            n_out = int(n_out[channel_axis(layer, len(n_out))])
+            edits[id(layer)] = LayerEdit(config={"use_bias": True},
+                                         variables={"kernel": kernel,
+                                                    "bias": np.zeros(n_out, kernel.dtype)})
+    new_model, clones = rebuild(model, edits=edits)
+    qmodel, qclones = BC._quantized_copy(new_model, bits, per_channel)
+    deltas = {}
+    for call in plan:
+        layer = call.layer
+        qlayer = qclones[id(clones[id(layer)])]
+        eps = BC._kernel_error(layer, layout_of(layer).kind, bits, per_channel)
+        delta, scale = _measure(model, layer, qmodel, qlayer, call, batches, eps)
+        bias = qlayer.bias
+        new_bias = np.asarray(keras.ops.convert_to_numpy(bias), np.float64) - delta
+        bias.assign(keras.ops.convert_to_tensor(new_bias, dtype=bias.dtype))
+        deltas[layer.name] = delta, scale
+    return deltas
