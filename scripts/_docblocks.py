@@ -25,6 +25,8 @@ __all__ = ["GENERATORS", "BLOCK_RE", "blocks", "replace_block", "render"]
 GENERATORS = {
     "cli-": "gen_cli_docs.py",
     "demo-": "gen_demo_results.py",
+    "applications": "applications_report.py",
+    "cost": "../benchmarks/bench_cost.py",
 }
 
 # Markers count only on a line of their own (a marker quoted in running text is not one).

@@ -48,7 +48,7 @@ DEFAULTS = {
         "relu6": "bound", "high_bias_fold": "none", "margin": 3.0, "return_report": False,
         "bias_correction": "none", "calibration_data": None, "weight_bits": 8,
         "per_channel_weights": True, "objective": "quantized", "activation_bits": 8,
-        "activation_ranges": "bn",
+        "activation_ranges": "bn", "progress": None,
     },
     "cross_layer_equalization.replace_relu6_with_relu": {},
     "cross_layer_equalization.replace_relu6_with_clipped_relu": {},
@@ -82,7 +82,7 @@ DEFAULTS = {
     "quantization.weight_range_spread": {},
     "quantization.evaluate": {
         "float_outputs": None, "weight_bits": 8, "tflite": True, "per_channel": (False, True),
-        "progress": None},
+        "progress": None, "num_calibration": None},
     # cle.training_fold
     "training_fold.fuse_for_training": {
         "folding_mode": "ema_stats_folding", "ema_freeze_delay": None,

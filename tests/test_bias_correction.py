@@ -541,23 +541,12 @@ def _nested_model():
     return keras.Model(inp, L.Conv2D(2, 1, name="last")(sub(x)))
 
 
-def test_empirical_layer_inside_a_nested_model_is_skipped_with_reason():
-    # Keras cannot build a model from the outer inputs to 'inner''s input (a ValueError): that
-    # layer is skipped with the reason, the others are corrected.
-    model = _nested_model()
-    x = np.random.default_rng(0).normal(size=(8, 6, 6, 3)).astype(np.float32)
-    _, records = BC.correct_bias(model, calibration_data=x, bits=4, return_report=True)
-    rec = {r.layer: r for r in records}
-    assert rec["inner"].mode == "skipped"
-    assert "its input cannot be read from the model's inputs (ValueError)" in rec["inner"].reason
-    assert rec["outer"].mode == "empirical" and rec["last"].mode == "empirical"
-
-
 def test_unexpected_error_while_measuring_reaches_the_user(monkeypatch):
-    def broken(model, layer):
+    # (Layers inside a nested sub-model are corrected: test_empirical_nested_sub_model.)
+    def broken(*args, **kwargs):
         raise RuntimeError("injected failure")
 
-    monkeypatch.setattr(BC, "_input_model", broken)
+    monkeypatch.setattr(BC, "_measure_symbolic", broken)
     model = _nested_model()
     x = np.random.default_rng(0).normal(size=(8, 6, 6, 3)).astype(np.float32)
     with pytest.raises(RuntimeError, match="injected failure"):
