@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from conftest import (
     BACKEND,
+    real_mobilenet_v2,
     RTOL,
     assert_folds,
     inputs_for,
@@ -66,7 +67,7 @@ def test_channels_first_scaling_set_is_kept():
     c1 = model.get_layer("c1")  # spread ranges, so that scaling really changes the weights
     c1.kernel.assign(np.asarray(c1.kernel) * rng.uniform(0.1, 10.0, 4).astype("float32"))
     randomize_biases(model)
-    new, report = cle.equalize_model(model, return_report=True)
+    new, report = cle.equalize_model(model, objective="weights", return_report=True)
     assert [[(p.layer1.name, p.layer2.name) for p in s.cls_pair_info_list]
             for s in report.sets] == [[("c1", "c2")]]
     assert "c1" not in dict(report.set_ends)
@@ -192,7 +193,7 @@ def test_real_mobilenet_v2_fold_equalize_and_fuse():
     and fusing for training keep the function, on every backend."""
     from cle import pretrained
 
-    model = pretrained.mobilenet_v2_imagenet()
+    model = real_mobilenet_v2()
     x = pretrained.preprocess_imagenet(pretrained.sample_images(4))
     snapshot = weights_snapshot(model)
     pairs, folded = cle.fold_all_batch_norms(model)

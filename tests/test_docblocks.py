@@ -21,5 +21,5 @@ def test_replace_block_keeps_the_rest(tmp_path):
 def test_replace_block_needs_exactly_one_block(tmp_path):
     page = tmp_path / "p.md"
     page.write_text("no block here\n")
-    with pytest.raises(ValueError, match="generated:t"):
+    with pytest.raises(KeyError, match="generated:t"):
         replace_block(page, "t", "x")

@@ -262,6 +262,8 @@ def _fused_activations(content):
 
 @pytest.fixture(scope="module")
 def tflite_setup():
+    if keras.backend.backend() != "tensorflow":
+        pytest.skip("TensorFlow backend only (TFLite conversion of a Keras model)")
     tf = pytest.importorskip("tensorflow")
     keras.utils.set_random_seed(7)
     inp = keras.Input((12, 12, 3))
