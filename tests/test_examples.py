@@ -102,7 +102,7 @@ def test_equalize_mobilenet_v2_real_weights():
     pytest.importorskip("sklearn")
     out = run_example("equalize_mobilenet_v2.py", "--images", "8")
     assert "batch norms folded: 52, skipped: 0" in out
-    assert "scaled sets: 20 (3 pairs, 17 triplets)" in out
+    assert "scaled sets: 20 (3 pairs, 17 triplets; objective 'weights')" in out
     rows = _table(out)
     assert len(rows) == 9, out
     # Exact rewrites: same top-1 on every photo, SQNR at float32 round-off level.
