@@ -441,7 +441,7 @@ def test_lite1_equalization_is_exact_and_finds_every_triplet(lite1,
     from conftest import RTOL
 
     _, x = lite1_photos
-    new, report = cle.equalize_model(lite1, high_bias_fold="none",
+    new, report = cle.equalize_model(lite1, high_bias_fold="none", objective="weights",
                                       return_report=True)
     assert len(report.folded) == 64
     # Every block is a conv -> depthwise -> conv triplet: block 0's first conv

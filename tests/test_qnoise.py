@@ -192,7 +192,7 @@ def test_tflite_quantizes_a_clipped_relu_on_one_grid():
     model = keras.Model(inp, out)
     xs = np.random.default_rng(0).normal(size=(8, 8, 8, 4)).astype("float32") * 4
     content = q.convert_to_tflite_int8(model, xs)
-    interp = q._interpreter(__import__("tensorflow"), content)
+    interp = q._interpreter(content)
     ops = {op["op_name"]: op for op in interp._get_ops_details()}
     assert "MINIMUM" in ops
     details = {d["index"]: d for d in interp.get_tensor_details()}
