@@ -21,7 +21,7 @@ import keras
 import numpy as np
 
 from cle import _cls_math, _qnoise, _scale_choice, batch_norm_fold as _bnf
-from cle._cls_sets import Link, find_sets, in_spec, out_spec, relu6_kind, walk
+from cle._cls_sets import Link, SetSearch, find_sets, in_spec, out_spec, relu6_kind, walk
 from cle._graph import GraphView, graph_view, local_view
 from cle._layouts import bias_on_wrong_axis, channel_axis, layout_of
 from cle._rebuild import LayerEdit, rebuild
@@ -407,15 +407,10 @@ class CrossLayerScaling:
         for links in search.sets:  # in place, set by set: each sees the previous ones' result
             d = _scale_choice.decide_set(links, value, bn_stats, target)
             if d.scaled:
-                infos += _scale_search(_SetList([links]), {d.layers: d.scales})
+                infos += _scale_search(SetSearch([links], []), {d.layers: d.scales})
             else:
                 logger.info("scaling set %s left as it is: %s", d.layers, d.reason)
         return infos
-
-
-@dataclasses.dataclass
-class _SetList:
-    sets: list
 
 
 def _set_key(links):
