@@ -41,7 +41,7 @@ def _mobile_block(relu6_form="layer", residual=False):
     x = relu6(L.BatchNormalization(name="bn2")(L.DepthwiseConv2D(3, padding="same", name="dw")(x)), "r2")
     x = L.BatchNormalization(name="bn3")(L.Conv2D(4, 1, name="project")(x))
     if residual:
-        x = L.Add()([x, inp])
+        x = L.Add(name="add")([x, inp])
     return _rand(keras.Model(inp, x))
 
 
