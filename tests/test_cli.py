@@ -567,7 +567,9 @@ def test_equalize_bias_correction_flags(capsys, tmp_path, model_file, x):
     uncorrected = predict(cle.equalize_model(original, per_channel_weights=False), x)
     scale = np.abs(expected).max()
     assert np.abs(written - expected).max() <= RTOL * scale
-    assert np.abs(uncorrected - expected).max() > 100 * RTOL * scale
+    # (10x the tolerance of "the same model" above: 4.7e-4 relative on JAX's initial weights,
+    # above 1e-3 on TensorFlow's; both far above the 1e-5 that separates equal from different.)
+    assert np.abs(uncorrected - expected).max() > 10 * RTOL * scale
     # progress, one line per corrected layer, on stderr (as the API's `progress` gives it)
     lines = [ln for ln in err.splitlines() if ln.startswith("cle: bias correction [")]
     counts = [ln.split("[")[1].split("]")[0].split("/") for ln in lines]
