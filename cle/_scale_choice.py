@@ -233,10 +233,21 @@ def decide_set(links, value, bn_stats, target, activation_stats=None):
         [_act_range(j, s, False) for j, s in zip(junctions, choice.scales)],
         choice.alpha, choice.lam,
     )
+    gain_db = (10 * np.log10(choice.noise_before / choice.noise_after)
+               if choice.noise_after > 0 and choice.noise_before > 0 else 0.0)
     if choice.noise_after >= choice.noise_before:
+        reason = "no candidate scaling lowers its modelled INT8 noise"
+    elif gain_db < _qnoise.MIN_GAIN_DB:
+        reason = (f"the best candidate lowers its modelled INT8 noise by {gain_db:.1f} dB only, "
+                  f"under the {_qnoise.MIN_GAIN_DB:g} dB the model can tell apart from no gain")
+    else:
+        reason = ""
+    if reason:
         decision.scaled = False
+        decision.noise_after = decision.noise_before
+        decision.alpha, decision.lam = None, None
         decision.activation_range_after = list(decision.activation_range_before)
-        decision.reason = "no candidate scaling lowers its modelled INT8 noise"
+        decision.reason = reason
     else:
         decision.scales = choice.scales
     return decision

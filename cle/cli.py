@@ -709,7 +709,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--objective", choices=("quantized", "weights"), default="quantized",
                        help="quantized (default): choose scales that lower the modelled INT8 "
                             "noise of weights and activations for the target quantizer, and "
-                            "leave a set whose noise would not go down; weights: equalize "
+                            "leave a set whose noise would not drop by 2 dB; weights: equalize "
                             "weight ranges only (Nagel / AIMET)")
         p.add_argument("--per-tensor", dest="per_channel", action="store_false",
                        help="target INT8 per-tensor weights (default: per-channel, TFLite's "

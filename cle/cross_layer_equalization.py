@@ -376,8 +376,8 @@ class CrossLayerScaling:
                 "quantized": choose scales for the INT8 target given by
                 ``per_channel_weights`` / ``weight_bits`` / ``activation_bits``, as
                 :func:`equalize_model` does, with activation ranges from the BNs of
-                ``folded_pairs`` (needed); sets whose modelled noise would not go down are
-                left as they are (logged at INFO).
+                ``folded_pairs`` (needed); sets whose modelled noise would not drop by at
+                least 2 dB are left as they are (logged at INFO).
             folded_pairs: the ``folded_pairs`` of :func:`cle.fold_all_batch_norms` that made
                 ``model`` (objective "quantized").
             per_channel_weights, weight_bits, activation_bits: the INT8 target.
@@ -901,8 +901,9 @@ def equalize_model(model, relu6="bound", high_bias_fold="none", margin=3.0,
         objective: "quantized" (default): choose each set's scales to lower the modelled
             quantization noise of the weights on both sides of every junction *and* of the
             activation tensors between them, for the target above; activation ranges come from
-            the folded BNs' γ, β (data-free). A set whose modelled noise would not go down is
-            left as it is (its ReLU6 stays fused), with the reason in the report.
+            the folded BNs' γ, β (data-free). A set whose modelled noise would not drop by at
+            least 2 dB (what the model can resolve) is left as it is (its ReLU6 stays fused),
+            with the reason in the report.
             "weights": Nagel's / AIMET's weight-range equalization of every set.
         activation_ranges: where ``objective="quantized"`` takes each junction's activation
             statistics: "bn" (default, data-free: the folded BNs' γ, β with a heavy-tailed

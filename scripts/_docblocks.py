@@ -27,6 +27,7 @@ GENERATORS = {
     "demo-": "gen_demo_results.py",
     "applications": "applications_report.py",
     "cost": "../benchmarks/bench_cost.py",
+    "int8-": "gen_int8_results.py",
 }
 
 # Markers count only on a line of their own (a marker quoted in running text is not one).

@@ -561,15 +561,20 @@ def test_equalize_bias_correction_flags(capsys, tmp_path, model_file, x):
     # weights: their error, and so the correction, is the larger one.
     written = predict(keras.saving.load_model(out_model), x)
     original = keras.saving.load_model(model_file)
-    expected = predict(cle.equalize_model(original, bias_correction="empirical",
-                                          calibration_data=np.load(calib),
-                                          per_channel_weights=False), x)
-    uncorrected = predict(cle.equalize_model(original, per_channel_weights=False), x)
+    expected_model = cle.equalize_model(original, bias_correction="empirical",
+                                        calibration_data=np.load(calib),
+                                        per_channel_weights=False)
+    expected = predict(expected_model, x)
+    uncorrected = cle.equalize_model(original, per_channel_weights=False)
     scale = np.abs(expected).max()
     assert np.abs(written - expected).max() <= RTOL * scale
-    # (10x the tolerance of "the same model" above: 4.7e-4 relative on JAX's initial weights,
-    # above 1e-3 on TensorFlow's; both far above the 1e-5 that separates equal from different.)
-    assert np.abs(uncorrected - expected).max() > 10 * RTOL * scale
+    # The correction moved some layer's bias (the tiny model's softmax output is saturated,
+    # so the output itself moves by little).
+    moved = max(float(np.abs(a - b).max() / max(np.abs(b).max(), 1e-12))
+                for la in uncorrected.layers
+                for a, b in zip(expected_model.get_layer(la.name).get_weights(),
+                                la.get_weights()))
+    assert moved > 100 * RTOL
     # progress, one line per corrected layer, on stderr (as the API's `progress` gives it)
     lines = [ln for ln in err.splitlines() if ln.startswith("cle: bias correction [")]
     counts = [ln.split("[")[1].split("]")[0].split("/") for ln in lines]

@@ -124,8 +124,32 @@ def test_junction_from_bn_matches_monte_carlo():
     b = gamma / np.sqrt(2)
     t = b * np.log(n / 2)
     np.testing.assert_allclose(0.5 * np.exp(-t / b), 1.0 / n)
-    np.testing.assert_allclose(j.hi, beta + t)
-    np.testing.assert_allclose(j.lo, beta - t)
+    # The range is uncertain per channel: hi, lo are the median (the tail times
+    # exp(RANGE_LOG_BIAS)), the draws spread by RANGE_LOG_SPREAD in log around it.
+    t_med = t * np.exp(_qnoise.RANGE_LOG_BIAS)
+    np.testing.assert_allclose(j.hi, beta + t_med)
+    np.testing.assert_allclose(j.lo, beta - t_med)
+    assert j.hi_draws.shape == (_qnoise.RANGE_DRAWS, 5)
+    logs = np.log((j.hi_draws - beta) / gamma)
+    np.testing.assert_allclose(j.lo_draws, 2 * beta - j.hi_draws)
+    assert abs(logs.mean() - np.log(t_med / gamma).mean()) < 0.1
+    assert abs(logs.std(axis=0).mean() - _qnoise.RANGE_LOG_SPREAD) < 0.05
+
+
+def test_uncertain_ranges_raise_the_expected_max_of_equalized_channels():
+    """With uncertain per-channel ranges, channels made equal do not give the median's range:
+    the per-tensor max is the largest of C uncertain values. One dominant channel is nearly
+    certain (its own median, times e^(σ²/2) on average)."""
+    c = 256
+    j = _qnoise.junction_from_bn(np.ones(c), np.zeros(c), "relu", None, positions=196)
+    equal, _ = _qnoise._tensors(j, np.ones(c), False)[0]
+    assert equal > 2.0 * j.hi.max()  # e^(0.4 · 2.7) ≈ 2.9 for the max of 256
+    gamma = np.full(c, 0.01)
+    gamma[0] = 1.0
+    one = _qnoise.junction_from_bn(gamma, np.zeros(c), "relu", None, positions=196)
+    dominant, _ = _qnoise._tensors(one, np.ones(c), False)[0]
+    assert dominant == pytest.approx(one.hi[0] * np.exp(_qnoise.RANGE_LOG_SPREAD ** 2 / 2),
+                                     rel=0.15)
 
 
 def test_choice_keeps_identity_when_nothing_to_gain():
