@@ -4,7 +4,9 @@ Each model is built at the smallest square input it accepts, ``weights=None``, w
 BN statistics (the spread of trained networks, ``deep=True``) and small random biases, one model
 alive at a time. For every model:
 
-* ``equalize_model`` with its defaults (which folds every BN it can) is exact at ``RTOL``;
+* ``equalize_model(objective="weights")`` (which folds every BN it can and scales every set it
+  finds; the default objective scales only the sets whose modelled INT8 gain clears a margin,
+  which on randomized weights is few or none) is exact at ``RTOL``;
 * every BN is either folded or skipped with a reason, every chain end has a reason;
 * the input model is untouched.
 
@@ -101,7 +103,7 @@ def test_application(name, tmp_path):
         snapshot = weights_snapshot(model)
         n_bn = len(batch_norms(model))
 
-        new, report = cle.equalize_model(model, return_report=True)
+        new, report = cle.equalize_model(model, objective="weights", return_report=True)
         err = max_rel_error(model, new, x)
         print(f"{name} {size}x{size} {dtype}: {len(report.folded)}/{n_bn} BNs folded, "
               f"{len(report.sets)} sets, equalize max|Δ|/max|y| = {err:.2e}")
