@@ -17,7 +17,7 @@ import pytest
 
 import cle
 from cle import cli, demo, pretrained
-from conftest import RTOL, randomize_batch_norms, require_mobilenet_weights
+from conftest import RTOL, no_tflite_on_torch, randomize_batch_norms, require_mobilenet_weights
 
 L = keras.layers
 LONG = "project_conv_with_a_deliberately_long_layer_name"
@@ -498,6 +498,7 @@ def test_version(capsys):
 
 
 @pytest.mark.slow
+@no_tflite_on_torch
 def test_run_demo(tmp_path):
     require_mobilenet_weights()
     lines = []
