@@ -100,6 +100,23 @@ def _check_single_io(model, what):
         )
 
 
+def _check_tflite_backend(what):
+    """TF Lite's converter reads a Keras model through Keras' SavedModel export, which the
+    PyTorch backend does not provide (``ExportArchive.track`` is not implemented there, and the
+    converter's fallback fails with an AttributeError about ``_get_save_spec``). Say so up front,
+    with the way around it."""
+    backend = keras.backend.backend()
+    if backend == "torch":
+        raise RuntimeError(
+            f"{what} needs the TensorFlow or JAX Keras backend: TF Lite's converter cannot read "
+            "a model of the PyTorch backend (it goes through Keras' ExportArchive.track, which "
+            "the PyTorch backend does not implement). Save the "
+            "model (model.save('m.keras')) and convert it in a process started with "
+            "KERAS_BACKEND=tensorflow (cle.load_model('m.keras')). "
+            f"Received: KERAS_BACKEND={backend}"
+        )
+
+
 def _check_inputs(x, sample_shape, name):
     """``x`` as a float32 array whose samples match ``sample_shape`` (None/-1 = any size)."""
     try:
@@ -472,6 +489,8 @@ def convert_to_tflite_int8(model, representative_inputs, per_channel=True,
             is invalid.
         Exception: whatever the TF Lite converter raises (e.g. an op without an INT8 builtin
             kernel); the converter's captured log is written to ``sys.stderr`` first.
+        RuntimeError: the Keras backend is PyTorch, whose models TF Lite's converter cannot
+            read (docs/backends.md); the message says how to convert on TensorFlow instead.
 
     Example:
         >>> content = convert_to_tflite_int8(model, x[:64], per_channel=False)
@@ -495,6 +514,7 @@ def convert_to_tflite_int8(model, representative_inputs, per_channel=True,
             "`representative_inputs` must hold at least one sample. "
             f"Received: representative_inputs with shape {x.shape}"
         )
+    _check_tflite_backend("convert_to_tflite_int8")
 
     import tensorflow as tf
 
@@ -667,6 +687,7 @@ def evaluate(model, inputs, reference_outputs, *, float_outputs=None, weight_bit
         TypeError: ``model`` is not a ``keras.Model``.
         ValueError: bad arguments (shapes, bits, ``per_channel``, ``progress``), or an error
             of the functions above.
+        RuntimeError: ``tflite`` on the PyTorch backend (see :func:`convert_to_tflite_int8`).
 
     Example:
         >>> y_ref = model.predict(x, verbose=0)
@@ -705,6 +726,8 @@ def evaluate(model, inputs, reference_outputs, *, float_outputs=None, weight_bit
         )
     if progress is not None and not callable(progress):
         raise ValueError(f"`progress` must be None or a callable. Received: progress={progress!r}")
+    if tflite:
+        _check_tflite_backend("evaluate(tflite=True)")
     say = progress if progress is not None else (lambda message: None)
 
     def row(name, outputs):

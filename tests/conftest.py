@@ -44,7 +44,8 @@ def real_mobilenet_v2():
     return pretrained.mobilenet_v2_imagenet()
 
 
-# The suite runs once per backend (`make test`: TensorFlow, then KERAS_BACKEND=jax).
+# The suite runs once per backend (`make test`: TensorFlow, then KERAS_BACKEND=jax; by hand with
+# KERAS_BACKEND=torch, docs/backends.md).
 BACKEND = keras.backend.backend()
 
 
@@ -55,6 +56,16 @@ def tensorflow_only(why):
         BACKEND != "tensorflow",
         reason=f"TensorFlow backend only ({why}); running on {BACKEND}",
     )
+
+
+# TF Lite conversion of a Keras model (cle.quantization.convert_to_tflite_int8, evaluate with
+# tflite=True) works on TensorFlow and JAX; on PyTorch TF Lite's converter cannot read the model
+# and cle raises a RuntimeError saying so (test_quantization checks that error there).
+NO_TFLITE_ON_TORCH_REASON = (
+    "TF Lite conversion of a Keras model needs the TensorFlow or JAX backend (on PyTorch cle "
+    "raises a RuntimeError instead: test_tflite_conversion_on_torch_says_how); running on torch"
+)
+no_tflite_on_torch = pytest.mark.skipif(BACKEND == "torch", reason=NO_TFLITE_ON_TORCH_REASON)
 
 
 # What the JAX run leaves out for time (docs/backends.md): JAX compiles every new op shape on

@@ -17,7 +17,7 @@ import pytest
 
 import cle
 from cle import cli, demo, pretrained
-from conftest import RTOL, randomize_batch_norms, require_mobilenet_weights
+from conftest import RTOL, no_tflite_on_torch, randomize_batch_norms, require_mobilenet_weights
 
 L = keras.layers
 LONG = "project_conv_with_a_deliberately_long_layer_name"
@@ -44,6 +44,11 @@ def small_cnn():
 @pytest.fixture(scope="module")
 def model_file(tmp_path_factory):
     path = tmp_path_factory.mktemp("models") / "small.keras"
+    # The same initial kernels whatever ran before: unseeded, they came from the global RNG
+    # state left by earlier tests, and on PyTorch one such draw saturated the softmax (0.999),
+    # so the bias-correction flag test saw a correction of 1.4e-5 relative. Seeded, it is
+    # 3.8e-3 (TensorFlow), 1.5e-3 (JAX) and 4.5e-3 (PyTorch).
+    keras.utils.set_random_seed(0)
     small_cnn().save(path)
     return str(path)
 
@@ -493,6 +498,7 @@ def test_version(capsys):
 
 
 @pytest.mark.slow
+@no_tflite_on_torch
 def test_run_demo(tmp_path):
     require_mobilenet_weights()
     lines = []

@@ -69,7 +69,9 @@ def test_dict_inputs_and_outputs():
     assert len(pairs) == 1
     ya, yb = model(x), folded(x)
     assert set(yb) == {"out"}
-    assert np.abs(np.asarray(ya["out"]) - np.asarray(yb["out"])).max() <= 1e-5 * np.abs(np.asarray(ya["out"])).max()
+    # convert_to_numpy, not np.asarray: on PyTorch the outputs are tensors that require grad.
+    ya, yb = (keras.ops.convert_to_numpy(y["out"]) for y in (ya, yb))
+    assert np.abs(ya - yb).max() <= 1e-5 * np.abs(ya).max()
 
 
 def test_nested_models_are_seen_through():
@@ -181,8 +183,9 @@ def test_unbuilt_sequential_is_refused():
         cle.fold_all_batch_norms(model)
 
 
-@tensorflow_only("Keras' own float64 BatchNormalization is float32-accurate on JAX; the fold "
-                 "is checked against a float64 numpy reference on every backend in test_backends")
+@tensorflow_only("Keras' own float64 BatchNormalization is float32-accurate on JAX and PyTorch "
+                 "(1e-7 relative); the fold is checked against a float64 numpy reference on "
+                 "every backend in test_backends")
 def test_dtype_float64_model():
     inp = keras.Input((6, 6, 3), dtype="float64")
     x = L.BatchNormalization(dtype="float64")(L.Conv2D(4, 3, dtype="float64", name="c")(inp))

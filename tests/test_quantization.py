@@ -14,7 +14,16 @@ import cle
 from cle import quantization as Q
 from cle.layers import ClippedReLU
 
-from conftest import RTOL, input_names, output_names, real_mobilenet_v2, weights_snapshot
+from conftest import (
+    BACKEND,
+    NO_TFLITE_ON_TORCH_REASON,
+    RTOL,
+    input_names,
+    no_tflite_on_torch,
+    output_names,
+    real_mobilenet_v2,
+    weights_snapshot,
+)
 
 
 def _np(x):
@@ -396,6 +405,8 @@ def _small_conv_model():
 @pytest.fixture(scope="module")
 def tflite_small():
     pytest.importorskip("tensorflow")
+    if BACKEND == "torch":
+        pytest.skip(NO_TFLITE_ON_TORCH_REASON)
     model = _small_conv_model()
     x = np.random.default_rng(24).normal(0.0, 1.0, (40, 16, 16, 3)).astype("float32")
     content = {pc: Q.convert_to_tflite_int8(model, x[:32], per_channel=pc) for pc in (True, False)}
@@ -460,6 +471,7 @@ def test_run_tflite_batches(tflite_small):
         Q.run_tflite(content[True], x[:, :8])
 
 
+@no_tflite_on_torch
 def test_run_tflite_int8_io():
     """run_tflite (de)quantizes INT8 inputs and outputs of a model converted with them."""
     model = _small_conv_model()
@@ -475,6 +487,7 @@ def test_run_tflite_int8_io():
     assert Q.sqnr_db(y, y_int8) > 20.0
 
 
+@no_tflite_on_torch
 def test_convert_is_quiet_and_uses_num_calibration(capfd):
     model = _small_conv_model()
     x = np.random.default_rng(26).normal(0.0, 1.0, (6, 16, 16, 3)).astype("float32")
@@ -491,6 +504,7 @@ def test_convert_is_quiet_and_uses_num_calibration(capfd):
     assert out == "" and err == "", (out[:500], err[:500])
 
 
+@no_tflite_on_torch
 def test_convert_failure_shows_converter_output(capfd):
     """When conversion fails, the captured converter log is written to stderr."""
     inp = keras.Input((4,))
@@ -518,6 +532,43 @@ def test_convert_bad_args():
     two = keras.Model([a, b], L.Add()([a, b]))
     with pytest.raises(ValueError, match="2 inputs"):
         Q.convert_to_tflite_int8(two, np.zeros((2, 3)))
+
+
+@pytest.mark.skipif(BACKEND != "torch", reason=f"PyTorch backend only; running on {BACKEND}")
+def test_tflite_conversion_on_torch_says_how(tmp_path):
+    """TF Lite's converter cannot read a PyTorch-backend model (it failed with "AttributeError:
+    'Functional' object has no attribute '_get_save_spec'"). cle says so before converting, in
+    convert_to_tflite_int8 and in evaluate (before its float and weight-only rows), and the way
+    it names works: the saved model converts in a TensorFlow-backend process."""
+    import os
+    import subprocess
+    import sys
+    import textwrap
+
+    model = _small_conv_model()
+    x = np.random.default_rng(27).normal(0.0, 1.0, (6, 16, 16, 3)).astype("float32")
+    for call in (lambda: Q.convert_to_tflite_int8(model, x),
+                 lambda: Q.evaluate(model, x, np.zeros((6, 10)), progress=pytest.fail)):
+        with pytest.raises(RuntimeError, match="TensorFlow or JAX Keras backend.*"
+                           "KERAS_BACKEND=tensorflow.*Received: KERAS_BACKEND=torch"):
+            call()
+    assert len(Q.evaluate(model, x, np.zeros((6, 10)), tflite=False)) == 3
+
+    model.save(tmp_path / "m.keras")
+    np.save(tmp_path / "x.npy", x)
+    env = {**os.environ, "KERAS_BACKEND": "tensorflow"}
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent("""
+        import sys
+        import numpy as np
+        import cle
+        from cle import quantization as Q
+        x = np.load(sys.argv[2])
+        np.save(sys.argv[3], Q.run_tflite(Q.convert_to_tflite_int8(cle.load_model(sys.argv[1]), x), x))
+    """), tmp_path / "m.keras", tmp_path / "x.npy", tmp_path / "y.npy"],
+        capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    y_int8 = np.load(tmp_path / "y.npy")
+    assert Q.sqnr_db(_np(model(x)).astype(np.float64), y_int8) > 20.0
 
 
 # -------------------------------------------------------------------------------- evaluate
@@ -608,6 +659,7 @@ def _timed_evaluate(model, x, y):
 
 
 @pytest.mark.slow
+@no_tflite_on_torch
 def test_real_mobilenet_v2_quantization_table():
     from cle import pretrained as P
 
