@@ -170,7 +170,8 @@ def sweep_table(results):
         cells = []
         for n in nets:
             _, scaled, pair = results[n][i]
-            cells.append(("" if scaled is None else f"{scaled} sets, ") + _cell(pair))
+            cells.append(("" if scaled is None else f"{scaled} set{'s' if scaled != 1 else ''}, ")
+                         + _cell(pair))
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -200,33 +201,104 @@ def table(net, rows):
     return "\n".join(lines) + "\n"
 
 
+#: Where the measured rows are kept, so that the docs can be rendered again without measuring.
+DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs", "data")
+
+
+def _save(name, rows):
+    os.makedirs(DATA, exist_ok=True)
+    with open(os.path.join(DATA, f"{name}.json"), "w", encoding="utf-8") as f:
+        json.dump(rows, f, indent=1)
+        f.write("\n")
+
+
+def _load(name):
+    with open(os.path.join(DATA, f"{name}.json"), encoding="utf-8") as f:
+        return json.load(f)
+
+
+#: README summary: (label, variant index, column).
+SUMMARY = [
+    ("BN folding only", 0, "tflite_pc"),
+    ("`equalize_model()` (defaults)", 2, "tflite_pc"),
+    ("weight-range equalization (AIMET's behaviour)", 1, "tflite_pc"),
+    ("`equalize_model(per_channel_weights=False, bias_correction=\"analytic\")`, per-tensor "
+     "INT8", 3, "tflite_pt"),
+]
+
+
+def summary(results):
+    nets = [n for n in NETS if n in results]
+    lines = [
+        f"TFLite full INT8 ({EVAL_CROPS} real photo crops, mean of {len(CALIB_SEEDS)} "
+        "calibration sets), top-1 agreement / logit SQNR (dB) against the original float "
+        "model; per-channel weights (TFLite's default) unless stated:",
+        "",
+        "| | " + " | ".join(NETS[n][0] for n in nets) + " |",
+        "|---|" + "---|" * len(nets),
+    ]
+    for label, index, column in SUMMARY:
+        lines.append(f"| {label} | " + " | ".join(_cell(results[n][index][column])
+                                                  for n in nets) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def rendered():
+    """``{(doc path relative to the repo, block name): text}`` from the saved rows."""
+    out, results = {}, {}
+    for net in NETS:
+        try:
+            results[net] = _load(f"int8_{net}")
+        except FileNotFoundError:
+            continue
+        out[("docs/results.md", f"int8-{net}")] = table(net, results[net])
+    if len(results) == len(NETS) and all(len(r) == len(VARIANTS) for r in results.values()):
+        out[("README.md", "int8-summary")] = summary(results)
+    try:
+        margins = {net: _load(f"int8_margins_{net}") for net in NETS}
+    except FileNotFoundError:
+        return out
+    out[("docs/quantization_aware_scaling.md", "int8-margins")] = sweep_table(margins)
+    return out
+
+
+def render(here):
+    """Write every block from the saved rows."""
+    from _docblocks import replace_block
+
+    for (doc, name), text in rendered().items():
+        replace_block(os.path.join(here, "..", doc), name, text)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--net", choices=sorted(NETS), action="append")
     ap.add_argument("--variants", default="", help="comma-separated indices (default: all)")
     ap.add_argument("--sweep", action="store_true",
                     help="only the do-no-harm margin sweep (docs/quantization_aware_scaling.md)")
+    ap.add_argument("--render", action="store_true",
+                    help="measure nothing: write the docs from the rows saved in docs/data")
     ap.add_argument("--no-write", action="store_true", help="print, do not write the docs")
     args = ap.parse_args(argv)
     wanted = {int(v) for v in args.variants.split(",") if v}
     nets = args.net or list(NETS)
     write = not args.no_write and not wanted
     here = os.path.dirname(os.path.abspath(__file__))
-    from _docblocks import replace_block
-
-    if not args.sweep:
-        for net in nets:
-            text = table(net, measure(net, wanted))
-            print(text)
-            if write:
-                replace_block(os.path.join(here, "..", "docs", "results.md"), f"int8-{net}",
-                              text)
-    if args.sweep or not (args.net or wanted):
-        text = sweep_table({net: sweep(net) for net in nets})
-        print(text)
-        if write and len(nets) == len(NETS):
-            replace_block(os.path.join(here, "..", "docs", "quantization_aware_scaling.md"),
-                          "int8-margins", text)
+    if not args.render:
+        if not args.sweep:
+            for net in nets:
+                rows = measure(net, wanted)
+                print(table(net, rows))
+                if write:
+                    _save(f"int8_{net}", rows)
+        if args.sweep or not (args.net or wanted):
+            for net in nets:
+                rows = sweep(net)
+                print(sweep_table({net: rows}))
+                if write:
+                    _save(f"int8_margins_{net}", rows)
+    if write:
+        render(here)
 
 
 if __name__ == "__main__":
