@@ -27,6 +27,7 @@ GENERATORS = {
     "demo-": "gen_demo_results.py",
     "applications": "applications_report.py",
     "cost": "../benchmarks/bench_cost.py",
+    "backends-": "../benchmarks/backends.py",
     "int8-": "gen_int8_results.py",
 }
 

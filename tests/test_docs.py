@@ -175,9 +175,6 @@ HAND_FIGURES = {
     # a prototype measurement quoted in the design notes, and two quality bounds the test-suite
     # section names ("gain >= 1 dB", "not > 0 dB") and its float32 round-off example (2 %)
     "docs/design.md": 3,
-    # the JAX / PyTorch tables of benchmarks/backends.py, copied by hand (to be generated); 7
-    # since the PyTorch table is complete (3 figure rows, like JAX's 4, where the partial one had 1)
-    "docs/backends.md": 7,
     "docs/results.md": 0,
 }
 
