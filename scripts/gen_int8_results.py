@@ -5,6 +5,8 @@ Run it (``make results`` runs every ``scripts/gen_*.py``)::
 
     .venv/bin/python scripts/gen_int8_results.py                      # everything, writes docs
     .venv/bin/python scripts/gen_int8_results.py --sweep              # only the margin sweep
+    .venv/bin/python scripts/gen_int8_results.py --modes              # only ReLU6 x high-bias
+    .venv/bin/python scripts/gen_int8_results.py --render             # docs from docs/data
     .venv/bin/python scripts/gen_int8_results.py --net mobilenet_v2 --variants 0,2 --no-write
 
 For each variant of the network it measures, against the original float model's logits on
@@ -156,6 +158,63 @@ def sweep(net, log=print):
     return rows
 
 
+#: The ReLU6 × high-bias table (docs/cross_layer_equalization.md): weight-range equalization
+#: (objective "weights", which scales every set, so that the ReLU6 and high-bias options act).
+MODES = [(r, h) for r in ("bound", "replace", "keep") for h in ("none", "unpadded", "all")]
+
+
+def modes(net="mobilenet_v2", log=print):
+    """Per ReLU6 mode × high-bias option: float, TFLite per-tensor / per-channel (mean of the
+    calibration sets) and weight-only per-tensor, against the original float model."""
+    _, build, prep, size = NETS[net]
+    model = build()
+    x = prep(P.sample_images(EVAL_CROPS, size=size, seed=0))
+    calib = {s: prep(P.sample_images(CALIB_CROPS, size=size, seed=s)) for s in CALIB_SEEDS}
+    ref = _predict(model, x)
+    rows = []
+    variants = [("no CLE", lambda: cle.fold_all_batch_norms(model)[1])] + [
+        (f"{r} / {h}", lambda r=r, h=h: cle.equalize_model(model, objective="weights", relu6=r,
+                                                           high_bias_fold=h))
+        for r, h in MODES]
+    for label, make in variants:
+        m = make()
+        yf = _predict(m, x)
+        row = {"variant": label, "float": (Q.top1_agreement(ref, yf), Q.sqnr_db(ref, yf))}
+        _, folded = cle.fold_all_batch_norms(m)
+        yw = _predict(Q.fake_quantize_weights(folded, bits=8, per_channel=False), x)
+        row["weights_pt"] = (Q.top1_agreement(ref, yw), Q.sqnr_db(ref, yw))
+        for pc in (False, True):
+            runs = []
+            for s in CALIB_SEEDS:
+                yq = Q.run_tflite(Q.convert_to_tflite_int8(m, calib[s], per_channel=pc), x,
+                                  batch_size=32)
+                runs.append((Q.top1_agreement(ref, yq), Q.sqnr_db(ref, yq)))
+            row["tflite_pc" if pc else "tflite_pt"] = tuple(float(v)
+                                                          for v in np.mean(runs, axis=0))
+        log(json.dumps(row))
+        rows.append(row)
+    return rows
+
+
+def modes_table(rows):
+    lines = [
+        f"MobileNetV2, `equalize_model(objective=\"weights\", relu6=..., high_bias_fold=...)`, "
+        f"{EVAL_CROPS} photo crops, TFLite calibrated on {CALIB_CROPS} other crops (mean of "
+        f"{len(CALIB_SEEDS)} calibration sets); top-1 agreement / logit SQNR (dB) against the "
+        "original float model; weight-only: INT8 per-tensor weights, float activations.",
+        "",
+        "| relu6 / high_bias_fold | float | TFLite per-tensor | TFLite per-channel | "
+        "weight-only per-tensor |",
+        "|---|---|---|---|---|",
+    ]
+    for r in rows:
+        top1, sqnr = r["float"]
+        fl = f"{top1:.1%} / " + ("∞" if not np.isfinite(sqnr) else f"{sqnr:.1f}")
+        lines.append(f"| {r['variant']} | {fl} | {_cell(r['tflite_pt'])} | "
+                     f"{_cell(r['tflite_pc'])} | {_cell(r['weights_pt'])} |")
+    return "\n".join(lines) + "\n"
+
+
 def sweep_table(results):
     nets = list(results)
     lines = [
@@ -259,6 +318,11 @@ def rendered():
     except FileNotFoundError:
         return out
     out[("docs/quantization_aware_scaling.md", "int8-margins")] = sweep_table(margins)
+    try:
+        out[("docs/cross_layer_equalization.md", "int8-modes")] = modes_table(
+            _load("int8_modes_mobilenet_v2"))
+    except FileNotFoundError:
+        pass
     return out
 
 
@@ -276,6 +340,8 @@ def main(argv=None):
     ap.add_argument("--variants", default="", help="comma-separated indices (default: all)")
     ap.add_argument("--sweep", action="store_true",
                     help="only the do-no-harm margin sweep (docs/quantization_aware_scaling.md)")
+    ap.add_argument("--modes", action="store_true",
+                    help="only the ReLU6 x high-bias table (docs/cross_layer_equalization.md)")
     ap.add_argument("--render", action="store_true",
                     help="measure nothing: write the docs from the rows saved in docs/data")
     ap.add_argument("--no-write", action="store_true", help="print, do not write the docs")
@@ -284,13 +350,23 @@ def main(argv=None):
     nets = args.net or list(NETS)
     write = not args.no_write and not wanted
     here = os.path.dirname(os.path.abspath(__file__))
-    if not args.render:
+    if args.modes:
+        rows = modes()
+        print(modes_table(rows))
+        if write:
+            _save("int8_modes_mobilenet_v2", rows)
+    elif not args.render:
         if not args.sweep:
             for net in nets:
                 rows = measure(net, wanted)
                 print(table(net, rows))
                 if write:
                     _save(f"int8_{net}", rows)
+        if not (args.sweep or args.net or wanted):
+            rows = modes()
+            print(modes_table(rows))
+            if write:
+                _save("int8_modes_mobilenet_v2", rows)
         if args.sweep or not (args.net or wanted):
             for net in nets:
                 rows = sweep(net)
