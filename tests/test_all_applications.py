@@ -78,26 +78,35 @@ def _floatx(dtype):
         keras.config.set_dtype_policy(policy)
 
 
-# Open: EfficientNetV2L (smallest input, float64, randomized BN) differs after equalize_model by
-# 0.81 of max|logit| (softmax output: 1.0), not understood yet; V2S/V2M/V2B* are exact. Strict, so
-# that a fix shows up.
-_OPEN = {"EfficientNetV2L": "equalize_model differs by 0.81 relative in float64, not understood yet"}
+# EfficientNetV2L (issue #10) is checked with every γ scaled by 0.75. With the ``deep`` γ in
+# [0.5, 1.5] its randomized BNs do not normalize (activations grow to ~1e5) and its residual
+# blocks amplify perturbations by ~1.7 each, so the float64 network is chaotic: its own round-off
+# decides the logits. Measured (float64, 32×32, the seeds below), max|Δ|/max|y| of the logits:
+#   perturbation                        γ×1      γ×0.9    γ×0.75
+#   the same sample in a batch of 1     0.50     6.7e-12  1.3e-15
+#   every weight × (1 + 1e-15·N(0,1))   0.40     4.3e-11  3.1e-15
+#   fold_all_batch_norms                0.37     1.9e-11  1.3e-15
+#   equalize_model(objective="weights") 0.37     1.9e-11  1.3e-15
+# Layer by layer (γ×1), the fold error follows the round-off error of the unchanged network
+# (batch of 1 vs 2) from 1e-15 at block3 through 1e-12 (block4h), 1e-6 (block5i), 1e-3 (block6g)
+# to 0.5 in block7: no layer kind is folded wrongly, the check measured the conditioning. At
+# γ×0.75 (max|logit| 2.4 instead of 4.6e4) it measures the transform again, at the same RTOL.
+# EfficientNetV2M (γ×1) is near that edge: round-off 1.1e-10, equalize 1.1e-9.
+_GAMMA_SCALE = {"EfficientNetV2L": 0.75}
 
 
-@pytest.mark.parametrize("name", [
-    pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=_OPEN[n])) if n in _OPEN else n
-    for n in sorted(APPS)
-])
+@pytest.mark.parametrize("name", sorted(APPS))
 def test_application(name, tmp_path):
     dtype = "float64" if name in FLOAT64 else "float32"
     with _floatx(dtype):
         # The float64 nets are the deep ones whose randomized logits grow so large that a
-        # softmax saturates to one-hot (EfficientNetV2M: max|Δ|/max|y| 3e-32, V2L: a flipped
-        # argmax gives 1.0): compare their logits instead.
+        # softmax saturates to one-hot (EfficientNetV2M: max|Δ|/max|y| 3e-32, where a flipped
+        # argmax would give 1.0): compare their logits instead.
         kwargs = {"classifier_activation": None} if name in FLOAT64 else {}
         keras.utils.set_random_seed(0)  # the same initial kernels in every run (and in CI)
         model, size = build_smallest(APPS[name], **kwargs)
-        randomize_biases(randomize_batch_norms(model, seed=11, deep=True), seed=12, scale=0.1)
+        randomize_batch_norms(model, seed=11, deep=True, gamma_scale=_GAMMA_SCALE.get(name, 1.0))
+        randomize_biases(model, seed=12, scale=0.1)
         x = np.random.default_rng(5).uniform(-1, 1, (2, size, size, 3)).astype(dtype)
         names = [layer.name for layer in model._flatten_layers()]
         snapshot = weights_snapshot(model)
