@@ -76,13 +76,34 @@ def _predict(model, x):
     return np.asarray(model.predict(x, batch_size=32, verbose=0), dtype=np.float64)
 
 
-def measure(net, wanted=None, log=print):
-    """One dict per variant: float SQNR, weight-only and TFLite (top-1, SQNR) per granularity."""
+def _scores(ref, y):
+    return Q.top1_agreement(ref, y), Q.sqnr_db(ref, y)
+
+
+def _setup(net):
+    """The network, the evaluation crops, the calibration sets and the reference outputs."""
     _, build, prep, size = NETS[net]
     model = build()
     x = prep(P.sample_images(EVAL_CROPS, size=size, seed=0))
     calib = {s: prep(P.sample_images(CALIB_CROPS, size=size, seed=s)) for s in CALIB_SEEDS}
-    ref = _predict(model, x)
+    return model, x, calib, _predict(model, x)
+
+
+def _tflite(models, x, calib, ref, per_channel):
+    """(top-1, SQNR) of TFLite full INT8, the mean over the calibration sets; ``models`` maps a
+    calibration seed to the model built with that set (or holds one model for all)."""
+    runs = []
+    for s in CALIB_SEEDS:
+        m = models.get(s, next(iter(models.values())))
+        yq = Q.run_tflite(Q.convert_to_tflite_int8(m, calib[s], per_channel=per_channel), x,
+                          batch_size=32)
+        runs.append(_scores(ref, yq))
+    return tuple(float(v) for v in np.mean(runs, axis=0)), runs
+
+
+def measure(net, wanted=None, log=print):
+    """One dict per variant: float SQNR, weight-only and TFLite (top-1, SQNR) per granularity."""
+    model, x, calib, ref = _setup(net)
     rows = []
     for i, (label, make, uses_data) in enumerate(VARIANTS):
         if wanted and i not in wanted:
@@ -96,16 +117,9 @@ def measure(net, wanted=None, log=print):
             if pc:
                 row["float_sqnr"] = Q.sqnr_db(ref, _predict(first, x))
             _, folded = cle.fold_all_batch_norms(first)
-            yw = _predict(Q.fake_quantize_weights(folded, bits=8, per_channel=pc), x)
-            row[f"weights_{g}"] = (Q.top1_agreement(ref, yw), Q.sqnr_db(ref, yw))
-            runs = []
-            for s in CALIB_SEEDS:
-                m = built.get(s, first)
-                yq = Q.run_tflite(Q.convert_to_tflite_int8(m, calib[s], per_channel=pc), x,
-                                  batch_size=32)
-                runs.append((Q.top1_agreement(ref, yq), Q.sqnr_db(ref, yq)))
-            row[f"tflite_{g}"] = tuple(float(v) for v in np.mean(runs, axis=0))
-            row[f"tflite_{g}_runs"] = runs
+            row[f"weights_{g}"] = _scores(
+                ref, _predict(Q.fake_quantize_weights(folded, bits=8, per_channel=pc), x))
+            row[f"tflite_{g}"], row[f"tflite_{g}_runs"] = _tflite(built, x, calib, ref, pc)
         row["seconds"] = round(time.perf_counter() - t)
         log(json.dumps(row))
         rows.append(row)
@@ -128,19 +142,10 @@ def sweep(net, log=print):
     """Per-channel TFLite INT8 of ``equalize_model()`` under each :data:`SWEEP` setting."""
     from cle import _qnoise
 
-    _, build, prep, size = NETS[net]
-    model = build()
-    x = prep(P.sample_images(EVAL_CROPS, size=size, seed=0))
-    calib = {s: prep(P.sample_images(CALIB_CROPS, size=size, seed=s)) for s in CALIB_SEEDS}
-    ref = _predict(model, x)
+    model, x, calib, ref = _setup(net)
 
     def tflite(m):
-        runs = []
-        for s in CALIB_SEEDS:
-            yq = Q.run_tflite(Q.convert_to_tflite_int8(m, calib[s], per_channel=True), x,
-                              batch_size=32)
-            runs.append((Q.top1_agreement(ref, yq), Q.sqnr_db(ref, yq)))
-        return tuple(float(v) for v in np.mean(runs, axis=0))
+        return _tflite({1: m}, x, calib, ref, True)[0]
 
     rows = [("BN folding only", None, tflite(cle.fold_all_batch_norms(model)[1]))]
     log(json.dumps(rows[-1]))
@@ -166,11 +171,7 @@ MODES = [(r, h) for r in ("bound", "replace", "keep") for h in ("none", "unpadde
 def modes(net="mobilenet_v2", log=print):
     """Per ReLU6 mode × high-bias option: float, TFLite per-tensor / per-channel (mean of the
     calibration sets) and weight-only per-tensor, against the original float model."""
-    _, build, prep, size = NETS[net]
-    model = build()
-    x = prep(P.sample_images(EVAL_CROPS, size=size, seed=0))
-    calib = {s: prep(P.sample_images(CALIB_CROPS, size=size, seed=s)) for s in CALIB_SEEDS}
-    ref = _predict(model, x)
+    model, x, calib, ref = _setup(net)
     rows = []
     variants = [("no CLE", lambda: cle.fold_all_batch_norms(model)[1])] + [
         (f"{r} / {h}", lambda r=r, h=h: cle.equalize_model(model, objective="weights", relu6=r,
@@ -178,19 +179,12 @@ def modes(net="mobilenet_v2", log=print):
         for r, h in MODES]
     for label, make in variants:
         m = make()
-        yf = _predict(m, x)
-        row = {"variant": label, "float": (Q.top1_agreement(ref, yf), Q.sqnr_db(ref, yf))}
+        row = {"variant": label, "float": _scores(ref, _predict(m, x))}
         _, folded = cle.fold_all_batch_norms(m)
-        yw = _predict(Q.fake_quantize_weights(folded, bits=8, per_channel=False), x)
-        row["weights_pt"] = (Q.top1_agreement(ref, yw), Q.sqnr_db(ref, yw))
+        row["weights_pt"] = _scores(
+            ref, _predict(Q.fake_quantize_weights(folded, bits=8, per_channel=False), x))
         for pc in (False, True):
-            runs = []
-            for s in CALIB_SEEDS:
-                yq = Q.run_tflite(Q.convert_to_tflite_int8(m, calib[s], per_channel=pc), x,
-                                  batch_size=32)
-                runs.append((Q.top1_agreement(ref, yq), Q.sqnr_db(ref, yq)))
-            row["tflite_pc" if pc else "tflite_pt"] = tuple(float(v)
-                                                          for v in np.mean(runs, axis=0))
+            row["tflite_pc" if pc else "tflite_pt"] = _tflite({1: m}, x, calib, ref, pc)[0]
         log(json.dumps(row))
         rows.append(row)
     return rows
