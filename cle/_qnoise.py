@@ -149,7 +149,8 @@ class ChainWeights:
             squares, number of taps (None for a pair).
         p_first: (C,) power of the first layer's output channels without bias (bounds the
             noise of weights rounded to zero); None: unbounded.
-        r_last: (C, O) range of the last layer's weights from input channel i to output o.
+        r_last: (C, O) range of the last layer's weights from input channel i to output o
+            (float64, or the kernel's own float dtype, in which a range is exact).
         sq_last: (C, O) sum of squares of those weights (over taps).
         taps_last: kernel taps of the last layer per (input, output) channel pair.
     """
@@ -352,10 +353,13 @@ def chain_noise(w: ChainWeights, junctions, scales, target: QuantTarget, identit
                                             * gains[1]))
     # Last layer's weights: per (input i, output o), taps weights with step Δ_o, each
     # bounded by its own square, times the input power of channel i.
-    rl = w.r_last * s_last[:, None]
-    dl = rl.max(axis=0) / qw if target.per_channel else np.full(rl.shape[1], rl.max() / qw)
-    per = np.minimum(w.taps_last * dl[None, :] ** 2 / 12, w.sq_last * s_last[:, None] ** 2)
-    parts["weights_last"] = float(np.sum(per * (junctions[-1].mean_sq / s_last ** 2)[:, None]))
+    # One (C, O) temporary at a time, updated in place (same values as the plain expressions).
+    per = w.r_last * s_last[:, None]
+    dl = per.max(axis=0) / qw if target.per_channel else np.full(per.shape[1], per.max() / qw)
+    np.multiply(w.sq_last, s_last[:, None] ** 2, out=per)
+    np.minimum(w.taps_last * dl[None, :] ** 2 / 12, per, out=per)
+    per *= (junctions[-1].mean_sq / s_last ** 2)[:, None]
+    parts["weights_last"] = float(np.sum(per))
     return sum(parts.values()), parts
 
 

@@ -32,6 +32,9 @@ class LayerEdit:
         config: entries of the layer's config to override (e.g. ``{"use_bias": True}``).
         variables: new values by variable attribute (``{"kernel": ..., "bias": ...}``); they
             must cover every weight of the new layer.
+        compute: ``fn() -> {attr: value}``: new values computed when they are needed (at
+            assignment, or by a planner that reads them) rather than held for the whole
+            rebuild; ``variables`` overrides its entries. Each call must return the same values.
         replace: ``fn(old_layer) -> new_layer``: a different layer takes the old one's place;
             it is called on the old call's first argument only and keeps its own initial
             weights.
@@ -41,8 +44,19 @@ class LayerEdit:
 
     config: dict = dataclasses.field(default_factory=dict)
     variables: dict[str, Any] = dataclasses.field(default_factory=dict)
+    compute: Callable[[], dict[str, Any]] | None = None
     replace: Callable[[Any], Any] | None = None
     insert_after: Callable[[Any], Any] | None = None
+
+    @property
+    def sets_weights(self) -> bool:
+        return bool(self.variables) or self.compute is not None
+
+    def new_values(self) -> dict[str, Any]:
+        """The layer's new values by attribute (computed now if the edit has ``compute``)."""
+        values = {} if self.compute is None else dict(self.compute())
+        values.update(self.variables)
+        return values
 
 
 def _new_input(tensor):
@@ -159,20 +173,46 @@ class _Rebuilder:
                 setattr(new, attr, value)
 
     def copy_weights(self):
+        """Give every new layer its weights, one layer (and one variable) at a time, so that
+        the only memory held beyond the new model is one layer's temporaries."""
         for old, new in self.pairs:
             edit = self.edits.get(id(old))
-            if edit is None or not edit.variables:
-                new.set_weights(old.get_weights())
+            if edit is None or not edit.sets_weights:
+                _copy_variables(old, new)
                 continue
-            if len(edit.variables) != len(new.weights):
+            values = edit.new_values()
+            if len(values) != len(new.weights):
                 raise RuntimeError(
                     f"internal error: edit of layer '{old.name}' sets "
-                    f"{sorted(edit.variables)} but the new layer has "
+                    f"{sorted(values)} but the new layer has "
                     f"{[w.path for w in new.weights]}"
                 )
-            for attr, value in edit.variables.items():
+            for attr in list(values):
                 var = getattr(new, attr)
-                var.assign(keras.ops.convert_to_tensor(np.asarray(value), dtype=var.dtype))
+                # Each value is dropped as soon as it is assigned.
+                value = np.asarray(values.pop(attr))
+                var.assign(keras.ops.convert_to_tensor(value, dtype=var.dtype))
+                del value
+
+
+def _copy_variables(old, new):
+    """``new.set_weights(old.get_weights())`` without a numpy copy of the whole layer.
+
+    ``keras.ops.copy`` gives the new variable its own buffer (on JAX, assigning one variable's
+    value to another would make both hold the same array, which training one model donates and
+    deletes under the other); on TensorFlow it reads the old variable without a copy and the
+    assignment copies into the new variable's buffer.
+    """
+    if len(old.weights) != len(new.weights):
+        raise RuntimeError(
+            f"internal error: layer '{old.name}' has {len(old.weights)} weights but its clone "
+            f"has {len(new.weights)}")
+    for src, dst in zip(old.weights, new.weights):
+        if tuple(src.shape) != tuple(dst.shape):
+            raise RuntimeError(
+                f"internal error: weight '{src.path}' of layer '{old.name}' has shape "
+                f"{tuple(src.shape)} but its clone's has {tuple(dst.shape)}")
+        dst.assign(keras.ops.copy(src))
 
 
 def rebuild(model, edits=None, bypass=()):

@@ -85,12 +85,19 @@ def _in_out_ranges(kernel, layer):
     """``(R, SQ, taps)``: ``R[i, o]`` = max over taps of |W| from input channel i to output
     o, ``SQ[i, o]`` the sum of their squares, taps = kernel taps."""
     layout = layout_of(layer)
-    k = _as64(kernel)
+    # |W| and its max are exact in the kernel's own dtype (the noise model promotes them to
+    # float64 exactly where it computes with them); squares are taken in float64 (|W|² is
+    # W²). No float64 copy of the kernel is made first.
+    k = np.asarray(kernel)
+    if not np.issubdtype(k.dtype, np.floating):
+        k = _as64(k)
     if layout.kind == "dense":
-        return np.abs(k), k ** 2, 1
+        r = np.abs(k)
+        return r, np.square(r, dtype=np.float64), 1
     taps = int(np.prod(k.shape[:-2]))
     flat = k.reshape((taps,) + k.shape[-2:])
-    per, sq = np.abs(flat).max(axis=0), (flat ** 2).sum(axis=0)  # (a, b)
+    per = _as64(np.abs(flat).max(axis=0))
+    sq = np.square(flat, dtype=np.float64).sum(axis=0)  # (a, b)
     if layout.kind == "transpose":  # (*k, out, in)
         return per.T, sq.T, taps
     if layout.kind in ("depthwise", "separable"):  # (*k, in, mult): out = c*mult + m

@@ -29,6 +29,7 @@ logged at INFO level on the logger ``"cle.batch_norm_fold"``.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 from typing import Any, NamedTuple
 
@@ -346,8 +347,43 @@ def _flatten_channels(flatten_call: Call, bn_axis: int) -> np.ndarray:
     return np.rint(flat).astype(np.int64)
 
 
+def _fold_values(layer, group: tuple[_Match, ...]) -> dict[str, np.ndarray]:
+    """The float64 values ``layer`` takes when the BNs of ``group`` (its matches, forward
+    folds first) are folded into it."""
+    layout = layout_of(layer)
+    w = {a: _numpy(getattr(layer, a)) for a in layout.kernel_attrs}
+    bias = _numpy(layer.bias) if layer.use_bias else None
+    for m in group:
+        bn = m.bn_call.layer
+        s, t = _fold_math.bn_affine(*_bn_arrays(bn), bn.epsilon)
+        if m.bn_after:
+            w[layout.out_kernel], bias = _fold_math.fold_bn_after(
+                w[layout.out_kernel], bias, s, t, layout.out_axis,
+                depthwise=layout.kind == "depthwise",
+            )
+            continue
+        if m.flatten is not None:
+            rank = len(m.bn_call.inputs[0].shape)
+            channels = _flatten_channels(m.flatten, _bn_axis(bn, rank))
+            s, t = s[channels], t[channels]
+        if layout.kind == "separable":
+            w["depthwise_kernel"], w["pointwise_kernel"], bias = (
+                _fold_math.fold_bn_before_separable(
+                    w["depthwise_kernel"], w["pointwise_kernel"], bias, s, t
+                )
+            )
+        else:
+            w["kernel"], bias = _fold_math.fold_bn_before(
+                w["kernel"], bias, s, t, depthwise=layout.kind == "depthwise"
+            )
+    return {**w, "bias": bias}
+
+
 def _edits(matches: list[_Match]) -> dict[int, LayerEdit]:
     # Forward folds first, then backward folds: BN_b(L(BN_a(x))) composes in that order.
+    # The new values are computed when the rebuild assigns them (or a planner reads them),
+    # one layer at a time: float64 copies of every folded kernel at once would be twice the
+    # model's weights.
     by_layer: dict[int, list[_Match]] = {}
     for m in matches:
         by_layer.setdefault(id(m.target.layer), []).append(m)
@@ -355,35 +391,9 @@ def _edits(matches: list[_Match]) -> dict[int, LayerEdit]:
     for group in by_layer.values():
         group.sort(key=lambda m: m.bn_after)
         layer = group[0].target.layer
-        layout = layout_of(layer)
-        w = {a: _numpy(getattr(layer, a)) for a in layout.kernel_attrs}
-        bias = _numpy(layer.bias) if layer.use_bias else None
-        for m in group:
-            bn = m.bn_call.layer
-            s, t = _fold_math.bn_affine(*_bn_arrays(bn), bn.epsilon)
-            if m.bn_after:
-                w[layout.out_kernel], bias = _fold_math.fold_bn_after(
-                    w[layout.out_kernel], bias, s, t, layout.out_axis,
-                    depthwise=layout.kind == "depthwise",
-                )
-                continue
-            if m.flatten is not None:
-                rank = len(m.bn_call.inputs[0].shape)
-                channels = _flatten_channels(m.flatten, _bn_axis(bn, rank))
-                s, t = s[channels], t[channels]
-            if layout.kind == "separable":
-                w["depthwise_kernel"], w["pointwise_kernel"], bias = (
-                    _fold_math.fold_bn_before_separable(
-                        w["depthwise_kernel"], w["pointwise_kernel"], bias, s, t
-                    )
-                )
-            else:
-                w["kernel"], bias = _fold_math.fold_bn_before(
-                    w["kernel"], bias, s, t, depthwise=layout.kind == "depthwise"
-                )
         edits[id(layer)] = LayerEdit(
             config={} if layer.use_bias else {"use_bias": True},
-            variables={**w, "bias": bias},
+            compute=functools.partial(_fold_values, layer, tuple(group)),
         )
     return edits
 

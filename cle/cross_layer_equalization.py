@@ -104,6 +104,7 @@ def _merge(edits: dict, key: int, edit: LayerEdit):
         return
     old.config.update(edit.config)
     old.variables.update(edit.variables)
+    old.compute = old.compute or edit.compute
     old.replace = old.replace or edit.replace
     old.insert_after = old.insert_after or edit.insert_after
 
@@ -787,19 +788,36 @@ def _gamma_beta(bn):
             np.zeros(n) if beta is None else beta.astype(np.float64))
 
 
-def _weight_reader(edits=None):
-    """``value(layer, attr)``: the weight a layer has, or will have after ``edits``."""
-    edits = edits or {}
+class _WeightReader:
+    """``reader(layer, attr)``: the weight a layer has, or will have after ``edits``.
 
-    def value(layer, attr):
-        edit = edits.get(id(layer))
-        if edit is not None and attr in edit.variables:
-            return edit.variables[attr]
+    An edit's values are computed on demand (float64, one layer at a time) and cached only for
+    the layers passed to :meth:`keep`, so planning never holds every folded kernel at once.
+    """
+
+    def __init__(self, edits=None):
+        self.edits = edits or {}
+        self.cache: dict[int, dict] = {}
+
+    def keep(self, layer_ids):
+        self.cache = {k: v for k, v in self.cache.items() if k in layer_ids}
+
+    def __call__(self, layer, attr):
+        edit = self.edits.get(id(layer))
+        if edit is not None and edit.sets_weights:
+            values = self.cache.get(id(layer))
+            if values is None:
+                values = self.cache[id(layer)] = edit.new_values()
+            if attr in values:
+                return values[attr]
         if attr == "bias" and not getattr(layer, "use_bias", False):
             return None
         return keras.ops.convert_to_numpy(getattr(layer, attr))
 
-    return value
+
+def _weight_reader(edits=None):
+    """``value(layer, attr)``: the weight a layer has, or will have after ``edits``."""
+    return _WeightReader(edits)
 
 
 def _pre_activation(link, folded_bns):
@@ -855,12 +873,19 @@ def _decide_sets(plan, matches, edits, target, model=None, data=None, progress=N
         got = scaled.get((id(layer), attr))
         return folded(layer, attr) if got is None else got
 
+    layers_of = [tuple(link.first.layer for link in links) + (links[-1].second.layer,)
+                 for links in plan.sets]
+    last_set = {id(la): i for i, layers in enumerate(layers_of) for la in layers}
     decisions = []
-    for links in plan.sets:
+    for i, links in enumerate(plan.sets):
+        # Only this set's layers keep their computed values; a scaled weight is kept until
+        # the last set that reads it (per-layer temporaries, never the whole model).
+        folded.keep({id(la) for la in layers_of[i]})
         d = _scale_choice.decide_set(links, value, bn_stats, target, measured)
         if d.scaled:
-            layers = tuple(link.first.layer for link in links) + (links[-1].second.layer,)
-            scaled.update(_scale_choice.scaled_weights(layers, d.scales, value))
+            scaled.update(_scale_choice.scaled_weights(layers_of[i], d.scales, value))
+        for key in [key for key in scaled if last_set[key[0]] <= i]:
+            del scaled[key]
         decisions.append(d)
     return decisions
 
