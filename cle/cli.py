@@ -88,12 +88,20 @@ def _import_keras_quietly():
     preamble and the oneDNN notice while it loads, so stderr (fd 2) is sent to a temporary file
     for the import and replayed only if the import fails. Nothing to do when TensorFlow is
     already imported (e.g. by ``cle/__init__.py``).
+
+    On another backend (JAX, PyTorch), Keras imports TensorFlow later if it is installed (its
+    data adapters and TFLite conversion do), outside this window: TensorFlow is then imported
+    here too, so that its lines stay off stderr whenever it loads.
     """
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     if "tensorflow" in sys.modules or _debug():
         import keras  # noqa: F401
         return
+    import importlib.util
     import tempfile
+
+    backend = os.environ.get("KERAS_BACKEND", "tensorflow")
+    also_tf = backend != "tensorflow" and importlib.util.find_spec("tensorflow") is not None
 
     sys.stderr.flush()
     with tempfile.TemporaryFile() as log:
@@ -101,6 +109,9 @@ def _import_keras_quietly():
         os.dup2(log.fileno(), 2)
         try:
             import keras  # noqa: F401
+
+            if also_tf:
+                import tensorflow  # noqa: F401
         except BaseException:
             os.dup2(saved, 2)
             log.seek(0)

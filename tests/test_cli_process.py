@@ -77,11 +77,6 @@ def test_console_script_help_is_quick_and_silent():
     assert proc.returncode == 0 and proc.stdout.startswith("cle ")
 
 
-@pytest.mark.skipif(
-    os.environ.get("KERAS_BACKEND", "tensorflow") != "tensorflow",
-    reason="TensorFlow backend only: on JAX and PyTorch, Keras imports TensorFlow later (for "
-           "its data adapters), after the CLI's quiet import window, and TensorFlow's "
-           "absl/oneDNN lines reach stderr (a known gap, docs/backends.md)")
 def test_cle_commands_write_nothing_but_their_output_on_stderr(files):
     """No TensorFlow / absl / oneDNN start-up line from a command that imports TensorFlow."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TF_", "CLE_"))}
