@@ -116,7 +116,8 @@ class Junction:
         hi, lo: largest and smallest pre-activation value the calibration will see.
         kind: "linear" (nothing between), "relu" (uncapped), "relu6" (a ReLU6 that stays fused
             as it is while the set is not scaled and becomes a ClippedReLU when it is) or
-            "clipped" (a ClippedReLU already: always an uncapped tensor and a capped one).
+            "clipped" (a ClippedReLU already); both capped kinds are one INT8 tensor whose
+            range is that of the capped activation.
         cap: per-channel cap ("relu6", "clipped"), else None.
         mean_sq: ``E[x²]`` of the activation (after the cap).
         passing: fraction of positions where noise added before the activation passes it.
@@ -284,9 +285,9 @@ def junction_from_samples(pre, kind, cap=None):
 # ------------------------------------------------------------------------ noise
 
 
-def _tensors(j: Junction, s: np.ndarray, identity: bool):
-    """``[(range, per-channel pass factor)]`` of the tensors TFLite quantizes at a junction
-    whose activation is divided by ``s``."""
+def _tensor(j: Junction, s: np.ndarray):
+    """``(range, per-channel pass factor)`` of the tensor TFLite quantizes at a junction whose
+    activation is divided by ``s``."""
     hi = j.hi if j.hi_draws is None else j.hi_draws
     lo = j.lo if j.lo_draws is None else j.lo_draws
 
@@ -295,16 +296,16 @@ def _tensors(j: Junction, s: np.ndarray, identity: bool):
 
     if j.kind == "linear":
         rng = max(expected_max(hi / s), 0.0) - min(-expected_max(-lo / s), 0.0)
-        return [(rng, j.passing)]
+        return rng, j.passing
     if j.kind == "relu":
-        return [(max(expected_max(np.maximum(hi, 0.0) / s), 0.0), j.positive)]
+        return max(expected_max(np.maximum(hi, 0.0) / s), 0.0), j.positive
     # A fused ReLU6, or a ClippedReLU: TFLite fuses the RELU into the producer and gives the
     # MINIMUM's input the MINIMUM's own quantization (it requires equal scales), so the whole
     # junction lives on one grid whose range is the calibrated max of the *capped* output.
-    return [(max(expected_max(np.minimum(np.maximum(hi, 0.0), j.cap) / s), 0.0), j.positive)]
+    return max(expected_max(np.minimum(np.maximum(hi, 0.0), j.cap) / s), 0.0), j.positive
 
 
-def chain_noise(w: ChainWeights, junctions, scales, target: QuantTarget, identity=False):
+def chain_noise(w: ChainWeights, junctions, scales, target: QuantTarget):
     """Modelled quantization noise power at the output of the set's last layer.
 
     Args:
@@ -312,7 +313,6 @@ def chain_noise(w: ChainWeights, junctions, scales, target: QuantTarget, identit
         junctions: one :class:`Junction` per junction (1 for a pair, 2 for a triplet).
         scales: one array ``s_k`` per junction.
         target: the quantizer.
-        identity: the scales are the identity (a "relu6" junction then stays a fused ReLU6).
 
     Rounding noise of a value is ``Δ²/12`` as long as the step is small against the value;
     a step far above it rounds the value to zero, so each channel's noise is bounded by its
@@ -340,8 +340,8 @@ def chain_noise(w: ChainWeights, junctions, scales, target: QuantTarget, identit
     act = 0.0
     for j, s, g in zip(junctions, scales, gains):
         power = j.mean_sq / s ** 2
-        for rng, factor in _tensors(j, s, identity):
-            act += float(np.sum(np.minimum((rng / qa) ** 2 / 12, power) * factor * g))
+        rng, factor = _tensor(j, s)
+        act += float(np.sum(np.minimum((rng / qa) ** 2 / 12, power) * factor * g))
     parts["activations"] = act
     # Depthwise weights of a triplet (noise before junction 2's activation).
     if len(junctions) == 2:
@@ -417,7 +417,7 @@ def choose_scales(w: ChainWeights, junctions, target: QuantTarget, extra=()):
     """
     c = w.r_first.shape[0]
     ident = [np.ones(c) for _ in junctions]
-    base, _ = chain_noise(w, junctions, ident, target, identity=True)
+    base, _ = chain_noise(w, junctions, ident, target)
     best = Choice(ident, base, base, None, 0.0)
     candidates = [(None, 1.0, [np.asarray(e, dtype=np.float64) for e in cand])
                   for cand in extra]

@@ -4,8 +4,8 @@ Reads a planned set (its links, found on the input model before anything is rebu
 folded weights its layers *will* have (the fold plan's new values, else the layer's own), and
 the activation statistics of its junctions (data-free from the folded BNs' γ, β, or measured),
 and asks :mod:`cle._qnoise` for the scales with the least modelled noise. Deciding before the
-rebuild is what lets a set that stays unscaled keep its fused ReLU6 (a :class:`ClippedReLU`
-costs TFLite an extra, uncapped INT8 tensor).
+rebuild is what lets a set that stays unscaled keep its fused ReLU6 (one fused op, where a
+:class:`ClippedReLU` lowers to a fused RELU and a MINIMUM against a constant vector).
 """
 
 from __future__ import annotations
@@ -194,8 +194,8 @@ def _chain_weights(layers, value, bn_first):
     return w
 
 
-def _act_range(j, s, identity):
-    return max(r for r, _ in _qnoise._tensors(j, s, identity))
+def _act_range(j, s):
+    return _qnoise._tensor(j, s)[0]
 
 
 def decide_set(links, value, bn_stats, target, activation_stats=None):
@@ -236,8 +236,8 @@ def decide_set(links, value, bn_stats, target, activation_stats=None):
     ident = [np.ones_like(s) for s in choice.scales]
     decision = ScalingDecision(
         names, choice.noise_after < choice.noise_before, "quantized", choice.noise_before, choice.noise_after,
-        [_act_range(j, s, True) for j, s in zip(junctions, ident)],
-        [_act_range(j, s, False) for j, s in zip(junctions, choice.scales)],
+        [_act_range(j, s) for j, s in zip(junctions, ident)],
+        [_act_range(j, s) for j, s in zip(junctions, choice.scales)],
         choice.alpha, choice.lam,
     )
     gain_db = (10 * np.log10(choice.noise_before / choice.noise_after)

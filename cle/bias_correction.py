@@ -449,6 +449,22 @@ def _is_dataset(obj):
 # ------------------------------------------------------------------------------- main
 
 
+def _with_biases(model, calls):
+    """``rebuild`` of ``model`` in which every layer of ``calls`` without a bias gets a zero
+    one (a bias to correct); returns ``(new_model, clones)`` as :func:`rebuild` does."""
+    edits = {}
+    for call in calls:
+        layer = call.layer
+        if not layer.use_bias:
+            kernel = keras.ops.convert_to_numpy(layer.kernel)
+            n_out = layer.compute_output_shape(call.inputs[0].shape)
+            n_out = int(n_out[channel_axis(layer, len(n_out))])
+            edits[id(layer)] = LayerEdit(config={"use_bias": True},
+                                         variables={"kernel": kernel,
+                                                    "bias": np.zeros(n_out, kernel.dtype)})
+    return rebuild(model, edits=edits)
+
+
 def correct_bias(model, bn_stats=None, calibration_data=None, bits=8, per_channel=False,
                  progress: Callable[[str], Any] | None = None, return_report=False):
     """Correct each Conv/DepthwiseConv/Dense bias for the mean error of its quantized weights.
@@ -523,17 +539,7 @@ def correct_bias(model, bn_stats=None, calibration_data=None, bits=8, per_channe
     else:
         calibration = _check_data(model, calibration_data)
 
-    edits = {}
-    for call in plan:
-        layer = call.layer
-        if not layer.use_bias:
-            kernel = keras.ops.convert_to_numpy(layer.kernel)
-            n_out = layer.compute_output_shape(call.inputs[0].shape)
-            n_out = int(n_out[channel_axis(layer, len(n_out))])
-            edits[id(layer)] = LayerEdit(config={"use_bias": True},
-                                         variables={"kernel": kernel,
-                                                    "bias": np.zeros(n_out, kernel.dtype)})
-    new_model, clones = rebuild(model, edits=edits)
+    new_model, clones = _with_biases(model, plan)
     if calibration is None:
         for call in plan:
             layer = call.layer
@@ -542,12 +548,12 @@ def correct_bias(model, bn_stats=None, calibration_data=None, bits=8, per_channe
             eps = _kernel_error(layer, kind, bits, per_channel)
             delta = _bias_delta(kind, eps, mean_x, int(getattr(layer, "groups", 1) or 1))
             _subtract(clones[id(layer)].bias, delta)
-            records[id(call)] = _record(layer, "analytic", delta, note, id(layer) in edits)
+            records[id(call)] = _record(layer, "analytic", delta, note, not layer.use_bias)
     else:
         for call, delta in _empirical_pass(view, plan, model, new_model, clones, calibration,
                                            bits, per_channel, say):
             layer = call.layer
-            records[id(call)] = _record(layer, "empirical", delta, "", id(layer) in edits)
+            records[id(call)] = _record(layer, "empirical", delta, "", not layer.use_bias)
     ordered = [records[id(c)] for c in calls]
     for rec in ordered:
         if not rec.corrected:

@@ -15,7 +15,6 @@ import numpy as np
 from cle import bias_correction as BC
 from cle._graph import graph_view
 from cle._layouts import channel_axis, layout_of
-from cle._rebuild import LayerEdit, rebuild
 
 
 def _quiet_call(fn, x):
@@ -55,17 +54,7 @@ def empirical_deltas(model, calibration_data, bits=8, per_channel=False):
     plan = [c for c in view.calls
             if layout_of(c.layer) is not None and not BC._target_reason(view, c)]
     batches = BC._check_data(model, calibration_data)
-    edits = {}
-    for call in plan:
-        layer = call.layer
-        if not layer.use_bias:
-            kernel = keras.ops.convert_to_numpy(layer.kernel)
-            n_out = layer.compute_output_shape(call.inputs[0].shape)
-            n_out = int(n_out[channel_axis(layer, len(n_out))])
-            edits[id(layer)] = LayerEdit(config={"use_bias": True},
-                                         variables={"kernel": kernel,
-                                                    "bias": np.zeros(n_out, kernel.dtype)})
-    new_model, clones = rebuild(model, edits=edits)
+    new_model, clones = BC._with_biases(model, plan)
     qmodel, qclones = BC._quantized_copy(new_model, bits, per_channel)
     deltas = {}
     for call in plan:
