@@ -233,13 +233,7 @@ def decide_set(links, value, bn_stats, target, activation_stats=None):
         first_stats = (np.sqrt(junctions[0].mean_sq), np.zeros_like(junctions[0].mean_sq))
     w = _chain_weights(layers, value, first_stats)
     choice = _qnoise.choose_scales(w, junctions, target, extra=[weight_scales(layers, value)])
-    ident = [np.ones_like(s) for s in choice.scales]
-    decision = ScalingDecision(
-        names, choice.noise_after < choice.noise_before, "quantized", choice.noise_before, choice.noise_after,
-        [_act_range(j, s) for j, s in zip(junctions, ident)],
-        [_act_range(j, s) for j, s in zip(junctions, choice.scales)],
-        choice.alpha, choice.lam,
-    )
+    before = [_act_range(j, np.ones_like(s)) for j, s in zip(junctions, choice.scales)]
     gain_db = (10 * np.log10(choice.noise_before / choice.noise_after)
                if choice.noise_after > 0 and choice.noise_before > 0 else 0.0)
     if choice.noise_after >= choice.noise_before:
@@ -248,16 +242,12 @@ def decide_set(links, value, bn_stats, target, activation_stats=None):
         reason = (f"the best candidate lowers its modelled INT8 noise by {gain_db:.1f} dB only, "
                   f"under the {_qnoise.MIN_GAIN_DB:g} dB the model can tell apart from no gain")
     else:
-        reason = ""
-    if reason:
-        decision.scaled = False
-        decision.noise_after = decision.noise_before
-        decision.alpha, decision.lam = None, None
-        decision.activation_range_after = list(decision.activation_range_before)
-        decision.reason = reason
-    else:
-        decision.scales = choice.scales
-    return decision
+        return ScalingDecision(
+            names, True, "quantized", choice.noise_before, choice.noise_after, before,
+            [_act_range(j, s) for j, s in zip(junctions, choice.scales)],
+            choice.alpha, choice.lam, scales=choice.scales)
+    return ScalingDecision(names, False, "quantized", choice.noise_before, choice.noise_before,
+                           before, list(before), reason=reason)
 
 
 def scaled_weights(layers, scales, value):
