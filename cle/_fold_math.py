@@ -63,15 +63,17 @@ def scale_axis(kernel, scale, axis, depthwise=False):
     Returns:
         A new float64 array of ``kernel``'s shape.
     """
-    kernel = np.asarray(kernel, dtype=np.float64)
+    # The product promotes the kernel to float64 exactly, element by element: one pass, no
+    # float64 copy of the kernel first.
+    kernel = np.asarray(kernel)
     scale = np.asarray(scale, dtype=np.float64)
     if depthwise:
         shape = kernel.shape
         flat = kernel.reshape(shape[:-2] + (shape[-2] * shape[-1],))
-        return (flat * scale).reshape(shape)
+        return np.multiply(flat, scale, dtype=np.float64).reshape(shape)
     bshape = [1] * kernel.ndim
     bshape[axis] = scale.shape[0]
-    return kernel * scale.reshape(bshape)
+    return np.multiply(kernel, scale.reshape(bshape), dtype=np.float64)
 
 
 def fold_bn_after(kernel, bias, s, t, out_axis=-1, depthwise=False):

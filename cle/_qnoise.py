@@ -38,6 +38,7 @@ identity wins ties; the caller leaves a set whose modelled noise does not drop b
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import numpy as np
 from scipy.stats import norm
@@ -83,6 +84,10 @@ RANGE_DRAWS = 64
 MIN_GAIN_DB = 2.0
 
 _TINY = 1e-12
+#: Candidates whose modelled noise differs by less than this (relative) are a tie, which the
+#: earlier one wins (the identity first, then Nagel's scales): the model's O(C·O) term is
+#: summed in float32 (:class:`ChainWeights`), good to ~1e-7.
+_TIE = 1e-6
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,6 +143,17 @@ class Junction:
     hi_draws: np.ndarray | None = None
     lo_draws: np.ndarray | None = None
 
+    @functools.cached_property
+    def top(self) -> np.ndarray:
+        """Top of the activation per channel (draws, C) or (C,), unscaled: ``hi`` after the
+        ReLU and, for the capped kinds, the cap. A fused ReLU6, or a ClippedReLU: TFLite fuses
+        the RELU into the producer and gives the MINIMUM's input the MINIMUM's own
+        quantization (it requires equal scales), so the whole junction lives on one grid whose
+        range is the calibrated max of the *capped* output."""
+        hi = self.hi if self.hi_draws is None else self.hi_draws
+        top = np.maximum(hi, 0.0)
+        return top if self.cap is None or self.kind == "relu" else np.minimum(top, self.cap)
+
 
 @dataclasses.dataclass
 class ChainWeights:
@@ -150,25 +166,43 @@ class ChainWeights:
             squares, number of taps (None for a pair).
         p_first: (C,) power of the first layer's output channels without bias (bounds the
             noise of weights rounded to zero); None: unbounded.
-        r_last: (C, O) range of the last layer's weights from input channel i to output o
-            (float64, or the kernel's own float dtype, in which a range is exact).
-        sq_last: (C, O) sum of squares of those weights (over taps).
+        r_last: (C, O) range of the last layer's weights from input channel i to output o.
+        sq_last: (C, O) sum of squares of those weights (over taps), same dtype as ``r_last``;
+            None for one tap per (i, o) (Dense, 1×1 convolutions), where it is ``r_last²``.
+            :func:`chain_noise` computes with these two in their own dtype: the library
+            passes float32 (half the memory traffic of the one O(C·O) pass per candidate;
+            the modelled noise then agrees with float64 arrays to ~1e-7 relative), tests may
+            pass float64.
         taps_last: kernel taps of the last layer per (input, output) channel pair.
     """
 
     r_first: np.ndarray
     g_first: float
     r_last: np.ndarray
-    sq_last: np.ndarray
+    sq_last: np.ndarray | None
     taps_last: int
     r_mid: np.ndarray | None = None
     d_mid: np.ndarray | None = None
     taps_mid: int = 1
     p_first: np.ndarray | None = None
 
-    @property
+    @functools.cached_property
     def q_last(self) -> np.ndarray:
-        return self.sq_last.sum(axis=1)
+        """(C,) power gain from input channel i to the last layer's output (float64)."""
+        q = np.empty(self.r_last.shape[0])
+        for rows in _row_blocks(self.r_last.shape):
+            q[rows] = self.sq_block(rows).sum(axis=1, dtype=np.float64)
+        return q
+
+    def sq_block(self, rows: slice) -> np.ndarray:
+        """``SQ[rows]`` (a new array when ``sq_last`` is None)."""
+        return np.square(self.r_last[rows]) if self.sq_last is None else self.sq_last[rows]
+
+    @functools.cached_property
+    def r_last_in(self) -> np.ndarray:
+        """(C,) range of the last layer's weights per input channel (float64); set it from the
+        kernel itself when ``r_last`` is a rounded copy."""
+        return self.r_last.max(axis=1).astype(np.float64)
 
 
 # ------------------------------------------------------------------------ statistics
@@ -288,24 +322,18 @@ def junction_from_samples(pre, kind, cap=None):
 def _tensor(j: Junction, s: np.ndarray):
     """``(range, per-channel pass factor)`` of the tensor TFLite quantizes at a junction whose
     activation is divided by ``s``."""
-    hi = j.hi if j.hi_draws is None else j.hi_draws
-    lo = j.lo if j.lo_draws is None else j.lo_draws
-
     def expected_max(v):  # per-tensor max, averaged over the draws when uncertain
         return float(np.mean(np.max(v, axis=-1)))
 
     if j.kind == "linear":
+        hi = j.hi if j.hi_draws is None else j.hi_draws
+        lo = j.lo if j.lo_draws is None else j.lo_draws
         rng = max(expected_max(hi / s), 0.0) - min(-expected_max(-lo / s), 0.0)
         return rng, j.passing
-    if j.kind == "relu":
-        return max(expected_max(np.maximum(hi, 0.0) / s), 0.0), j.positive
-    # A fused ReLU6, or a ClippedReLU: TFLite fuses the RELU into the producer and gives the
-    # MINIMUM's input the MINIMUM's own quantization (it requires equal scales), so the whole
-    # junction lives on one grid whose range is the calibrated max of the *capped* output.
-    return max(expected_max(np.minimum(np.maximum(hi, 0.0), j.cap) / s), 0.0), j.positive
+    return max(expected_max(j.top / s), 0.0), j.positive
 
 
-def chain_noise(w: ChainWeights, junctions, scales, target: QuantTarget):
+def chain_noise(w: ChainWeights, junctions, scales, target: QuantTarget, stop_at=np.inf):
     """Modelled quantization noise power at the output of the set's last layer.
 
     Args:
@@ -313,6 +341,9 @@ def chain_noise(w: ChainWeights, junctions, scales, target: QuantTarget):
         junctions: one :class:`Junction` per junction (1 for a pair, 2 for a triplet).
         scales: one array ``s_k`` per junction.
         target: the quantizer.
+        stop_at: if the parts other than the last layer's weights already reach it, that
+            part (the one O(C·O) term) is not evaluated: the total returned is then only a
+            lower bound, ``>= stop_at``, and ``parts`` has no "weights_last".
 
     Rounding noise of a value is ``Δ²/12`` as long as the step is small against the value;
     a step far above it rounds the value to zero, so each channel's noise is bounded by its
@@ -351,16 +382,46 @@ def chain_noise(w: ChainWeights, junctions, scales, target: QuantTarget):
         power_in = w.taps_mid * junctions[0].mean_sq / s12 ** 2
         parts["weights_mid"] = float(np.sum(dm ** 2 / 12 * power_in * junctions[1].passing
                                             * gains[1]))
+    if sum(parts.values()) >= stop_at:
+        return sum(parts.values()), parts
     # Last layer's weights: per (input i, output o), taps weights with step Δ_o, each
-    # bounded by its own square, times the input power of channel i.
-    # One (C, O) temporary at a time, updated in place (same values as the plain expressions).
-    per = w.r_last * s_last[:, None]
-    dl = per.max(axis=0) / qw if target.per_channel else np.full(per.shape[1], per.max() / qw)
-    np.multiply(w.sq_last, s_last[:, None] ** 2, out=per)
-    np.minimum(w.taps_last * dl[None, :] ** 2 / 12, per, out=per)
-    per *= (junctions[-1].mean_sq / s_last ** 2)[:, None]
-    parts["weights_last"] = float(np.sum(per))
+    # bounded by its own square, times the input power E[x_i²]/s_i² of channel i:
+    #   Σ_io E[x_i²]/s_i² · min(taps·Δ_o²/12, SQ_io·s_i²) = Σ_i E[x_i²] Σ_o min(taps·Δ_o²/(12 s_i²), SQ_io).
+    parts["weights_last"] = _last_weights_noise(w, s_last, junctions[-1].mean_sq, target)
     return sum(parts.values()), parts
+
+
+def _row_blocks(shape, elements=1 << 16):
+    """Slices of rows of a (C, O) array, about ``elements`` at a time (a block's temporaries
+    stay in the cache and never cost a whole (C, O) array)."""
+    step = max(1, elements // max(1, shape[1]))
+    return [slice(a, min(a + step, shape[0])) for a in range(0, shape[0], step)]
+
+
+def _last_weights_noise(w: ChainWeights, s_last, mean_sq, target: QuantTarget) -> float:
+    """The last layer's weight noise (see :func:`chain_noise`): the model's one O(C·O) term,
+    evaluated per candidate. Computed in the arrays' own dtype block of rows by block of rows
+    (a max over the rows for the steps, then each row's sum), each row summed in one piece
+    and the rows summed in float64."""
+    r, dt = w.r_last, w.r_last.dtype
+    s = s_last.astype(dt)
+    blocks = _row_blocks(r.shape)
+    buf = np.empty((blocks[0].stop - blocks[0].start, r.shape[1]), dt) if blocks else None
+    top = np.zeros(r.shape[1], dt)
+    for rows in blocks:
+        t = np.multiply(r[rows], s[rows, None], out=buf[: rows.stop - rows.start])
+        np.maximum(top, t.max(axis=0), out=top)
+    dl = top.astype(np.float64) / target.qw
+    if not target.per_channel:
+        dl = np.full_like(dl, dl.max(initial=0.0))
+    x = (1.0 / s_last ** 2).astype(dt)
+    c = (w.taps_last * dl ** 2 / 12).astype(dt)
+    per_row = np.empty(r.shape[0])
+    for rows in blocks:
+        t = np.multiply(x[rows, None], c[None, :], out=buf[: rows.stop - rows.start])
+        np.minimum(t, w.sq_block(rows), out=t)
+        per_row[rows] = t.sum(axis=1)
+    return float(mean_sq @ per_row)
 
 
 # ------------------------------------------------------------------------ choice
@@ -380,7 +441,7 @@ def _balanced_logs(w: ChainWeights, junctions, alpha: float):
     if k == 2:
         items += [(np.array([1.0, -1.0]), _log(w.r_mid), 1.0 - alpha),
                   (np.array([0.0, -1.0]), acts[1], alpha)]
-    items.append((np.eye(k)[-1], _log(np.max(w.r_last, axis=1)), 1.0))
+    items.append((np.eye(k)[-1], _log(w.r_last_in), 1.0))
     items = [it for it in items if it[2] > 0]
     # Unknowns [l_1..l_k, m]: minimize Σ w (c·l + v − m)² per channel.
     n = len(items)
@@ -399,18 +460,26 @@ class Choice:
 
     scales: list  # one array per junction
     noise_before: float
-    noise_after: float
-    alpha: float | None  # None: identity
+    noise_after: float  # noise_before when no candidate cleared the gain asked for
+    alpha: float | None  # None: identity or Nagel's scales
     lam: float
 
 
-def choose_scales(w: ChainWeights, junctions, target: QuantTarget, extra=()):
-    """The candidate scales with the least modelled noise (identity on ties).
+def choose_scales(w: ChainWeights, junctions, target: QuantTarget, extra=(), min_gain_db=0.0):
+    """The candidate scales with the least modelled noise, if it is at least ``min_gain_db``
+    below the identity's; else the identity (which also wins ties).
 
     Args:
         w, junctions, target: as for :func:`chain_noise`.
         extra: more candidates (lists of per-junction arrays), e.g. Nagel's weight
             equalization.
+        min_gain_db: the least gain (dB) that counts.
+
+    A candidate's last-layer term, the model's one O(C·O) part, is evaluated only while the
+    candidate can still matter: when its other parts alone reach the best noise so far or the
+    noise the gain asks for, it can be neither the best nor a gain (most candidates on
+    networks whose sets are left, e.g. every one of ResNet50's), and the choice is exactly
+    what evaluating everything would give.
 
     Returns:
         :class:`Choice`.
@@ -418,6 +487,7 @@ def choose_scales(w: ChainWeights, junctions, target: QuantTarget, extra=()):
     c = w.r_first.shape[0]
     ident = [np.ones(c) for _ in junctions]
     base, _ = chain_noise(w, junctions, ident, target)
+    need = base * 10 ** (-float(min_gain_db) / 10)  # at most this noise is a gain
     best = Choice(ident, base, base, None, 0.0)
     candidates = [(None, 1.0, [np.asarray(e, dtype=np.float64) for e in cand])
                   for cand in extra]
@@ -427,7 +497,8 @@ def choose_scales(w: ChainWeights, junctions, target: QuantTarget, extra=()):
             candidates.append((alpha, lam, [np.exp(lam * lg) for lg in logs]))
     for alpha, lam, scales in candidates:
         scales = [np.where(np.isfinite(s) & (s > 0), s, 1.0) for s in scales]
-        noise, _ = chain_noise(w, junctions, scales, target)
-        if noise < best.noise_after * (1 - 1e-9):
+        beat = best.noise_after * (1 - _TIE)
+        noise, _ = chain_noise(w, junctions, scales, target, stop_at=min(beat, need))
+        if noise < beat and noise <= need:
             best = Choice(scales, base, noise, alpha, lam)
     return best

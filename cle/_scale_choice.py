@@ -19,7 +19,7 @@ from cle._cls_sets import Link, in_spec, out_spec
 from cle._layouts import layout_of
 from cle.layers import ClippedReLU
 
-__all__ = ["ScalingDecision", "decide_set", "junction_kind", "scaled_weights", "weight_scales"]
+__all__ = ["ScalingDecision", "decide_set", "junction_kind", "scaled_weights"]
 
 
 @dataclasses.dataclass
@@ -82,41 +82,52 @@ def _as64(x):
 
 
 def _in_out_ranges(kernel, layer):
-    """``(R, SQ, taps)``: ``R[i, o]`` = max over taps of |W| from input channel i to output
-    o, ``SQ[i, o]`` the sum of their squares, taps = kernel taps."""
+    """``(R, SQ, taps, r_in)``: ``R[i, o]`` = max over taps of |W| from input channel i to
+    output o, ``SQ[i, o]`` the sum of their squares (None for one tap, where it is R²),
+    taps = kernel taps, ``r_in[i]`` = max over
+    o of ``R[i, o]``. R and SQ are float32, the precision :func:`cle._qnoise.chain_noise`
+    computes its O(C·O) term in; ``r_in`` is exact (float64 of the kernel's own maxima), as the
+    candidate scales are computed from it."""
     layout = layout_of(layer)
-    # |W| and its max are exact in the kernel's own dtype (the noise model promotes them to
-    # float64 exactly where it computes with them); squares are taken in float64 (|W|² is
-    # W²). No float64 copy of the kernel is made first.
+    f32 = np.float32
     k = np.asarray(kernel)
     if not np.issubdtype(k.dtype, np.floating):
         k = _as64(k)
     if layout.kind == "dense":
-        r = np.abs(k)
-        return r, np.square(r, dtype=np.float64), 1
+        per = np.abs(k)
+        return per.astype(f32, copy=False), None, 1, _as64(per.max(axis=1))
     taps = int(np.prod(k.shape[:-2]))
     flat = k.reshape((taps,) + k.shape[-2:])
-    per = _as64(np.abs(flat).max(axis=0))
-    sq = np.square(flat, dtype=np.float64).sum(axis=0)  # (a, b)
+    per = np.abs(flat).max(axis=0)  # exact in the kernel's dtype
+    # One tap per (input, output) pair (1×1 convolutions): SQ is R², not stored.
+    sq = None if taps == 1 else np.square(flat.astype(f32, copy=False)).sum(axis=0)  # (a, b)
     if layout.kind == "transpose":  # (*k, out, in)
-        return per.T, sq.T, taps
+        return per.T.astype(f32), None if sq is None else sq.T, taps, _as64(per.max(axis=0))
+    r_in = _as64(per.max(axis=1))
+    per32 = per.astype(f32, copy=False)
     if layout.kind in ("depthwise", "separable"):  # (*k, in, mult): out = c*mult + m
         c, mult = per.shape
-        r, q = np.zeros((c, c * mult)), np.zeros((c, c * mult))
+        r, q = np.zeros((c, c * mult), f32), np.zeros((c, c * mult), f32)
         rows = np.arange(c)
         for m in range(mult):
-            r[rows, rows * mult + m], q[rows, rows * mult + m] = per[:, m], sq[:, m]
-        return r, q, taps
+            r[rows, rows * mult + m] = per32[:, m]
+            q[rows, rows * mult + m] = np.square(per32[:, m]) if sq is None else sq[:, m]
+        return r, q, taps, r_in
     groups = getattr(layer, "groups", 1) or 1
     if groups == 1:
-        return per, sq, taps
+        return per32, sq, taps, r_in
     ipg, out = per.shape
     opg = out // groups
-    r, q = np.zeros((ipg * groups, out)), np.zeros((ipg * groups, out))
+    r = np.zeros((ipg * groups, out), f32)
+    q = None if sq is None else np.zeros((ipg * groups, out), f32)
+    r_in = np.zeros(ipg * groups)
     for g in range(groups):
         rows, cols = slice(g * ipg, (g + 1) * ipg), slice(g * opg, (g + 1) * opg)
-        r[rows, cols], q[rows, cols] = per[:, cols], sq[:, cols]
-    return r, q, taps
+        r[rows, cols] = per32[:, cols]
+        if q is not None:
+            q[rows, cols] = sq[:, cols]
+        r_in[rows] = per[:, cols].max(axis=1)
+    return r, q, taps, r_in
 
 
 def _out_sumsq(kernel, layer):
@@ -158,19 +169,6 @@ def junction_kind(link: Link, value):
     return ("relu" if link.relu else "linear"), None
 
 
-def weight_scales(layers, value):
-    """Nagel's weight-range equalization scales for a set (pair or triplet)."""
-    first, last = layers[0], layers[-1]
-    a1, ax1, k1 = out_spec(first)
-    a3, ax3, k3, g3 = in_spec(last)
-    r1 = _cls_math.channel_ranges(value(first, a1), ax1, k1)
-    r3 = _cls_math.channel_ranges(value(last, a3), ax3, k3, g3)
-    if len(layers) == 2:
-        return [_cls_math.pair_scale(r1, r3)]
-    r2 = _cls_math.channel_ranges(value(layers[1], "kernel"), -1, "depthwise_out")
-    return list(_cls_math.triplet_scale(r1, r2, r3))
-
-
 def _chain_weights(layers, value, bn_first):
     first, last = layers[0], layers[-1]
     a1, ax1, k1 = out_spec(first)
@@ -184,9 +182,10 @@ def _chain_weights(layers, value, bn_first):
     power = (gamma ** 2 + (beta - bias) ** 2)[ok] / sumsq[ok]
     e = float(np.median(power)) if power.size else 0.0
     a3, _, _, _ = in_spec(last)
-    r_last, sq_last, taps_last = _in_out_ranges(value(last, a3), last)
+    r_last, sq_last, taps_last, r_in = _in_out_ranges(value(last, a3), last)
     w = _qnoise.ChainWeights(r_first, e * fan_in, r_last, sq_last, taps_last,
                              p_first=gamma ** 2 + (beta - bias) ** 2)
+    w.r_last_in = r_in
     if len(layers) == 3:
         dw = _as64(value(layers[1], "kernel"))
         flat = dw.reshape((-1, dw.shape[-2] * dw.shape[-1]))
@@ -232,20 +231,22 @@ def decide_set(links, value, bn_stats, target, activation_stats=None):
     if first_stats is None:
         first_stats = (np.sqrt(junctions[0].mean_sq), np.zeros_like(junctions[0].mean_sq))
     w = _chain_weights(layers, value, first_stats)
-    choice = _qnoise.choose_scales(w, junctions, target, extra=[weight_scales(layers, value)])
-    before = [_act_range(j, np.ones_like(s)) for j, s in zip(junctions, choice.scales)]
-    gain_db = (10 * np.log10(choice.noise_before / choice.noise_after)
-               if choice.noise_after > 0 and choice.noise_before > 0 else 0.0)
-    if choice.noise_after >= choice.noise_before:
-        reason = "no candidate scaling lowers its modelled INT8 noise"
-    elif gain_db < _qnoise.MIN_GAIN_DB:
-        reason = (f"the best candidate lowers its modelled INT8 noise by {gain_db:.1f} dB only, "
-                  f"under the {_qnoise.MIN_GAIN_DB:g} dB the model can tell apart from no gain")
+    # Nagel's scales, from the same per-channel maxima the noise model read from the kernels.
+    if len(layers) == 2:
+        nagel = [_cls_math.pair_scale(w.r_first, w.r_last_in)]
     else:
+        nagel = list(_cls_math.triplet_scale(w.r_first, w.r_mid, w.r_last_in))
+    margin = _qnoise.MIN_GAIN_DB
+    choice = _qnoise.choose_scales(w, junctions, target, extra=[nagel], min_gain_db=margin)
+    before = [_act_range(j, np.ones_like(s)) for j, s in zip(junctions, choice.scales)]
+    if choice.noise_after < choice.noise_before:
         return ScalingDecision(
             names, True, "quantized", choice.noise_before, choice.noise_after, before,
             [_act_range(j, s) for j, s in zip(junctions, choice.scales)],
             choice.alpha, choice.lam, scales=choice.scales)
+    reason = "no candidate scaling lowers its modelled INT8 noise"
+    if margin > 0:
+        reason += f" by the {margin:g} dB the model can tell apart from no gain"
     return ScalingDecision(names, False, "quantized", choice.noise_before, choice.noise_before,
                            before, list(before), reason=reason)
 

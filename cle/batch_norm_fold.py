@@ -38,7 +38,8 @@ import numpy as np
 
 from cle import _fold_math
 from cle._graph import Call, GraphView, graph_view
-from cle._layouts import bias_on_wrong_axis, channel_axis, layout_of, untouchable_reason
+from cle._layouts import (
+    bias_on_wrong_axis, channel_axis, layout_of, read_weight, untouchable_reason)
 from cle._rebuild import LayerEdit, rebuild
 
 __all__ = [
@@ -142,7 +143,7 @@ def _q(call_or_layer) -> str:
 
 
 def _numpy(variable):
-    return keras.ops.convert_to_numpy(variable)
+    return read_weight(variable)
 
 
 def _bn_arrays(bn):

@@ -23,7 +23,7 @@ import numpy as np
 from cle import _cls_math, _qnoise, _scale_choice, batch_norm_fold as _bnf
 from cle._cls_sets import Link, SetSearch, find_sets, in_spec, out_spec, relu6_kind, walk
 from cle._graph import GraphView, graph_view, local_view
-from cle._layouts import bias_on_wrong_axis, channel_axis, layout_of
+from cle._layouts import bias_on_wrong_axis, channel_axis, layout_of, read_weight
 from cle._rebuild import LayerEdit, rebuild
 from cle.layers import ClippedReLU
 
@@ -51,7 +51,7 @@ _OBJECTIVES = ("quantized", "weights")
 def _get(layer, attr):
     """The variable as a numpy array in its own dtype (the math promotes to float64 layer by
     layer; a float64 copy of every kernel here would only add memory)."""
-    return keras.ops.convert_to_numpy(getattr(layer, attr))
+    return read_weight(getattr(layer, attr))
 
 
 def _set(layer, attr, value):
@@ -812,7 +812,7 @@ class _WeightReader:
                 return values[attr]
         if attr == "bias" and not getattr(layer, "use_bias", False):
             return None
-        return keras.ops.convert_to_numpy(getattr(layer, attr))
+        return read_weight(getattr(layer, attr))
 
 
 def _weight_reader(edits=None):

@@ -5,8 +5,9 @@
 
 Each model is built at the smallest square input it accepts with ``weights=None`` and run
 through ``cle.equalize_model(model, return_report=True)`` (defaults), one model alive at a time.
-The counts do not depend on weight values. Models with zero scaled sets get one line per
-distinct reason (``EqualizationReport.reasons()``), not one per layer.
+The counts do not depend on weight values: a set counts when it is found, whether or not the
+default objective then scales it (that depends on the BN statistics). Models with no set get
+one line per distinct reason (``EqualizationReport.reasons()``), not one per layer.
 """
 
 from __future__ import annotations
@@ -37,12 +38,15 @@ def row(name, ctor):
     model, size = build_smallest(ctor)
     n_bn = sum(isinstance(la, keras.layers.BatchNormalization) for la in model._flatten_layers())
     _, report = cle.equalize_model(model, return_report=True)
-    n_pairs = sum(len(s.cls_pair_info_list) == 1 for s in report.sets)
+    # Every set found is in report.scaling, scaled or left (whether the default objective
+    # scales a set depends on the BN statistics; what is found does not).
+    found = report.scaling
+    n_pairs = sum(len(d.layers) == 2 for d in found)
     line = (f"| {name} | {size}×{size} | {n_bn} | {len(report.folded)} | "
-            f"{len(report.fold_skipped)} | {len(report.sets)} | {n_pairs} | "
-            f"{len(report.sets) - n_pairs} |")
+            f"{len(report.fold_skipped)} | {len(found)} | {n_pairs} | "
+            f"{len(found) - n_pairs} |")
     why = []
-    if not report.sets:
+    if not found:
         why = [f"- **{name}**: {count}× {reason}" for what, reason, count, _ in report.reasons()
                if what == "set end"]
         if not why:
@@ -59,7 +63,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     ctors = application_constructors()
     names = args.models or list(ctors)
-    lines = ["| model | input | BNs | folded | BN skipped | sets | pairs | triplets |",
+    lines = ["| model | input | BNs | folded | BN skipped | sets found | pairs | triplets |",
              "|---|---|---|---|---|---|---|---|"]
     whys = []
     for name in names:
@@ -69,7 +73,7 @@ def main(argv=None):
             print("   ", w, flush=True)
         lines.append(line)
         whys += why
-    text = "\n".join(lines) + "\n\nWhy models get no scaling set (one line per reason):\n\n"
+    text = "\n".join(lines) + "\n\nWhy models have no scaling set (one line per reason):\n\n"
     text += "\n".join(whys) if whys else "(every model gets at least one set)"
     if not args.print and not args.models:
         replace_block(PAGE, "applications", text)

@@ -184,6 +184,64 @@ def test_choice_lowers_per_tensor_noise_of_spread_weights():
     assert choice.noise_after <= chain_noise(w, [j], nagel, target)[0]
 
 
+@pytest.mark.parametrize("per_channel", [True, False])
+def test_float32_last_layer_arrays_change_nothing_that_matters(per_channel):
+    """The library passes the last layer's (C, O) arrays in float32 (one pass per candidate
+    over half the bytes): every candidate's modelled noise agrees with float64 arrays to 1e-6,
+    and the choice is the same."""
+    rng = np.random.default_rng(11)
+    c, o = 48, 40
+    w1 = rng.normal(size=(9 * 16, c)) * rng.uniform(0.02, 1.0, size=c)
+    w2 = rng.normal(size=(9, c, o)) * rng.uniform(0.05, 1.0, size=(c, 1))
+    w2[:, 3] *= 1e-4  # a nearly dead input channel: the min(step, own power) bound binds
+    r64, sq64 = np.abs(w2).max(axis=0), (w2 ** 2).sum(axis=0)
+    common = dict(r_first=np.abs(w1).max(axis=0), g_first=float(w1.shape[0]), taps_last=9,
+                  p_first=(w1 ** 2).sum(axis=0))
+    w64 = ChainWeights(r_last=r64, sq_last=sq64, **common)
+    w32 = ChainWeights(r_last=r64.astype(np.float32), sq_last=sq64.astype(np.float32), **common)
+    j = _qnoise.junction_from_bn(rng.uniform(0.2, 3, c), rng.normal(0, 1, c), "relu6", 6.0,
+                                 positions=196)
+    target = QuantTarget(per_channel=per_channel)
+    for trial in range(5):
+        s = np.exp(rng.normal(scale=0.7, size=c)) if trial else np.ones(c)
+        a, pa = chain_noise(w64, [j], [s], target)
+        b, pb = chain_noise(w32, [j], [s], target)
+        assert b == pytest.approx(a, rel=1e-6)
+        assert pb["weights_last"] == pytest.approx(pa["weights_last"], rel=1e-6)
+    c64, c32 = choose_scales(w64, [j], target), choose_scales(w32, [j], target)
+    assert (c32.alpha, c32.lam) == (c64.alpha, c64.lam)
+    assert c32.noise_after == pytest.approx(c64.noise_after, rel=1e-6)
+
+
+@pytest.mark.parametrize("per_channel", [True, False])
+def test_one_tap_layers_need_no_sum_of_squares_array(per_channel):
+    """Dense and 1×1 convolutions pass ``sq_last=None`` (SQ = R², one array less); the noise,
+    computed in blocks of rows, is the one the explicit array gives, on a set large enough to
+    span several blocks."""
+    rng = np.random.default_rng(12)
+    c, o = 300, 700  # > 1 << 16 elements: several row blocks
+    r = (np.abs(rng.normal(size=(c, o))) * rng.uniform(1e-5, 1.0, size=(c, 1))).astype(np.float32)
+    common = dict(r_first=rng.uniform(0.1, 2, c), g_first=100.0, taps_last=1)
+    implicit = ChainWeights(r_last=r, sq_last=None, **common)
+    explicit = ChainWeights(r_last=r, sq_last=np.square(r), **common)
+    j = _qnoise.junction_from_bn(rng.uniform(0.2, 3, c), rng.normal(0, 1, c), "relu", None,
+                                 positions=49)
+    target = QuantTarget(per_channel=per_channel)
+    np.testing.assert_array_equal(implicit.q_last, explicit.q_last)
+    for trial in range(3):
+        s = np.exp(rng.normal(scale=0.7, size=c)) if trial else np.ones(c)
+        a = chain_noise(implicit, [j], [s], target)[1]["weights_last"]
+        b = chain_noise(explicit, [j], [s], target)[1]["weights_last"]
+        assert a == b
+        # and it is the plain whole-array expression
+        dl = (r * s[:, None]).max(axis=0) / target.qw
+        if not per_channel:
+            dl[:] = dl.max()
+        plain = (j.mean_sq[:, None] / s[:, None] ** 2
+                 * np.minimum(dl[None, :] ** 2 / 12, r.astype(np.float64) ** 2 * s[:, None] ** 2))
+        assert a == pytest.approx(plain.sum(), rel=1e-6)
+
+
 def test_triplet_balanced_logs_reduce_to_nagel_at_alpha_zero():
     rng = np.random.default_rng(8)
     c = 6

@@ -200,27 +200,33 @@ def test_decision_without_statistics_says_why():
 
 
 def test_in_out_ranges_cover_every_layout():
-    """R[i, o] / SQ[i, o] read the kernel the way the layer reads its input channel i."""
+    """R[i, o] / SQ[i, o] read the kernel the way the layer reads its input channel i (in
+    float32: a range is exact, a float32 sum of squares within 1e-6)."""
     rng = np.random.default_rng(1)
     conv = L.Conv2D(6, 3, groups=2)
     conv.build((None, 8, 8, 4))
-    k = rng.normal(size=conv.kernel.shape)
-    r, sq, taps = _scale_choice._in_out_ranges(k, conv)
+    k = rng.normal(size=conv.kernel.shape).astype(np.float32)
+    r, sq, taps, r_in = _scale_choice._in_out_ranges(k, conv)
     assert r.shape == (4, 6) and taps == 9
+    assert r.dtype == sq.dtype == np.float32
     # input channel 3 is in group 1 (channels 2..3), which feeds outputs 3..5 only
     np.testing.assert_array_equal(r[3, :3], 0)
-    np.testing.assert_allclose(r[3, 4], np.abs(k[:, :, 1, 4]).max())
-    np.testing.assert_allclose(sq[3, 4], (k[:, :, 1, 4] ** 2).sum())
+    np.testing.assert_array_equal(r_in, r.max(axis=1))
+    assert r[3, 4] == np.abs(k[:, :, 1, 4]).max()
+    np.testing.assert_allclose(sq[3, 4], (k[:, :, 1, 4].astype(np.float64) ** 2).sum(), rtol=1e-6)
     dw = L.DepthwiseConv2D(3, depth_multiplier=2)
     dw.build((None, 8, 8, 3))
-    kd = rng.normal(size=dw.kernel.shape)
-    r, sq, _ = _scale_choice._in_out_ranges(kd, dw)
+    kd = rng.normal(size=dw.kernel.shape).astype(np.float32)
+    r, sq, _, r_in = _scale_choice._in_out_ranges(kd, dw)
     assert r.shape == (3, 6)
-    np.testing.assert_allclose(r[1, 3], np.abs(kd[:, :, 1, 1]).max())
+    assert r[1, 3] == np.abs(kd[:, :, 1, 1]).max()
+    np.testing.assert_allclose(sq[1, 3], (kd[:, :, 1, 1].astype(np.float64) ** 2).sum(), rtol=1e-6)
     assert r[1, 0] == 0
     tr = L.Conv2DTranspose(5, 3)
     tr.build((None, 8, 8, 4))
     kt = rng.normal(size=tr.kernel.shape)  # (*k, out, in)
-    r, _, _ = _scale_choice._in_out_ranges(kt, tr)
+    r, _, _, r_in = _scale_choice._in_out_ranges(kt, tr)
     assert r.shape == (4, 5)
-    np.testing.assert_allclose(r[2, 1], np.abs(kt[:, :, 1, 2]).max())
+    np.testing.assert_allclose(r[2, 1], np.abs(kt[:, :, 1, 2]).max(), rtol=1e-7)
+    # the per-input-channel range the candidate scales come from is exact (float64 kernel)
+    assert r_in.dtype == np.float64 and r_in[2] == np.abs(kt[..., 2]).max()
