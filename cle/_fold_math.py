@@ -50,7 +50,7 @@ def bn_affine(gamma, beta, mean, var, eps):
     return s, beta - mean * s
 
 
-def scale_axis(kernel, scale, axis, depthwise=False):
+def scale_axis(kernel, scale, axis, depthwise=False, dtype=None):
     """Multiply ``kernel`` by ``scale`` along one channel axis.
 
     Args:
@@ -60,23 +60,31 @@ def scale_axis(kernel, scale, axis, depthwise=False):
         depthwise: if True, ``kernel`` is ``(*k, in, mult)`` and ``scale`` indexes the
             output channel ``c * mult + m`` (``axis`` is ignored).
 
+        dtype: the result's dtype (default float64). The product is computed in float64
+            either way; another dtype gets it rounded once, without a float64 array of the
+            kernel's size in between.
+
     Returns:
-        A new float64 array of ``kernel``'s shape.
+        A new array of ``kernel``'s shape.
     """
     # The product promotes the kernel to float64 exactly, element by element: one pass, no
-    # float64 copy of the kernel first.
+    # float64 copy of the kernel first; with a narrower dtype, numpy's buffered loop rounds
+    # each float64 product into the result.
     kernel = np.asarray(kernel)
     scale = np.asarray(scale, dtype=np.float64)
+    out = np.empty(kernel.shape, dtype=np.float64 if dtype is None else dtype)
     if depthwise:
         shape = kernel.shape
         flat = kernel.reshape(shape[:-2] + (shape[-2] * shape[-1],))
-        return np.multiply(flat, scale, dtype=np.float64).reshape(shape)
+        np.multiply(flat, scale, dtype=np.float64, out=out.reshape(flat.shape), casting="unsafe")
+        return out
     bshape = [1] * kernel.ndim
     bshape[axis] = scale.shape[0]
-    return np.multiply(kernel, scale.reshape(bshape), dtype=np.float64)
+    np.multiply(kernel, scale.reshape(bshape), dtype=np.float64, out=out, casting="unsafe")
+    return out
 
 
-def fold_bn_after(kernel, bias, s, t, out_axis=-1, depthwise=False):
+def fold_bn_after(kernel, bias, s, t, out_axis=-1, depthwise=False, dtype=None):
     """Fold ``BN(layer(x))`` into the layer: ``W' = W * s`` (output axis), ``b' = s*b + t``.
 
     Args:
@@ -86,12 +94,14 @@ def fold_bn_after(kernel, bias, s, t, out_axis=-1, depthwise=False):
         out_axis: output-channel axis of ``kernel``.
         depthwise: ``kernel`` is ``(*k, in, mult)`` (output channel ``c * mult + m``).
 
+        dtype: the new kernel's dtype (default float64; see :func:`scale_axis`).
+
     Returns:
-        ``(kernel, bias)`` as float64 arrays.
+        ``(kernel, bias)``; the bias in float64.
     """
     s = np.asarray(s, dtype=np.float64)
     b = np.zeros_like(s) if bias is None else np.asarray(bias, dtype=np.float64)
-    return scale_axis(kernel, s, out_axis, depthwise), s * b + np.asarray(t, np.float64)
+    return scale_axis(kernel, s, out_axis, depthwise, dtype), s * b + np.asarray(t, np.float64)
 
 
 def _constant_response(kernel, t, depthwise):

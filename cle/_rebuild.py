@@ -32,9 +32,10 @@ class LayerEdit:
         config: entries of the layer's config to override (e.g. ``{"use_bias": True}``).
         variables: new values by variable attribute (``{"kernel": ..., "bias": ...}``); they
             must cover every weight of the new layer.
-        compute: ``fn() -> {attr: value}``: new values computed when they are needed (at
-            assignment, or by a planner that reads them) rather than held for the whole
-            rebuild; ``variables`` overrides its entries. Each call must return the same values.
+        compute: ``fn(dtype=None) -> {attr: value}``: new values computed when they are
+            needed (at assignment, or by a planner that reads them) rather than held for the
+            whole rebuild; ``variables`` overrides its entries. Each call must return the same
+            values; with a ``dtype`` (what the rebuild assigns them as), rounded to it.
         replace: ``fn(old_layer) -> new_layer``: a different layer takes the old one's place;
             it is called on the old call's first argument only and keeps its own initial
             weights.
@@ -52,9 +53,10 @@ class LayerEdit:
     def sets_weights(self) -> bool:
         return bool(self.variables) or self.compute is not None
 
-    def new_values(self) -> dict[str, Any]:
-        """The layer's new values by attribute (computed now if the edit has ``compute``)."""
-        values = {} if self.compute is None else dict(self.compute())
+    def new_values(self, dtype=None) -> dict[str, Any]:
+        """The layer's new values by attribute (computed now if the edit has ``compute``;
+        in ``dtype`` if given, else as computed)."""
+        values = {} if self.compute is None else dict(self.compute(dtype=dtype))
         values.update(self.variables)
         return values
 
@@ -180,7 +182,8 @@ class _Rebuilder:
             if edit is None or not edit.sets_weights:
                 _copy_variables(old, new)
                 continue
-            values = edit.new_values()
+            dtypes = {np.dtype(w.dtype) for w in new.weights}
+            values = edit.new_values(dtypes.pop() if len(dtypes) == 1 else None)
             if len(values) != len(new.weights):
                 raise RuntimeError(
                     f"internal error: edit of layer '{old.name}' sets "

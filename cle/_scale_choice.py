@@ -81,52 +81,73 @@ def _as64(x):
     return np.asarray(x, dtype=np.float64)
 
 
+def _tap_maxima(flat):
+    """For a kernel viewed as ``(taps, a, b)``: ``(per, sq, row_max, col_max)`` with ``per`` the
+    float32 max over taps of |W| (a, b), ``sq`` the float32 sum over taps of W² (None for one
+    tap), and the exact (float64) maxima of |W| per row a and per column b. Computed a block of
+    rows at a time: no whole-kernel temporary besides the two float32 results."""
+    taps, a, b = flat.shape
+    f32 = np.float32
+    per = np.empty((a, b), f32)
+    sq = None if taps == 1 else np.empty((a, b), f32)
+    row_max, col_max = np.empty(a), np.zeros(b)
+    for rows in _qnoise._row_blocks((a, taps * b)):
+        m = np.abs(flat[:, rows, :]).max(axis=0)  # exact in the kernel's dtype
+        row_max[rows] = m.max(axis=1, initial=0.0)
+        np.maximum(col_max, m.max(axis=0, initial=0.0), out=col_max)
+        per[rows] = m
+        if sq is not None:
+            sq[rows] = np.square(flat[:, rows, :].astype(f32)).sum(axis=0)
+    return per, sq, row_max, col_max
+
+
 def _in_out_ranges(kernel, layer):
     """``(R, SQ, taps, r_in)``: ``R[i, o]`` = max over taps of |W| from input channel i to
     output o, ``SQ[i, o]`` the sum of their squares (None for one tap, where it is R²),
-    taps = kernel taps, ``r_in[i]`` = max over
-    o of ``R[i, o]``. R and SQ are float32, the precision :func:`cle._qnoise.chain_noise`
-    computes its O(C·O) term in; ``r_in`` is exact (float64 of the kernel's own maxima), as the
-    candidate scales are computed from it."""
+    taps = kernel taps, ``r_in[i]`` = max over o of ``R[i, o]``. R and SQ are float32, the
+    precision :func:`cle._qnoise.chain_noise` computes its O(C·O) term in; ``r_in`` is exact
+    (float64 of the kernel's own maxima), as the candidate scales are computed from it."""
     layout = layout_of(layer)
     f32 = np.float32
     k = np.asarray(kernel)
     if not np.issubdtype(k.dtype, np.floating):
         k = _as64(k)
     if layout.kind == "dense":
-        per = np.abs(k)
-        return per.astype(f32, copy=False), None, 1, _as64(per.max(axis=1))
+        per, _, r_in, _ = _tap_maxima(k[None])
+        return per, None, 1, r_in
     taps = int(np.prod(k.shape[:-2]))
     flat = k.reshape((taps,) + k.shape[-2:])
-    per = np.abs(flat).max(axis=0)  # exact in the kernel's dtype
-    # One tap per (input, output) pair (1×1 convolutions): SQ is R², not stored.
-    sq = None if taps == 1 else np.square(flat.astype(f32, copy=False)).sum(axis=0)  # (a, b)
+    groups = getattr(layer, "groups", 1) or 1
     if layout.kind == "transpose":  # (*k, out, in)
-        return per.T.astype(f32), None if sq is None else sq.T, taps, _as64(per.max(axis=0))
-    r_in = _as64(per.max(axis=1))
-    per32 = per.astype(f32, copy=False)
+        per, sq, _, r_in = _tap_maxima(flat)
+        return (np.ascontiguousarray(per.T), None if sq is None else np.ascontiguousarray(sq.T),
+                taps, r_in)
     if layout.kind in ("depthwise", "separable"):  # (*k, in, mult): out = c*mult + m
+        per, sq, r_in, _ = _tap_maxima(flat)
         c, mult = per.shape
         r, q = np.zeros((c, c * mult), f32), np.zeros((c, c * mult), f32)
         rows = np.arange(c)
         for m in range(mult):
-            r[rows, rows * mult + m] = per32[:, m]
-            q[rows, rows * mult + m] = np.square(per32[:, m]) if sq is None else sq[:, m]
+            r[rows, rows * mult + m] = per[:, m]
+            q[rows, rows * mult + m] = np.square(per[:, m]) if sq is None else sq[:, m]
         return r, q, taps, r_in
-    groups = getattr(layer, "groups", 1) or 1
     if groups == 1:
-        return per32, sq, taps, r_in
-    ipg, out = per.shape
+        per, sq, r_in, _ = _tap_maxima(flat)
+        return per, sq, taps, r_in
+    # Grouped: input channel g·ipg + i reads row i of the kernel, group g's columns only.
+    exact = np.abs(flat).max(axis=0)  # (ipg, out), exact
+    sq = None if taps == 1 else np.square(flat.astype(f32, copy=False)).sum(axis=0)
+    ipg, out = exact.shape
     opg = out // groups
     r = np.zeros((ipg * groups, out), f32)
     q = None if sq is None else np.zeros((ipg * groups, out), f32)
     r_in = np.zeros(ipg * groups)
     for g in range(groups):
         rows, cols = slice(g * ipg, (g + 1) * ipg), slice(g * opg, (g + 1) * opg)
-        r[rows, cols] = per32[:, cols]
+        r[rows, cols] = exact[:, cols]
         if q is not None:
             q[rows, cols] = sq[:, cols]
-        r_in[rows] = per[:, cols].max(axis=1)
+        r_in[rows] = exact[:, cols].max(axis=1)
     return r, q, taps, r_in
 
 

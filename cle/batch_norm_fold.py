@@ -348,9 +348,10 @@ def _flatten_channels(flatten_call: Call, bn_axis: int) -> np.ndarray:
     return np.rint(flat).astype(np.int64)
 
 
-def _fold_values(layer, group: tuple[_Match, ...]) -> dict[str, np.ndarray]:
-    """The float64 values ``layer`` takes when the BNs of ``group`` (its matches, forward
-    folds first) are folded into it."""
+def _fold_values(layer, group: tuple[_Match, ...], dtype=None) -> dict[str, np.ndarray]:
+    """The values ``layer`` takes when the BNs of ``group`` (its matches, forward folds
+    first) are folded into it: computed in float64, returned in float64 or, with ``dtype``,
+    rounded once to it (a lone backward fold then never holds a float64 kernel)."""
     layout = layout_of(layer)
     w = {a: _numpy(getattr(layer, a)) for a in layout.kernel_attrs}
     bias = _numpy(layer.bias) if layer.use_bias else None
@@ -361,6 +362,7 @@ def _fold_values(layer, group: tuple[_Match, ...]) -> dict[str, np.ndarray]:
             w[layout.out_kernel], bias = _fold_math.fold_bn_after(
                 w[layout.out_kernel], bias, s, t, layout.out_axis,
                 depthwise=layout.kind == "depthwise",
+                dtype=dtype if len(group) == 1 else None,
             )
             continue
         if m.flatten is not None:
@@ -377,7 +379,10 @@ def _fold_values(layer, group: tuple[_Match, ...]) -> dict[str, np.ndarray]:
             w["kernel"], bias = _fold_math.fold_bn_before(
                 w["kernel"], bias, s, t, depthwise=layout.kind == "depthwise"
             )
-    return {**w, "bias": bias}
+    values = {**w, "bias": bias}
+    if dtype is not None:
+        values = {a: np.asarray(v).astype(dtype, copy=False) for a, v in values.items()}
+    return values
 
 
 def _edits(matches: list[_Match]) -> dict[int, LayerEdit]:
