@@ -29,6 +29,7 @@ GENERATORS = {
     "cost": "../benchmarks/bench_cost.py",
     "backends-": "../benchmarks/backends.py",
     "int8-": "gen_int8_results.py",
+    "training-": "gen_training_fold_docs.py",
 }
 
 # Markers count only on a line of their own (a marker quoted in running text is not one).

@@ -2,8 +2,9 @@
 
 Tolerances: ``max|Δ| / max|reference|``. Inference equivalence with conv → BN is bounded by
 1e-5 (issue 6); training-mode equivalence by 1e-5 as well (measured: 0 without a quantizer, the
-fused layer then calls the same ``keras.ops`` as Keras BN, ~2e-7 through the two-convolution
-path); moving statistics by 1e-6.
+fused layer then calls the same ``keras.ops`` as Keras BN, a few 1e-7 through the
+two-convolution path: docs/training_fold.md); moving statistics by 1e-6. The layer cases live in
+tests/_training_cases.py, which scripts/gen_training_fold_docs.py measures for that page.
 """
 
 from __future__ import annotations
@@ -16,6 +17,16 @@ import sys
 import keras
 import numpy as np
 import pytest
+from _training_cases import (
+    CASES,
+    _np,
+    fused_pair,
+    pair_model,
+    randomize_bn,
+    rel,
+    small_model,
+    training_steps,
+)
 from conftest import tensorflow_only
 
 from cle.batch_norm_fold import FoldedPairs
@@ -34,69 +45,11 @@ L = keras.layers
 RTOL = 1e-5
 STATS_TOL = 1e-6
 FUSED = (FoldedConv1D, FoldedConv2D, FoldedDense, FoldedDepthwiseConv1D, FoldedDepthwiseConv2D)
-
-
-def _np(x):
-    return np.asarray(keras.ops.convert_to_numpy(x))
-
-
-def rel(a, b):
-    a, b = _np(a).astype(np.float64), _np(b).astype(np.float64)
-    return float(np.abs(a - b).max() / np.abs(b).max())
-
-
-def randomize_bn(bn, rng):
-    c = bn.moving_mean.shape[0]
-    if bn.scale:
-        bn.gamma.assign(rng.uniform(0.5, 1.5, c) * rng.choice([-1.0, 1.0], c))
-    if bn.center:
-        bn.beta.assign(rng.normal(0.0, 1.0, c))
-    bn.moving_mean.assign(rng.normal(0.0, 0.5, c))
-    bn.moving_variance.assign(rng.uniform(0.3, 2.0, c))
-
-
-# One layer -> BN pair per case: (layer factory, input shape without batch).
-CASES = {
-    "conv2d": (lambda: L.Conv2D(6, 3, padding="same", name="layer"), (9, 9, 4)),
-    "conv2d_nobias_strided": (
-        lambda: L.Conv2D(5, 3, strides=2, use_bias=False, name="layer"), (9, 9, 3)),
-    "conv2d_groups": (lambda: L.Conv2D(6, 3, groups=2, padding="same", name="layer"), (8, 8, 4)),
-    "depthwise2d_mult2": (
-        lambda: L.DepthwiseConv2D(3, depth_multiplier=2, padding="same", name="layer"),
-        (8, 8, 3)),
-    "dense": (lambda: L.Dense(7, name="layer"), (10,)),
-    "dense_rank3": (lambda: L.Dense(5, use_bias=False, name="layer"), (6, 4)),
-    "conv1d_causal": (lambda: L.Conv1D(5, 3, padding="causal", name="layer"), (12, 3)),
-    "depthwise1d": (lambda: L.DepthwiseConv1D(3, depth_multiplier=3, name="layer"), (12, 2)),
-}
 FUSED_CLASS = {
     "conv2d": FoldedConv2D, "conv2d_nobias_strided": FoldedConv2D, "conv2d_groups": FoldedConv2D,
     "depthwise2d_mult2": FoldedDepthwiseConv2D, "dense": FoldedDense, "dense_rank3": FoldedDense,
     "conv1d_causal": FoldedConv1D, "depthwise1d": FoldedDepthwiseConv1D,
 }
-
-
-def pair_model(case, seed=0, momentum=0.9, epsilon=1e-2, **bn_kwargs):
-    """keras.Model: input -> layer -> BN (non-default momentum/epsilon, random statistics)."""
-    factory, shape = CASES[case]
-    keras.utils.set_random_seed(seed)
-    inp = keras.Input(shape)
-    layer = factory()
-    out = L.BatchNormalization(momentum=momentum, epsilon=epsilon, name="bn", **bn_kwargs)(
-        layer(inp))
-    model = keras.Model(inp, out)
-    rng = np.random.default_rng(seed)
-    if layer.use_bias:
-        layer.bias.assign(rng.normal(0.0, 0.5, layer.bias.shape))
-    randomize_bn(model.get_layer("bn"), rng)
-    x = rng.normal(0.5, 1.0, (6,) + shape).astype("float32")
-    return model, x
-
-
-def fused_pair(case, seed=0, **options):
-    model, x = pair_model(case, seed)
-    fused_model = fuse_for_training(model, **options)
-    return model, fused_model, fused_model.get_layer("layer"), x
 
 
 class Spy:
@@ -136,8 +89,7 @@ def test_training_before_freeze_equals_bn_training(case, quantizer):
     model, fused_model, fused, x = fused_pair(case, kernel_quantizer=q)
     bn = model.get_layer("bn")
     m = bn.momentum
-    for step in range(3):
-        xs = x * (1.0 + 0.5 * step) + step  # statistics that differ from step to step
+    for step, xs in enumerate(training_steps(x)):  # statistics that differ step to step
         y_raw = _np(model.get_layer("layer")(xs)).astype(np.float64)
         axes = tuple(range(y_raw.ndim - 1))
         mean_b, var_b = y_raw.mean(axes), y_raw.var(axes)  # biased variance, as Keras BN
@@ -353,35 +305,6 @@ def test_keras_save_load_keeps_step_and_statistics(tmp_path):
 
 
 # --------------------------------------------------------------------------- model level
-
-
-def small_model(seed=0):
-    """conv → BN → ReLU, depthwise(×2) → BN → ReLU, separable → BN, BN → valid conv,
-    pool, Dense → BN → ReLU, Dense."""
-    keras.utils.set_random_seed(seed)
-    inp = keras.Input((12, 12, 3), name="image")
-    h = L.Conv2D(8, 3, padding="same", use_bias=False, name="conv1")(inp)
-    h = L.BatchNormalization(name="bn1")(h)
-    h = L.ReLU(name="relu1")(h)
-    h = L.DepthwiseConv2D(3, depth_multiplier=2, padding="same", name="dw2")(h)
-    h = L.BatchNormalization(name="bn2")(h)
-    h = L.ReLU(name="relu2")(h)
-    h = L.SeparableConv2D(8, 3, padding="same", name="sep3")(h)
-    h = L.BatchNormalization(name="bn3")(h)
-    h = L.ReLU(name="relu3")(h)
-    h = L.BatchNormalization(name="bn_pre4")(h)
-    h = L.Conv2D(8, 3, name="conv4")(h)  # valid padding: bn_pre4 folds forward into it
-    h = L.GlobalAveragePooling2D(name="pool")(h)
-    h = L.Dense(16, name="fc5")(h)
-    h = L.BatchNormalization(name="bn5")(h)
-    h = L.ReLU(name="relu5")(h)
-    out = L.Dense(3, name="logits")(h)
-    model = keras.Model(inp, out, name="small")
-    rng = np.random.default_rng(seed)
-    for layer in model.layers:
-        if isinstance(layer, L.BatchNormalization):
-            randomize_bn(layer, rng)
-    return model
 
 
 def test_fuse_for_training_fit_export():
