@@ -186,3 +186,44 @@ def test_no_new_hand_copied_figures(path):
     assert len(lines) <= allowed, (
         f"{os.path.relpath(path, REPO)} has measured figures outside generated blocks; write "
         "them with a scripts/gen_*.py into a <!-- generated:NAME --> block:\n" + "\n".join(lines))
+
+
+def test_backends_suite_block_reports_counts_and_names_every_failure():
+    """benchmarks/backends.py --suite (block backends-torch-suite) reads pytest's summary lines:
+    the counts and time per command, every FAILED / ERROR test by id, and a command that ended
+    without a summary (killed, crashed); a failure is never reduced to a count."""
+    spec = importlib.util.spec_from_file_location(
+        "_docs_backends", os.path.join(REPO, "benchmarks", "backends.py"))
+    backends = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(backends)
+    assert "backends-torch-suite" in docblocks.blocks(os.path.join(REPO, "docs", "backends.md"))
+    ok = backends.parse_pytest_output([
+        "....s..", "SKIPPED [7] tests/test_quantization.py:40: no TF Lite | on torch",
+        "753 passed, 19 skipped, 65 deselected in 219.12s (0:03:39)"])
+    assert ok["counts"] == {"passed": 753, "skipped": 19, "failed": 0, "errors": 0,
+                            "deselected": 65}
+    assert ok["seconds"] == 219.12 and ok["problems"] == []
+    bad = backends.parse_pytest_output([
+        "..F.E", "=== short test summary info ===",
+        "FAILED tests/test_cli.py::test_x[a-b] - AssertionError: assert 1 < 0.5",
+        "ERROR tests/test_q.py::test_y - RuntimeError: boom",
+        "========== 1 failed, 3 passed, 1 error in 5.01s ==========",
+    ])
+    assert bad["counts"]["failed"] == 1 and bad["counts"]["errors"] == 1
+    assert [p[1] for p in bad["problems"]] == ["tests/test_cli.py::test_x[a-b]",
+                                              "tests/test_q.py::test_y"]
+    killed = backends.parse_pytest_output(["...", "Killed"])
+    assert killed["counts"] is None
+    cmds = backends.SUITE_COMMANDS
+    text = backends.render_suite("PyTorch", "torch", "torch 2, keras 3",
+                                 [(cmds[0], 0, 220.0, ok, []), (cmds[1], 1, 6.0, bad, []),
+                                  (cmds[2], -9, 30.0, killed, ["...", "Killed"])],
+                                 (3.2, 2.5, 2.0), 2)
+    assert "| 753 | 19 | 0 | 0 | 65 |" in text
+    assert "FAILED `tests/test_cli.py::test_x[a-b]`: AssertionError" in text
+    assert "ERROR `tests/test_q.py::test_y`: RuntimeError: boom" in text
+    assert "did not finish normally** (exit code -9)" in text
+    assert "No test failed" not in text
+    assert "no TF Lite &#124; on torch" in text  # a "|" in a reason does not split the table
+    assert "No test failed" in backends.render_suite(
+        "PyTorch", "torch", "", [(cmds[0], 0, 220.0, ok, [])], (1.0, 1.0, 1.0), 2)
