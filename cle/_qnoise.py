@@ -66,10 +66,11 @@ ASSUMED_CALIBRATION_SAMPLES = 100
 #: Data-free ranges are uncertain per channel: the measured top of channel ``i`` lies at
 #: ``β_i + γ_i · z · exp(RANGE_LOG_BIAS + RANGE_LOG_SPREAD · ε_i)``, ``ε_i ~ N(0, 1)``, with
 #: ``z`` the Laplace tail (:func:`tail_z`). Fitted on both real ImageNet networks (MobileNetV2,
-#: EfficientNet-Lite1; 74 capped junctions, 64 photos): the per-tensor range this predicts is
-#: unbiased before and after scaling (log error 0.29 / 0.40 rms), where a certain per-channel
-#: range (spread 0) under-predicts the range after scaling by 1.26x and so promises gains that
-#: the converter does not see.
+#: EfficientNet-Lite1; their ReLU6 junctions, 64 photos): the per-tensor range this predicts is
+#: unbiased before and after scaling, where a certain per-channel range (spread 0)
+#: under-predicts the range after the scaling it chooses and so promises gains that the
+#: converter does not see. ``scripts/gen_int8_results.py --fit`` measures it (the block
+#: ``int8-range-fit`` of docs/quantization_aware_scaling.md).
 RANGE_LOG_SPREAD = 0.4
 RANGE_LOG_BIAS = -0.4
 #: Draws of the per-channel errors over which the expected per-tensor range is averaged (fixed
@@ -229,11 +230,11 @@ def tail_z(positions: int) -> float:
     """How many standard deviations above its mean the max of ``positions`` values lies,
     for a Laplace distribution: ``ln(positions / 2) / √2``.
 
-    The folded BN predicts each channel's mean and standard deviation well (measured on the
-    real ImageNet MobileNetV2: data std / γ = 1.0–1.1, mean / β = 1.0), but real
-    pre-activations have heavier tails than a normal distribution: the per-tensor max over 64
-    photos is about twice the normal model's (4.7 σ at 112×112). A Laplace tail with the same
-    standard deviation puts it at 1.16× the measured max (median over the 52 BNs).
+    The folded BN predicts each channel's mean and standard deviation well, but real
+    pre-activations have heavier tails than a normal distribution: the per-tensor max lies
+    well above the normal model's. A Laplace tail with the same standard deviation brings it
+    to the measured max in the median over the BNs (measured on both real ImageNet networks by
+    ``scripts/gen_int8_results.py --fit``, docs/quantization_aware_scaling.md).
     """
     return float(np.log(max(float(positions), 2.0) / 2.0) / np.sqrt(2.0))
 

@@ -1,11 +1,13 @@
 """INT8 fidelity of the pipeline's variants on the real pretrained networks: the table in
-docs/results.md (blocks ``int8-mobilenet_v2`` and ``int8-efficientnet_lite1``).
+docs/results.md (blocks ``int8-mobilenet_v2`` and ``int8-efficientnet_lite1``), and the fit of
+the data-free activation-range model (``--fit``, block ``int8-range-fit``).
 
 Run it (``make results`` runs every ``scripts/gen_*.py``)::
 
     .venv/bin/python scripts/gen_int8_results.py                      # everything, writes docs
     .venv/bin/python scripts/gen_int8_results.py --sweep              # only the margin sweep
     .venv/bin/python scripts/gen_int8_results.py --modes              # only ReLU6 x high-bias
+    .venv/bin/python scripts/gen_int8_results.py --fit                # only the range-model fit
     .venv/bin/python scripts/gen_int8_results.py --render             # docs from docs/data
     .venv/bin/python scripts/gen_int8_results.py --net mobilenet_v2 --variants 0,2 --no-write
 
@@ -23,11 +25,16 @@ A variant that targets a quantizer (``per_channel_weights``) is built for the co
 granularity: the per-tensor columns measure the model built for per-tensor weights. A variant
 that uses calibration data gets the same crops the converter calibrates on. Top-1 agreement is
 the share of crops whose top-1 class equals the float model's (one crop is 0.4 points).
+
+``--fit`` measures, on the first calibration set (64 crops, seed 1), the pre-activation of every
+junction whose folded BN the data-free model reads, and compares it with what
+``cle._qnoise.junction_from_bn`` predicts from that BN's γ, β (docs/quantization_aware_scaling.md).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -138,10 +145,24 @@ SWEEP = [
 ]
 
 
-def sweep(net, log=print):
-    """Per-channel TFLite INT8 of ``equalize_model()`` under each :data:`SWEEP` setting."""
+@contextlib.contextmanager
+def _qnoise_settings(settings, **functions):
+    """``cle._qnoise``'s module constants (and functions) set to ``settings`` for a while."""
     from cle import _qnoise
 
+    settings = {**settings, **functions}
+    saved = {k: getattr(_qnoise, k) for k in settings}
+    try:
+        for k, v in settings.items():
+            setattr(_qnoise, k, v)
+        yield
+    finally:
+        for k, v in saved.items():
+            setattr(_qnoise, k, v)
+
+
+def sweep(net, log=print):
+    """Per-channel TFLite INT8 of ``equalize_model()`` under each :data:`SWEEP` setting."""
     model, x, calib, ref = _setup(net)
 
     def tflite(m):
@@ -150,14 +171,8 @@ def sweep(net, log=print):
     rows = [("BN folding only", None, tflite(cle.fold_all_batch_norms(model)[1]))]
     log(json.dumps(rows[-1]))
     for label, settings in SWEEP:
-        saved = {k: getattr(_qnoise, k) for k in settings}
-        try:
-            for k, v in settings.items():
-                setattr(_qnoise, k, v)
+        with _qnoise_settings(settings):
             m, report = cle.equalize_model(model, return_report=True)
-        finally:
-            for k, v in saved.items():
-                setattr(_qnoise, k, v)
         rows.append((label, sum(d.scaled for d in report.scaling), tflite(m)))
         log(json.dumps(rows[-1]))
     return rows
@@ -206,6 +221,248 @@ def modes_table(rows):
         fl = f"{top1:.1%} / " + ("∞" if not np.isfinite(sqnr) else f"{sqnr:.1f}")
         lines.append(f"| {r['variant']} | {fl} | {_cell(r['tflite_pt'])} | "
                      f"{_cell(r['tflite_pc'])} | {_cell(r['weights_pt'])} |")
+    return "\n".join(lines) + "\n"
+
+
+#: The range models ``--fit`` compares (label, ``cle._qnoise`` settings): channel ranges taken
+#: as certain, and the library's defaults (uncertain per channel).
+FIT_MODELS = [
+    ("certain", {"RANGE_LOG_SPREAD": 0.0, "RANGE_LOG_BIAS": 0.0}),
+    ("default", {}),
+]
+#: The scales after which ``--fit`` compares per-tensor ranges: each set's choice by
+#: ``equalize_model()`` under the range model of that name with no margin (every modelled gain
+#: counts; a set it leaves has no "after"), and Nagel's weight equalization of every set.
+FIT_SCALES = ("certain", "default", "nagel")
+#: The crops the fit measures on: the first calibration set of the tables.
+FIT_CROPS, FIT_SEED = CALIB_CROPS, CALIB_SEEDS[0]
+_CAPPED = ("relu6", "clipped")
+
+
+def _fit_decisions(plan, matches, edits, model, scales):
+    """The pipeline's per-set decisions (:func:`cle.cross_layer_equalization._decide_sets`) for
+    the scales named ``scales`` (see :data:`FIT_SCALES`)."""
+    from cle import _qnoise
+    from cle import cross_layer_equalization as eq
+
+    if scales == "nagel":
+        def choose(w, junctions, target, extra=(), min_gain_db=0.0):  # Nagel's: the one extra
+            return _qnoise.Choice([np.where(np.isfinite(e) & (e > 0), e, 1.0) for e in extra[0]],
+                                  1.0, 0.0, None, 1.0)
+        settings = _qnoise_settings({}, choose_scales=choose)
+    else:
+        settings = _qnoise_settings({**dict(FIT_MODELS)[scales], "MIN_GAIN_DB": 0.0})
+    with settings:
+        return eq._decide_sets(plan, matches, edits, _qnoise.QuantTarget(), model)
+
+
+def fit(net, log=print):
+    """One row per junction of a scaling set whose folded BN the data-free model reads: the
+    BN's prediction against the pre-activation measured on :data:`FIT_CROPS` crops, and for
+    the capped junctions the per-tensor range of each :data:`FIT_MODELS` model against the
+    measured one, before and after each :data:`FIT_SCALES` scaling."""
+    import keras
+    from scipy.stats import norm
+
+    from cle import _qnoise, _scale_choice
+    from cle import batch_norm_fold as bnf
+    from cle import cross_layer_equalization as eq
+    from cle._cls_sets import find_sets
+    from cle._graph import graph_view
+    from cle._layouts import channel_axis
+
+    t = time.perf_counter()
+    _, build, prep, size = NETS[net]
+    model = build()
+    x = prep(P.sample_images(FIT_CROPS, size=size, seed=FIT_SEED))
+    # The sets as equalize_model() plans them (relu6="bound"), on the model before folding.
+    view = graph_view(model)
+    matches, _ = bnf._find(view)
+    edits, _ = bnf.fold_plan(matches)
+    folded = {id(m.bn_call.layer) for m in matches}
+    plan = find_sets(view, "bound", transparent=folded)
+    bns = {id(m.target.layer): eq._gamma_beta(m.bn_call.layer) for m in matches if m.bn_after}
+    value = eq._weight_reader(edits)
+    links = [(i, k, link, eq._pre_activation(link, folded))
+             for i, links in enumerate(plan.sets) for k, link in enumerate(links)
+             if id(link.first.layer) in bns]
+    links = [row for row in links if row[3] is not None]
+    # Per channel of each pre-activation: max, min, sum, sum of squares, count.
+    probe = keras.Model(model.inputs, [pre.output for *_, pre in links])
+    acc = [None] * len(links)
+    for b in range(0, len(x), 8):
+        for n, ((_, _, link, _), out) in enumerate(zip(links, probe(x[b: b + 8], training=False))):
+            out = keras.ops.convert_to_numpy(out).astype(np.float64)
+            axis = channel_axis(link.first.layer, out.ndim)
+            v = np.moveaxis(out, axis, -1).reshape(-1, out.shape[axis])
+            got = [v.max(axis=0), v.min(axis=0), v.sum(axis=0), np.square(v).sum(axis=0), len(v)]
+            if acc[n] is None:
+                acc[n] = got
+            else:
+                acc[n] = [np.maximum(acc[n][0], got[0]), np.minimum(acc[n][1], got[1])] + [
+                    a + g for a, g in zip(acc[n][2:], got[2:])]
+    decisions = {name: _fit_decisions(plan, matches, edits, model, name) for name in FIT_SCALES}
+    rows = []
+    for (i, k, link, _), (hi, lo, s1, s2, count) in zip(links, acc):
+        gamma, beta = bns[id(link.first.layer)]
+        gamma = np.abs(gamma)
+        kind, cap = _scale_choice.junction_kind(link, value)
+        positions = _scale_choice._positions(link)
+        # The model's maxima are of as many values as the library assumes it calibrates on.
+        values = positions * _qnoise.ASSUMED_CALIBRATION_SAMPLES
+        z = _qnoise.tail_z(values)
+        mean = s1 / count
+        std = np.sqrt(np.maximum(s2 / count - mean ** 2, 0.0))
+        ok = gamma > 1e-6 * gamma.max()
+        top = (hi - beta) / np.where(ok, gamma, 1.0)  # the measured top, in the BN's σ
+        live = ok & (top > 0)
+        logs = np.log(top[live] / z)
+        bb = float(beta[ok] @ beta[ok])
+        row = {
+            "set": i, "junction": k, "layer": link.first.layer.name,
+            "producer": ("depthwise" if isinstance(link.first.layer, keras.layers.DepthwiseConv2D)
+                         else "conv"),
+            "kind": kind, "positions": positions, "channels": int(len(beta)),
+            "std_over_gamma": float(np.median(std[ok] / gamma[ok])),
+            # Least-squares slope of the mean on β over the channels; None when β is about 0
+            # against γ (a linear bottleneck's BN), where it says nothing.
+            "mean_over_beta": (float(mean[ok] @ beta[ok]) / bb
+                               if bb >= 0.01 * float(gamma[ok] @ gamma[ok]) else None),
+            "max_measured": float(hi.max()),
+            "max_laplace": float(np.max(beta + z * gamma)),
+            "max_normal": float(np.max(beta + norm.isf(1.0 / values) * gamma)),
+            "log_offset": float(logs.mean()), "log_scatter": float(logs.std()),
+        }
+        if kind in _CAPPED:
+            scales = {"before": np.ones_like(beta)}
+            scales.update({name: d[i].scales[k] for name, d in decisions.items() if d[i].scaled})
+            # What the converter calibrates: only hi, lo and the cap enter the range.
+            capv = np.broadcast_to(np.asarray(cap, dtype=np.float64), beta.shape).copy()
+            measured = _qnoise.Junction(hi, lo, kind, capv, *[np.zeros_like(beta)] * 3)
+            ranges = {"measured": {n: _qnoise._tensor(measured, s)[0] for n, s in scales.items()}}
+            for label, settings in FIT_MODELS:
+                with _qnoise_settings(settings):
+                    j = _qnoise.junction_from_bn(gamma, beta, kind, cap, positions)
+                ranges[label] = {n: _qnoise._tensor(j, s)[0] for n, s in scales.items()}
+            row["ranges"] = ranges
+        rows.append(row)
+    rows = _rounded(rows)
+    log(json.dumps({"net": net, "junctions": len(rows),
+                    "capped": sum("ranges" in r for r in rows),
+                    "seconds": round(time.perf_counter() - t, 1)}))
+    return rows
+
+
+def _rounded(v, digits=6):
+    """``v`` with every float rounded to ``digits`` significant digits (the saved rows)."""
+    if isinstance(v, float):
+        return float(f"{v:.{digits}g}")
+    if isinstance(v, dict):
+        return {k: _rounded(x, digits) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_rounded(x, digits) for x in v]
+    return v
+
+
+def _fit_meta():
+    """What the fit's rows depend on besides the networks (saved with them)."""
+    from cle import _qnoise
+
+    return {"crops": FIT_CROPS, "seed": FIT_SEED,
+            "calibration_samples": _qnoise.ASSUMED_CALIBRATION_SAMPLES,
+            "models": {label: {k: settings.get(k, getattr(_qnoise, k)) for k in
+                               ("RANGE_LOG_SPREAD", "RANGE_LOG_BIAS", "RANGE_DRAWS")}
+                       for label, settings in FIT_MODELS}}
+
+
+def _spread(values, digits=2):
+    """``median (middle half; all)`` of some values."""
+    v = np.asarray(values, dtype=np.float64)
+    q = [f"{x:.{digits}f}".replace("-", "−") for x in np.percentile(v, [50, 25, 75, 0, 100])]
+    return f"{q[0]} ({q[1]} to {q[2]}; {q[3]} to {q[4]})"
+
+
+def _log_error(rows, model, scales):
+    """``bias / rms (junctions)`` of ln(predicted / measured) per-tensor range."""
+    e = np.array([np.log(r["ranges"][model][scales] / r["ranges"]["measured"][scales])
+                  for r in rows if scales in r["ranges"]["measured"]])
+    if not e.size:
+        return "–"
+    return f"{e.mean():+.2f} / {np.sqrt(np.mean(e ** 2)):.2f} ({e.size})".replace("-", "−")
+
+
+def fit_table(data):
+    """The ``int8-range-fit`` block from the saved fit (``{"meta": ..., "nets": {...}}``)."""
+    meta, results = data["meta"], data["nets"]
+    nets = [n for n in NETS if n in results]
+    title = [NETS[n][0] for n in nets]
+
+    def row(label, cell):
+        return f"| {label} | " + " | ".join(cell(results[n]) for n in nets) + " |"
+
+    def by(rows, producer):
+        return [r for r in rows if r["producer"] == producer]
+
+    lines = [
+        f"Every folded BN before a junction of a scaling set, against its pre-activation measured "
+        f"on {meta['crops']} photo crops (seed {meta['seed']}); per BN one value, then the median "
+        "over the BNs (middle half; all). The model's maxima are those of spatial positions × "
+        f"{meta['calibration_samples']} values (`ASSUMED_CALIBRATION_SAMPLES`), as the library "
+        "computes them; the top of a channel is `(max − β_i)/|γ_i|`, compared with the Laplace "
+        "tail's `z` in log.",
+        "",
+        "| | " + " | ".join(title) + " |",
+        "|---|" + "---|" * len(nets),
+        row("BNs before a junction (at a ReLU6)",
+            lambda rows: f"{len(rows)} ({sum('ranges' in r for r in rows)})"),
+        row("data std / γ (median over channels)",
+            lambda rows: _spread([r["std_over_gamma"] for r in rows])),
+        row("data mean / β (least-squares slope over channels; BNs with Σβ² < Σγ²/100 left "
+            "out)",
+            lambda rows: _spread([r["mean_over_beta"] for r in rows
+                                  if r["mean_over_beta"] is not None])
+            + f", {sum(r['mean_over_beta'] is not None for r in rows)} BNs"),
+        row("measured per-tensor max / the normal model's",
+            lambda rows: _spread([r["max_measured"] / r["max_normal"] for r in rows])),
+        row("Laplace tail's per-tensor max / measured",
+            lambda rows: _spread([r["max_laplace"] / r["max_measured"] for r in rows])),
+    ]
+    for producer, what in (("conv", "convolution"), ("depthwise", "depthwise")):
+        lines.append(row(f"per-channel log scatter of the top ({what} outputs)",
+                         lambda rows, p=producer: _spread([r["log_scatter"] for r in by(rows, p)])
+                         + f", {len(by(rows, p))} BNs"))
+        lines.append(row(f"per-channel log offset of the top ({what} outputs)",
+                         lambda rows, p=producer: _spread([r["log_offset"] for r in by(rows, p)])))
+    models = meta["models"]
+    lines += [
+        "",
+        "Per-tensor range of each junction at a ReLU6 (the max over channels of the capped "
+        "activation divided by the scales: what the converter calibrates), predicted from the "
+        "BN against measured: mean of ln(predicted / measured) (log bias) / rms (junctions). "
+        "Range models: *certain*, spread {0} and bias {1}; *default*, the library's, spread {2} "
+        "and bias {3} over {4} draws. Scales: each set's choice by `equalize_model()` under that "
+        "range model with no margin (`MIN_GAIN_DB = 0`; only the junctions of the sets it "
+        "scales), and Nagel's weight equalization of every set (`objective=\"weights\"`)."
+        .format(*[f"{v:g}".replace("-", "−") for v in (
+            models["certain"]["RANGE_LOG_SPREAD"], models["certain"]["RANGE_LOG_BIAS"],
+            models["default"]["RANGE_LOG_SPREAD"], models["default"]["RANGE_LOG_BIAS"])],
+            models["default"]["RANGE_DRAWS"]),
+        "",
+        "| range model | before scaling | after the certain model's scales | after the default "
+        "model's scales | after Nagel's scales |",
+        "|---|---|---|---|---|",
+    ]
+    pooled = [r for n in nets for r in results[n] if "ranges" in r]
+    groups = [(t, [r for r in results[n] if "ranges" in r]) for t, n in zip(title, nets)]
+    if len(nets) > 1:
+        groups.append(("both networks", pooled))
+    for name, rows in groups:
+        for model, _ in FIT_MODELS:
+            label = f"{model}, {name}"
+            if model == "default" and name == groups[-1][0]:
+                label = f"**{label}**"
+            lines.append(f"| {label} | " + " | ".join(
+                _log_error(rows, model, s) for s in ("before",) + FIT_SCALES) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -317,6 +574,11 @@ def rendered():
             _load("int8_modes_mobilenet_v2"))
     except FileNotFoundError:
         pass
+    try:
+        out[("docs/quantization_aware_scaling.md", "int8-range-fit")] = fit_table(
+            _load("int8_range_fit"))
+    except FileNotFoundError:
+        pass
     return out
 
 
@@ -336,6 +598,9 @@ def main(argv=None):
                     help="only the do-no-harm margin sweep (docs/quantization_aware_scaling.md)")
     ap.add_argument("--modes", action="store_true",
                     help="only the ReLU6 x high-bias table (docs/cross_layer_equalization.md)")
+    ap.add_argument("--fit", action="store_true",
+                    help="only the fit of the data-free range model "
+                         "(docs/quantization_aware_scaling.md)")
     ap.add_argument("--render", action="store_true",
                     help="measure nothing: write the docs from the rows saved in docs/data")
     ap.add_argument("--no-write", action="store_true", help="print, do not write the docs")
@@ -349,6 +614,8 @@ def main(argv=None):
         print(modes_table(rows))
         if write:
             _save("int8_modes_mobilenet_v2", rows)
+    elif args.fit:
+        _run_fit(nets, write)
     elif not args.render:
         if not args.sweep:
             for net in nets:
@@ -367,8 +634,26 @@ def main(argv=None):
                 print(sweep_table({net: rows}))
                 if write:
                     _save(f"int8_margins_{net}", rows)
+        if not (args.sweep or args.net or wanted):
+            _run_fit(nets, write)
     if write:
         render(here)
+
+
+def _run_fit(nets, write):
+    """Fit on ``nets``; the saved fit keeps the other networks' rows if they were measured
+    the same way."""
+    try:
+        data = _load("int8_range_fit")
+    except FileNotFoundError:
+        data = None
+    if data is None or data["meta"] != _fit_meta():
+        data = {"meta": _fit_meta(), "nets": {}}
+    data["nets"].update({net: fit(net) for net in nets})
+    data["nets"] = {n: data["nets"][n] for n in NETS if n in data["nets"]}
+    print(fit_table(data))
+    if write:
+        _save("int8_range_fit", data)
 
 
 if __name__ == "__main__":

@@ -84,12 +84,13 @@ def test_cli_docs_are_what_the_generator_writes(monkeypatch):
 
 
 def test_int8_blocks_are_what_the_saved_measurements_give():
-    """The INT8 tables (results.md, README, the margin sweep) render the rows that
-    scripts/gen_int8_results.py saved in docs/data; nobody edited a figure by hand."""
+    """The INT8 tables (results.md, README, the margin sweep, the range-model fit) render the
+    rows that scripts/gen_int8_results.py saved in docs/data; nobody edited a figure by hand."""
     gen = _script("gen_int8_results")
     expected = gen.rendered()
     assert {name for _, name in expected} >= {"int8-mobilenet_v2", "int8-efficientnet_lite1",
-                                              "int8-summary", "int8-margins", "int8-modes"}
+                                              "int8-summary", "int8-margins", "int8-modes",
+                                              "int8-range-fit"}
     for (doc, name), text in expected.items():
         current = docblocks.blocks(os.path.join(REPO, doc))
         assert current[name] == docblocks.render(text), (
