@@ -10,10 +10,10 @@ In that process, with randomized BN statistics (``deep=True`` spread):
 
 * ``eq peak MB``: the largest resident set size sampled every 2 ms during the first
   ``equalize_model(model)`` call, minus the resident set size just before it, in a process that
-  has cloned the model once already (``clone_model``, then deleted): the first build of a model
-  pays one-time costs of the process (TensorFlow kernels, Python code and allocator arenas)
-  that are not memory ``equalize_model`` holds; ``×weights``: that divided by the size of the
-  model's weights (target ≤ 2);
+  holds one ``clone_model`` of the model: the first build of a model pays one-time costs of the
+  process (TensorFlow kernels, Python code and allocator arenas) that are not memory
+  ``equalize_model`` holds, and the clone stays alive so that its memory is not reused;
+  ``×weights``: that divided by the size of the model's weights (target ≤ 2);
 * ``cold eq/clone``: the same peak for the very first call of each, each in a fresh process,
   as a ratio (what a user's first call costs against a first ``clone_model``);
 * ``fold/clone`` and ``eq/clone``: the fastest of ``--repeats`` runs of each, as ratios to the
@@ -97,10 +97,12 @@ def measure(name, size, repeats, cold=None):
         fn = {"eq": lambda: cle.equalize_model(model),
               "clone": lambda: keras.models.clone_model(model)}[cold]
         return {"cold_" + cold: _peak_added(fn)[1]}
-    _peak_added(lambda: keras.models.clone_model(model))  # the process's one-time costs
+    # The process's one-time costs, paid by a clone that stays alive while equalize_model is
+    # measured (a deleted one would leave its memory free for the new model to reuse).
+    warm = keras.models.clone_model(model)
     gc.collect()
     new, added = _peak_added(lambda: cle.equalize_model(model))
-    del new
+    del new, warm
     clone = _best(lambda: keras.models.clone_model(model), repeats)
     fold = _best(lambda: cle.fold_all_batch_norms(model), repeats)
     eq = _best(lambda: cle.equalize_model(model), repeats)

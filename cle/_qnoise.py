@@ -77,11 +77,10 @@ RANGE_LOG_BIAS = -0.4
 #: seed: the same model gives the same choice).
 RANGE_DRAWS = 64
 #: A set is scaled only when its modelled noise drops by at least this much (dB): the modelled
-#: per-tensor ranges err by 0.3–0.4 in log (rms, see :data:`RANGE_LOG_SPREAD`), 2.5–3.5 dB of
-#: noise power, so a smaller modelled gain is not told apart from none. Measured (TFLite
-#: per-channel, mean of 3 calibration sets, docs/quantization_aware_scaling.md): on MobileNetV2
-#: a margin of 0 / 0.5 / 1 / 2 / 3 dB gives −0.19 / −0.04 / +0.08 / +0.23 / +0.19 dB against BN
-#: folding only; EfficientNet-Lite1 has no set above 0.5 dB.
+#: per-tensor ranges err by their rms log error (the fit in docs/quantization_aware_scaling.md),
+#: a few dB of noise power, so a smaller modelled gain is not told apart from none. The margin
+#: sweep that chose it (TFLite per-channel on both real networks) is the generated table there
+#: (``scripts/gen_int8_results.py --sweep``).
 MIN_GAIN_DB = 2.0
 
 _TINY = 1e-12
