@@ -204,14 +204,17 @@ def main(argv=None):
             ap.error(f"{os.path.relpath(PAGE, ROOT)} has no block <!-- generated:{block} -->")
     # "jax 0.10.2, keras 3.15.1": the backend's package first
     pkgs = ", ".join(f"{pkg} {v}" for pkg, v in sorted(versions.items(), key=lambda kv: kv[0] == "keras"))
-    if args.suite:
-        text = run_suite(backend, pkgs)
+
+    def publish(text):
         print()
         print(text)
         if args.write:
             changed = replace_block(PAGE, block, text)
             print(f"{'wrote' if changed else 'unchanged:'} {os.path.relpath(PAGE, ROOT)} "
                   f"block {block}", flush=True)
+
+    if args.suite:
+        publish(run_suite(backend, pkgs))
         return
     described = {}
     for name in args.models:
@@ -227,13 +230,7 @@ def main(argv=None):
             described[name] = (f"ResNet50 (random weights, trained-like BN statistics and biases), "
                                f"{len(x)} random inputs")
             run_model(name, model, x, inputs="inputs")
-    text = render_tables(BACKEND_NAMES.get(backend, backend), pkgs, described, ROWS)
-    print()
-    print(text)
-    if args.write:
-        changed = replace_block(PAGE, block, text)
-        print(f"{'wrote' if changed else 'unchanged:'} {os.path.relpath(PAGE, ROOT)} "
-              f"block {block}", flush=True)
+    publish(render_tables(BACKEND_NAMES.get(backend, backend), pkgs, described, ROWS))
 
 
 def render_tables(backend, versions, described, rows):

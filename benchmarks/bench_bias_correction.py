@@ -42,6 +42,11 @@ import cle  # noqa: E402
 TARGET_RATIO = 10.0
 
 
+# Keras builds a Functional graph (and clones one) by recursion over its depth: a chain of
+# 1600 blocks (3200 layers) needs more than Python's default limit of 1000 frames.
+sys.setrecursionlimit(max(sys.getrecursionlimit(), 20000))
+
+
 def chain(n_blocks, size=16, channels=16, seed=0):
     rng = np.random.default_rng(seed)
     inp = keras.Input((size, size, channels), name="x")

@@ -31,6 +31,7 @@ The input model is never modified; the result is a new model with the same layer
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 from collections.abc import Callable
@@ -72,7 +73,6 @@ _APPROX_PASS = (
     L.GlobalMaxPooling1D, L.GlobalMaxPooling2D, L.GlobalMaxPooling3D,
 )
 _BATCH = 32
-_GROUPS = 10  # empirical mode: compiled steps (and progress reports)
 
 
 # ------------------------------------------------------------------------------- math
@@ -485,8 +485,8 @@ def correct_bias(model, bn_stats=None, calibration_data=None, bits=8, per_channe
             ``bn_stats`` and ``calibration_data`` must be given.
         bits: weight bit width of the deployed quantizer.
         per_channel: the deployed quantizer uses one scale per output channel.
-        progress: optional ``callable(str)`` called once per layer (empirical mode; in groups,
-            as each compiled step of the pass starts).
+        progress: optional ``callable(str)`` called once per layer (empirical mode), as the
+            pass reaches it.
         return_report: also return the list of :class:`BiasCorrectionRecord`.
 
     Returns:
@@ -591,73 +591,70 @@ def _subtract(bias, delta, also=None):
         var.assign(keras.ops.convert_to_tensor(value, dtype=var.dtype))
 
 
-def _is_linear(layer):
-    return keras.activations.serialize(layer.activation) in (None, "linear")
-
-
-def _linear_copy(layer, in_shape):
-    """A copy of ``layer`` (same weights) without its activation."""
-    config = layer.get_config()
-    config.update(activation="linear", name=f"{layer.name}_linear", trainable=False)
-    copy = type(layer).from_config(config)
-    copy.build(in_shape)
-    copy.set_weights(layer.get_weights())
-    return copy
-
-
 def _channel_mean(y, axis):
-    """Symbolic float64 mean of ``y`` over every axis (batch included) but ``axis``."""
+    """Float64 mean of ``y`` over every axis (batch included) but ``axis``."""
     ndim = len(y.shape)
     axis %= ndim
     return keras.ops.mean(keras.ops.cast(y, "float64"),
                           axis=tuple(i for i in range(ndim) if i != axis))
 
 
-def _groups(plan, n_groups):
-    """``plan`` cut into at most ``n_groups`` runs of consecutive layers of about equal size."""
-    n = min(len(plan), n_groups)
-    bounds = [round(i * len(plan) / n) for i in range(n + 1)]
-    return [plan[a:b] for a, b in zip(bounds, bounds[1:])]
+@contextlib.contextmanager
+def _quantized(layer, bits, per_channel):
+    """``layer`` (a layer of the model being built, never the caller's) with every kernel
+    quantized as :func:`cle.fake_quantize_weights` does, for the duration of the block; the
+    float kernels are put back afterwards, bit for bit, whatever happens."""
+    saved = []
+    try:
+        layers = ([layer] if layout_of(layer) is not None else []) + _kernel_layers(layer)
+        saved = [(getattr(q, attr), keras.ops.convert_to_numpy(getattr(q, attr)))
+                 for q in layers for attr, _, _ in _kernel_specs(q)]
+        _quantize_kernels(layers, bits, per_channel)
+        yield layer
+    finally:
+        for var, w in reversed(saved):
+            var.assign(keras.ops.convert_to_tensor(w, dtype=var.dtype))
 
 
-def _empirical_pass(view, plan, model, new_model, clones, batches, bits, per_channel, say,
-                    n_groups=_GROUPS):
+@contextlib.contextmanager
+def _linear(layer):
+    """``layer`` without its activation for the duration of the block (its pre-activation
+    output is what a bias correction compares)."""
+    activation = getattr(layer, "activation", None)
+    if activation is None or keras.activations.serialize(activation) in (None, "linear"):
+        yield layer, None
+        return
+    layer.activation = keras.activations.linear
+    try:
+        yield layer, activation
+    finally:
+        layer.activation = activation
+
+
+def _empirical_pass(view, plan, model, new_model, clones, batches, bits, per_channel, say):
     """Correct the layers of ``plan`` in one forward pass over the calibration ``batches``;
     yield ``(call, delta)`` for each, in order, once its bias in ``new_model`` is corrected.
 
     Two streams of activations go through the graph of ``view`` (the input model) call by
-    call in topological order, on all the calibration data at once: ``f``, the float model,
-    and ``q``, the model with every kernel quantized as :func:`cle.fake_quantize_weights` does
-    and with the biases corrected so far. On reaching a layer of ``plan``,
+    call in topological order, on all the calibration data at once, computed eagerly: ``f``,
+    the float model (the input model's own layers), and ``q``, the model with every kernel
+    quantized as :func:`cle.fake_quantize_weights` does and with the biases corrected so far
+    (the new model's layers, ``clones``, their kernels quantized for the duration of their
+    call). On reaching a layer of ``plan``,
     ``delta = E[W_q ∗ x_q + b] − E[W ∗ x_f + b]`` per output channel (mean over samples and
     positions, padded borders included; the same as the difference of the kernel-only
     outputs) is subtracted from the layer's ``q`` output before its activation, which is what
-    the corrected bias ``b − delta`` computes. Activations are not quantized.
+    the corrected bias ``b − delta`` computes, and from the new layer's bias. Activations are
+    not quantized.
 
-    The walk is traced into ``n_groups`` Keras models (one per run of consecutive layers of
-    ``plan``), each run once with ``predict_on_batch``, i.e. compiled by the backend; the
-    tensors still needed by later groups are handed on as arrays, everything else is freed.
-    The layers called are private copies (:func:`_private_copy`, new names so that both
-    streams fit in one model), so neither ``model`` nor ``new_model`` gets new nodes. Calls
-    that lead to no layer of ``plan`` are not run.
+    Eager calls add no node to any model; a tensor is freed once its last consumer ran, and
+    calls that lead to no layer of ``plan`` are not run.
     """
     if len(view.inputs) != 1:
         raise ValueError(
             "Empirical bias correction needs a model with one input. "
             f"Received: model '{view.model.name}' with {len(view.inputs)} inputs"
         )
-    copies: dict[tuple, Any] = {}
-
-    def copy_of(call, stream):
-        key = (id(call.layer), stream)
-        if key not in copies:
-            if stream == "f":
-                copies[key] = _private_copy(call, call.layer, "_bc_float")
-            else:
-                copies[key] = _private_copy(call, clones.get(id(call.layer), call.layer),
-                                            "_bc_quantized", bits, per_channel)
-        return copies[key]
-
     needed, stack = set(), list(plan)
     while stack:
         call = stack.pop()
@@ -669,91 +666,52 @@ def _empirical_pass(view, plan, model, new_model, clones, batches, bits, per_cha
     for call in calls:
         for t in call.inputs:
             uses[id(t)] = uses.get(id(t), 0) + 1
+    targets = {id(call): k for k, call in enumerate(plan, start=1)}
 
-    x = np.concatenate(batches)
-    live = {id(view.inputs[0]): (x, x)}  # id(Tensor) -> (float, quantized) arrays
-    done, counted = 0, 0
-    for group in _groups(plan, n_groups):
-        for call in group:
-            counted += 1
-            say(f"[{counted}/{len(plan)}] {call.layer.name}: measuring its output mean error")
-        targets = {id(call) for call in group}
-        inputs, feeds = [], []
-        sym: dict[int, tuple] = {}  # id(Tensor) -> (float, quantized) symbolic values
-
-        def symbolic(t):
-            if id(t) not in sym:
-                values = []
-                for v in live[id(t)]:
-                    if values and v is feeds[-1]:
-                        values.append(values[-1])  # the streams have not parted yet
-                        continue
-                    inputs.append(keras.Input(batch_shape=(None,) + v.shape[1:],
-                                              dtype=str(v.dtype)))
-                    feeds.append(v)
-                    values.append(inputs[-1])
-                sym[id(t)] = tuple(values)
-            return sym[id(t)]
-
-        deltas = []
-        last = group[-1].index
-        while done < len(calls) and calls[done].index <= last:
-            call = calls[done]
-            done += 1
-            xf, xq = zip(*(symbolic(t) for t in call.inputs))
-            layer = call.layer
-            if id(call) in targets:
-                outs = [_measure_symbolic(call, copy_of(call, "f"), copy_of(call, "q"),
-                                          xf[0], xq[0], deltas)]
+    x = keras.ops.convert_to_tensor(np.concatenate(batches))
+    live = {id(view.inputs[0]): (x, x)}  # id(Tensor) -> (float, quantized) values
+    for call in calls:
+        xf, xq = (list(v) for v in zip(*(live[id(t)] for t in call.inputs)))
+        layer = call.layer
+        clone = clones.get(id(layer))
+        k = targets.get(id(call))
+        if k is not None:
+            say(f"[{k}/{len(plan)}] {layer.name}: measuring its output mean error")
+            with _linear(clone) as (lin, activation):
+                yf = run_call(call, xf, layer=lin)[0]
+                with _quantized(lin, bits, per_channel):
+                    yq = run_call(call, xq, layer=lin)[0]
+            axis = channel_axis(layer, len(call.outputs[0].shape))
+            delta = _channel_mean(yq, axis) - _channel_mean(yf, axis)
+            shape = [1] * len(yq.shape)
+            shape[axis] = yq.shape[axis]
+            yq = yq - keras.ops.reshape(keras.ops.cast(delta, yq.dtype), shape)
+            if activation is not None:
+                yf, yq = activation(yf), activation(yq)
+            outs = [(yf, yq)]
+            delta = np.asarray(keras.ops.convert_to_numpy(delta), dtype=np.float64)
+            _subtract(clone.bias, delta)
+        else:
+            out_f = run_call(call, xf)
+            if all(a is b for a, b in zip(xf, xq)) and not getattr(layer, "weights", None):
+                out_q = out_f  # same inputs, no weights: the streams have not parted yet
+            elif not getattr(layer, "weights", None):
+                out_q = run_call(call, xq)
+            elif clone is None:
+                raise RuntimeError(f"internal error: layer '{layer.name}' has no clone")
             else:
-                out_f = run_call(call, list(xf), layer=copy_of(call, "f"))
-                if all(a is b for a, b in zip(xf, xq)) and not getattr(layer, "weights", None):
-                    out_q = out_f  # same inputs, no weights: the streams have not parted yet
-                else:
-                    out_q = run_call(call, list(xq), layer=copy_of(call, "q"))
-                outs = list(zip(out_f, out_q))
-            for t in call.inputs:
-                uses[id(t)] -= 1
-                if uses[id(t)] == 0:
-                    live.pop(id(t), None)
-                    sym.pop(id(t), None)
-            for t, pair in zip(call.outputs, outs):
-                if uses.get(id(t), 0):
-                    sym[id(t)] = pair
-        # Hand on what later groups need and was computed here.
-        fed = {id(k) for k in inputs}
-        handed = [i for i, pair in sym.items() if id(pair[0]) not in fed]
-        outputs = list(deltas)
-        for i in handed:
-            outputs.extend(sym[i] if sym[i][0] is not sym[i][1] else sym[i][:1])
-        result = keras.Model(inputs, outputs).predict_on_batch(feeds)
-        result = list(result) if isinstance(result, (list, tuple)) else [result]
-        measured, result = result[:len(deltas)], result[len(deltas):]
-        for i in handed:
-            vf = result.pop(0)
-            vq = vf if sym[i][0] is sym[i][1] else result.pop(0)
-            live[i] = (vf, vq)
-        for call, delta in zip(group, measured):
-            delta = np.asarray(delta, dtype=np.float64)
-            _subtract(clones[id(call.layer)].bias, delta)
+                with _quantized(clone, bits, per_channel):
+                    out_q = run_call(call, xq, layer=clone)
+            outs = list(zip(out_f, out_q))
+        for t in call.inputs:
+            uses[id(t)] -= 1
+            if uses[id(t)] == 0:
+                live.pop(id(t), None)
+        for t, pair in zip(call.outputs, outs):
+            if uses.get(id(t), 0):
+                live[id(t)] = pair
+        if k is not None:
             yield call, delta
-
-
-def _private_copy(call, source, suffix, bits=None, per_channel=False):
-    """A copy of ``source`` (the layer or operation of ``call``, or its clone) named
-    ``source.name + suffix``, with ``source``'s weights; with ``bits``, every kernel quantized
-    as :func:`cle.fake_quantize_weights` does."""
-    config = source.get_config()
-    config["name"] = source.name + suffix
-    copy = type(source).from_config(config)
-    if isinstance(source, keras.layers.Layer) and source.weights:
-        # Build it by a symbolic call on inputs of the call's shapes, then copy the weights.
-        run_call(call, [keras.KerasTensor(t.shape) for t in call.inputs], layer=copy)
-        copy.set_weights(source.get_weights())
-        if bits is not None:
-            _quantize_kernels(([copy] if layout_of(copy) is not None else [])
-                              + _kernel_layers(copy), bits, per_channel)
-    return copy
 
 
 def _quantize_kernels(layers, bits, per_channel):
@@ -764,26 +722,6 @@ def _quantize_kernels(layers, bits, per_channel):
             var.assign(keras.ops.convert_to_tensor(
                 quantize_kernel(w, bits, axis if per_channel else None, depthwise),
                 dtype=var.dtype))
-
-
-def _measure_symbolic(call, flayer, qlayer, xf, xq, deltas):
-    """Symbolic outputs (float, corrected quantized) of the target ``call``; appends the
-    symbolic ``delta`` to ``deltas``."""
-    layer = call.layer
-    axis = channel_axis(layer, len(call.outputs[0].shape))
-    if not _is_linear(layer):
-        in_shape = call.inputs[0].shape
-        flayer, qlayer = _linear_copy(flayer, in_shape), _linear_copy(qlayer, in_shape)
-    yf = run_call(call, [xf], layer=flayer)[0]
-    yq = run_call(call, [xq], layer=qlayer)[0]
-    delta = _channel_mean(yq, axis) - _channel_mean(yf, axis)
-    deltas.append(delta)
-    shape = [1] * len(yq.shape)
-    shape[axis] = yq.shape[axis]
-    yq = yq - keras.ops.reshape(keras.ops.cast(delta, yq.dtype), shape)
-    if not _is_linear(layer):
-        yf, yq = layer.activation(yf), layer.activation(yq)
-    return yf, yq
 
 
 def _quantized_copy(model, bits, per_channel):

@@ -412,18 +412,29 @@ def test_empirical_branches_match_reference_and_leave_input_untouched():
     # neither the input model nor the result got nodes from the traced passes
     assert {la.name: len(la._inbound_nodes) for la in model.layers} == n_nodes
     assert all(len(la._inbound_nodes) == n_nodes[la.name] for la in corrected.layers)
-    # the walk is cut into compiled groups: any number of groups gives the same biases
+    # the pass on its own, on another rebuild: the same corrections, and each yielded once
+    # the layer's bias is corrected
     view = BC.graph_view(model)
     plan = [c for c in view.calls if BC.layout_of(c.layer) is not None]
-    for n_groups in (1, 4):
-        _, clones = BC.rebuild(model, edits={id(model.get_layer("b")): BC.LayerEdit(
-            config={"use_bias": True},
-            variables={"kernel": model.get_layer("b").kernel.numpy(),
-                       "bias": np.zeros(8, "float32")})})
-        deltas = dict((call.layer.name, d) for call, d in BC._empirical_pass(
-            view, plan, model, None, clones, [x], 4, False, lambda m: None, n_groups))
-        for r in records:
-            assert np.abs(deltas[r.layer]).max() == pytest.approx(r.max_abs_delta, rel=1e-6)
+    _, clones = BC.rebuild(model, edits={id(model.get_layer("b")): BC.LayerEdit(
+        config={"use_bias": True},
+        variables={"kernel": keras.ops.convert_to_numpy(model.get_layer("b").kernel),
+                   "bias": np.zeros(8, "float32")})})
+    kernels = {i: keras.ops.convert_to_numpy(c.kernel) for i, c in clones.items()
+               if hasattr(c, "kernel")}
+    deltas = {}
+    for call, d in BC._empirical_pass(view, plan, model, None, clones, [x], 4, False,
+                                      lambda m: None):
+        deltas[call.layer.name] = d
+        clone = clones[id(call.layer)]
+        before = keras.ops.convert_to_numpy(call.layer.bias) if call.layer.use_bias else 0.0
+        np.testing.assert_allclose(keras.ops.convert_to_numpy(clone.bias), before - d,
+                                   rtol=1e-6, atol=1e-7)
+    for r in records:
+        assert np.abs(deltas[r.layer]).max() == pytest.approx(r.max_abs_delta, rel=1e-6)
+    # kernels quantized for the pass are back to their float values, bit for bit
+    for i, k in kernels.items():
+        np.testing.assert_array_equal(keras.ops.convert_to_numpy(clones[i].kernel), k)
 
 
 def test_empirical_nested_sub_model():
@@ -530,6 +541,19 @@ def test_mobilenet_v2_bias_correction(capsys):
     assert sq["CLS + BC empirical"] > sq["CLS"] + 1.0, rows
 
 
+@pytest.mark.slow
+def test_mobilenet_v2_empirical_matches_layer_by_layer_reference():
+    """The one-pass eager walk gives the corrections of the old sub-model-per-layer
+    implementation on the real network (every layer corrected)."""
+    from cle import pretrained as P
+
+    eq = cle.equalize_model(real_mobilenet_v2())
+    calib = P.preprocess_imagenet(P.sample_images(8, seed=1))
+    corrected, records = BC.correct_bias(eq, calibration_data=calib, return_report=True)
+    assert all(r.mode == "empirical" for r in records) and len(records) > 50
+    _assert_same_as_reference(eq, corrected, calib)
+
+
 # ------------------------------------------------------- failures are skips only when expected
 
 
@@ -546,7 +570,7 @@ def test_unexpected_error_while_measuring_reaches_the_user(monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("injected failure")
 
-    monkeypatch.setattr(BC, "_measure_symbolic", broken)
+    monkeypatch.setattr(BC, "_channel_mean", broken)
     model = _nested_model()
     x = np.random.default_rng(0).normal(size=(8, 6, 6, 3)).astype(np.float32)
     with pytest.raises(RuntimeError, match="injected failure"):
