@@ -486,6 +486,19 @@ def sweep_table(results):
     return "\n".join(lines) + "\n"
 
 
+def calibration_spread(results):
+    """One line: how far a single calibration set's TFLite SQNR lies from the mean of the
+    three, over every TFLite cell of the results tables (why each figure is a mean)."""
+    dev = [abs(run[1] - row[key][1]) for rows in results.values() for row in rows
+           for key in ("tflite_pt", "tflite_pc") for run in row.get(key + "_runs", ())]
+    if not dev:
+        return ""
+    return ("\nOne calibration set against the mean of the "
+            f"{len(CALIB_SEEDS)} (same model, other photos), over every TFLite cell of "
+            f"docs/results.md: median {float(np.median(dev)):.2f} dB, largest "
+            f"{max(dev):.2f} dB.\n")
+
+
 def _cell(pair):
     top1, sqnr = pair
     return f"{top1:.1%} / {sqnr:.2f}"
@@ -568,7 +581,8 @@ def rendered():
         margins = {net: _load(f"int8_margins_{net}") for net in NETS}
     except FileNotFoundError:
         return out
-    out[("docs/quantization_aware_scaling.md", "int8-margins")] = sweep_table(margins)
+    out[("docs/quantization_aware_scaling.md", "int8-margins")] = (
+        sweep_table(margins) + calibration_spread(results))
     try:
         out[("docs/cross_layer_equalization.md", "int8-modes")] = modes_table(
             _load("int8_modes_mobilenet_v2"))
