@@ -43,7 +43,7 @@ results: $(STAMP)
 bench: $(STAMP)
 	$(PY) benchmarks/bench_fold.py
 	$(PY) benchmarks/bench_equalize.py
-	$(PY) benchmarks/bench_cost.py
+	$(PY) benchmarks/bench_cost.py --all --docs
 	$(PY) benchmarks/bench_bias_correction.py
 
 clean:
