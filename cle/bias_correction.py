@@ -592,11 +592,10 @@ def _subtract(bias, delta, also=None):
 
 
 def _channel_mean(y, axis):
-    """Float64 mean of ``y`` over every axis (batch included) but ``axis``."""
+    """Mean of ``y`` over every axis (batch included) but ``axis``."""
     ndim = len(y.shape)
     axis %= ndim
-    return keras.ops.mean(keras.ops.cast(y, "float64"),
-                          axis=tuple(i for i in range(ndim) if i != axis))
+    return keras.ops.mean(y, axis=tuple(i for i in range(ndim) if i != axis))
 
 
 @contextlib.contextmanager
@@ -682,7 +681,9 @@ def _empirical_pass(view, plan, model, new_model, clones, batches, bits, per_cha
                 with _quantized(lin, bits, per_channel):
                     yq = run_call(call, xq, layer=lin)[0]
             axis = channel_axis(layer, len(call.outputs[0].shape))
-            delta = _channel_mean(yq, axis) - _channel_mean(yf, axis)
+            # The mean of the difference: no cancellation between two large means, and no
+            # float64 copy of a whole activation.
+            delta = _channel_mean(yq - yf, axis)
             shape = [1] * len(yq.shape)
             shape[axis] = yq.shape[axis]
             yq = yq - keras.ops.reshape(keras.ops.cast(delta, yq.dtype), shape)
