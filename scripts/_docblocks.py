@@ -30,6 +30,7 @@ GENERATORS = {
     "backends-": "../benchmarks/backends.py",
     "int8-": "gen_int8_results.py",
     "training-": "gen_training_fold_docs.py",
+    "exactness-": "gen_exactness_docs.py",
 }
 
 # Markers count only on a line of their own (a marker quoted in running text is not one).
