@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import re
 
-__all__ = ["GENERATORS", "BLOCK_RE", "blocks", "replace_block", "render"]
+__all__ = ["GENERATORS", "BLOCK_RE", "blocks", "replace_block", "render", "publish"]
 
 #: Block name prefix -> the script (under scripts/) that writes blocks with that prefix.
 GENERATORS = {
@@ -92,3 +92,15 @@ def replace_block(path: str, name: str, text: str) -> bool:
         f.write(new)
     os.replace(tmp, path)
     return True
+
+
+def publish(items, print_only=False, root=None) -> None:
+    """Write (or, with ``print_only``, print) generated blocks: ``items`` are
+    ``(path, name, text)``; one line per block says whether the file changed."""
+    for path, name, text in items:
+        shown = os.path.relpath(path, root) if root else str(path)
+        if print_only:
+            print(f"== {shown}: {name}\n{text}\n")
+        else:
+            changed = replace_block(path, name, text)
+            print(f"{shown}: {name} {'updated' if changed else 'unchanged'}")

@@ -52,7 +52,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from _docblocks import replace_block  # noqa: E402
+from _docblocks import publish  # noqa: E402
 
 FOLD_DOC = ROOT / "docs" / "batch_norm_folding.md"
 RESULTS_DOC = ROOT / "docs" / "results.md"
@@ -445,12 +445,8 @@ def main(argv=None):
     parser.add_argument("--print", action="store_true", help="print only, do not edit the docs")
     args = parser.parse_args(argv)
     start = time.perf_counter()
-    for (doc, name), text in blocks(measure()).items():
-        if args.print:
-            print(f"== {doc.relative_to(ROOT)}: {name}\n{text}\n")
-        else:
-            changed = replace_block(doc, name, text)
-            print(f"{doc.relative_to(ROOT)}: {name} {'updated' if changed else 'unchanged'}")
+    publish(((doc, name, text) for (doc, name), text in blocks(measure()).items()),
+            print_only=args.print, root=ROOT)
     print(f"done in {time.perf_counter() - start:.0f} s")
 
 

@@ -46,7 +46,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from _docblocks import replace_block  # noqa: E402
+from _docblocks import publish  # noqa: E402
 
 DOC = ROOT / "docs" / "training_fold.md"
 EXAMPLE = "examples/qat_finetune.py"
@@ -354,12 +354,8 @@ def main(argv=None):
                         help=f"do not run {EXAMPLE} (its block is left as it is)")
     args = parser.parse_args(argv)
     start = time.perf_counter()
-    for name, text in blocks(example=not args.no_example).items():
-        if args.print:
-            print(f"== {name}\n{text}\n")
-        else:
-            changed = replace_block(DOC, name, text)
-            print(f"{DOC.relative_to(ROOT)}: {name} {'updated' if changed else 'unchanged'}")
+    publish(((DOC, name, text) for name, text in blocks(example=not args.no_example).items()),
+            print_only=args.print, root=ROOT)
     print(f"done in {time.perf_counter() - start:.0f} s")
 
 
