@@ -174,6 +174,8 @@ class ChainWeights:
             the modelled noise then agrees with float64 arrays to ~1e-7 relative), tests may
             pass float64.
         taps_last: kernel taps of the last layer per (input, output) channel pair.
+        r_last_in: (C,) range of the last layer's weights per input channel, float64 (default:
+            from ``r_last``; pass it from the kernel itself when ``r_last`` is a rounded copy).
     """
 
     r_first: np.ndarray
@@ -185,6 +187,11 @@ class ChainWeights:
     d_mid: np.ndarray | None = None
     taps_mid: int = 1
     p_first: np.ndarray | None = None
+    r_last_in: np.ndarray | None = None
+
+    def __post_init__(self):
+        if self.r_last_in is None:
+            self.r_last_in = self.r_last.max(axis=1).astype(np.float64)
 
     @functools.cached_property
     def q_last(self) -> np.ndarray:
@@ -198,11 +205,6 @@ class ChainWeights:
         """``SQ[rows]`` (a new array when ``sq_last`` is None)."""
         return np.square(self.r_last[rows]) if self.sq_last is None else self.sq_last[rows]
 
-    @functools.cached_property
-    def r_last_in(self) -> np.ndarray:
-        """(C,) range of the last layer's weights per input channel (float64); set it from the
-        kernel itself when ``r_last`` is a rounded copy."""
-        return self.r_last.max(axis=1).astype(np.float64)
 
 
 # ------------------------------------------------------------------------ statistics

@@ -125,11 +125,13 @@ def _in_out_ranges(kernel, layer):
     if layout.kind in ("depthwise", "separable"):  # (*k, in, mult): out = c*mult + m
         per, sq, r_in, _ = _tap_maxima(flat)
         c, mult = per.shape
-        r, q = np.zeros((c, c * mult), f32), np.zeros((c, c * mult), f32)
+        r = np.zeros((c, c * mult), f32)
+        q = None if sq is None else np.zeros((c, c * mult), f32)
         rows = np.arange(c)
         for m in range(mult):
             r[rows, rows * mult + m] = per[:, m]
-            q[rows, rows * mult + m] = np.square(per[:, m]) if sq is None else sq[:, m]
+            if q is not None:
+                q[rows, rows * mult + m] = sq[:, m]
         return r, q, taps, r_in
     if groups == 1:
         per, sq, r_in, _ = _tap_maxima(flat)
@@ -205,8 +207,7 @@ def _chain_weights(layers, value, bn_first):
     a3, _, _, _ = in_spec(last)
     r_last, sq_last, taps_last, r_in = _in_out_ranges(value(last, a3), last)
     w = _qnoise.ChainWeights(r_first, e * fan_in, r_last, sq_last, taps_last,
-                             p_first=gamma ** 2 + (beta - bias) ** 2)
-    w.r_last_in = r_in
+                             p_first=gamma ** 2 + (beta - bias) ** 2, r_last_in=r_in)
     if len(layers) == 3:
         dw = _as64(value(layers[1], "kernel"))
         flat = dw.reshape((-1, dw.shape[-2] * dw.shape[-1]))

@@ -550,8 +550,8 @@ def correct_bias(model, bn_stats=None, calibration_data=None, bits=8, per_channe
             _subtract(clones[id(layer)].bias, delta)
             records[id(call)] = _record(layer, "analytic", delta, note, not layer.use_bias)
     else:
-        for call, delta in _empirical_pass(view, plan, model, new_model, clones, calibration,
-                                           bits, per_channel, say):
+        for call, delta in _empirical_pass(view, plan, clones, calibration, bits, per_channel,
+                                           say):
             layer = call.layer
             records[id(call)] = _record(layer, "empirical", delta, "", not layer.use_bias)
     ordered = [records[id(c)] for c in calls]
@@ -606,9 +606,7 @@ def _quantized(layer, bits, per_channel):
     saved = []
     try:
         layers = ([layer] if layout_of(layer) is not None else []) + _kernel_layers(layer)
-        saved = [(getattr(q, attr), keras.ops.convert_to_numpy(getattr(q, attr)))
-                 for q in layers for attr, _, _ in _kernel_specs(q)]
-        _quantize_kernels(layers, bits, per_channel)
+        _quantize_kernels(layers, bits, per_channel, saved)
         yield layer
     finally:
         for var, w in reversed(saved):
@@ -630,9 +628,10 @@ def _linear(layer):
         layer.activation = activation
 
 
-def _empirical_pass(view, plan, model, new_model, clones, batches, bits, per_channel, say):
+def _empirical_pass(view, plan, clones, batches, bits, per_channel, say):
     """Correct the layers of ``plan`` in one forward pass over the calibration ``batches``;
-    yield ``(call, delta)`` for each, in order, once its bias in ``new_model`` is corrected.
+    yield ``(call, delta)`` for each, in order, once its new layer's bias (``clones``) is
+    corrected.
 
     Two streams of activations go through the graph of ``view`` (the input model) call by
     call in topological order, on all the calibration data at once, computed eagerly: ``f``,
@@ -715,11 +714,15 @@ def _empirical_pass(view, plan, model, new_model, clones, batches, bits, per_cha
             yield call, delta
 
 
-def _quantize_kernels(layers, bits, per_channel):
+def _quantize_kernels(layers, bits, per_channel, saved=None):
+    """Quantize every kernel of ``layers`` in place; with a list ``saved``, append
+    ``(variable, float value)`` to it before each kernel changes."""
     for qlayer in layers:
         for attr, axis, depthwise in _kernel_specs(qlayer):
             var = getattr(qlayer, attr)
             w = keras.ops.convert_to_numpy(var)
+            if saved is not None:
+                saved.append((var, w))
             var.assign(keras.ops.convert_to_tensor(
                 quantize_kernel(w, bits, axis if per_channel else None, depthwise),
                 dtype=var.dtype))

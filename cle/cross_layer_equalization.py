@@ -403,7 +403,7 @@ class CrossLayerScaling:
         if objective == "weights":
             return _scale_search(search)
         bn_stats = {id(p.layer): _gamma_beta(p.bn) for p in folded_pairs if p.bn_after}
-        value = _weight_reader()
+        value = _WeightReader()
         infos = []
         for links in search.sets:  # in place, set by set: each sees the previous ones' result
             d = _scale_choice.decide_set(links, value, bn_stats, target)
@@ -815,11 +815,6 @@ class _WeightReader:
         return read_weight(getattr(layer, attr))
 
 
-def _weight_reader(edits=None):
-    """``value(layer, attr)``: the weight a layer has, or will have after ``edits``."""
-    return _WeightReader(edits)
-
-
 def _pre_activation(link, folded_bns):
     """The top-level layer whose output is the pre-activation of a link's junction (the last
     BN that will be folded into layer1, else layer1 itself), or None if it is nested."""
@@ -861,7 +856,7 @@ def _decide_sets(plan, matches, edits, target, model=None, data=None, progress=N
     """One :class:`ScalingDecision` per planned set, from the weights the fold will give and
     activation statistics from the BNs (or measured on ``data``)."""
     bn_stats = {id(m.target.layer): _gamma_beta(m.bn_call.layer) for m in matches if m.bn_after}
-    folded = _weight_reader(edits)
+    folded = _WeightReader(edits)
     measured = None
     if data is not None:
         measured = _measure_junctions(model, plan, matches, data, folded, progress)

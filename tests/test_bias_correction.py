@@ -423,7 +423,7 @@ def test_empirical_branches_match_reference_and_leave_input_untouched():
     kernels = {i: keras.ops.convert_to_numpy(c.kernel) for i, c in clones.items()
                if hasattr(c, "kernel")}
     deltas = {}
-    for call, d in BC._empirical_pass(view, plan, model, None, clones, [x], 4, False,
+    for call, d in BC._empirical_pass(view, plan, clones, [x], 4, False,
                                       lambda m: None):
         deltas[call.layer.name] = d
         clone = clones[id(call.layer)]
