@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import os
 import re
+import textwrap
 
-__all__ = ["GENERATORS", "BLOCK_RE", "blocks", "replace_block", "render", "publish"]
+__all__ = ["GENERATORS", "BLOCK_RE", "blocks", "replace_block", "render", "publish",
+           "fmt_error", "wrap"]
 
 #: Block name prefix -> the script (under scripts/) that writes blocks with that prefix.
 GENERATORS = {
@@ -104,3 +106,17 @@ def publish(items, print_only=False, root=None) -> None:
         else:
             changed = replace_block(path, name, text)
             print(f"{shown}: {name} {'updated' if changed else 'unchanged'}")
+
+
+def fmt_error(v: float) -> str:
+    """A measured error as the docs show it: ``0`` when exact, else two significant digits
+    (``2.7e-7``)."""
+    if v == 0:
+        return "0"
+    mantissa, exponent = f"{v:.1e}".split("e")
+    return f"{mantissa}e{int(exponent)}"
+
+
+def wrap(text: str) -> str:
+    """A paragraph wrapped at 100 columns, as the docs' hand-written prose."""
+    return textwrap.fill(text, 100, break_long_words=False, break_on_hyphens=False)

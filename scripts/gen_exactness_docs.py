@@ -45,14 +45,13 @@ import gc  # noqa: E402
 import pathlib  # noqa: E402
 import re  # noqa: E402
 import sys  # noqa: E402
-import textwrap  # noqa: E402
 import time  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from _docblocks import publish  # noqa: E402
+from _docblocks import fmt_error as fmt, publish, wrap  # noqa: E402
 
 FOLD_DOC = ROOT / "docs" / "batch_norm_folding.md"
 RESULTS_DOC = ROOT / "docs" / "results.md"
@@ -73,22 +72,9 @@ FIRST_DEPTHWISE = "expanded_conv_depthwise"
 NO_HBF = {"relu6": "bound", "high_bias_fold": "none"}
 
 
-def fmt(v: float) -> str:
-    """An error as the docs show it: ``0`` when exact, else two significant digits (2.7e-7)."""
-    if v == 0:
-        return "0"
-    mantissa, exponent = f"{v:.1e}".split("e")
-    return f"{mantissa}e{int(exponent)}"
-
-
 def minus(v: float, spec: str) -> str:
     """A number with a typographic minus sign, as the hand-written prose."""
     return format(v, spec).replace("-", "−")
-
-
-def wrap(text: str) -> str:
-    """A paragraph wrapped at 100 columns, as the docs' hand-written prose."""
-    return textwrap.fill(text, 100, break_long_words=False, break_on_hyphens=False)
 
 
 def versions() -> str:

@@ -39,14 +39,13 @@ import pathlib  # noqa: E402
 import statistics  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
-import textwrap  # noqa: E402
 import time  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from _docblocks import publish  # noqa: E402
+from _docblocks import fmt_error as fmt, publish, wrap  # noqa: E402
 
 DOC = ROOT / "docs" / "training_fold.md"
 EXAMPLE = "examples/qat_finetune.py"
@@ -64,19 +63,6 @@ LABELS = {
 }
 STEPS = 3  # training steps per case
 MOBILENET_BATCH, REPEATS = 4, 3
-
-
-def fmt(v: float) -> str:
-    """An error as the doc shows it: ``0`` when exact, else two significant digits (3.7e-7)."""
-    if v == 0:
-        return "0"
-    mantissa, exponent = f"{v:.1e}".split("e")
-    return f"{mantissa}e{int(exponent)}"
-
-
-def wrap(text: str) -> str:
-    """A paragraph wrapped at 100 columns, as the doc's hand-written prose."""
-    return textwrap.fill(text, 100, break_long_words=False, break_on_hyphens=False)
 
 
 def machine() -> str:
