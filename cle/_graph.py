@@ -27,7 +27,8 @@ import keras
 from keras.src.models.functional import Functional
 from keras.src.ops import numpy as _ops_numpy
 
-__all__ = ["Call", "GraphView", "Tensor", "graph_view", "local_view", "run_call"]
+__all__ = ["Call", "GraphView", "Tensor", "graph_view", "is_plain_call", "local_view", "run_call",
+           "takes_training"]
 
 
 @dataclasses.dataclass(eq=False)
@@ -250,6 +251,22 @@ def graph_view(model) -> GraphView:
                      inputs=top_inputs)
 
 
+def takes_training(layer) -> bool:
+    """Whether ``layer.call`` takes a ``training`` argument (which ``Functional.call`` sets)."""
+    return "training" in getattr(layer, "_call_context_args", ())
+
+
+def is_plain_call(call: Call) -> bool:
+    """Whether ``call`` is ``layer(x)``: a layer called on one tensor, giving one tensor, with
+    no other argument than ``training`` (which :func:`run_call` sets) and keywords left None
+    (``mask=None``, which Keras records for layers that support masking)."""
+    if not call.is_layer or len(call.inputs) != 1 or len(call.outputs) != 1:
+        return False
+    arguments = call.node.arguments
+    return (len(arguments.args) == 1 and arguments.args[0] is call.node.input_tensors[0]
+            and all(v is None or k == "training" for k, v in arguments.kwargs.items()))
+
+
 def run_call(call: Call, values: list, layer=None, training: bool = False) -> list:
     """Run one call of a :func:`graph_view` on concrete tensors.
 
@@ -262,7 +279,7 @@ def run_call(call: Call, values: list, layer=None, training: bool = False) -> li
     node = call.node
     tensors = {id(kt): v for kt, v in zip(node.input_tensors, values)}
     args, kwargs = node.arguments.fill_in(tensors)
-    if "training" in getattr(layer, "_call_context_args", ()):
+    if takes_training(layer):
         kwargs["training"] = training
     return keras.tree.flatten(layer(*args, **kwargs))
 

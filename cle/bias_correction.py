@@ -31,7 +31,6 @@ The input model is never modified; the result is a new model with the same layer
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 from collections.abc import Callable
@@ -41,9 +40,10 @@ import keras
 import numpy as np
 from scipy.stats import norm
 
+from cle import _steps
 from cle._graph import graph_view, run_call
 from cle._layouts import bias_on_wrong_axis, channel_axis, layout_of, untouchable_reason
-from cle._rebuild import LayerEdit, rebuild
+from cle._rebuild import LayerEdit, gc_frozen, rebuild
 from cle.layers import ClippedReLU
 from cle.quantization import _kernel_layers, _kernel_specs, quantize_kernel
 
@@ -449,19 +449,25 @@ def _is_dataset(obj):
 # ------------------------------------------------------------------------------- main
 
 
-def _with_biases(model, calls):
-    """``rebuild`` of ``model`` in which every layer of ``calls`` without a bias gets a zero
-    one (a bias to correct); returns ``(new_model, clones)`` as :func:`rebuild` does."""
+def _corrected_model(model, plan, deltas, in_place=False):
+    """``model`` with the bias ``b`` of the layer of every call of ``plan`` replaced by
+    ``b − delta`` (``deltas``: ``id(call) -> delta``, float64; a layer without a bias gets
+    one). A :func:`rebuild` of ``model``, whose bias values are written once, as the new model
+    is made; with ``in_place``, if every such layer has a bias already, ``model`` itself,
+    corrected. Returns ``(model, clones)`` as :func:`rebuild` does (``clones`` is None in
+    place)."""
+    if in_place and all(call.layer.use_bias for call in plan):
+        for call in plan:
+            _subtract(call.layer.bias, deltas[id(call)])
+        return model, None
     edits = {}
-    for call in calls:
+    for call in plan:
         layer = call.layer
-        if not layer.use_bias:
-            kernel = keras.ops.convert_to_numpy(layer.kernel)
-            n_out = layer.compute_output_shape(call.inputs[0].shape)
-            n_out = int(n_out[channel_axis(layer, len(n_out))])
-            edits[id(layer)] = LayerEdit(config={"use_bias": True},
-                                         variables={"kernel": kernel,
-                                                    "bias": np.zeros(n_out, kernel.dtype)})
+        bias = (np.asarray(keras.ops.convert_to_numpy(layer.bias), np.float64)
+                if layer.use_bias else 0.0)
+        edits[id(layer)] = LayerEdit(config={} if layer.use_bias else {"use_bias": True},
+                                     variables={"bias": bias - deltas[id(call)]},
+                                     keep=tuple(layout_of(layer).kernel_attrs))
     return rebuild(model, edits=edits)
 
 
@@ -496,8 +502,24 @@ def correct_bias(model, bn_stats=None, calibration_data=None, bits=8, per_channe
         TypeError: ``model`` is not a ``keras.Model``.
         ValueError: bad arguments.
     """
+    return _correct_bias(model, bn_stats, calibration_data, bits, per_channel, progress,
+                         return_report)
+
+
+def _correct_bias(model, bn_stats=None, calibration_data=None, bits=8, per_channel=False,
+                  progress=None, return_report=False, in_place=False):
+    """:func:`correct_bias`; with ``in_place``, ``model`` (a model the caller owns, such as
+    one :func:`cle.equalize_model` has just built) is corrected and returned itself when none
+    of its corrected layers needs a bias added."""
     if not isinstance(model, keras.Model):
         raise TypeError(f"Expected a keras.Model. Received: model of type {type(model).__name__}")
+    with gc_frozen():
+        return _correct_bias_frozen(model, bn_stats, calibration_data, bits, per_channel,
+                                    progress, return_report, in_place)
+
+
+def _correct_bias_frozen(model, bn_stats, calibration_data, bits, per_channel, progress,
+                         return_report, in_place):
     if (bn_stats is None) == (calibration_data is None):
         raise ValueError("Give exactly one of `bn_stats` (analytic) and `calibration_data` "
                          "(empirical).")
@@ -539,21 +561,12 @@ def correct_bias(model, bn_stats=None, calibration_data=None, bits=8, per_channe
     else:
         calibration = _check_data(model, calibration_data)
 
-    new_model, clones = _with_biases(model, plan)
-    if calibration is None:
-        for call in plan:
-            layer = call.layer
-            kind = layout_of(layer).kind
-            mean_x, note = analytic[id(call)]
-            eps = _kernel_error(layer, kind, bits, per_channel)
-            delta = _bias_delta(kind, eps, mean_x, int(getattr(layer, "groups", 1) or 1))
-            _subtract(clones[id(layer)].bias, delta)
-            records[id(call)] = _record(layer, "analytic", delta, note, not layer.use_bias)
-    else:
-        for call, delta in _empirical_pass(view, plan, clones, calibration, bits, per_channel,
-                                           say):
-            layer = call.layer
-            records[id(call)] = _record(layer, "empirical", delta, "", not layer.use_bias)
+    deltas = {}
+    for call, delta, mode, note in _measure(view, plan, analytic, calibration, bits,
+                                            per_channel, say):
+        deltas[id(call)] = delta
+        records[id(call)] = _record(call.layer, mode, delta, note, not call.layer.use_bias)
+    new_model, _ = _corrected_model(model, plan, deltas, in_place)
     ordered = [records[id(c)] for c in calls]
     for rec in ordered:
         if not rec.corrected:
@@ -561,6 +574,23 @@ def correct_bias(model, bn_stats=None, calibration_data=None, bits=8, per_channe
     if return_report:
         return new_model, ordered
     return new_model
+
+
+def _measure(view, plan, analytic, calibration, bits, per_channel, say):
+    """Yield ``(call, delta, mode, note)`` for every call of ``plan``, in order: its bias is
+    to be corrected by ``−delta``, measured analytically (``analytic``:
+    ``id(call) -> (E[x], note)``) or with the ``calibration`` batches."""
+    if calibration is None:
+        for call in plan:
+            layer = call.layer
+            kind = layout_of(layer).kind
+            mean_x, note = analytic[id(call)]
+            eps = _kernel_error(layer, kind, bits, per_channel)
+            delta = _bias_delta(kind, eps, mean_x, int(getattr(layer, "groups", 1) or 1))
+            yield call, delta, "analytic", note
+    else:
+        for call, delta in _empirical_pass(view, plan, calibration, bits, per_channel, say):
+            yield call, delta, "empirical", ""
 
 
 def _probe(layer, kernel, in_shape):
@@ -591,62 +621,28 @@ def _subtract(bias, delta, also=None):
         var.assign(keras.ops.convert_to_tensor(value, dtype=var.dtype))
 
 
-def _channel_mean(y, axis):
-    """Mean of ``y`` over every axis (batch included) but ``axis``."""
-    ndim = len(y.shape)
-    axis %= ndim
-    return keras.ops.mean(y, axis=tuple(i for i in range(ndim) if i != axis))
-
-
-@contextlib.contextmanager
-def _quantized(layer, bits, per_channel):
-    """``layer`` (a layer of the model being built, never the caller's) with every kernel
-    quantized as :func:`cle.fake_quantize_weights` does, for the duration of the block; the
-    float kernels are put back afterwards, bit for bit, whatever happens."""
-    saved = []
-    try:
-        layers = ([layer] if layout_of(layer) is not None else []) + _kernel_layers(layer)
-        _quantize_kernels(layers, bits, per_channel, saved)
-        yield layer
-    finally:
-        for var, w in reversed(saved):
-            var.assign(keras.ops.convert_to_tensor(w, dtype=var.dtype))
-
-
-@contextlib.contextmanager
-def _linear(layer):
-    """``layer`` without its activation for the duration of the block (its pre-activation
-    output is what a bias correction compares)."""
-    activation = getattr(layer, "activation", None)
-    if activation is None or keras.activations.serialize(activation) in (None, "linear"):
-        yield layer, None
-        return
-    layer.activation = keras.activations.linear
-    try:
-        yield layer, activation
-    finally:
-        layer.activation = activation
-
-
-def _empirical_pass(view, plan, clones, batches, bits, per_channel, say):
-    """Correct the layers of ``plan`` in one forward pass over the calibration ``batches``;
-    yield ``(call, delta)`` for each, in order, once its new layer's bias (``clones``) is
-    corrected.
+def _empirical_pass(view, plan, batches, bits, per_channel, say, min_uses=None):
+    """Measure the corrections of the layers of ``plan`` in one forward pass over the
+    calibration ``batches``; yield ``(call, delta)`` for each, in order (its bias is to be
+    corrected by ``−delta``).
 
     Two streams of activations go through the graph of ``view`` (the input model) call by
-    call in topological order, on all the calibration data at once, computed eagerly: ``f``,
-    the float model (the input model's own layers), and ``q``, the model with every kernel
-    quantized as :func:`cle.fake_quantize_weights` does and with the biases corrected so far
-    (the new model's layers, ``clones``, their kernels quantized for the duration of their
-    call). On reaching a layer of ``plan``,
+    call in topological order, on all the calibration data at once: ``f``, the float model,
+    and ``q``, the model with every kernel quantized as :func:`cle.fake_quantize_weights`
+    does and with the corrections measured so far. On reaching a layer of ``plan``,
     ``delta = E[W_q ∗ x_q + b] − E[W ∗ x_f + b]`` per output channel (mean over samples and
     positions, padded borders included; the same as the difference of the kernel-only
     outputs) is subtracted from the layer's ``q`` output before its activation, which is what
-    the corrected bias ``b − delta`` computes, and from the new layer's bias. Activations are
-    not quantized.
+    the corrected bias ``b − delta`` computes. Activations are not quantized.
 
-    Eager calls add no node to any model; a tensor is freed once its last consumer ran, and
-    calls that lead to no layer of ``plan`` are not run.
+    The model is never modified: quantized kernels are values handed to the layers in a
+    ``keras.StatelessScope``, and a layer's pre-activation output comes from a private copy
+    of it (:mod:`cle._steps`). Calls add no node to any model; a tensor is freed once its
+    last consumer ran, and calls that lead to no layer of ``plan`` are not run. Calls of a
+    kind that occurs at least ``min_uses`` times (a convolution and its ReLU, or a run of such
+    blocks) run compiled, both streams and the measurements in one function
+    (:class:`cle._steps.Steps`; ``min_uses`` defaults to :data:`cle._steps.MIN_USES`); the
+    other calls run eagerly.
     """
     if len(view.inputs) != 1:
         raise ValueError(
@@ -665,67 +661,98 @@ def _empirical_pass(view, plan, clones, batches, bits, per_channel, say):
         for t in call.inputs:
             uses[id(t)] = uses.get(id(t), 0) + 1
     targets = {id(call): k for k, call in enumerate(plan, start=1)}
+    steps = _steps.Steps(calls, targets, uses,
+                         _steps.MIN_USES if min_uses is None else min_uses)
 
     x = keras.ops.convert_to_tensor(np.concatenate(batches))
     live = {id(view.inputs[0]): (x, x)}  # id(Tensor) -> (float, quantized) values
+    done = set()  # ids of calls run by the compiled step of an earlier call
     for call in calls:
+        if id(call) in done:
+            continue
         xf, xq = (list(v) for v in zip(*(live[id(t)] for t in call.inputs)))
         layer = call.layer
-        clone = clones.get(id(layer))
         k = targets.get(id(call))
-        if k is not None:
+        parted = not all(a is b for a, b in zip(xf, xq))
+        out, unit, heads = None, [call], [call]
+        compiled = steps.get(call, xf[0]) if parted or k is not None else None
+        if compiled is not None:
+            step, unit, heads = compiled
+            for head in heads:
+                if id(head) in targets:
+                    say(f"[{targets[id(head)]}/{len(plan)}] {head.layer.name}: measuring its "
+                        "output mean error")
+            # Each layer's weights and, for the quantized stream, its kernels quantized (its
+            # bias is not corrected yet: the pass corrects it after its call).
+            out = step([(_weight_values(h.layer), _weight_values(h.layer, bits, per_channel))
+                        for h in heads], xf[0], xq[0])
+        elif k is not None:
             say(f"[{k}/{len(plan)}] {layer.name}: measuring its output mean error")
-            with _linear(clone) as (lin, activation):
-                yf = run_call(call, xf, layer=lin)[0]
-                with _quantized(lin, bits, per_channel):
-                    yq = run_call(call, xq, layer=lin)[0]
-            axis = channel_axis(layer, len(call.outputs[0].shape))
-            # The mean of the difference: no cancellation between two large means, and no
-            # float64 copy of a whole activation.
-            delta = _channel_mean(yq - yf, axis)
-            shape = [1] * len(yq.shape)
-            shape[axis] = yq.shape[axis]
-            yq = yq - keras.ops.reshape(keras.ops.cast(delta, yq.dtype), shape)
-            if activation is not None:
-                yf, yq = activation(yf), activation(yq)
-            outs = [(yf, yq)]
-            delta = np.asarray(keras.ops.convert_to_numpy(delta), dtype=np.float64)
-            _subtract(clone.bias, delta)
+        if out is None and k is not None:
+            unit = heads = [call]
+            out = steps.target(call, xf[0])(
+                [(_weight_values(layer), _weight_values(layer, bits, per_channel))],
+                xf[0], xq[0])
+        if out is not None:
+            done.update(id(c) for c in unit[1:])
+            outs = [tuple(out[:2])]
+            deltas = [np.asarray(keras.ops.convert_to_numpy(d), dtype=np.float64)
+                      for d in out[2]]
         else:
             out_f = run_call(call, xf)
-            if all(a is b for a, b in zip(xf, xq)) and not getattr(layer, "weights", None):
+            if not parted and not getattr(layer, "weights", None):
                 out_q = out_f  # same inputs, no weights: the streams have not parted yet
-            elif not getattr(layer, "weights", None):
-                out_q = run_call(call, xq)
-            elif clone is None:
-                raise RuntimeError(f"internal error: layer '{layer.name}' has no clone")
             else:
-                with _quantized(clone, bits, per_channel):
-                    out_q = run_call(call, xq, layer=clone)
+                with keras.StatelessScope(state_mapping=_quantized_kernels(layer, bits,
+                                                                           per_channel)):
+                    out_q = run_call(call, xq)
             outs = list(zip(out_f, out_q))
         for t in call.inputs:
             uses[id(t)] -= 1
             if uses[id(t)] == 0:
                 live.pop(id(t), None)
-        for t, pair in zip(call.outputs, outs):
+        for t, pair in zip(unit[-1].outputs, outs):
             if uses.get(id(t), 0):
                 live[id(t)] = pair
-        if k is not None:
-            yield call, delta
+        if out is not None:
+            yield from zip((h for h in heads if id(h) in targets), deltas)
 
 
-def _quantize_kernels(layers, bits, per_channel, saved=None):
-    """Quantize every kernel of ``layers`` in place; with a list ``saved``, append
-    ``(variable, float value)`` to it before each kernel changes."""
+def _quantized_kernels(layer, bits, per_channel):
+    """``[(kernel variable, its quantized value)]`` for every kernel of ``layer`` (its
+    sub-layers included)."""
+    if not getattr(layer, "weights", None):
+        return []
+    return [(getattr(qlayer, attr), _quantized_kernel(getattr(qlayer, attr), bits,
+                                                      per_channel, axis, depthwise))
+            for qlayer in ([layer] if layout_of(layer) is not None else [])
+            + _kernel_layers(layer)
+            for attr, axis, depthwise in _kernel_specs(qlayer)]
+
+
+def _weight_values(layer, bits=None, per_channel=False):
+    """The values of ``layer.weights``, in order; with ``bits``, its kernels quantized as
+    :func:`cle.fake_quantize_weights` quantizes them."""
+    values = {id(w): w.value for w in layer.weights}
+    if bits is not None:
+        values.update((id(var), q) for var, q in _quantized_kernels(layer, bits, per_channel))
+    return [values[id(w)] for w in layer.weights]
+
+
+def _quantized_kernel(var, bits, per_channel, axis, depthwise, w=None):
+    """``var`` (a kernel variable, or its numpy value ``w``) quantized, as a tensor of its
+    dtype."""
+    w = keras.ops.convert_to_numpy(var) if w is None else w
+    return keras.ops.convert_to_tensor(
+        quantize_kernel(w, bits, axis if per_channel else None, depthwise), dtype=var.dtype)
+
+
+def _quantize_kernels(layers, bits, per_channel):
+    """Quantize every kernel of ``layers`` in place."""
     for qlayer in layers:
         for attr, axis, depthwise in _kernel_specs(qlayer):
             var = getattr(qlayer, attr)
-            w = keras.ops.convert_to_numpy(var)
-            if saved is not None:
-                saved.append((var, w))
-            var.assign(keras.ops.convert_to_tensor(
-                quantize_kernel(w, bits, axis if per_channel else None, depthwise),
-                dtype=var.dtype))
+            var.assign(_quantized_kernel(var, bits, per_channel, axis, depthwise))
 
 
 def _quantized_copy(model, bits, per_channel):

@@ -1036,7 +1036,7 @@ def equalize_model(model, relu6="bound", high_bias_fold="none", margin=3.0,
     folded = [
         _bnf.FoldedPair(clones[id(m.target.layer)], m.bn_call.layer, m.bn_after) for m in matches
     ]
-    corrections = []
+    corrections, by_name = [], None
     if bias_correction != "none":
         from cle import bias_correction as _bc
 
@@ -1044,11 +1044,16 @@ def equalize_model(model, relu6="bound", high_bias_fold="none", margin=3.0,
         if bias_correction == "analytic":
             stats = _bc.bn_stats_from_report(
                 EqualizationReport(folded, [], relu6, [], infos, [], absorptions))
-        new_model, corrections = _bc.correct_bias(
+        # new_model is private here: corrected in place unless a layer needs a bias added.
+        corrected, corrections = _bc._correct_bias(
             new_model, bn_stats=stats, calibration_data=calibration_data, bits=weight_bits,
-            per_channel=per_channel_weights, progress=progress, return_report=True)
-        # Point the report at the layers of the model that is returned.
-        by_name = {la.name: la for la in new_model._flatten_layers()}
+            per_channel=per_channel_weights, progress=progress, return_report=True,
+            in_place=True)
+        if corrected is not new_model:
+            new_model = corrected
+            # Point the report at the layers of the model that is returned.
+            by_name = {la.name: la for la in new_model._flatten_layers()}
+    if by_name is not None:
         folded = [_bnf.FoldedPair(by_name[p.layer.name], p.bn, p.bn_after) for p in folded]
         for info in infos:
             for pair in info.cls_pair_info_list:

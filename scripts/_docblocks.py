@@ -33,6 +33,7 @@ GENERATORS = {
     "int8-": "gen_int8_results.py",
     "training-": "gen_training_fold_docs.py",
     "exactness-": "gen_exactness_docs.py",
+    "bias-correction-": "../benchmarks/bench_bias_correction.py",
 }
 
 # Markers count only on a line of their own (a marker quoted in running text is not one).

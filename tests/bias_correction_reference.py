@@ -45,6 +45,11 @@ def _measure(model, layer, qmodel, qlayer, call, batches, eps):
     return total / count, scale
 
 
+def _n_out(call):
+    shape = call.outputs[0].shape
+    return shape[channel_axis(call.layer, len(shape))]
+
+
 def empirical_deltas(model, calibration_data, bits=8, per_channel=False):
     """``{layer name: (delta, scale)}`` for every layer that :func:`cle.correct_bias` would
     correct empirically, computed layer by layer: the bias is corrected by ``−delta``;
@@ -54,7 +59,8 @@ def empirical_deltas(model, calibration_data, bits=8, per_channel=False):
     plan = [c for c in view.calls
             if layout_of(c.layer) is not None and not BC._target_reason(view, c)]
     batches = BC._check_data(model, calibration_data)
-    new_model, clones = BC._with_biases(model, plan)
+    new_model, clones = BC._corrected_model(
+        model, plan, {id(c): np.zeros(_n_out(c)) for c in plan})  # every layer with a bias
     qmodel, qclones = BC._quantized_copy(new_model, bits, per_channel)
     deltas = {}
     for call in plan:

@@ -412,29 +412,182 @@ def test_empirical_branches_match_reference_and_leave_input_untouched():
     # neither the input model nor the result got nodes from the traced passes
     assert {la.name: len(la._inbound_nodes) for la in model.layers} == n_nodes
     assert all(len(la._inbound_nodes) == n_nodes[la.name] for la in corrected.layers)
-    # the pass on its own, on another rebuild: the same corrections, and each yielded once
-    # the layer's bias is corrected
+    # the pass on its own: the same corrections, one per planned call, in order
     view = BC.graph_view(model)
     plan = [c for c in view.calls if BC.layout_of(c.layer) is not None]
-    _, clones = BC.rebuild(model, edits={id(model.get_layer("b")): BC.LayerEdit(
-        config={"use_bias": True},
-        variables={"kernel": keras.ops.convert_to_numpy(model.get_layer("b").kernel),
-                   "bias": np.zeros(8, "float32")})})
-    kernels = {i: keras.ops.convert_to_numpy(c.kernel) for i, c in clones.items()
-               if hasattr(c, "kernel")}
     deltas = {}
-    for call, d in BC._empirical_pass(view, plan, clones, [x], 4, False,
-                                      lambda m: None):
+    for call, d in BC._empirical_pass(view, plan, [x], 4, False, lambda m: None):
         deltas[call.layer.name] = d
-        clone = clones[id(call.layer)]
-        before = keras.ops.convert_to_numpy(call.layer.bias) if call.layer.use_bias else 0.0
-        np.testing.assert_allclose(keras.ops.convert_to_numpy(clone.bias), before - d,
-                                   rtol=1e-6, atol=1e-7)
+    assert list(deltas) == [c.layer.name for c in plan]
     for r in records:
         assert np.abs(deltas[r.layer]).max() == pytest.approx(r.max_abs_delta, rel=1e-6)
-    # kernels quantized for the pass are back to their float values, bit for bit
-    for i, k in kernels.items():
-        np.testing.assert_array_equal(keras.ops.convert_to_numpy(clones[i].kernel), k)
+    for a, b in zip(before, model.get_weights()):
+        np.testing.assert_array_equal(a, b)
+
+
+# ----------------------------------------------------- compiled steps of the pass (cle._steps)
+
+
+def _chain(n_blocks, seed=0):
+    """``n_blocks`` blocks Conv2D(6, 3, 'same') → ReLU, with a depthwise block without bias
+    and a fused ReLU6 in the middle (another kind of segment) and an unfolded
+    BatchNormalization (weights, not corrected) after it, then GlobalAveragePooling → Dense."""
+    rng = np.random.default_rng(seed)
+    inp = keras.Input((8, 8, 6), name="x")
+    h = inp
+    for i in range(n_blocks):
+        h = L.ReLU(name=f"relu{i}")(L.Conv2D(6, 3, padding="same", name=f"conv{i}")(h))
+        if i == n_blocks // 2:
+            h = L.DepthwiseConv2D(3, padding="same", use_bias=False, activation="relu6",
+                                  name="dw")(h)
+            h = L.BatchNormalization(name="bn")(h)
+    model = keras.Model(inp, L.Dense(3, name="head")(L.GlobalAveragePooling2D(name="gap")(h)))
+    for layer in model.layers:
+        for w in layer.weights:
+            if "moving_variance" in w.path or "gamma" in w.path:
+                w.assign(rng.uniform(0.5, 1.5, w.shape))
+            elif len(w.shape) > 1:  # He-like scale, uneven channel ranges
+                fan_in = int(np.prod(w.shape[:-1])) if "depthwise" not in w.path else 9
+                w.assign(rng.normal(0, np.sqrt(2 / fan_in), w.shape)
+                         * rng.uniform(0.1, 1, w.shape[-1]))
+            else:
+                w.assign(rng.normal(0, 0.1, w.shape))
+    x = rng.normal(0, 1, (24, 8, 8, 6)).astype(np.float32)
+    return model, x
+
+
+def _pass_deltas(model, x, bits=8, per_channel=False, min_uses=None):
+    view = BC.graph_view(model)
+    plan = [c for c in view.calls
+            if BC.layout_of(c.layer) is not None and not BC._target_reason(view, c)]
+    return {c.layer.name: d for c, d in BC._empirical_pass(view, plan, [x], bits, per_channel,
+                                                           lambda m: None, min_uses)}
+
+
+@pytest.fixture
+def compiled_units(monkeypatch):
+    """The units of every compiled step the pass runs, as lists of layer names."""
+    seen = []
+    get = BC._steps.Steps.get
+
+    def spy(self, call, x):
+        out = get(self, call, x)
+        if out is not None:
+            seen.append([c.layer.name for c in out[1]])
+        return out
+
+    monkeypatch.setattr(BC._steps.Steps, "get", spy)
+    return seen
+
+
+@pytest.mark.parametrize("min_uses", [1, 2])
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_compiled_pass_matches_layer_by_layer_reference(monkeypatch, compiled_units,
+                                                        min_uses, per_channel):
+    """With every kind compiled (1) or runs of blocks compiled as units (2), the corrections
+    are those of the layer-by-layer reference, and the input model is untouched."""
+    if BC._steps.compiler() is None:
+        pytest.skip(f"no compiler on {keras.backend.backend()}: the pass is eager there")
+    monkeypatch.setattr(BC._steps, "MIN_USES", min_uses)
+    model, x = _chain(12)
+    before = [w.copy() for w in model.get_weights()]
+    corrected, records = BC.correct_bias(model, calibration_data=x, bits=4,
+                                         per_channel=per_channel, return_report=True)
+    assert [r.layer for r in records if r.corrected] == (
+        [f"conv{i}" for i in range(7)] + ["dw"] + [f"conv{i}" for i in range(7, 12)] + ["head"])
+    _assert_same_as_reference(model, corrected, x, bits=4, per_channel=per_channel)
+    for a, b in zip(before, model.get_weights()):
+        np.testing.assert_array_equal(a, b)
+    if min_uses == 1:  # every kind: runs of blocks of one kind, dw, bn and head alone
+        assert compiled_units == [
+            [n for i in range(7) for n in (f"conv{i}", f"relu{i}")], ["dw"], ["bn"],
+            [n for i in range(7, 11) for n in (f"conv{i}", f"relu{i}")],
+            ["conv11", "relu11", "gap"], ["head"]]
+    else:  # the two runs are different kinds: the blocks one by one
+        assert compiled_units == [[f"conv{i}", f"relu{i}"] for i in range(11)]
+
+
+def test_deep_chain_compiles_by_default_and_matches_the_eager_pass(compiled_units):
+    """Past MIN_USES blocks of one kind, the pass compiles them (units of UNIT blocks); its
+    corrections equal the eager pass's to float32 round-off."""
+    if BC._steps.compiler() is None:
+        pytest.skip(f"no compiler on {keras.backend.backend()}: the pass is eager there")
+    n = BC._steps.MIN_USES + 2
+    model, x = _chain(n)
+    compiled = _pass_deltas(model, x)
+    assert compiled_units, "nothing was compiled"
+    assert sum(len(u) for u in compiled_units) >= 2 * BC._steps.MIN_USES
+    compiled_units.clear()
+    eager = _pass_deltas(model, x, min_uses=10**9)
+    assert not compiled_units
+    assert list(compiled) == list(eager)
+    for name, d in eager.items():
+        np.testing.assert_allclose(compiled[name], d, rtol=1e-4, atol=1e-5 * np.abs(d).max(),
+                                   err_msg=name)
+
+
+def test_units_are_runs_of_up_to_UNIT_segments_else_segments_else_calls():
+    if BC._steps.compiler() is None:
+        pytest.skip(f"no compiler on {keras.backend.backend()}")
+    model, _ = _chain(2 * BC._steps.UNIT + 6)
+    view = BC.graph_view(model)
+    plan = [c for c in view.calls if BC.layout_of(c.layer) is not None]
+    calls = view.calls
+    uses = {}
+    for call in calls:
+        for t in call.inputs:
+            uses[id(t)] = uses.get(id(t), 0) + 1
+    steps = BC._steps.Steps(calls, {id(c) for c in plan}, uses, min_uses=2)
+    units = [[[c.layer.name for c in seg] for seg in unit] for _, unit in steps._units.values()]
+    # conv0..relu11 (12 blocks, dw after block 11): one unit of UNIT blocks, then 4 blocks
+    # (their unit kind occurs once: blocks one by one); after bn, conv12..relu20 (9 blocks,
+    # conv21 → relu21 → gap is another kind): one unit of UNIT blocks, then 1 block; dw, bn,
+    # the last block and head occur once: eager.
+    sizes = sorted(len(u) for u in units)
+    assert sizes == [1] * 5 + [BC._steps.UNIT] * 2, units
+    assert all(seg[0].startswith("conv") and seg[1].startswith("relu") and len(seg) == 2
+               for u in units for seg in u)
+
+
+def test_a_failing_compiled_step_falls_back_to_the_eager_pass(monkeypatch, caplog):
+    if BC._steps.compiler() is None:
+        pytest.skip(f"no compiler on {keras.backend.backend()}")
+
+    def broken_compiler():
+        def compile_fn(fn):
+            def call(*args):
+                raise RuntimeError("injected tracing failure")
+            return call
+        return compile_fn
+
+    model, x = _chain(6)
+    eager = _pass_deltas(model, x, min_uses=10**9)
+    monkeypatch.setattr(BC._steps, "compiler", broken_compiler)
+    with caplog.at_level("INFO", logger="cle.bias_correction"):
+        fallback = _pass_deltas(model, x, min_uses=1)
+    assert "injected tracing failure" in caplog.text
+    assert list(fallback) == list(eager)
+    for name, d in eager.items():
+        np.testing.assert_array_equal(fallback[name], d, err_msg=name)
+
+
+def test_gc_frozen_restores_the_collector_and_keeps_a_callers_freeze():
+    import gc
+
+    from cle._rebuild import gc_frozen
+
+    assert gc.get_freeze_count() == 0
+    with gc_frozen():
+        assert gc.get_freeze_count() > 0
+    assert gc.get_freeze_count() == 0
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        with gc_frozen():
+            pass
+        assert gc.get_freeze_count() == frozen  # the caller's freeze is not undone
+    finally:
+        gc.unfreeze()
 
 
 def test_empirical_nested_sub_model():
@@ -570,7 +723,7 @@ def test_unexpected_error_while_measuring_reaches_the_user(monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("injected failure")
 
-    monkeypatch.setattr(BC, "_channel_mean", broken)
+    monkeypatch.setattr(BC._steps, "_template", broken)
     model = _nested_model()
     x = np.random.default_rng(0).normal(size=(8, 6, 6, 3)).astype(np.float32)
     with pytest.raises(RuntimeError, match="injected failure"):

@@ -380,6 +380,14 @@ def test_equalize_with_bias_correction(mode):
     err_bc = np.abs((outputs(fake_quantize_weights(new, bits=4), x[32:])[0] - y).mean(0)).mean()
     print(f"{mode}: mean output error {err_plain:.3g} -> {err_bc:.3g}")
     assert err_bc < err_plain
+    # equalize_model corrects its own new model in place: the same weights, bit for bit, as
+    # correct_bias (which rebuilds) on the plain equalized model.
+    from cle.bias_correction import correct_bias
+
+    rebuilt = correct_bias(plain, calibration_data=x[:32], bits=4, per_channel=False)
+    for a, b in zip(rebuilt.weights, new.weights):
+        assert a.path == b.path
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b), a.path)
 
 
 def test_bias_correction_options_are_checked():
