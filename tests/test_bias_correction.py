@@ -456,6 +456,11 @@ def _chain(n_blocks, seed=0):
     return model, x
 
 
+def _needs_compiler():
+    if BC._steps.compiler() is None:
+        pytest.skip(f"no compiler on {keras.backend.backend()}: the pass is eager there")
+
+
 def _pass_deltas(model, x, bits=8, per_channel=False, min_uses=None):
     view = BC.graph_view(model)
     plan = [c for c in view.calls
@@ -486,8 +491,7 @@ def test_compiled_pass_matches_layer_by_layer_reference(monkeypatch, compiled_un
                                                         min_uses, per_channel):
     """With every kind compiled (1) or runs of blocks compiled as units (2), the corrections
     are those of the layer-by-layer reference, and the input model is untouched."""
-    if BC._steps.compiler() is None:
-        pytest.skip(f"no compiler on {keras.backend.backend()}: the pass is eager there")
+    _needs_compiler()
     monkeypatch.setattr(BC._steps, "MIN_USES", min_uses)
     model, x = _chain(12)
     before = [w.copy() for w in model.get_weights()]
@@ -510,8 +514,7 @@ def test_compiled_pass_matches_layer_by_layer_reference(monkeypatch, compiled_un
 def test_deep_chain_compiles_by_default_and_matches_the_eager_pass(compiled_units):
     """Past MIN_USES blocks of one kind, the pass compiles them (units of UNIT blocks); its
     corrections equal the eager pass's to float32 round-off."""
-    if BC._steps.compiler() is None:
-        pytest.skip(f"no compiler on {keras.backend.backend()}: the pass is eager there")
+    _needs_compiler()
     n = BC._steps.MIN_USES + 2
     model, x = _chain(n)
     compiled = _pass_deltas(model, x)
@@ -527,8 +530,7 @@ def test_deep_chain_compiles_by_default_and_matches_the_eager_pass(compiled_unit
 
 
 def test_units_are_runs_of_up_to_UNIT_segments_else_segments_else_calls():
-    if BC._steps.compiler() is None:
-        pytest.skip(f"no compiler on {keras.backend.backend()}")
+    _needs_compiler()
     model, _ = _chain(2 * BC._steps.UNIT + 6)
     view = BC.graph_view(model)
     plan = [c for c in view.calls if BC.layout_of(c.layer) is not None]
@@ -550,8 +552,7 @@ def test_units_are_runs_of_up_to_UNIT_segments_else_segments_else_calls():
 
 
 def test_a_failing_compiled_step_falls_back_to_the_eager_pass(monkeypatch, caplog):
-    if BC._steps.compiler() is None:
-        pytest.skip(f"no compiler on {keras.backend.backend()}")
+    _needs_compiler()
 
     def broken_compiler():
         def compile_fn(fn):
