@@ -71,17 +71,35 @@ def compiler() -> Callable | None:
     return None
 
 
+def _weights_are_read_when_called(layer) -> bool:
+    """Whether a copy of ``layer`` from its config computes what ``layer`` computes when it is
+    handed ``layer``'s weight values: true of weightless layers and of the layers whose call
+    reads their weights (convolutions, Dense, BatchNormalization, cle's ClippedReLU), not of
+    every layer (an adapted ``Normalization`` builds its constants once, when it is built),
+    nor of LoRA or quantized Dense/Conv layers, whose kernel is not a plain variable."""
+    from cle._layouts import layout_of
+    from cle.layers import ClippedReLU
+
+    if not layer.weights:
+        return True
+    if getattr(layer, "lora_enabled", False) or getattr(layer, "quantization_mode", None):
+        return False
+    return layout_of(layer) is not None or type(layer) in (
+        keras.layers.BatchNormalization, ClippedReLU)
+
+
 def _kind(call: Call, target: bool):
-    """A hashable description of what ``call`` computes, up to its weights and batch size, or
-    None if it cannot be compiled."""
+    """A hashable description of what ``call`` computes, up to its weights and the shape of
+    its input, or None if it cannot be compiled."""
     layer = call.layer
-    if not is_plain_call(call) or not type(layer).__module__.startswith(("keras.", "cle.")):
+    if (not is_plain_call(call) or not type(layer).__module__.startswith(("keras.", "cle."))
+            or not _weights_are_read_when_called(layer)):
         return None
     try:
         config = layer.get_config()
         config.pop("name", None)
-        text = json.dumps(config, sort_keys=True, default=repr)
-    except Exception:  # a config that does not serialize: stays eager
+        text = json.dumps(config, sort_keys=True)
+    except Exception:  # a config that is not plain JSON: stays eager
         return None
     return type(layer), text, target, tuple(call.inputs[0].shape[1:])
 
@@ -288,7 +306,10 @@ class Steps:
         entry = self._units.get(id(call))
         if entry is None:
             return None
-        kind, unit = entry
+        # The symbolic shapes of a kind may leave sizes open ((None, None, 16)): one step per
+        # concrete input shape (a TensorFlow concrete function takes one shape).
+        kind = (entry[0], tuple(x.shape), keras.backend.standardize_dtype(x.dtype))
+        unit = entry[1]
         if kind not in self._steps:
             try:
                 self._steps[kind] = _first_call_checked(
@@ -302,8 +323,9 @@ class Steps:
 
     def _fail(self, kind, call, error):
         self._steps[kind] = None
-        logger.info("calls like '%s' run eagerly in the bias-correction pass (their compiled "
-                    "step failed: %s: %s)", call.layer.name, type(error).__name__, error)
+        logger.warning("calls like '%s' run eagerly in the bias-correction pass (their "
+                       "compiled step failed: %s: %s)", call.layer.name, type(error).__name__,
+                       error)
 
     def target(self, call: Call, x) -> Callable:
         """The uncompiled step of the target ``call`` alone (a unit of one call; see

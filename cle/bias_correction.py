@@ -623,8 +623,9 @@ def _subtract(bias, delta, also=None):
 
 def _empirical_pass(view, plan, batches, bits, per_channel, say, min_uses=None):
     """Measure the corrections of the layers of ``plan`` in one forward pass over the
-    calibration ``batches``; yield ``(call, delta)`` for each, in order (its bias is to be
-    corrected by ``−delta``).
+    calibration ``batches``; yield ``(call, delta)`` for each as it is measured (its bias is
+    to be corrected by ``−delta``): in the order of ``plan``, except that a compiled run of
+    blocks on one branch of a graph is measured ahead of the calls of a parallel branch.
 
     Two streams of activations go through the graph of ``view`` (the input model) call by
     call in topological order, on all the calibration data at once: ``f``, the float model,
@@ -638,11 +639,11 @@ def _empirical_pass(view, plan, batches, bits, per_channel, say, min_uses=None):
     The model is never modified: quantized kernels are values handed to the layers in a
     ``keras.StatelessScope``, and a layer's pre-activation output comes from a private copy
     of it (:mod:`cle._steps`). Calls add no node to any model; a tensor is freed once its
-    last consumer ran, and calls that lead to no layer of ``plan`` are not run. Calls of a
-    kind that occurs at least ``min_uses`` times (a convolution and its ReLU, or a run of such
-    blocks) run compiled, both streams and the measurements in one function
-    (:class:`cle._steps.Steps`; ``min_uses`` defaults to :data:`cle._steps.MIN_USES`); the
-    other calls run eagerly.
+    last consumer ran, and calls that lead to no layer of ``plan`` are not run. Once the
+    streams have parted (at the first layer with weights), calls of a kind that occurs at
+    least ``min_uses`` times (a convolution and its ReLU, or a run of such blocks) run
+    compiled, both streams and the measurements in one function (:class:`cle._steps.Steps`;
+    ``min_uses`` defaults to :data:`cle._steps.MIN_USES`); the other calls run eagerly.
     """
     if len(view.inputs) != 1:
         raise ValueError(
@@ -664,6 +665,14 @@ def _empirical_pass(view, plan, batches, bits, per_channel, say, min_uses=None):
     steps = _steps.Steps(calls, targets, uses,
                          _steps.MIN_USES if min_uses is None else min_uses)
 
+    announced = set()
+
+    def announce(call):
+        if id(call) in targets and id(call) not in announced:
+            announced.add(id(call))
+            say(f"[{targets[id(call)]}/{len(plan)}] {call.layer.name}: measuring its output "
+                "mean error")
+
     x = keras.ops.convert_to_tensor(np.concatenate(batches))
     live = {id(view.inputs[0]): (x, x)}  # id(Tensor) -> (float, quantized) values
     done = set()  # ids of calls run by the compiled step of an earlier call
@@ -679,15 +688,12 @@ def _empirical_pass(view, plan, batches, bits, per_channel, say, min_uses=None):
         if compiled is not None:
             step, unit, heads = compiled
             for head in heads:
-                if id(head) in targets:
-                    say(f"[{targets[id(head)]}/{len(plan)}] {head.layer.name}: measuring its "
-                        "output mean error")
+                announce(head)
             # Each layer's weights and, for the quantized stream, its kernels quantized (its
             # bias is not corrected yet: the pass corrects it after its call).
             out = step([(_weight_values(h.layer), _weight_values(h.layer, bits, per_channel))
                         for h in heads], xf[0], xq[0])
-        elif k is not None:
-            say(f"[{k}/{len(plan)}] {layer.name}: measuring its output mean error")
+        announce(call)
         if out is None and k is not None:
             unit = heads = [call]
             out = steps.target(call, xf[0])(

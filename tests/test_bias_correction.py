@@ -564,12 +564,61 @@ def test_a_failing_compiled_step_falls_back_to_the_eager_pass(monkeypatch, caplo
     model, x = _chain(6)
     eager = _pass_deltas(model, x, min_uses=10**9)
     monkeypatch.setattr(BC._steps, "compiler", broken_compiler)
-    with caplog.at_level("INFO", logger="cle.bias_correction"):
+    with caplog.at_level("WARNING", logger="cle.bias_correction"):
         fallback = _pass_deltas(model, x, min_uses=1)
     assert "injected tracing failure" in caplog.text
     assert list(fallback) == list(eager)
     for name, d in eager.items():
         np.testing.assert_array_equal(fallback[name], d, err_msg=name)
+    # each layer is announced once, although its compiled unit was announced before failing
+    monkeypatch.setattr(BC._steps, "MIN_USES", 1)
+    messages = []
+    BC.correct_bias(model, calibration_data=x, progress=messages.append)
+    n = len(eager)
+    assert sorted(m.split("]")[0] for m in messages) == sorted(
+        f"[{i}/{n}" for i in range(1, n + 1))
+
+
+def test_same_kind_at_different_sizes_gets_one_step_per_size(monkeypatch, compiled_units):
+    """'valid' convolutions of one config on an input of open size: one kind, a smaller
+    activation at each call. Each size gets its own compiled step (a TensorFlow concrete
+    function takes one shape), and the corrections are the reference's."""
+    _needs_compiler()
+    monkeypatch.setattr(BC._steps, "MIN_USES", 2)
+    rng = np.random.default_rng(4)
+    inp = keras.Input((None, None, 4), name="x")
+    h = inp
+    for i in range(BC._steps.UNIT + 2):
+        h = L.ReLU(name=f"relu{i}")(L.Conv2D(4, 3, name=f"conv{i}")(h))
+    model = keras.Model(inp, h)
+    for layer in model.layers:
+        if isinstance(layer, L.Conv2D):
+            layer.kernel.assign(rng.normal(0, 0.4, layer.kernel.shape)
+                                * rng.uniform(0.1, 1, 4))
+            layer.bias.assign(rng.normal(0, 0.1, 4))
+    x = rng.normal(0, 1, (16, 2 * BC._steps.UNIT + 8, 2 * BC._steps.UNIT + 8, 4)).astype(
+        np.float32)
+    corrected = BC.correct_bias(model, calibration_data=x, bits=4)
+    # the unit of UNIT blocks and the one of 2 are different kinds (each once): block by
+    # block; the last conv has no ReLU to run (nothing after it is corrected): eager
+    assert compiled_units == [[f"conv{i}", f"relu{i}"] for i in range(BC._steps.UNIT + 1)]
+    _assert_same_as_reference(model, corrected, x, bits=4)
+
+
+def test_only_layers_whose_call_reads_their_weights_are_compiled():
+    from cle._steps import _weights_are_read_when_called as reads
+
+    norm = L.Normalization()
+    norm.adapt(np.random.default_rng(0).normal(size=(8, 3)).astype(np.float32))
+    lora = L.Dense(4)
+    lora.build((None, 3))
+    lora.enable_lora(2)
+    assert not reads(norm) and not reads(lora)
+    conv = L.Conv2D(2, 1)
+    conv.build((None, 4, 4, 3))
+    bn = L.BatchNormalization()
+    bn.build((None, 3))
+    assert reads(conv) and reads(bn) and reads(L.ReLU()) and reads(cle.ClippedReLU())
 
 
 def test_gc_frozen_restores_the_collector_and_keeps_a_callers_freeze():
