@@ -206,7 +206,6 @@ class ChainWeights:
         return np.square(self.r_last[rows]) if self.sq_last is None else self.sq_last[rows]
 
 
-
 # ------------------------------------------------------------------------ statistics
 
 

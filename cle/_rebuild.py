@@ -32,8 +32,8 @@ class LayerEdit:
 
     Attributes:
         config: entries of the layer's config to override (e.g. ``{"use_bias": True}``).
-        variables: new values by variable attribute (``{"kernel": ..., "bias": ...}``); they
-            must cover every weight of the new layer.
+        variables: new values by variable attribute (``{"kernel": ..., "bias": ...}``); with
+            ``compute`` and ``keep``, they must cover every weight of the new layer.
         compute: ``fn(dtype=None) -> {attr: value}``: new values computed when they are
             needed (at assignment, or by a planner that reads them) rather than held for the
             whole rebuild; ``variables`` overrides its entries. Each call must return the same
@@ -50,7 +50,7 @@ class LayerEdit:
 
     config: dict = dataclasses.field(default_factory=dict)
     variables: dict[str, Any] = dataclasses.field(default_factory=dict)
-    compute: Callable[[], dict[str, Any]] | None = None
+    compute: Callable[..., dict[str, Any]] | None = None
     replace: Callable[[Any], Any] | None = None
     insert_after: Callable[[Any], Any] | None = None
     keep: tuple[str, ...] = ()

@@ -32,7 +32,8 @@ from typing import Any, Callable
 import keras
 
 from cle._graph import Call, is_plain_call, takes_training
-from cle._layouts import channel_axis
+from cle._layouts import channel_axis, layout_of
+from cle.layers import ClippedReLU
 
 logger = logging.getLogger("cle.bias_correction")
 
@@ -77,9 +78,6 @@ def _weights_are_read_when_called(layer) -> bool:
     reads their weights (convolutions, Dense, BatchNormalization, cle's ClippedReLU), not of
     every layer (an adapted ``Normalization`` builds its constants once, when it is built),
     nor of LoRA or quantized Dense/Conv layers, whose kernel is not a plain variable."""
-    from cle._layouts import layout_of
-    from cle.layers import ClippedReLU
-
     if not layer.weights:
         return True
     if getattr(layer, "lora_enabled", False) or getattr(layer, "quantization_mode", None):
@@ -125,11 +123,9 @@ def _segment_fn(calls: list[Call], x, target: bool):
     ``step(f_values, q_values, xf, xq)`` returns the segment's outputs on both streams, and
     for a target also ``delta`` (see :meth:`Steps.get`)."""
     head = calls[0].layer
-    activation = None
-    if target and "activation" in head.get_config():
-        activation = head.activation
-        if keras.activations.serialize(activation) in (None, "linear"):
-            activation = None
+    activation = getattr(head, "activation", None) if target else None
+    if activation is not None and keras.activations.serialize(activation) in (None, "linear"):
+        activation = None
     template, y, kwargs = _template(head, x, linear=target)
     weights = list(template.weights)
     followers = []
@@ -336,8 +332,3 @@ class Steps:
         if step is None:
             step = self._eager[key] = _unit_fn([[call]], x, {id(call)})
         return step
-
-    @property
-    def compiled(self) -> int:
-        """How many kinds of unit have a compiled step so far."""
-        return sum(s is not None for s in self._steps.values())

@@ -42,7 +42,8 @@ from scipy.stats import norm
 
 from cle import _steps
 from cle._graph import graph_view, run_call
-from cle._layouts import bias_on_wrong_axis, channel_axis, layout_of, untouchable_reason
+from cle._layouts import (
+    bias_on_wrong_axis, channel_axis, layout_of, read_weight, untouchable_reason)
 from cle._rebuild import LayerEdit, gc_frozen, rebuild
 from cle.layers import ClippedReLU
 from cle.quantization import _kernel_layers, _kernel_specs, quantize_kernel
@@ -456,17 +457,20 @@ def _corrected_model(model, plan, deltas, in_place=False):
     is made; with ``in_place``, if every such layer has a bias already, ``model`` itself,
     corrected. Returns ``(model, clones)`` as :func:`rebuild` does (``clones`` is None in
     place)."""
+    def new_bias(layer, delta):  # in float64; cast once, to the variable's dtype, when set
+        return (_arr(layer.bias) if layer.use_bias else 0.0) - delta
+
     if in_place and all(call.layer.use_bias for call in plan):
         for call in plan:
-            _subtract(call.layer.bias, deltas[id(call)])
+            bias = call.layer.bias
+            bias.assign(keras.ops.convert_to_tensor(new_bias(call.layer, deltas[id(call)]),
+                                                    dtype=bias.dtype))
         return model, None
     edits = {}
     for call in plan:
         layer = call.layer
-        bias = (np.asarray(keras.ops.convert_to_numpy(layer.bias), np.float64)
-                if layer.use_bias else 0.0)
         edits[id(layer)] = LayerEdit(config={} if layer.use_bias else {"use_bias": True},
-                                     variables={"bias": bias - deltas[id(call)]},
+                                     variables={"bias": new_bias(layer, deltas[id(call)])},
                                      keep=tuple(layout_of(layer).kernel_attrs))
     return rebuild(model, edits=edits)
 
@@ -506,20 +510,15 @@ def correct_bias(model, bn_stats=None, calibration_data=None, bits=8, per_channe
                          return_report)
 
 
+@gc_frozen()
 def _correct_bias(model, bn_stats=None, calibration_data=None, bits=8, per_channel=False,
                   progress=None, return_report=False, in_place=False):
     """:func:`correct_bias`; with ``in_place``, ``model`` (a model the caller owns, such as
     one :func:`cle.equalize_model` has just built) is corrected and returned itself when none
-    of its corrected layers needs a bias added."""
+    of its corrected layers needs a bias added. Runs under :func:`gc_frozen` (building and
+    walking a deep model pays for full collections over the input model's objects)."""
     if not isinstance(model, keras.Model):
         raise TypeError(f"Expected a keras.Model. Received: model of type {type(model).__name__}")
-    with gc_frozen():
-        return _correct_bias_frozen(model, bn_stats, calibration_data, bits, per_channel,
-                                    progress, return_report, in_place)
-
-
-def _correct_bias_frozen(model, bn_stats, calibration_data, bits, per_channel, progress,
-                         return_report, in_place):
     if (bn_stats is None) == (calibration_data is None):
         raise ValueError("Give exactly one of `bn_stats` (analytic) and `calibration_data` "
                          "(empirical).")
@@ -611,14 +610,6 @@ def _record(layer, mode, delta, note, added_bias):
     return BiasCorrectionRecord(layer.name, mode,
                                 float(np.max(np.abs(delta))) if delta.size else 0.0,
                                 note=note, added_bias=added_bias)
-
-
-def _subtract(bias, delta, also=None):
-    """``bias −= delta`` in float64, cast once to the variable's dtype (the same value is
-    assigned to the variable ``also`` if given)."""
-    value = np.asarray(keras.ops.convert_to_numpy(bias), np.float64) - delta
-    for var in (bias, also) if also is not None else (bias,):
-        var.assign(keras.ops.convert_to_tensor(value, dtype=var.dtype))
 
 
 def _empirical_pass(view, plan, batches, bits, per_channel, say, min_uses=None):
@@ -745,12 +736,11 @@ def _weight_values(layer, bits=None, per_channel=False):
     return [values[id(w)] for w in layer.weights]
 
 
-def _quantized_kernel(var, bits, per_channel, axis, depthwise, w=None):
-    """``var`` (a kernel variable, or its numpy value ``w``) quantized, as a tensor of its
-    dtype."""
-    w = keras.ops.convert_to_numpy(var) if w is None else w
+def _quantized_kernel(var, bits, per_channel, axis, depthwise):
+    """The kernel variable ``var`` quantized, as a tensor of its dtype."""
     return keras.ops.convert_to_tensor(
-        quantize_kernel(w, bits, axis if per_channel else None, depthwise), dtype=var.dtype)
+        quantize_kernel(read_weight(var), bits, axis if per_channel else None, depthwise),
+        dtype=var.dtype)
 
 
 def _quantize_kernels(layers, bits, per_channel):
