@@ -29,6 +29,9 @@ __version__ = "0.1.0.dev0"
 # Public name -> module that defines it (loaded on first access).
 _EXPORTS = {
     "BatchNormFoldReport": "cle.batch_norm_fold",
+    "QuantizeReport": "cle.int8",
+    "quantize": "cle.int8",
+    "load_calibration": "cle.int8",
     "FoldedPair": "cle.batch_norm_fold",
     "FoldedPairs": "cle.batch_norm_fold",
     "SkippedBatchNorm": "cle.batch_norm_fold",

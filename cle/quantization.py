@@ -445,15 +445,17 @@ def _quiet():
         log.close()
 
 
-def _interpreter(tflite_model, num_threads=2):
+def _interpreter(tflite_model, num_threads=2, preserve_all_tensors=False):
     """LiteRT's interpreter (``ai_edge_litert``, the supported successor of the deprecated
-    ``tf.lite.Interpreter``), builtin kernels without default delegates."""
+    ``tf.lite.Interpreter``), builtin kernels without default delegates; with
+    ``preserve_all_tensors`` every intermediate tensor stays readable after ``invoke``."""
     from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
     return Interpreter(
         model_content=bytes(tflite_model),
         num_threads=num_threads,
         experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES,
+        experimental_preserve_all_tensors=preserve_all_tensors,
     )
 
 

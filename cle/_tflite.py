@@ -1,0 +1,171 @@
+"""The TF Lite converter in two steps, with the activation ranges in between ours to set.
+
+TF Lite's full-INT8 conversion calibrates every activation tensor's range as the min and max
+it saw on the representative data, then quantizes. The converter runs those two steps
+internally (``TFLiteConverter._quantize``): a *calibrate-only* conversion
+(``_experimental_calibrate_only``) returns the float flatbuffer with the recorded min/max in
+each tensor's quantization parameters, and ``convert.mlir_quantize`` turns such a flatbuffer
+into the INT8 model. Between the two this module reads the ranges, measures the tensors on
+data with LiteRT's interpreter (``experimental_preserve_all_tensors``), and writes chosen
+ranges back with the flatbuffer object API (``tensorflow.lite.tools.flatbuffer_utils``).
+
+Every use of a private or experimental TensorFlow name in the package lives here:
+``_experimental_calibrate_only``, ``_experimental_disable_per_channel``,
+``tensorflow.lite.python.convert.mlir_quantize`` and ``flatbuffer_utils``.
+``tests/test_quantize.py`` checks that the two-step route with untouched ranges gives the
+same INT8 model as the converter's one-step route, so a TensorFlow change that breaks the
+route is caught.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+import numpy as np
+
+from cle.quantization import _check_tflite_backend, _interpreter, _quiet
+
+# Values kept per tensor to choose its range (a uniform sample of all positions of all
+# inputs, plus the exact extremes).
+SAMPLE_PER_TENSOR = 1 << 20
+
+
+@dataclasses.dataclass
+class TensorRange:
+    """One activation tensor of a calibrated flatbuffer: its index, name and shape, the
+    range the converter calibrated (min, max over the data) and the range that will be
+    written (``lo``, ``hi``; the calibrated one until a choice replaces it)."""
+
+    index: int
+    name: str
+    shape: tuple
+    calibrated: tuple[float, float]
+    lo: float
+    hi: float
+    how: str = "min/max"
+
+
+def _representative(x):
+    def gen():
+        for i in range(len(x)):
+            yield [x[i: i + 1]]
+    return gen
+
+
+def _converter(model, x, per_channel=True):
+    import tensorflow as tf
+
+    converter = tf.lite.TFLiteConverter.from_keras_model(model)
+    converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    converter.representative_dataset = _representative(x)
+    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+    if not per_channel:
+        converter._experimental_disable_per_channel = True
+    return converter
+
+
+def calibrate(model, x) -> bytes:
+    """The float flatbuffer of ``model`` with every activation tensor's min/max over ``x``
+    (the converter's calibration step alone)."""
+    _check_tflite_backend("cle.quantize")
+    with _quiet():
+        converter = _converter(model, x)
+        converter._experimental_calibrate_only = True
+        return bytes(converter.convert())
+
+
+def quantize_calibrated(calibrated: bytes, per_channel=True, integer_io=False) -> bytes:
+    """The full-INT8 flatbuffer of a calibrated one (the converter's quantization step)."""
+    import tensorflow as tf
+    from tensorflow.lite.python import convert
+
+    io_type = tf.int8 if integer_io else tf.float32
+    with _quiet():
+        return bytes(convert.mlir_quantize(
+            calibrated, not per_channel, input_data_type=io_type, output_data_type=io_type))
+
+
+def convert_int16(model, x, integer_io=False) -> bytes:
+    """TF Lite's 16-bit activation / 8-bit weight mode (``16x8``), calibrated by the
+    converter on ``x`` (its own min/max; int16 leaves little to gain from clipping)."""
+    import tensorflow as tf
+
+    _check_tflite_backend("cle.quantize")
+    with _quiet():
+        converter = _converter(model, x)
+        converter.target_spec.supported_ops = [
+            tf.lite.OpsSet.EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8]
+        io_type = tf.int16 if integer_io else tf.float32
+        converter.inference_input_type = io_type
+        converter.inference_output_type = io_type
+        return bytes(converter.convert())
+
+
+def _object(calibrated):
+    from tensorflow.lite.tools import flatbuffer_utils
+
+    return flatbuffer_utils.convert_bytearray_to_object(bytearray(calibrated))
+
+
+def ranges_of(calibrated: bytes) -> list[TensorRange]:
+    """Every tensor of the main subgraph that carries a calibrated min/max."""
+    graph = _object(calibrated).subgraphs[0]
+    out = []
+    for i, t in enumerate(graph.tensors):
+        q = t.quantization
+        if q is None or q.min is None or len(q.min) != 1:
+            continue
+        lo, hi = float(q.min[0]), float(q.max[0])
+        name = t.name.decode("utf-8", "replace") if isinstance(t.name, bytes) else str(t.name)
+        out.append(TensorRange(i, name, tuple(int(d) for d in t.shape), (lo, hi), lo, hi))
+    return out
+
+
+def io_indices(calibrated: bytes) -> tuple[set, set]:
+    """``(output tensor indices, input tensor indices)`` of the main subgraph."""
+    graph = _object(calibrated).subgraphs[0]
+    return set(int(i) for i in graph.outputs), set(int(i) for i in graph.inputs)
+
+
+def with_ranges(calibrated: bytes, ranges: list[TensorRange]) -> bytes:
+    """``calibrated`` with each listed tensor's min/max replaced by its ``lo``/``hi``."""
+    from tensorflow.lite.tools import flatbuffer_utils
+
+    obj = _object(calibrated)
+    tensors = obj.subgraphs[0].tensors
+    for r in ranges:
+        q = tensors[r.index].quantization
+        q.min = [np.float32(min(r.lo, 0.0))]
+        q.max = [np.float32(max(r.hi, 0.0))]
+    return bytes(flatbuffer_utils.convert_object_to_bytearray(obj))
+
+
+def observe(calibrated: bytes, x: np.ndarray, indices, progress: Callable | None = None,
+            per_tensor=SAMPLE_PER_TENSOR, seed=0) -> dict[int, np.ndarray]:
+    """A uniform sample of the values each tensor of ``indices`` takes on ``x`` (float
+    interpreter, one input at a time), with each tensor's exact min and max included."""
+    interp = _interpreter(calibrated, preserve_all_tensors=True)
+    inp = interp.get_input_details()[0]
+    interp.resize_tensor_input(inp["index"], (1,) + x.shape[1:], strict=False)
+    interp.allocate_tensors()
+    rng = np.random.default_rng(seed)
+    per_input = max(1, per_tensor // len(x))
+    kept = {i: [] for i in indices}
+    lo = {i: np.inf for i in indices}
+    hi = {i: -np.inf for i in indices}
+    for k in range(len(x)):
+        interp.set_tensor(inp["index"], x[k: k + 1])
+        interp.invoke()
+        for i in indices:
+            v = interp.get_tensor(i).ravel()
+            lo[i] = min(lo[i], float(v.min()))
+            hi[i] = max(hi[i], float(v.max()))
+            if v.size > per_input:  # a random sample of positions (with replacement: fast)
+                v = v[rng.integers(0, v.size, per_input)]
+            kept[i].append(v)
+        if progress is not None and (k + 1) % 16 == 0:
+            progress(f"measured activations on {k + 1} of {len(x)} inputs")
+    return {i: np.concatenate(kept[i] + [np.array([lo[i], hi[i]], np.float32)])
+            for i in indices}
+
