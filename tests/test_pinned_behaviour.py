@@ -280,3 +280,122 @@ def test_target_options_reach_the_scale_choice_from_the_cli(margin_chain, decide
     default = json.loads((tmp_path / "d.json").read_text())["scaling"]
     assert [d["scaled"] for d in default] != [d["scaled"] for d in got] or [
         d["noise_before"] for d in default] != [d["noise_before"] for d in got]
+
+
+# ---------------------------------------------------------------------------- noise model
+
+
+def _quant_sym(w, bits, per_channel):
+    """Symmetric weight quantization, per tensor or per output channel (the last axis)."""
+    q = 2 ** (bits - 1) - 1
+    axes = tuple(range(w.ndim - 1))
+    step = np.abs(w).max(axis=axes if per_channel else None, keepdims=per_channel) / q
+    return np.round(w / step) * step
+
+
+def _quant_capped(y, cap, top, bits):
+    """A ReLU fused into its producer and a MINIMUM against ``cap``, quantized as TFLite runs a
+    ClippedReLU: one asymmetric grid from 0 to the calibrated top of the capped output, the
+    caps rounded to it."""
+    step = top / (2 ** bits - 1)
+    pre = np.clip(np.round(np.maximum(y, 0.0) / step) * step, 0.0, top)
+    return np.minimum(pre, np.round(cap / step) * step)
+
+
+def _dw(a, d):
+    """Depthwise 1-D convolution ('valid') of ``a`` (n, T, C) with taps ``d`` (K, C)."""
+    k = d.shape[0]
+    return sum(a[:, i: i + a.shape[1] - k + 1] * d[i] for i in range(k))
+
+
+def _random_chain(kind, seed=0, n=1500, t=8, c_in=32, c=48, c_out=48, taps=3):
+    """Weights of a pair (dense → ClippedReLU → dense) or a triplet (dense → ClippedReLU →
+    depthwise → ClippedReLU → dense) over sequences, channel ranges spread like folded BNs'."""
+    rng = np.random.default_rng(seed)
+    net = {
+        "x": rng.normal(size=(n, t, c_in)),
+        "w1": rng.normal(size=(c_in, c)) * rng.uniform(0.05, 1.0, size=c),
+        "b1": rng.normal(size=c) * 0.5,
+        "w3": rng.normal(size=(c, c_out)) * rng.uniform(0.1, 1.0, size=(c, 1)),
+    }
+    if kind == "triplet":
+        net["d"] = rng.normal(size=(taps, c)) * rng.uniform(0.1, 1.5, size=c)
+        net["bd"] = rng.normal(size=c) * 0.3
+    return net
+
+
+def _simulate(net, scales, target, cap=6.0):
+    """Noise power at the output (summed over outputs, mean over samples) of the chain scaled
+    by ``scales`` and quantized as TFLite runs it, against the same chain unquantized."""
+    x, w1, b1, w3 = net["x"], net["w1"], net["b1"], net["w3"]
+    wb, ab, pc = target.weight_bits, target.activation_bits, target.per_channel
+    s1, s_last = scales[0], scales[-1]
+    c1 = cap / s1
+    a1 = np.minimum(np.maximum(x @ (w1 / s1) + b1 / s1, 0.0), c1)
+    a1q = _quant_capped(x @ _quant_sym(w1 / s1, wb, pc) + b1 / s1, c1, a1.max(), ab)
+    if "d" in net:
+        s2 = scales[1]
+        ds, bds, c2 = net["d"] * s1 / s2, net["bd"] / s2, cap / s2
+        a_last = np.minimum(np.maximum(_dw(a1, ds) + bds, 0.0), c2)
+        a_last_q = _quant_capped(_dw(a1q, _quant_sym(ds, wb, pc)) + bds, c2, a_last.max(), ab)
+    else:
+        a_last, a_last_q = a1, a1q
+    w3s = w3 * s_last[:, None]
+    err = a_last_q @ _quant_sym(w3s, wb, pc) - a_last @ w3s
+    return float(np.mean(np.sum(err ** 2, axis=-1)))
+
+
+def _modelled(net, cap=6.0):
+    """The library's model of the chain: ChainWeights and junctions measured on its samples
+    (unscaled units; chain_noise divides by the scales itself)."""
+    x, w1, b1, w3 = net["x"], net["w1"], net["b1"], net["w3"]
+    c = w1.shape[1]
+    caps = np.full(c, cap)
+    y1 = x @ w1 + b1
+    junctions = [_qnoise.junction_from_samples(y1.reshape(-1, c), "clipped", caps)]
+    mid = {}
+    if "d" in net:
+        d = net["d"]
+        y2 = _dw(np.minimum(np.maximum(y1, 0.0), caps), d) + net["bd"]
+        junctions.append(_qnoise.junction_from_samples(y2.reshape(-1, c), "clipped", caps))
+        mid = {"r_mid": np.abs(d).max(axis=0), "d_mid": (d ** 2).sum(axis=0),
+               "taps_mid": d.shape[0]}
+    w = ChainWeights(r_first=np.abs(w1).max(axis=0), g_first=float((x ** 2).mean() * x.shape[-1]),
+                     r_last=np.abs(w3), sq_last=w3 ** 2, taps_last=1,
+                     p_first=((x @ w1) ** 2).reshape(-1, c).mean(axis=0), **mid)
+    return w, junctions
+
+
+# The decision the model drives is a 2 dB margin; the model must be tighter than that.
+NOISE_DB_TOLERANCE = 1.5
+
+PER_TENSOR_TRIPLET_XFAIL = pytest.mark.xfail(strict=True, reason=(
+    "known (issue #20): with per-tensor weights the model over-predicts the depthwise weights' "
+    "noise of a triplet whose scaled depthwise ranges are spread (its depthwise term alone by "
+    "up to 4 dB on this chain, the total by 2 dB at 8 bits); likely cause: a depthwise weight "
+    "rounded to zero costs only its own power, a bound the model applies to the first and last "
+    "layers' weights but not to the depthwise ones. Left for the redesign (part 2)"))
+
+
+@pytest.mark.parametrize("bits", [8, 6])
+@pytest.mark.parametrize("per_channel", [True, False], ids=["per_channel", "per_tensor"])
+@pytest.mark.parametrize("kind", ["pair", "triplet"])
+def test_noise_model_matches_a_simulated_quantizer(kind, per_channel, bits, request):
+    """Identity and five random scalings (log-normal, σ = 0.8) of each junction: the modelled
+    noise is within NOISE_DB_TOLERANCE of the simulated one, and both pick the same scaling."""
+    if kind == "triplet" and not per_channel:
+        request.applymarker(PER_TENSOR_TRIPLET_XFAIL)
+    net = _random_chain(kind)
+    w, junctions = _modelled(net)
+    target = QuantTarget(per_channel=per_channel, weight_bits=bits, activation_bits=bits)
+    c = net["w1"].shape[1]
+    rng = np.random.default_rng(1)
+    modelled, simulated = [], []
+    for trial in range(6):
+        scales = [np.exp(rng.normal(scale=0.8, size=c)) if trial else np.ones(c)
+                  for _ in junctions]
+        modelled.append(chain_noise(w, junctions, scales, target)[0])
+        simulated.append(_simulate(net, scales, target))
+    db = 10 * np.log10(np.array(modelled) / np.array(simulated))
+    assert np.all(np.abs(db) <= NOISE_DB_TOLERANCE), np.round(db, 2)
+    assert np.argmin(modelled) == np.argmin(simulated)
