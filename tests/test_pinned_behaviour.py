@@ -12,17 +12,21 @@ Each test would catch a silent change of what the defaults do, without the real 
 """
 
 import json
+import sys
 
 import keras
 import numpy as np
 import pytest
 from conftest import (
     RTOL,
+    WEIGHTS_SKIP_REASON,
     assert_unchanged,
     max_rel_error,
     no_tflite_on_torch,
     randomize_biases,
     real_mobilenet_v2,
+    require_mobilenet_weights,
+    require_weights_package,
     weights_snapshot,
 )
 
@@ -399,3 +403,80 @@ def test_noise_model_matches_a_simulated_quantizer(kind, per_channel, bits, requ
     db = 10 * np.log10(np.array(modelled) / np.array(simulated))
     assert np.all(np.abs(db) <= NOISE_DB_TOLERANCE), np.round(db, 2)
     assert np.argmin(modelled) == np.argmin(simulated)
+
+
+# ---------------------------------------------------------------------------- real network
+
+
+@pytest.mark.parametrize("ci, fails", [("true", True), ("1", True), ("false", False),
+                                       (None, False)])
+def test_missing_weights_fail_in_ci_and_skip_locally(monkeypatch, ci, fails):
+    """Under CI=true a missing real-weights package fails the test that needs it (a CI run
+    would otherwise pass having pinned nothing of the real networks); locally it skips."""
+    from cle import pretrained
+
+    if ci is None:
+        monkeypatch.delenv("CI", raising=False)
+    else:
+        monkeypatch.setenv("CI", ci)
+    monkeypatch.setitem(sys.modules, pretrained.WEIGHTS_PACKAGE, None)
+    monkeypatch.setitem(sys.modules, pretrained.LITE1_WEIGHTS_PACKAGE, None)
+    expected = pytest.fail.Exception if fails else pytest.skip.Exception
+    for helper in (require_mobilenet_weights, real_mobilenet_v2,
+                   lambda: require_weights_package(pretrained.LITE1_WEIGHTS_PACKAGE, "Lite1")):
+        with pytest.raises(expected) as info:
+            helper()
+        if helper is not require_mobilenet_weights or not fails:
+            continue
+        assert WEIGHTS_SKIP_REASON in str(info.value) and "CI=true" in str(info.value)
+
+
+# Do no harm, judged on both figures (a logit SQNR alone can mislead): per-channel INT8 after
+# equalize_model() may trail BN folding only by at most this much. The same 128 photo crops and
+# the same 32 calibration inputs for both models, so what differs is the rewrite; the margins
+# cover the spread of one calibration set to the next (docs/quantization_aware_scaling.md).
+DO_NO_HARM_AGREEMENT = 0.02  # top-1 agreement, absolute (under 3 of 128 crops)
+DO_NO_HARM_SQNR_DB = 0.25
+
+
+@pytest.mark.slow
+@no_tflite_on_torch
+def test_defaults_do_no_harm_on_real_mobilenet_v2_through_tflite():
+    from cle import pretrained, quantization
+
+    model = real_mobilenet_v2()
+    x = pretrained.preprocess_imagenet(pretrained.sample_images(n=128, seed=1))
+    y_ref = keras.ops.convert_to_numpy(model.predict(x, batch_size=32, verbose=0))
+    _, folded = cle.fold_all_batch_norms(model)
+    equalized, report = cle.equalize_model(model, return_report=True)
+    assert 0 < sum(_pattern(report)) < len(report.scaling)  # the margin leaves most sets
+
+    def per_channel_int8(m):
+        (row,) = [r for r in quantization.evaluate(m, x, y_ref, per_channel=True,
+                                                   num_calibration=32)
+                  if r["name"] == "TFLite int8 per-channel"]
+        return row["top1_agreement"], row["sqnr_db"]
+
+    fold_agree, fold_sqnr = per_channel_int8(folded)
+    eq_agree, eq_sqnr = per_channel_int8(equalized)
+    msg = (f"BN folding only {fold_agree:.3f} / {fold_sqnr:.2f} dB, equalize_model() "
+           f"{eq_agree:.3f} / {eq_sqnr:.2f} dB")
+    assert eq_agree >= fold_agree - DO_NO_HARM_AGREEMENT, msg
+    assert eq_sqnr >= fold_sqnr - DO_NO_HARM_SQNR_DB, msg
+    print(msg)
+
+
+# ---------------------------------------------------------------------------- house-keeping
+
+
+def test_the_version_has_one_source():
+    """pyproject.toml reads the version from cle.__version__ rather than repeating it."""
+    import os
+
+    tomllib = pytest.importorskip("tomllib")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(root, "pyproject.toml"), "rb") as f:
+        project = tomllib.load(f)
+    assert "version" not in project["project"] and "version" in project["project"]["dynamic"]
+    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "cle.__version__"}
+    assert isinstance(cle.__version__, str) and cle.__version__
