@@ -78,6 +78,19 @@ def _chain(gamma_low, gain=1.0, dtype="float32", seed=0):
     return randomize_biases(model, scale=0.2)
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _float64_on_jax():
+    """JAX computes float64 only with x64 enabled (it truncates to float32 otherwise); the
+    spread chain is a float64 model."""
+    if keras.backend.backend() != "jax":
+        yield
+        return
+    import jax
+
+    with jax.enable_x64(True):
+        yield
+
+
 @pytest.fixture(scope="module")
 def spread_chain():
     """Spread enough that the defaults scale every set (modelled gains of about 3 to 5 dB,
