@@ -66,6 +66,11 @@ def _chain(gamma_low, gain=1.0, dtype="float32", seed=0):
     model = keras.Model(inp, L.Conv2D(10, 1, name="head", **f64)(x))
     rng = np.random.default_rng(seed)
     for bn in model.layers:
+        if hasattr(bn, "kernel"):  # numpy draws: the same chain on every backend
+            shape = tuple(bn.kernel.shape)
+            taps = int(np.prod(shape[:-2]))
+            lim = np.sqrt(6.0 / (taps * (shape[-2] + shape[-1])))
+            bn.kernel.assign(rng.uniform(-lim, lim, shape).astype(dtype))
         if isinstance(bn, L.BatchNormalization):
             c = bn.moving_mean.shape[0]
             gamma = np.exp(rng.uniform(np.log(gamma_low), 0.0, c)) * rng.choice([-1.0, 1.0], c)
@@ -93,22 +98,23 @@ def _float64_on_jax():
 
 @pytest.fixture(scope="module")
 def spread_chain():
-    """Spread enough that the defaults scale every set (modelled gains of about 3 to 5 dB,
-    well clear of the 2 dB margin); wide pre-activations that clip at every junction, in
-    float64 so that the check of exactness sees nothing but the rewrite."""
-    return _chain(0.02, gain=30.0, dtype="float64")
+    """Spread enough that the defaults scale every set (modelled gains of about 2.4 to 7 dB,
+    clear of the 2 dB margin); wide pre-activations that clip at every junction, in float64
+    so that the check of exactness sees nothing but the rewrite."""
+    return _chain(0.01, gain=30.0, dtype="float64")
+
+
+@pytest.fixture(scope="module")
+def options_chain():
+    """Spread so that the defaults scale three sets of four, the first one not (modelled gain
+    below the margin)."""
+    return _chain(0.05)
 
 
 @pytest.fixture(scope="module")
 def margin_chain():
-    """Spread so that, under the defaults, the first pair and the last triplet gain less than
-    the margin (about 1.7 and 1.4 dB modelled) and the two sets between them more."""
-    return _chain(0.1)
-
-
-@pytest.fixture(scope="module")
-def mild_chain():
-    """Spread so little that the defaults scale nothing."""
+    """Spread so little that every set's best candidate gains less than the margin (about 1
+    to 1.6 dB modelled): the defaults scale nothing."""
     return _chain(0.15)
 
 
@@ -142,7 +148,7 @@ def test_default_scales_pairs_and_triplets_exactly_through_clipping_caps(spread_
     assert [d.layers for d in report.scaling] == SETS
     assert _pattern(report) == [True] * 4, [str(d) for d in report.scaling]
     for d in report.scaling:
-        assert d.noise_change_db <= -_qnoise.MIN_GAIN_DB - 0.5, str(d)  # clear of the margin
+        assert d.noise_change_db <= -_qnoise.MIN_GAIN_DB - 0.25, str(d)  # clear of the margin
         assert len(d.scales) == len(d.layers) - 1
     # The caps are 6/s, junction by junction (the ReLU6 after layer k of the set).
     junctions = [(f"{d.layers[k]}_relu", s) for d in report.scaling for k, s in enumerate(d.scales)]
@@ -181,30 +187,33 @@ def test_per_tensor_default_is_exact_too(spread_chain):
 
 
 def test_the_margin_flips_sets_between_scaled_and_left(margin_chain, monkeypatch):
-    """Under the 2 dB margin the first pair and the last triplet are left (their best
-    candidates gain about 1.7 and 1.4 dB); with no margin both are scaled, with a margin
-    between their gains only the pair is. The model stays exact every time."""
+    """Under the 2 dB margin every set of this chain is left (their best candidates gain
+    about 1 to 1.6 dB); with no margin every one is scaled; a margin just above or just below
+    the first set's gain (the first set's gain does not depend on the others) flips it. The
+    model stays exact every time."""
     assert _qnoise.MIN_GAIN_DB == 2.0
     x = _big_inputs(margin_chain)
     new, report = cle.equalize_model(margin_chain, return_report=True)
-    assert _pattern(report) == [False, True, True, False], [str(d) for d in report.scaling]
-    for d in (report.scaling[0], report.scaling[3]):
+    assert _pattern(report) == [False] * 4, [str(d) for d in report.scaling]
+    for d in report.scaling:
         assert "2 dB the model can tell apart" in d.reason and d.noise_after == d.noise_before
-    assert {la.name for la in new.layers if isinstance(la, cle.ClippedReLU)} == {
-        "c2_relu", "dw1_relu", "c3_relu"}
+    assert not [la for la in new.layers if isinstance(la, cle.ClippedReLU)]
     assert max_rel_error(margin_chain, new, x) <= RTOL
 
     monkeypatch.setattr(_qnoise, "MIN_GAIN_DB", 0.0)
     new0, report0 = cle.equalize_model(margin_chain, return_report=True)
     assert _pattern(report0) == [True] * 4
-    gain_pair, gain_triplet = (-report0.scaling[k].noise_change_db for k in (0, 3))
-    assert 0.5 < gain_triplet < gain_pair < 2.0, (gain_pair, gain_triplet)
+    gains = [-d.noise_change_db for d in report0.scaling]
+    assert all(0.5 < g < 2.0 for g in gains), gains
+    assert len([la for la in new0.layers if isinstance(la, cle.ClippedReLU)]) == 6
     assert max_rel_error(margin_chain, new0, x) <= RTOL
 
-    monkeypatch.setattr(_qnoise, "MIN_GAIN_DB", (gain_pair + gain_triplet) / 2)
-    _, report_mid = cle.equalize_model(margin_chain, return_report=True)
-    assert _pattern(report_mid) == [True, True, True, False]
-    assert report_mid.scaling[0].noise_change_db == pytest.approx(-gain_pair)
+    for margin, scaled in ((gains[0] - 0.05, True), (gains[0] + 0.05, False)):
+        monkeypatch.setattr(_qnoise, "MIN_GAIN_DB", margin)
+        _, report_at = cle.equalize_model(margin_chain, return_report=True)
+        assert report_at.scaling[0].scaled is scaled, (margin, str(report_at.scaling[0]))
+        if scaled:
+            assert report_at.scaling[0].noise_change_db == pytest.approx(-gains[0])
 
 
 # ---------------------------------------------------------------------------- target options
@@ -232,11 +241,10 @@ def _calibration(model, n=8):
 # (option, chain, default pattern, pattern with the option): each option changes which sets
 # the defaults scale on that chain, so an option that stopped reaching the choice shows.
 OPTION_CASES = [
-    ({"per_channel_weights": False}, "margin_chain", [False, True, True, False],
-     [False, False, True, False]),
-    ({"weight_bits": 4}, "margin_chain", [False, True, True, False], [False] * 4),
-    ({"activation_bits": 4}, "mild_chain", [False] * 4, [False, True, True, False]),
-    ({"activation_ranges": "calibration"}, "margin_chain", [False, True, True, False],
+    ({"per_channel_weights": False}, "options_chain", [False, True, True, True], [True] * 4),
+    ({"weight_bits": 4}, "options_chain", [False, True, True, True], [False] * 4),
+    ({"activation_bits": 4}, "margin_chain", [False] * 4, [False, False, True, False]),
+    ({"activation_ranges": "calibration"}, "options_chain", [False, True, True, True],
      [True, False, False, False]),
 ]
 
@@ -267,13 +275,13 @@ def test_target_options_reach_the_scale_choice(request, decide_spy, option, chai
     assert max_rel_error(model, new, _big_inputs(model)) <= RTOL
 
 
-def test_target_options_reach_the_scale_choice_from_the_cli(margin_chain, decide_spy, tmp_path,
-                                                            capsys):
+def test_target_options_reach_the_scale_choice_from_the_cli(options_chain, decide_spy,
+                                                            tmp_path, capsys):
     """`cle equalize --per-tensor --weight-bits N --activation-bits N --activation-ranges
     calibration` decides the sets as the API does with the same options."""
     src, out, rep = tmp_path / "in.keras", tmp_path / "out.keras", tmp_path / "r.json"
-    margin_chain.save(src)
-    data = _calibration(margin_chain)
+    options_chain.save(src)
+    data = _calibration(options_chain)
     np.save(tmp_path / "calib.npy", data)
     code = cli.main([str(a) for a in (
         "equalize", src, "-o", out, "--report", rep, "--per-tensor", "--weight-bits", 6,
@@ -285,7 +293,7 @@ def test_target_options_reach_the_scale_choice_from_the_cli(margin_chain, decide
         assert target == QuantTarget(per_channel=False, weight_bits=6, activation_bits=7)
         assert measured is not None and len(measured) == 6
     _, expected = cle.equalize_model(
-        margin_chain, return_report=True, per_channel_weights=False, weight_bits=6,
+        options_chain, return_report=True, per_channel_weights=False, weight_bits=6,
         activation_bits=7, activation_ranges="calibration", calibration_data=data)
     got = json.loads(rep.read_text())["scaling"]
     assert got == json.loads(json.dumps([d.to_dict() for d in expected.scaling]))
