@@ -24,6 +24,7 @@ import importlib
 import importlib.abc
 import sys
 
+# The package version: the one source (pyproject.toml reads it from here).
 __version__ = "0.1.0.dev0"
 
 # Public name -> module that defines it (loaded on first access).

@@ -2,8 +2,8 @@
 
 The pass (:func:`cle.bias_correction._empirical_pass`) runs every layer call twice, on the
 float and on the quantized activations. Run eagerly, each operation of each call pays a Python
-dispatch, which on a deep network of small layers costs more than the arithmetic (a 3×3
-convolution on 64×16×16×16 activations: about 1.4 ms eager, 0.75 ms compiled).
+dispatch, which on a deep network of small layers costs more than the arithmetic (what
+compiling saves is measured in the generated cost block of docs/bias_correction.md).
 
 A deep network repeats a few *kinds* of call: the same layer class with the same config (name
 aside) on the same input shape. The pass is cut into *segments*: a call followed by the
@@ -38,8 +38,8 @@ from cle.layers import ClippedReLU
 logger = logging.getLogger("cle.bias_correction")
 
 # A kind of unit is compiled when it occurs at least this often in the pass: tracing one
-# segment costs about 20-60 ms, running it compiled saves about 0.5-2 ms over running it
-# eagerly.
+# segment costs many times what running it compiled saves over running it eagerly, so only a
+# kind used often pays for its trace (the pass's cost: docs/bias_correction.md, generated).
 MIN_USES = 32
 # At most this many consecutive segments of a chain run as one compiled call.
 UNIT = 8

@@ -124,7 +124,8 @@ def replace_relu6_with_relu(model):
 
     Handles ``ReLU(max_value=6)``, ``Activation("relu6")`` and ``activation="relu6"`` fused into a
     Conv/Depthwise/Separable/Transpose/Dense layer. **This changes what the network computes**
-    (on the real ImageNet MobileNetV2 it changes the top-1 class of about 6% of photos);
+    (on the real ImageNet MobileNetV2 it changes the top-1 class of some photos: the generated
+    int8-modes table of docs/cross_layer_equalization.md);
     :func:`equalize_model` defaults to ``relu6="bound"``, which does not.
 
     Args:
@@ -378,7 +379,8 @@ class CrossLayerScaling:
                 ``per_channel_weights`` / ``weight_bits`` / ``activation_bits``, as
                 :func:`equalize_model` does, with activation ranges from the BNs of
                 ``folded_pairs`` (needed); sets whose modelled noise would not drop by at
-                least 2 dB are left as they are (logged at INFO).
+                least the margin ``cle._qnoise.MIN_GAIN_DB`` are left as they are (logged at
+                INFO).
             folded_pairs: the ``folded_pairs`` of :func:`cle.fold_all_batch_norms` that made
                 ``model`` (objective "quantized").
             per_channel_weights, weight_bits, activation_bits: the INT8 target.
@@ -901,8 +903,9 @@ def equalize_model(model, relu6="bound", high_bias_fold="none", margin=3.0,
             change. "replace": ReLU6 → ReLU first (Nagel / AIMET-Keras; changes the output).
             "keep": ReLU6 stays and ends a set.
         high_bias_fold: "none" (default): no high-bias folding. Measured on the real ImageNet
-            MobileNetV2 (docs/results.md), it costs float accuracy (94% top-1 agreement,
-            28 dB) without improving per-tensor INT8, so it is off unless asked for.
+            MobileNetV2 (the generated int8-modes table of docs/cross_layer_equalization.md),
+            it costs float accuracy without improving per-tensor INT8, so it is off unless
+            asked for.
             "unpadded": absorb only into layers that see no zero padding (padding borders
             would see 0 instead of −c); "all": the textbook behaviour, into every layer.
         margin: the 3σ margin of high-bias folding.
@@ -922,8 +925,9 @@ def equalize_model(model, relu6="bound", high_bias_fold="none", margin=3.0,
             quantization noise of the weights on both sides of every junction *and* of the
             activation tensors between them, for the target above; activation ranges come from
             the folded BNs' γ, β (data-free). A set whose modelled noise would not drop by at
-            least 2 dB (what the model can resolve) is left as it is (its ReLU6 stays fused),
-            with the reason in the report.
+            least the margin ``cle._qnoise.MIN_GAIN_DB`` (what the model can resolve:
+            docs/quantization_aware_scaling.md) is left as it is (its ReLU6 stays fused), with
+            the reason in the report.
             "weights": Nagel's / AIMET's weight-range equalization of every set.
         activation_ranges: where ``objective="quantized"`` takes each junction's activation
             statistics: "bn" (default, data-free: the folded BNs' γ, β with a heavy-tailed

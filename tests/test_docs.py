@@ -4,12 +4,14 @@ lines run.
 """
 
 import contextlib
+import ast
 import glob
 import importlib.util
 import io
 import os
 import re
 import shlex
+import tokenize
 
 import keras
 import pytest
@@ -19,6 +21,7 @@ from cle import cli
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPTS = os.path.join(REPO, "scripts")
 DOCS = [os.path.join(REPO, "README.md")] + sorted(glob.glob(os.path.join(REPO, "docs", "*.md")))
+CODE = sorted(glob.glob(os.path.join(REPO, "cle", "*.py")))
 
 
 def _script(name):
@@ -191,6 +194,41 @@ def test_no_new_hand_copied_figures(path):
     assert len(lines) <= allowed, (
         f"{os.path.relpath(path, REPO)} has measured figures outside generated blocks; write "
         "them with a scripts/gen_*.py into a <!-- generated:NAME --> block:\n" + "\n".join(lines))
+
+
+def _comments_and_docstrings(path):
+    """(line number, text) of every comment and every line of every docstring of a module."""
+    with open(path, encoding="utf-8") as f:
+        source = f.read()
+    found = [(tok.start[0], tok.string) for tok in
+             tokenize.generate_tokens(io.StringIO(source).readline)
+             if tok.type == tokenize.COMMENT]
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            doc = ast.get_docstring(node, clean=False)
+            if doc is not None:
+                first = node.body[0].lineno
+                found += [(first + k, line) for k, line in enumerate(doc.splitlines())]
+    return sorted(found)
+
+
+@pytest.mark.parametrize("path", CODE, ids=os.path.basename)
+def test_no_hand_copied_figures_in_code(path):
+    """The same guard over the library's comments and docstrings: a measured figure there goes
+    stale as silently as in a document; point at the generated docs instead."""
+    lines = [f"{os.path.relpath(path, REPO)}:{n}: {text.strip()}"
+             for n, text in _comments_and_docstrings(path) if FIGURE_RE.search(text)]
+    assert not lines, (
+        "measured figures in comments or docstrings; point at the generated docs instead:\n"
+        + "\n".join(lines))
+
+
+def test_the_code_guard_sees_comments_and_docstrings(tmp_path):
+    mod = tmp_path / "m.py"
+    mod.write_text('"""Doc: 3 dB."""\n\n\ndef f():\n    """Fine.\n\n    2.5x faster."""\n'
+                   '    return "4 dB"  # took 12 s\n')
+    hits = [n for n, text in _comments_and_docstrings(str(mod)) if FIGURE_RE.search(text)]
+    assert hits == [1, 7, 8]  # the string literal "4 dB" is code, not prose
 
 
 def test_backends_suite_block_reports_counts_and_names_every_failure():
