@@ -467,10 +467,15 @@ def _equalize(args, model):
     if mode == "empirical" or ranges == "calibration":
         import numpy as np
 
+        what = ("--bias-correction empirical" if mode == "empirical"
+                else "--activation-ranges calibration")
         if not getattr(args, "calibration", None):
-            what = ("--bias-correction empirical" if mode == "empirical"
-                    else "--activation-ranges calibration")
             raise CliError(f"{what} needs --calibration FILE.npy", EXIT_USAGE)
+        from cle._backend_caps import channels_first_problem
+
+        problem = channels_first_problem(model)
+        if problem is not None:
+            raise CliError(f"{args.model}: {what} runs the model, but {problem}")
         calibration = _load_calibration(np, args.calibration)
     return cle.equalize_model(
         model, relu6=args.relu6, high_bias_fold=args.high_bias_fold, margin=args.margin,

@@ -21,6 +21,7 @@ import keras
 import numpy as np
 
 from cle import _cls_math, _qnoise, _scale_choice, batch_norm_fold as _bnf
+from cle._backend_caps import check_runnable
 from cle._cls_sets import Link, SetSearch, find_sets, in_spec, out_spec, relu6_kind, walk
 from cle._graph import GraphView, graph_view, local_view
 from cle._layouts import bias_on_wrong_axis, channel_axis, layout_of, read_weight
@@ -971,6 +972,9 @@ def equalize_model(model, relu6="bound", high_bias_fold="none", margin=3.0,
         raise ValueError(f"objective must be one of {_OBJECTIVES}. Received: objective={objective!r}")
     target = _target(weight_bits, per_channel_weights, activation_bits)
     view = graph_view(model)
+    if wants_data:  # refuse before any work a model this backend cannot run here
+        check_runnable(model, "bias_correction='empirical'" if bias_correction == "empirical"
+                       else "activation_ranges='calibration'")
     matches, fold_skipped = _bnf._find(view)
     edits, bypass = _bnf.fold_plan(matches)
     changed = []
