@@ -448,8 +448,12 @@ def _cmd_fold(args) -> int:
     backward = sum(p.bn_after for p in pairs)
     print(f"{args.model}: {len(pairs)} batch norms folded ({backward} backward, "
           f"{len(pairs) - backward} forward), {len(pairs.skipped)} skipped")
-    for s in pairs.skipped:
-        print(f"  skipped {s.bn.name}: {s.reason}")
+    from cle.cross_layer_equalization import _group_reasons
+
+    names = [layer.name for layer in model._flatten_layers()]
+    for what, reason, count, example in _group_reasons(
+            [("bn skip", s.bn.name, s.reason) for s in pairs.skipped], names):
+        print(f"  {what} ×{count}: {reason} (e.g. '{example}')")
     print(f"wrote {args.output}")
     if args.report:
         _write_json(_fold_dict(pairs, pairs.skipped), args.report)
@@ -457,26 +461,60 @@ def _cmd_fold(args) -> int:
     return EXIT_OK
 
 
-def _equalize(args, model):
+def _data_use(args):
+    """The options that read --calibration, as the user would write them."""
+    uses = []
+    if getattr(args, "bias_correction", "none") == "empirical":
+        uses.append("--bias-correction empirical")
+    if getattr(args, "activation_ranges", "bn") == "calibration":
+        uses.append("--activation-ranges calibration")
+    return uses
+
+
+def _check_option_combinations(args):
+    """Usage errors between options, before anything is loaded."""
+    if not hasattr(args, "bias_correction"):
+        return
+    uses = _data_use(args)
+    if uses and not args.calibration:
+        raise CliError(f"{uses[0]} needs --calibration FILE.npy; received no --calibration",
+                       EXIT_USAGE)
+    if args.calibration and not uses:
+        raise CliError(
+            f"--calibration {args.calibration} is given but nothing would read it: it is for "
+            "--bias-correction empirical and/or --activation-ranges calibration; received "
+            f"--bias-correction {args.bias_correction} --activation-ranges "
+            f"{args.activation_ranges}", EXIT_USAGE)
+    if args.activation_ranges == "calibration" and args.objective != "quantized":
+        raise CliError(
+            "--activation-ranges calibration is for --objective quantized (the measured "
+            "ranges choose its scales); received --objective weights", EXIT_USAGE)
+    if args.calibration and not os.path.isfile(args.calibration):
+        raise CliError(f"--calibration {args.calibration}: no such file", EXIT_USAGE)
+
+
+def _read_calibration(args):
+    """The --calibration array (None if not given), read before the model is loaded."""
+    if not getattr(args, "calibration", None):
+        return None
+    import numpy as np
+
+    return _load_calibration(np, args.calibration)
+
+
+def _equalize(args, model, calibration=None):
     import cle
 
     _check_graph(args.model, model)
     mode = getattr(args, "bias_correction", "none")
     ranges = getattr(args, "activation_ranges", "bn")
-    calibration = None
-    if mode == "empirical" or ranges == "calibration":
-        import numpy as np
-
-        what = ("--bias-correction empirical" if mode == "empirical"
-                else "--activation-ranges calibration")
-        if not getattr(args, "calibration", None):
-            raise CliError(f"{what} needs --calibration FILE.npy", EXIT_USAGE)
+    uses = _data_use(args)
+    if uses:
         from cle._backend_caps import channels_first_problem
 
         problem = channels_first_problem(model)
         if problem is not None:
-            raise CliError(f"{args.model}: {what} runs the model, but {problem}")
-        calibration = _load_calibration(np, args.calibration)
+            raise CliError(f"{args.model}: {uses[0]} runs the model, but {problem}")
     return cle.equalize_model(
         model, relu6=args.relu6, high_bias_fold=args.high_bias_fold, margin=args.margin,
         return_report=True, bias_correction=mode, calibration_data=calibration,
@@ -518,20 +556,37 @@ def _progress(message):
 
 
 def _summary_lines(report):
+    """The counts of ``str(report)``, then one line per distinct reason a BN or a set was left
+    (the reason lines of ``report.summary()``, with counts and an example)."""
     lines = str(report).splitlines()
-    return lines[:5] if len(lines) > 4 and lines[4].startswith("bias correction:") else lines[:4]
+    lines = lines[:5] if len(lines) > 4 and lines[4].startswith("bias correction:") else lines[:4]
+    return lines + report.summary().splitlines()[2:]
+
+
+def _options_text(args) -> str:
+    """The ``cle equalize`` options of ``args``, every one spelled out (defaults included)."""
+    parts = [f"--relu6 {args.relu6}", f"--high-bias-fold {args.high_bias_fold}",
+             f"--margin {args.margin:g}", f"--objective {args.objective}"]
+    if not args.per_channel:
+        parts.append("--per-tensor")
+    parts += [f"--weight-bits {args.weight_bits}", f"--activation-bits {args.activation_bits}",
+              f"--activation-ranges {args.activation_ranges}",
+              f"--bias-correction {args.bias_correction}"]
+    if args.calibration:
+        parts.append(f"--calibration {args.calibration}")
+    return " ".join(parts)
 
 
 def _cmd_equalize(args) -> int:
     _check_output_path(args.output)
     if args.report:
         _check_parent_dir(args.report, "--report")
+    calibration = _read_calibration(args)
     with _Session(args) as session:
         model = session.load()
-        equalized, report = _equalize(args, model)
+        equalized, report = _equalize(args, model, calibration)
         _save_model(equalized, args.output)
-    print(f"{args.model}: relu6={args.relu6}, high-bias-fold={args.high_bias_fold}, "
-          f"margin={args.margin:g}")
+    print(f"{args.model}: {_options_text(args)}")
     for line in _summary_lines(report):
         print("  " + line)
     print(f"wrote {args.output}")
@@ -556,8 +611,7 @@ def inspect_lines(report, model, args) -> list[str]:
     lines = [
         f"{args.model}: model '{model.name}' ({type(model).__name__}), {len(model.layers)} "
         f"layers, {n_params:,} parameters",
-        f"dry run of: cle equalize --relu6 {args.relu6} --high-bias-fold "
-        f"{args.high_bias_fold} --margin {args.margin:g}   (nothing is written)",
+        f"dry run of: cle equalize {_options_text(args)}   (nothing is written)",
     ]
     lines += ["  " + line for line in _summary_lines(report)]
 
@@ -586,9 +640,16 @@ def inspect_lines(report, model, args) -> list[str]:
             "\n".join(_range(p.scale_factor) for p in pairs),
             "\n".join("yes" if p.relu_activation_between_layers else "no" for p in pairs),
         ])
-    section("Scaling sets", len(report.sets), format_table(
-        ["#", "kind", "layers (in order)", "scale factors to next", "ReLU between"], rows,
-    ))
+    kept = [d for d in report.scaling if not d.scaled]
+    body = format_table(
+        ["#", "kind", "layers (in order)", "scale factors to next", "ReLU between"], rows)
+    if not rows and kept:
+        body = [f"  (none: {len(kept)} found, left as they are; see below)"]
+    section("Scaling sets", len(report.sets), body)
+    if kept:
+        section(f"Sets left as they are (objective '{report.objective}')", len(kept),
+                format_table(["layers (in order)", "reason"],
+                             [["\n".join(d.layers), d.reason] for d in kept], wrap=1))
     section("Chain ends (scalable layers where no set starts)", len(report.set_ends),
             format_table(["layer", "reason"], [[n, r] for n, r in report.set_ends], wrap=1))
     if report.relu6 == "keep":
@@ -624,9 +685,10 @@ def inspect_lines(report, model, args) -> list[str]:
 
 
 def _cmd_inspect(args) -> int:
+    calibration = _read_calibration(args)
     with _Session(args) as session:
         model = session.load()
-        _, report = _equalize(args, model)
+        _, report = _equalize(args, model, calibration)
         lines = inspect_lines(report, model, args)
     print("\n".join(lines))
     return EXIT_OK
@@ -734,6 +796,19 @@ def build_parser() -> argparse.ArgumentParser:
                        help="target weight bits (default 8)")
         p.add_argument("--activation-bits", type=_bits, default=8, metavar="N",
                        help="target activation bits (default 8)")
+        p.add_argument("--bias-correction", choices=("none", "analytic", "empirical"),
+                       default="none",
+                       help="finish with bias correction for the target weights: analytic "
+                            "(data-free, from the folded BN statistics) or empirical (needs "
+                            "--calibration)")
+        p.add_argument("--activation-ranges", choices=("bn", "calibration"), default="bn",
+                       help="activation statistics for --objective quantized: bn (default, "
+                            "data-free, from the folded BNs) or calibration (measured on "
+                            "--calibration)")
+        p.add_argument("--calibration", metavar="NPY",
+                       help="calibration inputs (.npy array, preprocessed as the model "
+                            "expects) for --bias-correction empirical and --activation-ranges "
+                            "calibration")
 
     p = sub.add_parser("fold", help="fold every foldable BatchNormalization",
                        description="Fold every BatchNormalization that can be folded exactly "
@@ -759,18 +834,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--overwrite", action="store_true",
                    help="allow OUT to be the input model itself (refused otherwise)")
     cle_options(p)
-    p.add_argument("--bias-correction", choices=("none", "analytic", "empirical"),
-                   default="none",
-                   help="finish with bias correction for the target weights: analytic "
-                        "(data-free, from the folded BN statistics) or empirical (needs "
-                        "--calibration)")
-    p.add_argument("--activation-ranges", choices=("bn", "calibration"), default="bn",
-                   help="activation statistics for --objective quantized: bn (default, "
-                        "data-free, from the folded BNs) or calibration (measured on "
-                        "--calibration)")
-    p.add_argument("--calibration", metavar="NPY",
-                   help="calibration inputs (.npy array, preprocessed as the model expects) "
-                        "for --bias-correction empirical and --activation-ranges calibration")
     p.add_argument("--report", metavar="JSON",
                    help="write the full report (EqualizationReport.to_dict()) as JSON")
     p.set_defaults(func=_cmd_equalize)
@@ -830,6 +893,7 @@ def _precheck(args):
     if getattr(args, "report", None):
         _check_parent_dir(args.report, "--report")
     _check_not_input(args)
+    _check_option_combinations(args)
     path = getattr(args, "custom_objects", None)
     if path is not None:
         if not os.path.isfile(path):

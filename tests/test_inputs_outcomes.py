@@ -101,3 +101,85 @@ def test_channels_first_model_refused_by_cli(capsys, tmp_path, no_nchw):
     # fold needs no run: it works on such a CPU
     code, _, err = run(capsys, "fold", path, "-o", tmp_path / "folded.keras")
     assert code == 0, err
+
+
+# ------------------------------------- item 1: why nothing was scaled, on the console and inspect
+
+
+def small_cnn():
+    """conv -> BN -> ReLU6 -> depthwise -> BN -> ReLU6 -> conv, pooling, softmax Dense; a BN on
+    the input that cannot be folded (the first conv pads)."""
+    inp = keras.Input((10, 10, 3), name="image")
+    x = L.BatchNormalization(name="input_bn")(inp)
+    x = L.Conv2D(8, 3, padding="same", name="stem_conv")(x)
+    x = L.BatchNormalization(name="stem_bn")(x)
+    x = L.ReLU(6.0, name="stem_relu6")(x)
+    x = L.DepthwiseConv2D(3, name="dw")(x)
+    x = L.BatchNormalization(name="dw_bn")(x)
+    x = L.ReLU(6.0, name="dw_relu6")(x)
+    x = L.Conv2D(6, 1, name="project")(x)
+    x = L.GlobalAveragePooling2D(name="pool")(x)
+    out = L.Dense(5, activation="softmax", name="logits")(x)
+    model = keras.Model(inp, out, name="small_cnn")
+    rng = np.random.default_rng(0)
+    for layer in model.layers:
+        if isinstance(layer, L.BatchNormalization):
+            c = layer.moving_mean.shape[0]
+            layer.set_weights([rng.uniform(0.5, 1.5, c), rng.normal(0.0, 1.0, c),
+                               rng.normal(0.0, 0.5, c), rng.uniform(0.5, 2.0, c)])
+        elif layer.weights:
+            layer.set_weights([rng.normal(0.0, 0.3, w.shape).astype("float32")
+                               for w in layer.get_weights()])
+    return model
+
+
+@pytest.fixture(scope="module")
+def model_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("io") / "small.keras"
+    small_cnn().save(path)
+    return str(path)
+
+
+def _reason_lines(text):
+    return [ln.strip() for ln in text.splitlines() if " ×" in ln and "(e.g. '" in ln]
+
+
+@pytest.mark.parametrize("options", [[], ["--objective", "weights", "--per-tensor",
+                                          "--relu6", "keep"]], ids=["defaults", "options"])
+def test_equalize_and_inspect_print_every_reason_and_the_options(capsys, tmp_path, model_file,
+                                                                 options):
+    report_path = tmp_path / "r.json"
+    code, out_eq, err = run(capsys, "equalize", model_file, "-o", tmp_path / "o.keras",
+                            "--report", report_path, *options)
+    assert code == 0, err
+    code, out_in, err = run(capsys, "inspect", model_file, *options)
+    assert code == 0, err
+    objective = "weights" if options else "quantized"
+    _, report = cle.equalize_model(keras.saving.load_model(model_file), return_report=True,
+                                   objective=objective, relu6="keep" if options else "bound",
+                                   per_channel_weights=not options)
+    expected = [ln.strip() for ln in report.summary().splitlines()[2:]]
+    assert expected  # the input BN at least is left, with its reason
+    assert _reason_lines(out_eq) == expected
+    assert _reason_lines(out_in) == expected
+    header = [ln for ln in out_in.splitlines() if ln.startswith("dry run of: cle equalize ")]
+    assert len(header) == 1
+    for option in [f"--objective {objective}", "--weight-bits 8", "--activation-bits 8",
+                   "--bias-correction none", "--activation-ranges bn"]:
+        assert option in header[0] and option in out_eq.splitlines()[0]
+    assert ("--per-tensor" in header[0]) == bool(options)
+    # inspect shows what equalize did: the same scaled sets, and the ones left, with reasons.
+    if not options:
+        kept = [d for d in report.scaling if not d.scaled]
+        assert kept and "Sets left as they are (objective 'quantized') (%d)" % len(kept) in out_in
+        if not report.sets:
+            assert f"(none: {len(kept)} found, left as they are; see below)" in out_in
+
+
+def test_fold_prints_one_line_per_reason(capsys, tmp_path, model_file):
+    code, out, err = run(capsys, "fold", model_file, "-o", tmp_path / "f.keras")
+    assert code == 0, err
+    assert _reason_lines(out) == [
+        "bn skip ×1: not after a foldable layer (its input is a model input); not before one "
+        "('…' pads its input (padding='same'); the padded zeros would not be normalized, so "
+        "folding into it is not exact) (e.g. 'input_bn')"]
