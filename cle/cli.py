@@ -326,16 +326,25 @@ _UNKNOWN = (
 )
 
 
-def _load_model(path: str, custom_objects_path: str | None, custom: dict):
+def _load_model(path: str, custom_objects_path: str | None, custom: dict, unsafe=False):
     _check_model_file(path)
     import keras
 
     import cle.layers  # noqa: F401  (registers ClippedReLU, which equalized models contain)
 
     try:
-        return keras.saving.load_model(path, custom_objects=custom or None, compile=False)
+        return keras.saving.load_model(path, custom_objects=custom or None, compile=False,
+                                       safe_mode=not unsafe)
     except Exception as exc:
         msg = str(exc)
+        if "safe_mode=False" in msg or "enable_unsafe_deserialization" in msg:
+            what = ("a Lambda layer whose function is Python code" if "Lambda" in msg
+                    else "an object")
+            raise CliError(
+                f"{path} holds {what}, which Keras loads only in unsafe mode (loading runs "
+                "code stored in the file); if you trust this file, pass "
+                "--unsafe-deserialization"
+            ) from exc
         for pattern in _UNKNOWN:
             m = pattern.search(msg)
             if m:
@@ -375,7 +384,7 @@ class _Session:
 
     def load(self):
         return _load_model(self.args.model, getattr(self.args, "custom_objects", None),
-                           self.custom)
+                           self.custom, getattr(self.args, "unsafe_deserialization", False))
 
 
 def _check_graph(path, model):
@@ -771,6 +780,10 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--custom-objects", metavar="MODULE.py",
                        help="Python file whose Keras layers/models/functions are registered "
                             "as custom objects for loading (and saving)")
+        p.add_argument("--unsafe-deserialization", action="store_true",
+                       help="load a model whose Lambda layers (or other objects) Keras loads "
+                            "only with safe_mode=False, which runs the Python code stored in "
+                            "the file: only for files you trust")
 
     def cle_options(p):
         p.add_argument("--relu6", choices=("bound", "replace", "keep"), default="bound",

@@ -183,3 +183,118 @@ def test_fold_prints_one_line_per_reason(capsys, tmp_path, model_file):
         "bn skip ×1: not after a foldable layer (its input is a model input); not before one "
         "('…' pads its input (padding='same'); the padded zeros would not be normalized, so "
         "folding into it is not exact) (e.g. 'input_bn')"]
+
+
+# ------------------------------------------------------------ item 2: Lambda layers, no switch
+
+
+def lambda_model():
+    inp = keras.Input((8, 8, 3), name="image")
+    x = L.Conv2D(6, 3, name="c1")(inp)
+    x = L.BatchNormalization(name="bn1")(x)
+    x = L.ReLU(name="relu")(x)
+    x = L.Conv2D(5, 1, name="c2")(x)
+    x = L.BatchNormalization(name="bn2")(x)
+    x = L.Lambda(lambda t: t * 0.5 + 1.0, name="shift")(x)
+    out = L.Conv2D(4, 1, name="head")(x)
+    model = keras.Model(inp, out, name="lambda_model")
+    rng = np.random.default_rng(0)
+    for layer in model.layers:
+        if isinstance(layer, L.BatchNormalization):
+            c = layer.moving_mean.shape[0]
+            layer.set_weights([rng.uniform(0.5, 1.5, c), rng.normal(0.0, 1.0, c),
+                               rng.normal(0.0, 0.5, c), rng.uniform(0.5, 2.0, c)])
+        elif layer.weights:
+            w = [rng.normal(0.0, 0.3, v.shape) for v in layer.get_weights()]
+            w[0] = w[0] * rng.uniform(0.1, 5.0, w[0].shape[-1])  # spread ranges: scaling acts
+            layer.set_weights([v.astype("float32") for v in w])
+    return model
+
+
+def _rel(a, b, x):
+    ya, yb = (np.asarray(keras.ops.convert_to_numpy(m(x, training=False)), np.float64)
+              for m in (a, b))
+    return float(np.abs(ya - yb).max() / np.abs(ya).max())
+
+
+def _safe_mode():
+    from keras.src.saving import serialization_lib
+
+    return serialization_lib.in_safe_mode()
+
+
+def test_lambda_model_folds_and_equalizes_exactly_in_python():
+    model = lambda_model()
+    x = np.random.default_rng(1).normal(size=(2, 8, 8, 3)).astype("float32")
+    before_mode = _safe_mode()
+    names = [layer.name for layer in model.layers]
+    weights = [w.copy() for w in model.get_weights()]
+    pairs, folded = cle.fold_all_batch_norms(model)
+    assert len(pairs) == 2
+    assert _rel(model, folded, x) <= 1e-5
+    equalized, report = cle.equalize_model(model, objective="weights", return_report=True)
+    assert len(report.sets) == 1
+    assert _rel(model, equalized, x) <= 1e-5
+    assert isinstance(equalized.get_layer("shift"), L.Lambda)
+    # no global switch left behind, and the input model untouched
+    assert _safe_mode() == before_mode
+    assert [layer.name for layer in model.layers] == names
+    for a, b in zip(weights, model.get_weights()):
+        np.testing.assert_array_equal(a, b)
+    # a file is still loaded safely by default
+    with pytest.raises(ValueError, match="safe_mode=False"):
+        keras.models.Model.from_config(model.get_config())
+
+
+@pytest.fixture(scope="module")
+def lambda_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("lam") / "lam.keras"
+    lambda_model().save(path)
+    return path
+
+
+@pytest.mark.parametrize("command", ["fold", "equalize", "inspect"])
+def test_lambda_file_refused_by_cli_naming_the_option(capsys, tmp_path, lambda_file, command):
+    out_args = [] if command == "inspect" else ["-o", tmp_path / "out.keras"]
+    code, out, err = run(capsys, command, lambda_file, *out_args)
+    assert code == 1 and out == ""
+    assert_one_line_error(err, "lam.keras holds a Lambda layer whose function is Python code",
+                          "if you trust this file, pass --unsafe-deserialization")
+    assert files_in(tmp_path) == []
+
+
+@pytest.mark.parametrize("command", ["fold", "equalize"])
+def test_lambda_file_with_the_opt_in(capsys, tmp_path, lambda_file, command):
+    out_path = tmp_path / "out.keras"
+    extra = ["--objective", "weights"] if command == "equalize" else []
+    code, out, err = run(capsys, command, lambda_file, "-o", out_path,
+                         "--unsafe-deserialization", *extra)
+    assert code == 0, err
+    original = cle.load_model(lambda_file, safe_mode=False)
+    written = cle.load_model(out_path, safe_mode=False)
+    x = np.random.default_rng(1).normal(size=(2, 8, 8, 3)).astype("float32")
+    assert _rel(original, written, x) <= 1e-5
+    assert len([la for la in written.layers if isinstance(la, L.BatchNormalization)]) == 0
+
+
+# ------------------------------------------------- item 4: cle.load_model reads what cle reads
+
+
+def test_load_model_reads_a_legacy_hdf5_without_compiling(capsys, tmp_path):
+    h5py = pytest.importorskip("h5py")
+    import json
+
+    inp = keras.Input((4,))
+    model = keras.Model(inp, L.Dense(2)(inp))
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+    path = tmp_path / "legacy.hdf5"
+    model.save(path)
+    with h5py.File(path, "r+") as f:  # an optimizer config as Keras 2 wrote it
+        config = json.loads(f.attrs["training_config"])
+        config["optimizer_config"]["config"]["lr"] = 0.1
+        f.attrs["training_config"] = json.dumps(config)
+    loaded = cle.load_model(path)
+    np.testing.assert_array_equal(loaded.get_weights()[0], model.get_weights()[0])
+    assert run(capsys, "fold", path, "-o", tmp_path / "f.keras")[0] == 0
+    with pytest.raises(Exception, match="lr"):  # compiling stays available, when asked
+        cle.load_model(path, compile=True)
