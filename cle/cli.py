@@ -233,9 +233,17 @@ def _check_output_path(path: str, option: str = "-o"):
 
 
 def _check_parent_dir(path: str, option: str):
+    """An output path a file can be written at, checked before any work (by creating and
+    removing a temporary file next to it)."""
+    from cle._files import unwritable_reason
+
     parent = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(parent):
         raise CliError(f"{option} {path}: the directory {parent} does not exist", EXIT_USAGE)
+    reason = unwritable_reason(path)
+    if reason is not None:
+        raise CliError(f"{option} {path}: expected a file location cle can write, but "
+                       f"{reason}", EXIT_USAGE)
 
 
 def load_custom_objects(path: str) -> dict:
@@ -400,35 +408,37 @@ def _check_graph(path, model):
         raise CliError(f"{path}: {_one_line(exc, limit=600)}") from exc
 
 
-def _save_model(model, path):
-    """Save atomically: Keras writes into a private temporary directory, then the bytes
-    replace ``path`` through :func:`cle._files.write_bytes_atomic`, so an interrupted run
-    leaves the old file intact and no partial file next to it."""
+def _model_bytes(model, path):
+    """The bytes of ``model`` saved as ``path`` would be: Keras writes into a private temporary
+    directory, so nothing appears next to ``path`` until :func:`_write_outputs`."""
     import tempfile
-
-    from cle._files import write_bytes_atomic
 
     try:
         with tempfile.TemporaryDirectory(prefix="cle-save-") as tmp:
             staged = os.path.join(tmp, "model" + os.path.splitext(path)[1].lower())
             model.save(staged)
             with open(staged, "rb") as f:
-                data = f.read()
-        write_bytes_atomic(path, data)
+                return f.read()
     except OSError as exc:
         raise CliError(f"cannot write {path}: {exc.strerror or exc}") from exc
     except Exception as exc:
         raise CliError(f"cannot write {path}: {_one_line(exc)}") from exc
 
 
-def _write_json(data, path):
-    from cle._files import write_bytes_atomic
+def _json_bytes(data):
+    return (json.dumps(data, indent=2) + "\n").encode("utf-8")
 
-    text = json.dumps(data, indent=2) + "\n"
+
+def _write_outputs(files):
+    """Write every ``(path, bytes)`` atomically, all or none (:mod:`cle._files`): a run that
+    fails leaves no new file and every old one as it was."""
+    from cle._files import write_all_or_nothing
+
     try:
-        write_bytes_atomic(path, text.encode("utf-8"))
+        write_all_or_nothing(files)
     except OSError as exc:
-        raise CliError(f"cannot write {path}: {exc.strerror or exc}") from exc
+        raise CliError(f"cannot write {exc.filename or files[0][0]}: {exc.strerror or exc}; "
+                       "nothing was written") from exc
 
 
 # ---------------------------------------------------------------------------- commands
@@ -453,7 +463,10 @@ def _cmd_fold(args) -> int:
         import cle
 
         pairs, folded = cle.fold_all_batch_norms(model)
-        _save_model(folded, args.output)
+        outputs = [(args.output, _model_bytes(folded, args.output))]
+        if args.report:
+            outputs.append((args.report, _json_bytes(_fold_dict(pairs, pairs.skipped))))
+        _write_outputs(outputs)
     backward = sum(p.bn_after for p in pairs)
     print(f"{args.model}: {len(pairs)} batch norms folded ({backward} backward, "
           f"{len(pairs) - backward} forward), {len(pairs.skipped)} skipped")
@@ -463,10 +476,8 @@ def _cmd_fold(args) -> int:
     for what, reason, count, example in _group_reasons(
             [("bn skip", s.bn.name, s.reason) for s in pairs.skipped], names):
         print(f"  {what} ×{count}: {reason} (e.g. '{example}')")
-    print(f"wrote {args.output}")
-    if args.report:
-        _write_json(_fold_dict(pairs, pairs.skipped), args.report)
-        print(f"wrote {args.report}")
+    for path, _ in outputs:
+        print(f"wrote {path}")
     return EXIT_OK
 
 
@@ -594,14 +605,15 @@ def _cmd_equalize(args) -> int:
     with _Session(args) as session:
         model = session.load()
         equalized, report = _equalize(args, model, calibration)
-        _save_model(equalized, args.output)
+        outputs = [(args.output, _model_bytes(equalized, args.output))]
+        if args.report:
+            outputs.append((args.report, _json_bytes(report.to_dict())))
+        _write_outputs(outputs)
     print(f"{args.model}: {_options_text(args)}")
     for line in _summary_lines(report):
         print("  " + line)
-    print(f"wrote {args.output}")
-    if args.report:
-        _write_json(report.to_dict(), args.report)
-        print(f"wrote {args.report}")
+    for path, _ in outputs:
+        print(f"wrote {path}")
     return EXIT_OK
 
 

@@ -298,3 +298,98 @@ def test_load_model_reads_a_legacy_hdf5_without_compiling(capsys, tmp_path):
     assert run(capsys, "fold", path, "-o", tmp_path / "f.keras")[0] == 0
     with pytest.raises(Exception, match="lr"):  # compiling stays available, when asked
         cle.load_model(path, compile=True)
+
+
+# ------------------------------------------ item 3: inputs checked first, all outputs or none
+
+
+def _unwritable_dir(tmp_path):
+    """A directory no file can be created in: read-only for a normal user; for root (whom
+    permissions do not stop) a directory of /proc."""
+    if os.geteuid() == 0:
+        if not os.path.isdir("/proc/self") or os.access("/proc", os.W_OK) and _can_create("/proc"):
+            pytest.skip("running as root without a read-only directory to test with")
+        return "/proc"
+    d = tmp_path / "readonly"
+    d.mkdir()
+    d.chmod(0o500)
+    return str(d)
+
+
+def _can_create(directory):
+    try:
+        with open(os.path.join(directory, ".cle-probe"), "w"):
+            pass
+    except OSError:
+        return False
+    os.unlink(os.path.join(directory, ".cle-probe"))
+    return True
+
+
+def test_unwritable_outputs_refused_before_loading(capsys, tmp_path, model_file, monkeypatch):
+    ro = _unwritable_dir(tmp_path)
+    monkeypatch.setattr(cli, "_Session", None)  # nothing may be loaded: refused before that
+    for argv, option in [
+        (["fold", model_file, "-o", f"{ro}/out.keras"], "-o"),
+        (["equalize", model_file, "-o", f"{ro}/out.keras"], "-o"),
+        (["equalize", model_file, "-o", tmp_path / "o.keras", "--report", f"{ro}/r.json"],
+         "--report"),
+        (["fold", model_file, "-o", tmp_path / "o.keras", "--report", tmp_path], "--report"),
+        (["fold", model_file, "-o", tmp_path / "dir.keras"], "-o"),
+    ]:
+        if argv[-1] == tmp_path / "dir.keras":
+            (tmp_path / "dir.keras").mkdir()
+        code, out, err = run(capsys, *argv)
+        assert code == 2 and out == "", (argv, err)
+        assert_one_line_error(err, f"{option} ", "expected a file location cle can write, but ")
+    assert sorted(os.listdir(tmp_path)) in (["dir.keras"], ["dir.keras", "readonly"])
+
+
+def test_failed_report_write_leaves_no_model(capsys, tmp_path, model_file, monkeypatch):
+    from cle import _files
+
+    real = _files.write_bytes_atomic
+    (tmp_path / "old.keras").write_bytes(b"old model")
+
+    def fail_on_report(path, data):
+        if str(path).endswith(".json"):
+            raise PermissionError(13, "Permission denied", str(path))
+        real(path, data)
+
+    monkeypatch.setattr(_files, "write_bytes_atomic", fail_on_report)
+    for target in ("new.keras", "old.keras"):
+        code, out, err = run(capsys, "equalize", model_file, "-o", tmp_path / target,
+                             "--report", tmp_path / "r.json")
+        assert code == 1 and out == ""
+        assert_one_line_error(err, "cannot write", "r.json: Permission denied; nothing was "
+                              "written")
+    assert files_in(tmp_path) == ["old.keras"]
+    assert (tmp_path / "old.keras").read_bytes() == b"old model"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--bias-correction", "empirical"],
+     "--bias-correction empirical needs --calibration FILE.npy; received no --calibration"),
+    (["--activation-ranges", "calibration"],
+     "--activation-ranges calibration needs --calibration FILE.npy; received no --calibration"),
+    (["--calibration", "c.npy"],
+     "--calibration c.npy is given but nothing would read it: it is for --bias-correction "
+     "empirical and/or --activation-ranges calibration; received --bias-correction none "
+     "--activation-ranges bn"),
+    (["--activation-ranges", "calibration", "--calibration", "c.npy", "--objective", "weights"],
+     "--activation-ranges calibration is for --objective quantized (the measured ranges "
+     "choose its scales); received --objective weights"),
+    (["--bias-correction", "empirical", "--calibration", "missing.npy"],
+     "--calibration missing.npy: no such file"),
+], ids=["empirical-no-data", "ranges-no-data", "data-unused", "ranges-weights", "data-missing"])
+@pytest.mark.parametrize("command", ["equalize", "inspect"])
+def test_option_combinations_refused_before_loading(capsys, tmp_path, model_file, monkeypatch,
+                                                    argv, message, command):
+    monkeypatch.chdir(tmp_path)
+    np.save(tmp_path / "c.npy", np.zeros((2, 10, 10, 3), "float32"))
+    monkeypatch.setattr(cli, "_Session", None)  # nothing may be loaded: refused before that
+    out_args = ["-o", tmp_path / "o.keras"] if command == "equalize" else []
+    code, out, err = run(capsys, command, model_file, *out_args, *argv)
+    assert code == 2 and out == ""
+    assert_one_line_error(err, message)
+    assert files_in(tmp_path) == ["c.npy"]
