@@ -393,3 +393,34 @@ def test_option_combinations_refused_before_loading(capsys, tmp_path, model_file
     assert code == 2 and out == ""
     assert_one_line_error(err, message)
     assert files_in(tmp_path) == ["c.npy"]
+
+
+# ------------------------------------------ item 6: the bad-input matrix of docs/cli.md's table
+
+
+def _gen_cli_docs():
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts",
+                        "gen_cli_docs.py")
+    spec = importlib.util.spec_from_file_location("gen_cli_docs_for_outcomes", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_GEN = _gen_cli_docs()
+
+
+@pytest.mark.parametrize("case", _GEN.OUTCOME_CASES, ids=[c[0] for c in _GEN.OUTCOME_CASES])
+def test_outcome_matrix(tmp_path, case):
+    code, out, err, new = _GEN.run_outcome_case(case, tmp_path)
+    assert "Traceback" not in out + err
+    if code == 0:
+        assert err == "" and new == ["out.keras"]
+        assert out.strip().splitlines()[-1] == "wrote out.keras"
+    else:
+        assert new == [] and out == ""
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("cle: error: "), err
+        assert code in (1, 2)
