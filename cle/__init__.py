@@ -105,14 +105,23 @@ def _objects() -> dict:
             if key.startswith("cle>")}
 
 
-def load_model(path, custom_objects=None, compile=True, safe_mode=True):
+def load_model(path, custom_objects=None, compile=False, safe_mode=True):
     """``keras.models.load_model`` that knows cle's layers (e.g. ``ClippedReLU``).
 
+    It reads every file the ``cle`` commands read, legacy HDF5 included: it does not compile
+    the model unless asked (a legacy file's training config, e.g. an optimizer saved with
+    Keras 2 arguments such as ``lr``, is then never read); cle's transforms need no compiled
+    model.
+
     Args:
-        path: a ``.keras`` (or legacy ``.h5``) file, e.g. written by ``cle equalize``.
+        path: a ``.keras`` (or legacy ``.h5`` / ``.hdf5``) file, e.g. written by
+            ``cle equalize``.
         custom_objects: your own custom classes/functions, if the model has any; they take
             precedence over cle's.
-        compile, safe_mode: passed to ``keras.models.load_model``.
+        compile: also restore the training configuration (optimizer, loss, metrics), as
+            ``keras.models.load_model(compile=True)`` does. Default False.
+        safe_mode: passed to ``keras.models.load_model``; False lets Keras run Python code
+            stored in the file (``Lambda`` layers): only for files you trust.
 
     Returns:
         the ``keras.Model``.

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import tempfile
 
-__all__ = ["write_bytes_atomic", "same_file"]
+__all__ = ["write_bytes_atomic", "write_all_or_nothing", "same_file", "unwritable_reason"]
 
 
 def same_file(a: str, b: str) -> bool:
@@ -98,4 +98,47 @@ def write_bytes_atomic(path: str, data: bytes) -> None:
         if fd is not None:
             os.close(fd)
         _unlink_quietly(tmp)
+        raise
+
+
+def unwritable_reason(path: str) -> str | None:
+    """Why a file cannot be written at ``path`` (found by creating and removing a temporary
+    file next to it), or None if it can."""
+    path = os.path.abspath(path)
+    if os.path.isdir(path):
+        return f"{path} is a directory"
+    directory = os.path.dirname(path)
+    try:
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.",
+                                   suffix=".probe")
+    except OSError as exc:
+        return f"cannot create a file in {directory}: {exc.strerror or exc}"
+    os.close(fd)
+    _unlink_quietly(tmp)
+    return None
+
+
+def write_all_or_nothing(files) -> None:
+    """Write every ``(path, bytes)`` of ``files`` atomically, or none of them: if one write
+    fails (or the run is interrupted), the files already written are put back as they were
+    (removed if they are new, their old bytes restored otherwise) and the error propagates.
+    """
+    done = []  # (path, old bytes or None)
+    try:
+        for path, data in files:
+            old = None
+            if os.path.isfile(path):
+                with open(path, "rb") as f:
+                    old = f.read()
+            write_bytes_atomic(path, data)
+            done.append((path, old))
+    except BaseException:
+        for path, old in reversed(done):
+            try:
+                if old is None:
+                    os.unlink(path)
+                else:
+                    write_bytes_atomic(path, old)
+            except OSError:
+                pass
         raise

@@ -23,7 +23,7 @@ import numpy as np
 
 from cle._graph import _inner_function
 
-__all__ = ["LayerEdit", "gc_frozen", "rebuild"]
+__all__ = ["LayerEdit", "gc_frozen", "own_configs", "rebuild"]
 
 
 @dataclasses.dataclass
@@ -247,6 +247,23 @@ def gc_frozen():
         gc.unfreeze()
 
 
+@contextlib.contextmanager
+def own_configs():
+    """Deserialize, for the duration, the layer configs the rebuild has just taken from live
+    layers, including those Keras deserializes only unsafely (a ``Lambda`` whose function is
+    Python bytecode): they come from the model object in memory, not from a file, so nothing
+    runs that the process does not already hold. Keras' safe mode is restored afterwards
+    (thread-local, as Keras keeps it); files are still loaded safely unless the caller opts out.
+    """
+    try:
+        from keras.src.saving.serialization_lib import SafeModeScope
+    except ImportError:  # pragma: no cover - a Keras without the scope: leave safe mode alone
+        yield
+        return
+    with SafeModeScope(False):
+        yield
+
+
 def rebuild(model, edits=None, bypass=()):
     """Build a new model from ``model`` with some layers edited or removed.
 
@@ -260,7 +277,7 @@ def rebuild(model, edits=None, bypass=()):
         ``id(old layer) -> new layer`` for every layer that was cloned.
     """
     builder = _Rebuilder(edits or {}, set(bypass))
-    with gc_frozen():
+    with gc_frozen(), own_configs():
         if isinstance(model, keras.Sequential):
             new = builder.rebuild_sequential(model)
         else:

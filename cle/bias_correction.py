@@ -41,6 +41,7 @@ import numpy as np
 from scipy.stats import norm
 
 from cle import _steps
+from cle._backend_caps import check_runnable
 from cle._graph import graph_view, run_call
 from cle._layouts import (
     bias_on_wrong_axis, channel_axis, layout_of, read_weight, untouchable_reason)
@@ -558,6 +559,7 @@ def _correct_bias(model, bn_stats=None, calibration_data=None, bits=8, per_chann
         plan = keep
         calibration = None
     else:
+        check_runnable(model, "empirical bias correction")
         calibration = _check_data(model, calibration_data)
 
     deltas = {}

@@ -233,9 +233,17 @@ def _check_output_path(path: str, option: str = "-o"):
 
 
 def _check_parent_dir(path: str, option: str):
+    """An output path a file can be written at, checked before any work (by creating and
+    removing a temporary file next to it)."""
+    from cle._files import unwritable_reason
+
     parent = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(parent):
         raise CliError(f"{option} {path}: the directory {parent} does not exist", EXIT_USAGE)
+    reason = unwritable_reason(path)
+    if reason is not None:
+        raise CliError(f"{option} {path}: expected a file location cle can write, but "
+                       f"{reason}", EXIT_USAGE)
 
 
 def load_custom_objects(path: str) -> dict:
@@ -326,16 +334,25 @@ _UNKNOWN = (
 )
 
 
-def _load_model(path: str, custom_objects_path: str | None, custom: dict):
+def _load_model(path: str, custom_objects_path: str | None, custom: dict, unsafe=False):
     _check_model_file(path)
     import keras
 
     import cle.layers  # noqa: F401  (registers ClippedReLU, which equalized models contain)
 
     try:
-        return keras.saving.load_model(path, custom_objects=custom or None, compile=False)
+        return keras.saving.load_model(path, custom_objects=custom or None, compile=False,
+                                       safe_mode=not unsafe)
     except Exception as exc:
         msg = str(exc)
+        if "safe_mode=False" in msg or "enable_unsafe_deserialization" in msg:
+            what = ("a Lambda layer whose function is Python code" if "Lambda" in msg
+                    else "an object")
+            raise CliError(
+                f"{path} holds {what}, which Keras loads only in unsafe mode (loading runs "
+                "code stored in the file); if you trust this file, pass "
+                "--unsafe-deserialization"
+            ) from exc
         for pattern in _UNKNOWN:
             m = pattern.search(msg)
             if m:
@@ -375,7 +392,7 @@ class _Session:
 
     def load(self):
         return _load_model(self.args.model, getattr(self.args, "custom_objects", None),
-                           self.custom)
+                           self.custom, getattr(self.args, "unsafe_deserialization", False))
 
 
 def _check_graph(path, model):
@@ -391,35 +408,37 @@ def _check_graph(path, model):
         raise CliError(f"{path}: {_one_line(exc, limit=600)}") from exc
 
 
-def _save_model(model, path):
-    """Save atomically: Keras writes into a private temporary directory, then the bytes
-    replace ``path`` through :func:`cle._files.write_bytes_atomic`, so an interrupted run
-    leaves the old file intact and no partial file next to it."""
+def _model_bytes(model, path):
+    """The bytes of ``model`` saved as ``path`` would be: Keras writes into a private temporary
+    directory, so nothing appears next to ``path`` until :func:`_write_outputs`."""
     import tempfile
-
-    from cle._files import write_bytes_atomic
 
     try:
         with tempfile.TemporaryDirectory(prefix="cle-save-") as tmp:
             staged = os.path.join(tmp, "model" + os.path.splitext(path)[1].lower())
             model.save(staged)
             with open(staged, "rb") as f:
-                data = f.read()
-        write_bytes_atomic(path, data)
+                return f.read()
     except OSError as exc:
         raise CliError(f"cannot write {path}: {exc.strerror or exc}") from exc
     except Exception as exc:
         raise CliError(f"cannot write {path}: {_one_line(exc)}") from exc
 
 
-def _write_json(data, path):
-    from cle._files import write_bytes_atomic
+def _json_bytes(data):
+    return (json.dumps(data, indent=2) + "\n").encode("utf-8")
 
-    text = json.dumps(data, indent=2) + "\n"
+
+def _write_outputs(files):
+    """Write every ``(path, bytes)`` atomically, all or none (:mod:`cle._files`): a run that
+    fails leaves no new file and every old one as it was."""
+    from cle._files import write_all_or_nothing
+
     try:
-        write_bytes_atomic(path, text.encode("utf-8"))
+        write_all_or_nothing(files)
     except OSError as exc:
-        raise CliError(f"cannot write {path}: {exc.strerror or exc}") from exc
+        raise CliError(f"cannot write {exc.filename or files[0][0]}: {exc.strerror or exc}; "
+                       "nothing was written") from exc
 
 
 # ---------------------------------------------------------------------------- commands
@@ -444,34 +463,78 @@ def _cmd_fold(args) -> int:
         import cle
 
         pairs, folded = cle.fold_all_batch_norms(model)
-        _save_model(folded, args.output)
+        outputs = [(args.output, _model_bytes(folded, args.output))]
+        if args.report:
+            outputs.append((args.report, _json_bytes(_fold_dict(pairs, pairs.skipped))))
+        _write_outputs(outputs)
     backward = sum(p.bn_after for p in pairs)
     print(f"{args.model}: {len(pairs)} batch norms folded ({backward} backward, "
           f"{len(pairs) - backward} forward), {len(pairs.skipped)} skipped")
-    for s in pairs.skipped:
-        print(f"  skipped {s.bn.name}: {s.reason}")
-    print(f"wrote {args.output}")
-    if args.report:
-        _write_json(_fold_dict(pairs, pairs.skipped), args.report)
-        print(f"wrote {args.report}")
+    from cle.cross_layer_equalization import _group_reasons
+
+    names = [layer.name for layer in model._flatten_layers()]
+    for what, reason, count, example in _group_reasons(
+            [("bn skip", s.bn.name, s.reason) for s in pairs.skipped], names):
+        print(f"  {what} ×{count}: {reason} (e.g. '{example}')")
+    for path, _ in outputs:
+        print(f"wrote {path}")
     return EXIT_OK
 
 
-def _equalize(args, model):
+def _data_use(args):
+    """The options that read --calibration, as the user would write them."""
+    uses = []
+    if getattr(args, "bias_correction", "none") == "empirical":
+        uses.append("--bias-correction empirical")
+    if getattr(args, "activation_ranges", "bn") == "calibration":
+        uses.append("--activation-ranges calibration")
+    return uses
+
+
+def _check_option_combinations(args):
+    """Usage errors between options, before anything is loaded."""
+    if not hasattr(args, "bias_correction"):
+        return
+    uses = _data_use(args)
+    if uses and not args.calibration:
+        raise CliError(f"{uses[0]} needs --calibration FILE.npy; received no --calibration",
+                       EXIT_USAGE)
+    if args.calibration and not uses:
+        raise CliError(
+            f"--calibration {args.calibration} is given but nothing would read it: it is for "
+            "--bias-correction empirical and/or --activation-ranges calibration; received "
+            f"--bias-correction {args.bias_correction} --activation-ranges "
+            f"{args.activation_ranges}", EXIT_USAGE)
+    if args.activation_ranges == "calibration" and args.objective != "quantized":
+        raise CliError(
+            "--activation-ranges calibration is for --objective quantized (the measured "
+            "ranges choose its scales); received --objective weights", EXIT_USAGE)
+    if args.calibration and not os.path.isfile(args.calibration):
+        raise CliError(f"--calibration {args.calibration}: no such file", EXIT_USAGE)
+
+
+def _read_calibration(args):
+    """The --calibration array (None if not given), read before the model is loaded."""
+    if not getattr(args, "calibration", None):
+        return None
+    import numpy as np
+
+    return _load_calibration(np, args.calibration)
+
+
+def _equalize(args, model, calibration=None):
     import cle
 
     _check_graph(args.model, model)
     mode = getattr(args, "bias_correction", "none")
     ranges = getattr(args, "activation_ranges", "bn")
-    calibration = None
-    if mode == "empirical" or ranges == "calibration":
-        import numpy as np
+    uses = _data_use(args)
+    if uses:
+        from cle._backend_caps import channels_first_problem
 
-        if not getattr(args, "calibration", None):
-            what = ("--bias-correction empirical" if mode == "empirical"
-                    else "--activation-ranges calibration")
-            raise CliError(f"{what} needs --calibration FILE.npy", EXIT_USAGE)
-        calibration = _load_calibration(np, args.calibration)
+        problem = channels_first_problem(model)
+        if problem is not None:
+            raise CliError(f"{args.model}: {uses[0]} runs the model, but {problem}")
     return cle.equalize_model(
         model, relu6=args.relu6, high_bias_fold=args.high_bias_fold, margin=args.margin,
         return_report=True, bias_correction=mode, calibration_data=calibration,
@@ -513,26 +576,44 @@ def _progress(message):
 
 
 def _summary_lines(report):
+    """The counts of ``str(report)``, then one line per distinct reason a BN or a set was left
+    (the reason lines of ``report.summary()``, with counts and an example)."""
     lines = str(report).splitlines()
-    return lines[:5] if len(lines) > 4 and lines[4].startswith("bias correction:") else lines[:4]
+    lines = lines[:5] if len(lines) > 4 and lines[4].startswith("bias correction:") else lines[:4]
+    return lines + report.summary().splitlines()[2:]
+
+
+def _options_text(args) -> str:
+    """The ``cle equalize`` options of ``args``, every one spelled out (defaults included)."""
+    parts = [f"--relu6 {args.relu6}", f"--high-bias-fold {args.high_bias_fold}",
+             f"--margin {args.margin:g}", f"--objective {args.objective}"]
+    if not args.per_channel:
+        parts.append("--per-tensor")
+    parts += [f"--weight-bits {args.weight_bits}", f"--activation-bits {args.activation_bits}",
+              f"--activation-ranges {args.activation_ranges}",
+              f"--bias-correction {args.bias_correction}"]
+    if args.calibration:
+        parts.append(f"--calibration {args.calibration}")
+    return " ".join(parts)
 
 
 def _cmd_equalize(args) -> int:
     _check_output_path(args.output)
     if args.report:
         _check_parent_dir(args.report, "--report")
+    calibration = _read_calibration(args)
     with _Session(args) as session:
         model = session.load()
-        equalized, report = _equalize(args, model)
-        _save_model(equalized, args.output)
-    print(f"{args.model}: relu6={args.relu6}, high-bias-fold={args.high_bias_fold}, "
-          f"margin={args.margin:g}")
+        equalized, report = _equalize(args, model, calibration)
+        outputs = [(args.output, _model_bytes(equalized, args.output))]
+        if args.report:
+            outputs.append((args.report, _json_bytes(report.to_dict())))
+        _write_outputs(outputs)
+    print(f"{args.model}: {_options_text(args)}")
     for line in _summary_lines(report):
         print("  " + line)
-    print(f"wrote {args.output}")
-    if args.report:
-        _write_json(report.to_dict(), args.report)
-        print(f"wrote {args.report}")
+    for path, _ in outputs:
+        print(f"wrote {path}")
     return EXIT_OK
 
 
@@ -551,8 +632,7 @@ def inspect_lines(report, model, args) -> list[str]:
     lines = [
         f"{args.model}: model '{model.name}' ({type(model).__name__}), {len(model.layers)} "
         f"layers, {n_params:,} parameters",
-        f"dry run of: cle equalize --relu6 {args.relu6} --high-bias-fold "
-        f"{args.high_bias_fold} --margin {args.margin:g}   (nothing is written)",
+        f"dry run of: cle equalize {_options_text(args)}   (nothing is written)",
     ]
     lines += ["  " + line for line in _summary_lines(report)]
 
@@ -581,9 +661,16 @@ def inspect_lines(report, model, args) -> list[str]:
             "\n".join(_range(p.scale_factor) for p in pairs),
             "\n".join("yes" if p.relu_activation_between_layers else "no" for p in pairs),
         ])
-    section("Scaling sets", len(report.sets), format_table(
-        ["#", "kind", "layers (in order)", "scale factors to next", "ReLU between"], rows,
-    ))
+    kept = [d for d in report.scaling if not d.scaled]
+    body = format_table(
+        ["#", "kind", "layers (in order)", "scale factors to next", "ReLU between"], rows)
+    if not rows and kept:
+        body = [f"  (none: {len(kept)} found, left as they are; see below)"]
+    section("Scaling sets", len(report.sets), body)
+    if kept:
+        section(f"Sets left as they are (objective '{report.objective}')", len(kept),
+                format_table(["layers (in order)", "reason"],
+                             [["\n".join(d.layers), d.reason] for d in kept], wrap=1))
     section("Chain ends (scalable layers where no set starts)", len(report.set_ends),
             format_table(["layer", "reason"], [[n, r] for n, r in report.set_ends], wrap=1))
     if report.relu6 == "keep":
@@ -619,9 +706,10 @@ def inspect_lines(report, model, args) -> list[str]:
 
 
 def _cmd_inspect(args) -> int:
+    calibration = _read_calibration(args)
     with _Session(args) as session:
         model = session.load()
-        _, report = _equalize(args, model)
+        _, report = _equalize(args, model, calibration)
         lines = inspect_lines(report, model, args)
     print("\n".join(lines))
     return EXIT_OK
@@ -704,6 +792,10 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--custom-objects", metavar="MODULE.py",
                        help="Python file whose Keras layers/models/functions are registered "
                             "as custom objects for loading (and saving)")
+        p.add_argument("--unsafe-deserialization", action="store_true",
+                       help="load a model whose Lambda layers (or other objects) Keras loads "
+                            "only with safe_mode=False, which runs the Python code stored in "
+                            "the file: only for files you trust")
 
     def cle_options(p):
         p.add_argument("--relu6", choices=("bound", "replace", "keep"), default="bound",
@@ -729,6 +821,19 @@ def build_parser() -> argparse.ArgumentParser:
                        help="target weight bits (default 8)")
         p.add_argument("--activation-bits", type=_bits, default=8, metavar="N",
                        help="target activation bits (default 8)")
+        p.add_argument("--bias-correction", choices=("none", "analytic", "empirical"),
+                       default="none",
+                       help="finish with bias correction for the target weights: analytic "
+                            "(data-free, from the folded BN statistics) or empirical (needs "
+                            "--calibration)")
+        p.add_argument("--activation-ranges", choices=("bn", "calibration"), default="bn",
+                       help="activation statistics for --objective quantized: bn (default, "
+                            "data-free, from the folded BNs) or calibration (measured on "
+                            "--calibration)")
+        p.add_argument("--calibration", metavar="NPY",
+                       help="calibration inputs (.npy array, preprocessed as the model "
+                            "expects) for --bias-correction empirical and --activation-ranges "
+                            "calibration")
 
     p = sub.add_parser("fold", help="fold every foldable BatchNormalization",
                        description="Fold every BatchNormalization that can be folded exactly "
@@ -754,18 +859,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--overwrite", action="store_true",
                    help="allow OUT to be the input model itself (refused otherwise)")
     cle_options(p)
-    p.add_argument("--bias-correction", choices=("none", "analytic", "empirical"),
-                   default="none",
-                   help="finish with bias correction for the target weights: analytic "
-                        "(data-free, from the folded BN statistics) or empirical (needs "
-                        "--calibration)")
-    p.add_argument("--activation-ranges", choices=("bn", "calibration"), default="bn",
-                   help="activation statistics for --objective quantized: bn (default, "
-                        "data-free, from the folded BNs) or calibration (measured on "
-                        "--calibration)")
-    p.add_argument("--calibration", metavar="NPY",
-                   help="calibration inputs (.npy array, preprocessed as the model expects) "
-                        "for --bias-correction empirical and --activation-ranges calibration")
     p.add_argument("--report", metavar="JSON",
                    help="write the full report (EqualizationReport.to_dict()) as JSON")
     p.set_defaults(func=_cmd_equalize)
@@ -825,6 +918,7 @@ def _precheck(args):
     if getattr(args, "report", None):
         _check_parent_dir(args.report, "--report")
     _check_not_input(args)
+    _check_option_combinations(args)
     path = getattr(args, "custom_objects", None)
     if path is not None:
         if not os.path.isfile(path):

@@ -21,6 +21,7 @@ import keras
 import numpy as np
 
 from cle import _cls_math, _qnoise, _scale_choice, batch_norm_fold as _bnf
+from cle._backend_caps import check_runnable
 from cle._cls_sets import Link, SetSearch, find_sets, in_spec, out_spec, relu6_kind, walk
 from cle._graph import GraphView, graph_view, local_view
 from cle._layouts import bias_on_wrong_axis, channel_axis, layout_of, read_weight
@@ -626,6 +627,26 @@ class HighBiasFold:
 # ---------------------------------------------------------------------------- equalize_model
 
 
+def _group_reasons(items, layer_names=()) -> list[tuple[str, str, int, str]]:
+    """``(what, name, reason)`` items grouped by reason, names of layers masked as ``'…'``.
+
+    Returns:
+        ``(what, reason, count, example)`` sorted by what and falling count; ``example`` is the
+        first name with that reason.
+    """
+    names = set(layer_names) | {name for _, name, _ in items}
+
+    def mask(reason):
+        return re.sub(r"'([^']*)'",
+                      lambda m: "'…'" if m.group(1) in names else m.group(0), reason)
+
+    groups: dict[tuple[str, str], list[str]] = {}
+    for what, name, reason in items:
+        groups.setdefault((what, mask(reason)), []).append(name)
+    rows = [(what, reason, len(who), who[0]) for (what, reason), who in groups.items()]
+    return sorted(rows, key=lambda r: (r[0], -r[2], r[1]))
+
+
 @dataclasses.dataclass
 class EqualizationReport:
     """What :func:`equalize_model` did.
@@ -667,24 +688,10 @@ class EqualizationReport:
             "set kept": a set found but left unscaled by ``objective="quantized"``) and
             falling count; ``example`` is the first layer (or BN) with that reason.
         """
-        names = set(self.layer_names)
-        names.update(n for n, _ in self.set_ends)
-        names.update(s.bn.name for s in self.fold_skipped)
-
-        def mask(reason):
-            return re.sub(r"'([^']*)'",
-                          lambda m: "'…'" if m.group(1) in names else m.group(0), reason)
-
-        groups: dict[tuple[str, str], list[str]] = {}
-        for name, reason in self.set_ends:
-            groups.setdefault(("set end", mask(reason)), []).append(name)
-        for s in self.fold_skipped:
-            groups.setdefault(("bn skip", mask(s.reason)), []).append(s.bn.name)
-        for d in self.scaling:
-            if not d.scaled:
-                groups.setdefault(("set kept", mask(d.reason)), []).append(d.layers[0])
-        rows = [(what, reason, len(who), who[0]) for (what, reason), who in groups.items()]
-        return sorted(rows, key=lambda r: (r[0], -r[2], r[1]))
+        items = [("set end", name, reason) for name, reason in self.set_ends]
+        items += [("bn skip", s.bn.name, s.reason) for s in self.fold_skipped]
+        items += [("set kept", d.layers[0], d.reason) for d in self.scaling if not d.scaled]
+        return _group_reasons(items, self.layer_names)
 
     def summary(self) -> str:
         """Counts, and one line per distinct reason (not per layer) for what was left out."""
@@ -975,6 +982,9 @@ def equalize_model(model, relu6="bound", high_bias_fold="none", margin=3.0,
         raise ValueError(f"objective must be one of {_OBJECTIVES}. Received: objective={objective!r}")
     target = _target(weight_bits, per_channel_weights, activation_bits)
     view = graph_view(model)
+    if wants_data:  # refuse before any work a model this backend cannot run here
+        check_runnable(model, "bias_correction='empirical'" if bias_correction == "empirical"
+                       else "activation_ranges='calibration'")
     matches, fold_skipped = _bnf._find(view)
     edits, bypass = _bnf.fold_plan(matches)
     changed = []

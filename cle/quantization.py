@@ -39,6 +39,7 @@ from typing import Any, Callable, Iterable
 import keras
 import numpy as np
 
+from cle._backend_caps import check_runnable
 from cle._graph import graph_view
 from cle._layouts import layout_of
 from cle._rebuild import rebuild
@@ -731,6 +732,7 @@ def evaluate(model, inputs, reference_outputs, *, float_outputs=None, weight_bit
         raise ValueError(f"`progress` must be None or a callable. Received: progress={progress!r}")
     if tflite:
         _check_tflite_backend("evaluate(tflite=True)")
+    check_runnable(model, "evaluate")
     say = progress if progress is not None else (lambda message: None)
 
     def row(name, outputs):

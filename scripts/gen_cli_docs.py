@@ -2,7 +2,10 @@
 
 - ``cli-help``: ``cle --help``;
 - ``cli-session``: ``cle fold``, ``cle equalize`` and ``cle inspect`` on a tiny CNN;
-- ``cli-report``: the JSON report ``cle equalize --report`` wrote in that session.
+- ``cli-report``: the JSON report ``cle equalize --report`` wrote in that session;
+- ``cli-outcomes``: the inputs-and-outcomes table, one row per :data:`OUTCOME_CASES` entry
+  (the bad-input matrix tests/test_inputs_outcomes.py checks: one line, no traceback, no
+  leftover file).
 
 Everything runs in-process on a tiny model whose weights come from a seeded numpy generator,
 so the text is the same on every machine and backend, and takes a few seconds: the test suite
@@ -66,6 +69,110 @@ def tiny_cnn():
     return model
 
 
+def _lambda_cnn():
+    """tiny_cnn with a Lambda layer after the project BN (Keras loads it only unsafely)."""
+    import keras
+
+    base = tiny_cnn()
+    x = base.get_layer("stem_project_bn").output
+    x = keras.layers.Lambda(lambda t: t * 0.5, name="halve")(x)
+    x = base.get_layer("pool")(x)
+    return keras.Model(base.inputs, base.get_layer("predictions")(x), name="lambda_cnn")
+
+
+def _setup_files(names):
+    """Create the input files a case needs, in the current directory."""
+    import numpy as np
+
+    for name in names:
+        if name == "tiny.keras":
+            tiny_cnn().save(name)
+        elif name == "lambda.keras":
+            _lambda_cnn().save(name)
+        elif name == "notes.keras":
+            with open(name, "w") as f:
+                f.write("not a model\n")
+        elif name == "calib.npy":
+            np.save(name, np.zeros((4, 16, 16, 3), "float32"))
+        elif name == "objects.npy":
+            np.save(name, np.array([{"a": 1}], dtype=object), allow_pickle=True)
+        elif name.endswith("/"):
+            os.mkdir(name.rstrip("/"))
+        else:
+            raise ValueError(f"unknown setup file {name!r}")
+
+
+# The inputs-and-outcomes table of docs/cli.md (block cli-outcomes), and the bad-input matrix
+# of tests/test_inputs_outcomes.py: (situation, files to create first, command).
+OUTCOME_CASES = [
+    ("input missing", [], "cle fold missing.keras -o out.keras"),
+    ("input is not a model file", ["notes.keras"], "cle fold notes.keras -o out.keras"),
+    ("output name without .keras/.h5", ["tiny.keras"], "cle fold tiny.keras -o out.txt"),
+    ("output directory missing", ["tiny.keras"], "cle fold tiny.keras -o nodir/out.keras"),
+    ("output path is a directory", ["tiny.keras", "taken.keras/"],
+     "cle fold tiny.keras -o taken.keras"),
+    ("`-o` is the input", ["tiny.keras"], "cle equalize tiny.keras -o tiny.keras"),
+    ("`--report` is the input", ["tiny.keras"],
+     "cle fold tiny.keras -o out.keras --report tiny.keras"),
+    ("`--report` is a directory", ["tiny.keras", "reports/"],
+     "cle fold tiny.keras -o out.keras --report reports"),
+    ("bad option value", ["tiny.keras"], "cle equalize tiny.keras -o out.keras --relu6 clip"),
+    ("`--calibration` that nothing reads", ["tiny.keras", "calib.npy"],
+     "cle equalize tiny.keras -o out.keras --calibration calib.npy"),
+    ("empirical bias correction without data", ["tiny.keras"],
+     "cle equalize tiny.keras -o out.keras --bias-correction empirical"),
+    ("calibrated ranges with `--objective weights`", ["tiny.keras", "calib.npy"],
+     "cle inspect tiny.keras --activation-ranges calibration --calibration calib.npy "
+     "--objective weights"),
+    ("calibration file missing", ["tiny.keras"],
+     "cle equalize tiny.keras -o out.keras --bias-correction empirical --calibration nope.npy"),
+    ("calibration file of Python objects", ["tiny.keras", "objects.npy"],
+     "cle equalize tiny.keras -o out.keras --bias-correction empirical --calibration "
+     "objects.npy"),
+    ("a `Lambda` layer, no opt-in", ["lambda.keras"], "cle fold lambda.keras -o out.keras"),
+    ("a `Lambda` layer, with the opt-in", ["lambda.keras"],
+     "cle fold lambda.keras -o out.keras --unsafe-deserialization"),
+    ("nothing to scale", ["tiny.keras"], "cle equalize tiny.keras -o out.keras"),
+]
+
+
+def run_outcome_case(case, directory):
+    """Run one OUTCOME_CASES entry in ``directory`` (created empty by the caller); returns
+    ``(exit code, stdout, stderr, files the command left that were not there before)``."""
+    from cle import cli
+
+    _, files, command = case
+    cwd = os.getcwd()
+    os.chdir(directory)
+    try:
+        _setup_files(files)
+        before = set(os.listdir("."))
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = cli.main(shlex.split(command)[1:])
+        new = sorted(set(os.listdir(".")) - before)
+    finally:
+        os.chdir(cwd)
+    here = os.path.realpath(directory)
+    return code, out.getvalue().replace(here, "."), err.getvalue().replace(here, "."), new
+
+
+def _outcomes_table():
+    rows = ["| input | command | exit | message (errors: stderr; success: the last reason "
+            "line, else the last line) | new files |",
+            "|---|---|---|---|---|"]
+    for case in OUTCOME_CASES:
+        with tempfile.TemporaryDirectory() as tmp:
+            code, out, err, new = run_outcome_case(case, tmp)
+        lines = (err if code else out).strip().splitlines()
+        reasons = [ln.strip() for ln in lines if " ×" in ln]  # why a set or BN was left
+        message = ((reasons if code == 0 and reasons else lines) or [""])[-1]
+        message = message.replace("|", "\\|")
+        rows.append(f"| {case[0]} | `{case[2]}` | {code} | `{message}` | "
+                    f"{', '.join(new) if new else 'none'} |")
+    return "\n".join(rows)
+
+
 def _run(command):
     from cle import cli
 
@@ -93,8 +200,11 @@ def generate() -> dict[str, str]:
                 report = f.read()
         finally:
             os.chdir(cwd)
+    os.environ["COLUMNS"] = WIDTH
+    outcomes = _outcomes_table()
     fence = "```"
     return {
+        "cli-outcomes": outcomes,
         "cli-help": f"{fence}\n$ cle --help\n{help_text}{fence}",
         "cli-session": f"{fence}\n" + "\n".join(session) + fence,
         "cli-report": f"{fence}json\n{report}{fence}",

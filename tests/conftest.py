@@ -89,6 +89,81 @@ NO_TFLITE_ON_TORCH_REASON = (
 no_tflite_on_torch = pytest.mark.skipif(BACKEND == "torch", reason=NO_TFLITE_ON_TORCH_REASON)
 
 
+# Backend/CPU capabilities (cle._backend_caps), found by trying once per session, never by CPU
+# name. TensorFlow runs channels_first Conv1D/Conv2D/transposed convolutions on the CPU only
+# where it turns oneDNN on (not on every x86 CPU). A test that runs such a model is marked
+# `needs_nchw_conv`: where the backend cannot, it skips with NCHW_SKIP_REASON (on JAX it runs).
+NCHW_SKIP_REASON = (
+    "needs channels_first (NCHW) convolutions, which TensorFlow cannot run on this CPU "
+    "(oneDNN is off here: 'Conv2D op currently only supports the NHWC tensor format on the "
+    "CPU'); runs on JAX and on CPUs where TensorFlow enables oneDNN"
+)
+needs_nchw_conv = pytest.mark.needs_nchw_conv
+
+
+def _skip_unsupported(items):
+    marked = [item for item in items if item.get_closest_marker("needs_nchw_conv")]
+    if not marked:
+        return
+    from cle._backend_caps import channels_first_conv_supported
+
+    if channels_first_conv_supported():
+        return
+    for item in marked:
+        item.add_marker(pytest.mark.skip(reason=NCHW_SKIP_REASON))
+
+
+# Skip reasons that say what this backend or CPU cannot do (or what a run leaves out), as the
+# summary `make test` prints at the end groups them: (text the reason starts with, label).
+_SKIP_GROUPS = [
+    (NCHW_SKIP_REASON, "CPU feature: channels_first (NCHW) convolutions on TensorFlow"),
+    ("TensorFlow backend only", "backend: TensorFlow-only tests"),
+    ("skipped on JAX to keep CI within budget", "backend: left out of the JAX run for time"),
+    ("TF Lite conversion of a Keras model needs", "backend: TF Lite conversion"),
+    ("TensorFlow adds this bias on the wrong axis", "backend: TensorFlow bias_add bug shapes"),
+]
+
+
+def _cpu_name():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or platform.machine()
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Say which backend and CPU the suite ran on and what it skipped for them."""
+    from collections import Counter
+
+    counts, other = Counter(), 0
+    for rep in terminalreporter.stats.get("skipped", []):
+        reason = rep.longrepr[2] if isinstance(rep.longrepr, tuple) else str(rep.longrepr)
+        reason = reason.removeprefix("Skipped: ")
+        label = next((lab for start, lab in _SKIP_GROUPS if reason.startswith(start)), None)
+        if label is None:
+            other += 1
+        else:
+            counts[label] += 1
+    from cle._backend_caps import channels_first_conv_supported
+
+    write = terminalreporter.write_line
+    terminalreporter.write_sep("-", "backend and CPU")
+    write(f"backend {BACKEND} on CPU '{_cpu_name()}': channels_first (NCHW) convolutions "
+          f"{'supported' if channels_first_conv_supported() else 'NOT supported'}")
+    if not counts:
+        write("skipped for the backend or CPU: none")
+    for label, n in counts.items():
+        write(f"skipped for {label}: {n}")
+    if other:
+        write(f"skipped for other reasons (missing packages, ...): {other}")
+
+
 # What the JAX run leaves out for time (docs/backends.md): JAX compiles every new op shape on
 # first use, so tests that build many models or whole networks cost several times what they
 # cost on TensorFlow. They test backend-independent planning and whole-network arithmetic that
@@ -100,6 +175,7 @@ _NOT_ON_JAX_FOR_TIME = {
 
 
 def pytest_collection_modifyitems(config, items):
+    _skip_unsupported(items)
     if BACKEND != "jax":
         return
     for item in items:

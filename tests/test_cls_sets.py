@@ -12,7 +12,9 @@ import logging
 import keras
 import numpy as np
 import pytest
-from conftest import RTOL, inputs_for, outputs, randomize_batch_norms, randomize_biases
+from conftest import (
+    RTOL, inputs_for, needs_nchw_conv, outputs, randomize_batch_norms, randomize_biases,
+)
 
 import cle
 from cle import _cls_math
@@ -275,7 +277,18 @@ def _activate_caps(model, x):
         assert (pre > caps).any(axis=0).sum() >= pre.shape[1] // 2 and np.ptp(caps) > 0
 
 
-@pytest.mark.parametrize("case", PAIR_CASES, ids=[c[0] for c in PAIR_CASES])
+# Cases with a channels_first Conv1D/Conv2D/transposed convolution (cle._backend_caps).
+NCHW_CONV_CASES = {"cf_conv2d", "cf_conv1d", "cf_maxpool_to_depthwise_mult2",
+                   "cf_transpose_to_grouped", "cf_clipped_relu", "channels_first"}
+
+
+def _params(cases, value=lambda c: c):
+    return [pytest.param(value(c), id=c[0],
+                         marks=[needs_nchw_conv] if c[0] in NCHW_CONV_CASES else [])
+            for c in cases]
+
+
+@pytest.mark.parametrize("case", _params(PAIR_CASES))
 def test_pair_is_exact_and_equalizes(case):
     name, shape, l1, path, l2, opts = case
     path_layers = path()
@@ -320,7 +333,7 @@ TRIPLET_CASES = [
 ]
 
 
-@pytest.mark.parametrize("kwargs", [c[1] for c in TRIPLET_CASES], ids=[c[0] for c in TRIPLET_CASES])
+@pytest.mark.parametrize("kwargs", _params(TRIPLET_CASES, lambda c: c[1]))
 def test_triplet_is_exact_and_equalizes(kwargs):
     model = prepare(_triplet_model(**kwargs), spread_layers=("c1", "dw"))
     folded = fold(model)

@@ -10,6 +10,7 @@ from conftest import (
     assert_unchanged,
     inputs_for,
     max_rel_error,
+    needs_nchw_conv,
     outputs,
     randomize_batch_norms,
     randomize_biases,
@@ -312,6 +313,7 @@ def test_in_place_scaling_never_crosses_a_plain_relu6(form):
 
 
 @tensorflow_only("a TensorFlow-backend bias_add bug; other backends scale: test_backends")
+@needs_nchw_conv
 def test_channels_first_bias_ambiguity_ends_the_set():
     inp = keras.Input((3, 8, 6))  # conv output (4, 6, 4): channels == last spatial size
     x = L.ReLU()(L.Conv2D(4, 3, data_format="channels_first", name="c1")(inp))

@@ -3,7 +3,9 @@
 import keras
 import numpy as np
 import pytest
-from conftest import RTOL, assert_folds, randomize_batch_norms, randomize_biases, tensorflow_only
+from conftest import (
+    RTOL, assert_folds, needs_nchw_conv, randomize_batch_norms, randomize_biases, tensorflow_only,
+)
 
 L = keras.layers
 
@@ -60,8 +62,13 @@ def test_backward_fold_every_layer_type(case, use_bias):
     assert layer.use_bias  # the BN's shift needs a bias
 
 
-@pytest.mark.parametrize("case", [c for c in BACKWARD_CASES if c[0] in CHANNELS_FIRST],
-                         ids=[c[0] for c in BACKWARD_CASES if c[0] in CHANNELS_FIRST])
+# channels_first cases TensorFlow runs without oneDNN (cle._backend_caps); the others need it.
+RUN_WITHOUT_NCHW_CONV = {"conv3d", "conv2d_groups", "depthwise2d_mult", "separable2d"}
+
+
+@pytest.mark.parametrize("case", [
+    pytest.param(c, id=c[0], marks=[] if c[0] in RUN_WITHOUT_NCHW_CONV else [needs_nchw_conv])
+    for c in BACKWARD_CASES if c[0] in CHANNELS_FIRST])
 def test_backward_fold_channels_first(case):
     _, factory, shape = case
     model = _single(factory(data_format="channels_first", name="layer"), _to_first(shape),
@@ -102,6 +109,7 @@ def test_forward_fold_every_layer_type(case):
     assert pairs[0].layer.name == layer.name and not pairs[0].bn_after
 
 
+@needs_nchw_conv
 def test_forward_fold_channels_first_conv():
     model = _single(L.Conv2D(6, 3, data_format="channels_first"), (4, 9, 9), bn_axis=1,
                     before=True)
@@ -148,10 +156,13 @@ def test_folded_dtype_and_no_bias_layer_gets_bias():
 
 
 @pytest.mark.parametrize("factory, shape", [
-    (lambda: L.Conv2DTranspose(5, 2, data_format="channels_first", name="layer"), (2, 4, 4)),
-    (lambda: L.Conv2D(4, 3, data_format="channels_first", name="layer"), (2, 6, 6)),
-    (lambda: L.DepthwiseConv2D(3, data_format="channels_first", name="layer"), (4, 6, 6)),
-], ids=["transpose", "conv", "depthwise"])
+    pytest.param(lambda: L.Conv2DTranspose(5, 2, data_format="channels_first", name="layer"),
+                 (2, 4, 4), id="transpose", marks=needs_nchw_conv),
+    pytest.param(lambda: L.Conv2D(4, 3, data_format="channels_first", name="layer"), (2, 6, 6),
+                 id="conv", marks=needs_nchw_conv),
+    pytest.param(lambda: L.DepthwiseConv2D(3, data_format="channels_first", name="layer"),
+                 (4, 6, 6), id="depthwise"),
+])
 @tensorflow_only("a TensorFlow-backend bias_add bug; other backends fold: test_backends")
 def test_channels_first_keras_bias_bug_is_skipped(factory, shape):
     # Keras 3.15 adds a channels_first layer's bias on the last axis when the last spatial

@@ -12,6 +12,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 from cle.layers import ClippedReLU  # noqa: E402
+from conftest import needs_nchw_conv  # noqa: E402
 
 L = keras.layers
 
@@ -182,7 +183,7 @@ def _functional_model(channels_first=False):
     return keras.Model(inp, out)
 
 
-@pytest.mark.parametrize("channels_first", [False, True])
+@pytest.mark.parametrize("channels_first", [False, pytest.param(True, marks=needs_nchw_conv)])
 def test_keras_save_load_round_trip(tmp_path, channels_first):
     model = _functional_model(channels_first)
     rng = np.random.default_rng(5)
