@@ -108,7 +108,8 @@ def load_model(path, custom_objects=None, compile=True, safe_mode=True):
         path: a ``.keras`` (or legacy ``.h5``) file, e.g. written by ``cle equalize``.
         custom_objects: your own custom classes/functions, if the model has any; they take
             precedence over cle's.
-        compile, safe_mode: passed to ``keras.models.load_model``.
+        compile: passed to ``keras.models.load_model``.
+        safe_mode: passed to ``keras.models.load_model``.
 
     Returns:
         the ``keras.Model``.
