@@ -128,6 +128,8 @@ def test_every_public_name_has_a_reference_entry(site):
                 with open(os.path.join(root, name), encoding="utf-8") as f:
                     reference[root] = f.read()
     assert reference
+    roles = [root for root, text in reference.items() if re.search(r":(func|class):", text)]
+    assert not roles, f"reST roles shown literally (scripts/griffe_roles.py): {roles}"
     missing = []
     for name in cle.__all__:
         module = cle._EXPORTS.get(name, "cle")
