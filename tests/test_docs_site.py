@@ -46,7 +46,13 @@ def code_blocks(page):
     return out
 
 
-@pytest.mark.parametrize("page", RUNNABLE_PAGES)
+# Whole keras.applications networks (slow): on JAX skipped like the other slow tests
+# (tests/conftest.py); they run in the TensorFlow run.
+SLOW_PAGES = {"stepwise_cle.md"}
+
+
+@pytest.mark.parametrize("page", [pytest.param(p, marks=pytest.mark.slow) if p in SLOW_PAGES
+                                  else p for p in RUNNABLE_PAGES])
 def test_page_code_blocks_run(page, tmp_path, monkeypatch):
     """Each block is ```python with a title (what the reader sees above it), and the page's
     blocks run in order in one namespace, in an empty working directory."""
@@ -149,3 +155,23 @@ def test_every_public_name_has_a_reference_entry(site):
         if not words or " ".join(words) not in " ".join(_words(_text(entry))):
             missing.append(f"{name}: docstring '{first_line}' not rendered")
     assert not missing, "\n".join(missing)
+
+
+def test_figures_are_drawn_from_the_saved_measurements(tmp_path):
+    """scripts/gen_doc_figures.py draws the site's charts from docs/data alone (``--render``),
+    and the site shows the PNGs it writes."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "_gen_doc_figures", os.path.join(REPO, "scripts", "gen_doc_figures.py"))
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    for draw, name in ((gen.int8_chart, "int8_quality.png"),
+                       (gen.ranges_chart, "layer_ranges_mobilenet_v2.png")):
+        out = draw(out=str(tmp_path / name))
+        with open(out, "rb") as f:
+            assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+        assert os.path.isfile(os.path.join(DOCS, "img", name)), name
+    with open(os.path.join(DOCS, "figures.md"), encoding="utf-8") as f:
+        figures = f.read()
+    assert "img/int8_quality.png" in figures and "img/layer_ranges_mobilenet_v2.png" in figures
