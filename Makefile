@@ -8,7 +8,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: test install bench demo results clean
+.PHONY: test install bench demo results docs clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,12 @@ test: $(STAMP)
 
 demo: $(STAMP)
 	$(VENV)/bin/cle demo
+
+# The documentation site (MkDocs Material + mkdocstrings, mkdocs.yml) into site/, warnings as
+# errors; the docs packages come with the test extra. Browse it with
+# `$(PY) -m http.server -d site -b 127.0.0.1 8000` (search needs http, not file://).
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
 
 # Every figure and command output in README.md and docs/ that sits between
 # <!-- generated:NAME --> markers is written by a scripts/gen_*.py (see docs/design.md).

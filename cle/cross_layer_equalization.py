@@ -384,7 +384,9 @@ class CrossLayerScaling:
                 INFO).
             folded_pairs: the ``folded_pairs`` of :func:`cle.fold_all_batch_norms` that made
                 ``model`` (objective "quantized").
-            per_channel_weights, weight_bits, activation_bits: the INT8 target.
+            per_channel_weights: the INT8 target: per-channel (True) or per-tensor weights.
+            weight_bits: the INT8 target: bits of the weight quantizer.
+            activation_bits: the INT8 target: bits of the activation quantizer.
 
         Returns:
             list of :class:`ClsSetInfo` of the scaled sets, in graph order.
@@ -924,10 +926,13 @@ def equalize_model(model, relu6="bound", high_bias_fold="none", margin=3.0,
             changes slightly on purpose (it is corrected for its quantized weights).
         calibration_data: inputs (array, iterable of batches or ``tf.data.Dataset``) for
             ``bias_correction="empirical"`` and ``activation_ranges="calibration"``.
-        weight_bits, per_channel_weights, activation_bits: the INT8 quantizer that will run
-            (default: TFLite's default full-INT8 flow, 8-bit per-channel weights and 8-bit
-            per-tensor activations). Scaling (``objective="quantized"``) and bias correction
-            are chosen for it.
+        weight_bits: bits of the weight quantizer that will run. With
+            ``per_channel_weights`` and ``activation_bits`` it is the INT8 target (default:
+            TFLite's default full-INT8 flow, 8-bit per-channel weights and 8-bit per-tensor
+            activations). Scaling (``objective="quantized"``) and bias correction are chosen
+            for it.
+        per_channel_weights: per-channel (True, default) or per-tensor weight quantizer.
+        activation_bits: bits of the activation quantizer (per-tensor).
         objective: "quantized" (default): choose each set's scales to lower the modelled
             quantization noise of the weights on both sides of every junction *and* of the
             activation tensors between them, for the target above; activation ranges come from
