@@ -136,17 +136,18 @@ def check_calibration_data(model, data, name: str = "calibration_data",
     shape, _ = input_signature(model)
     expected = _fmt(shape)
     parts = _batches(data, name)
+    name = name if " " in name else f"`{name}`"
     checked = []
     for k, part in enumerate(parts):
         where = "" if len(parts) == 1 else f" (batch {k})"
         if part.dtype.kind not in "fiu" or part.dtype == np.bool_:
             raise ValueError(
-                f"`{name}` must be numeric model inputs of shape {expected}. Received: "
+                f"{name} must be numeric model inputs of shape {expected}. Received: "
                 f"dtype {part.dtype}{where}"
             )
         if part.dtype.kind in "iu":
             raise ValueError(
-                f"`{name}` must be float model inputs, already preprocessed as the model expects "
+                f"{name} must be float model inputs, already preprocessed as the model expects "
                 f"(shape {expected}); integers look like raw images (for a folder of images, "
                 f"name a preprocessing). Received: dtype {part.dtype}{where}"
             )
@@ -155,12 +156,12 @@ def check_calibration_data(model, data, name: str = "calibration_data",
                 part = part[None]
             else:
                 raise ValueError(
-                    f"`{name}` needs a batch dimension: the model expects {expected}. Received: "
+                    f"{name} needs a batch dimension: the model expects {expected}. Received: "
                     f"one sample of shape {part.shape}{where}; add one with x[None]"
                 )
         if part.ndim != len(shape) + 1:
             raise ValueError(
-                f"`{name}` must be a batch of model inputs of shape {expected}. Received: "
+                f"{name} must be a batch of model inputs of shape {expected}. Received: "
                 f"shape {part.shape}{where}"
             )
         if not _fits(part.shape[1:], shape):
@@ -169,21 +170,21 @@ def check_calibration_data(model, data, name: str = "calibration_data",
                 and _fits(part.shape[1:-1], shape[:-1])
             ) else "shape"
             raise ValueError(
-                f"`{name}` has the wrong {what}: the model expects {expected}. Received: shape "
+                f"{name} has the wrong {what}: the model expects {expected}. Received: shape "
                 f"{part.shape}{where}"
             )
         checked.append(part)
     x = np.concatenate(checked, axis=0).astype(np.float32, copy=False) if checked else None
     if x is None or len(x) == 0:
-        raise ValueError(f"`{name}` must hold at least {max(1, min_samples)} sample(s) of shape "
+        raise ValueError(f"{name} must hold at least {max(1, min_samples)} sample(s) of shape "
                          f"{expected}. Received: none")
     if len(x) < min_samples:
-        raise ValueError(f"`{name}` must hold at least {min_samples} samples of shape {expected}. "
+        raise ValueError(f"{name} must hold at least {min_samples} samples of shape {expected}. "
                          f"Received: {len(x)}")
     bad = ~np.isfinite(x)
     if bad.any():
         raise ValueError(
-            f"`{name}` must be finite. Received: {int(bad.sum())} NaN or infinite values in "
+            f"{name} must be finite. Received: {int(bad.sum())} NaN or infinite values in "
             f"{int(bad.reshape(len(x), -1).any(axis=1).sum())} of {len(x)} samples"
         )
     return x
@@ -258,7 +259,7 @@ def load_calibration(path, model, preprocessing: str | None = None,
             data that does not match the model's input.
     """
     path = os.fspath(path)
-    name = f"calibration data {path}"
+    name = "the calibration data"
     if os.path.isdir(path):
         if preprocessing is None:
             raise ValueError(

@@ -223,9 +223,11 @@ def _check_model_file(path: str):
         )
 
 
-def _check_output_path(path: str, option: str = "-o"):
+def _check_output_path(path: str, option: str = "-o", tflite: bool = False):
     suffix = os.path.splitext(path)[1].lower()
-    if suffix not in _MODEL_SUFFIXES:
+    if tflite and suffix != ".tflite":
+        raise CliError(f"{option} {path}: the output file name must end in .tflite", EXIT_USAGE)
+    if not tflite and suffix not in _MODEL_SUFFIXES:
         raise CliError(
             f"{option} {path}: the output file name must end in .keras (or .h5)", EXIT_USAGE
         )
@@ -493,6 +495,8 @@ def _data_use(args):
 
 def _check_option_combinations(args):
     """Usage errors between options, before anything is loaded."""
+    if getattr(args, "command", None) == "quantize":
+        return _check_quantize_options(args)
     if not hasattr(args, "bias_correction"):
         return
     uses = _data_use(args)
@@ -511,6 +515,42 @@ def _check_option_combinations(args):
             "ranges choose its scales); received --objective weights", EXIT_USAGE)
     if args.calibration and not os.path.isfile(args.calibration):
         raise CliError(f"--calibration {args.calibration}: no such file", EXIT_USAGE)
+
+
+def _check_quantize_options(args):
+    """``cle quantize``'s usage errors, before the model is loaded."""
+    data = args.calibration
+    if args.bias_correction == "empirical" and not data:
+        raise CliError("--bias-correction empirical needs --calibration; received no "
+                       "--calibration", EXIT_USAGE)
+    if args.activation_bits == 16 and not args.per_channel:
+        raise CliError("--activation-bits 16 (TF Lite's 16x8 mode) quantizes weights per "
+                       "channel; received --per-tensor", EXIT_USAGE)
+    if data and args.input_range is not None:
+        raise CliError(f"--input-range is for synthetic inputs (no --calibration); received "
+                       f"--calibration {data}", EXIT_USAGE)
+    if data and not os.path.exists(data):
+        raise CliError(f"--calibration {data}: no such file or folder", EXIT_USAGE)
+    folder = bool(data) and os.path.isdir(data)
+    if folder and not args.preprocessing:
+        raise CliError(f"--calibration {data} is a folder of images: name its --preprocessing "
+                       "(tf, torch, caffe, raw or module:function)", EXIT_USAGE)
+    if data and not folder and args.preprocessing:
+        raise CliError(f"--preprocessing is for a folder of images; --calibration {data} is a "
+                       "file of inputs already preprocessed", EXIT_USAGE)
+    if args.limit is not None and not folder:
+        raise CliError("--limit is for a --calibration folder of images; received "
+                       f"--calibration {data or '(none)'}", EXIT_USAGE)
+    if args.preprocessing:
+        from cle._calibration import preprocessing_function
+
+        try:
+            preprocessing_function(args.preprocessing)
+        except ValueError as exc:
+            raise CliError(f"--preprocessing: {_one_line(exc)}", EXIT_USAGE) from exc
+        if not data and not args.input_range and ":" in args.preprocessing:
+            raise CliError(f"--preprocessing {args.preprocessing} gives no known input range "
+                           "for synthetic inputs; pass --input-range LOW,HIGH", EXIT_USAGE)
 
 
 def _read_calibration(args):
@@ -611,6 +651,70 @@ def _cmd_equalize(args) -> int:
         _write_outputs(outputs)
     print(f"{args.model}: {_options_text(args)}")
     for line in _summary_lines(report):
+        print("  " + line)
+    for path, _ in outputs:
+        print(f"wrote {path}")
+    return EXIT_OK
+
+
+def _quantize_calibration(args, model):
+    """The --calibration inputs (None without), read and checked against ``model``."""
+    if not args.calibration:
+        return None
+    from cle._calibration import load_calibration
+
+    try:
+        return load_calibration(args.calibration, model, args.preprocessing, args.limit)
+    except ValueError as exc:
+        raise CliError(f"--calibration {args.calibration}: {_one_line(exc)}", EXIT_USAGE) from exc
+
+
+def _input_range(args):
+    """(low, high) from --input-range, or from a named --preprocessing, or None."""
+    if args.input_range is not None:
+        return args.input_range
+    if args.preprocessing and not args.calibration:
+        from cle.int8 import input_range_of
+
+        return input_range_of(args.preprocessing)
+    return None
+
+
+def _quantize_progress(message):
+    print(f"cle: {message}", file=sys.stderr, flush=True)
+
+
+def _cmd_quantize(args) -> int:
+    with _Session(args) as session:
+        model = session.load()
+        _check_graph(args.model, model)
+        from cle.quantization import _check_single_io
+
+        try:
+            _check_single_io(model, "cle quantize")
+        except ValueError as exc:
+            raise CliError(f"{args.model}: {_one_line(exc)}", EXIT_USAGE) from exc
+        calibration = _quantize_calibration(args, model)
+        if calibration is not None:
+            from cle._backend_caps import channels_first_problem
+
+            problem = channels_first_problem(model)
+            if problem is not None:
+                raise CliError(f"{args.model}: calibration runs the model, but {problem}")
+        from cle.int8 import quantize
+
+        content, report = quantize(
+            model, calibration, per_channel=args.per_channel,
+            activation_bits=args.activation_bits, integer_io=args.integer_io,
+            bias_correction=args.bias_correction, ranges=args.ranges,
+            input_range=_input_range(args), compare=args.compare,
+            progress=_quantize_progress)
+        outputs = [(args.output, content)]
+        if args.report:
+            outputs.append((args.report, _json_bytes(report.to_dict())))
+        _write_outputs(outputs)
+    print(f"{args.model}: cle quantize")
+    for line in report.summary().splitlines():
         print("  " + line)
     for path, _ in outputs:
         print(f"wrote {path}")
@@ -757,6 +861,17 @@ def _bits(text):
     return value
 
 
+def _input_range_arg(text):
+    try:
+        lo, hi = (float(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected LOW,HIGH (e.g. -1,1); received {text!r}") from None
+    if not lo < hi:
+        raise argparse.ArgumentTypeError(f"expected LOW < HIGH; received {text!r}")
+    return lo, hi
+
+
 def _positive_int(text):
     try:
         value = int(text)
@@ -863,6 +978,49 @@ def build_parser() -> argparse.ArgumentParser:
                    help="write the full report (EqualizationReport.to_dict()) as JSON")
     p.set_defaults(func=_cmd_equalize)
 
+    p = sub.add_parser("quantize", help="a full-INT8 .tflite, checked against the float model",
+                       description="Run cle.quantize: BN folding, cross-layer scaling for the "
+                                   "INT8 target, bias correction, activation ranges from "
+                                   "--calibration (or, without it, from synthetic inputs "
+                                   "distilled from the model's batch-norm statistics), TF "
+                                   "Lite's converter, and a check of the .tflite against the "
+                                   "float model on inputs it was not calibrated on.",
+                       epilog=_EPILOG)
+    model_args(p)
+    p.add_argument("-o", "--output", required=True, metavar="OUT.tflite",
+                   help="output TF Lite model; written atomically")
+    p.add_argument("--overwrite", action="store_true",
+                   help="allow OUT to be the input model itself (refused otherwise)")
+    p.add_argument("--calibration", metavar="PATH",
+                   help="calibration inputs: a .npy/.npz of inputs preprocessed as the model "
+                        "expects, or a folder of images (with --preprocessing); a quarter is "
+                        "held out for the check. Without it: no data, synthetic inputs")
+    p.add_argument("--preprocessing", metavar="NAME",
+                   help="for a folder of images: tf ([-1, 1]), torch (ImageNet mean/std), "
+                        "caffe (BGR minus mean), raw (0..255) or module:function; without "
+                        "--calibration it gives the input range of the synthetic inputs")
+    p.add_argument("--input-range", type=_input_range_arg, metavar="LOW,HIGH",
+                   help="the model's input range, for synthetic inputs (no --calibration)")
+    p.add_argument("--limit", type=_positive_int, metavar="N",
+                   help="read at most N images from a --calibration folder")
+    p.add_argument("--per-tensor", dest="per_channel", action="store_false",
+                   help="INT8 per-tensor weights (default: per-channel, TF Lite's default)")
+    p.add_argument("--activation-bits", type=int, choices=(8, 16), default=8,
+                   help="8 (default) or 16 (TF Lite's 16x8 mode)")
+    p.add_argument("--integer-io", action="store_true",
+                   help="int8 model input and output (default: float32)")
+    p.add_argument("--bias-correction", choices=("auto", "empirical", "analytic", "none"),
+                   default="auto",
+                   help="auto (default): empirical with --calibration, analytic without")
+    p.add_argument("--ranges", choices=("percentile", "minmax"), default="percentile",
+                   help="activation ranges: percentile (default: each tensor's 1e-4 tails) or "
+                        "minmax (the converter's own)")
+    p.add_argument("--compare", action="store_true",
+                   help="also convert the float model straight and check it the same way "
+                        "(one more conversion)")
+    p.add_argument("--report", metavar="JSON", help="write the QuantizeReport as JSON")
+    p.set_defaults(func=_cmd_quantize)
+
     p = sub.add_parser("inspect", help="show what equalize would fold, scale and absorb",
                        description="Show, without writing anything, what `cle equalize` with "
                                    "the same options would do: BN folds and skips, scaling "
@@ -914,7 +1072,7 @@ def _precheck(args):
     if getattr(args, "model", None) is not None:
         _check_model_file(args.model)
     if getattr(args, "output", None) is not None:
-        _check_output_path(args.output)
+        _check_output_path(args.output, tflite=args.command == "quantize")
     if getattr(args, "report", None):
         _check_parent_dir(args.report, "--report")
     _check_not_input(args)

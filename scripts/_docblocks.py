@@ -34,6 +34,7 @@ GENERATORS = {
     "training-": "gen_training_fold_docs.py",
     "exactness-": "gen_exactness_docs.py",
     "bias-correction-": "../benchmarks/bench_bias_correction.py",
+    "quantize-": "gen_quantize_results.py",
 }
 
 # Markers count only on a line of their own (a marker quoted in running text is not one).

@@ -1,0 +1,399 @@
+"""Tests for cle.quantize / `cle quantize`: calibration data checked before any work, the
+converter's two-step route, percentile activation ranges, synthetic inputs without data, the
+report, the command line, and (slow) the real MobileNetV2 against a plain conversion."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+from keras import layers as L
+
+import cle
+import cle.int8
+from cle import _calibration, _synthetic, _tflite
+from cle import quantization as Q
+
+from conftest import (
+    BACKEND,
+    no_tflite_on_torch,
+    randomize_batch_norms,
+    real_mobilenet_v2,
+    weights_snapshot,
+)
+
+pytestmark = no_tflite_on_torch
+
+
+def _net(seed=0):
+    """conv-BN-ReLU6 → depthwise-BN-ReLU6 → conv-BN → add → conv-BN-ReLU → pool → dense: a
+    small classifier with every kind of tensor quantize sets a range for."""
+    keras.utils.set_random_seed(seed)
+    inp = keras.Input((24, 24, 3))
+    x = L.Conv2D(8, 3, padding="same", name="c1")(inp)
+    x = L.BatchNormalization(name="bn1")(x)
+    x = L.ReLU(6.0, name="r1")(x)
+    y = L.DepthwiseConv2D(3, padding="same", name="dw")(x)
+    y = L.BatchNormalization(name="bn2")(y)
+    y = L.ReLU(6.0, name="r2")(y)
+    y = L.Conv2D(8, 1, name="c2")(y)
+    y = L.BatchNormalization(name="bn3")(y)
+    x = L.Add(name="add")([x, y])
+    x = L.Conv2D(16, 1, name="c3")(x)
+    x = L.BatchNormalization(name="bn4")(x)
+    x = L.ReLU(name="r3")(x)
+    x = L.GlobalAveragePooling2D(name="gap")(x)
+    out = L.Dense(10, name="logits")(x)
+    model = keras.Model(inp, out, name="small")
+    randomize_batch_norms(model, seed=seed, deep=True)
+    return model
+
+
+@pytest.fixture(scope="module")
+def net():
+    return _net()
+
+
+@pytest.fixture(scope="module")
+def data():
+    return np.random.default_rng(1).uniform(-1, 1, (40, 24, 24, 3)).astype(np.float32)
+
+
+# ------------------------------------------------------------------------ calibration data
+
+
+@pytest.mark.parametrize("bad, message", [
+    (np.zeros((4, 24, 24, 4), np.float32), r"wrong channel count: the model expects "
+                                           r"\(N, 24, 24, 3\)\. Received: shape \(4, 24, 24, 4\)"),
+    (np.zeros((24, 24, 3), np.float32), r"needs a batch dimension: the model expects "
+                                        r"\(N, 24, 24, 3\)\. Received: one sample"),
+    (np.zeros((4, 20, 24, 3), np.float32), r"wrong shape: the model expects"),
+    (np.zeros((4, 24, 24, 3), np.uint8), r"must be float model inputs.*Received: dtype uint8"),
+    (np.array([["a"]]), r"must be numeric"),
+    (np.zeros((0, 24, 24, 3), np.float32), r"at least 1 sample"),
+    (np.full((2, 24, 24, 3), np.nan, np.float32), r"must be finite\. Received: 3456 NaN"),
+    ("x.npy", r"to read a file use cle\.load_calibration"),
+    (42, r"must be an array, an iterable of batches or a tf\.data\.Dataset"),
+])
+def test_calibration_data_refused_with_one_line(net, bad, message):
+    with pytest.raises(ValueError, match=message) as info:
+        _calibration.check_calibration_data(net, bad)
+    assert "\n" not in str(info.value)
+
+
+def test_calibration_data_forms_are_one_array(net, data):
+    want = data[:10]
+    batches = [data[:4], data[4:10]]
+    assert np.array_equal(_calibration.check_calibration_data(net, batches), want)
+    pairs = [(b, np.zeros(len(b))) for b in batches]
+    assert np.array_equal(_calibration.check_calibration_data(net, pairs), want)
+    got = _calibration.check_calibration_data(net, want.astype(np.float64))
+    assert got.dtype == np.float32 and np.array_equal(got, want)
+    if BACKEND == "tensorflow":
+        import tensorflow as tf
+
+        for ds in (tf.data.Dataset.from_tensor_slices(want),
+                   tf.data.Dataset.from_tensor_slices(want).batch(3)):
+            assert np.array_equal(_calibration.check_calibration_data(net, ds), want)
+
+
+def test_load_calibration_files_and_folders(net, data, tmp_path):
+    np.save(tmp_path / "x.npy", data[:5])
+    np.savez(tmp_path / "one.npz", data[:6])
+    np.savez(tmp_path / "named.npz", x=data[:7], y=np.zeros(7))
+    np.savez(tmp_path / "many.npz", a=data[:7], b=data[:7])
+    assert len(cle.load_calibration(tmp_path / "x.npy", net)) == 5
+    assert len(cle.load_calibration(tmp_path / "one.npz", net)) == 6
+    assert len(cle.load_calibration(tmp_path / "named.npz", net)) == 7
+    with pytest.raises(ValueError, match=r"holds 2 arrays; name the inputs 'x' or 'inputs'"):
+        cle.load_calibration(tmp_path / "many.npz", net)
+    with pytest.raises(ValueError, match=r"preprocessing applies to a folder of images"):
+        cle.load_calibration(tmp_path / "x.npy", net, preprocessing="tf")
+    with pytest.raises(ValueError, match=r"not found"):
+        cle.load_calibration(tmp_path / "missing.npy", net)
+    with pytest.raises(ValueError, match=r"must be a \.npy or \.npz file or a folder"):
+        (tmp_path / "x.txt").write_text("1")
+        cle.load_calibration(tmp_path / "x.txt", net)
+
+    from PIL import Image
+
+    folder = tmp_path / "images"
+    folder.mkdir()
+    rng = np.random.default_rng(0)
+    for i in range(3):
+        Image.fromarray(rng.integers(0, 256, (30 + i, 40, 3), dtype=np.uint8)).save(
+            folder / f"{i}.png")
+    (folder / "notes.txt").write_text("not an image")
+    with pytest.raises(ValueError, match=r"a folder of images needs a preprocessing"):
+        cle.load_calibration(folder, net)
+    with pytest.raises(ValueError, match=r"preprocessing must be one of tf"):
+        cle.load_calibration(folder, net, preprocessing="nope")
+    x = cle.load_calibration(folder, net, preprocessing="tf")
+    assert x.shape == (3, 24, 24, 3) and x.min() >= -1 and x.max() <= 1
+    raw = cle.load_calibration(folder, net, preprocessing="raw", limit=2)
+    assert raw.shape == (2, 24, 24, 3)
+    np.testing.assert_allclose(x[:2], raw / 127.5 - 1, atol=1e-6)
+
+
+def test_input_range_of_named_preprocessing():
+    assert cle.int8.input_range_of("tf") == (-1.0, 1.0)
+    lo, hi = cle.int8.input_range_of("torch")
+    assert lo == pytest.approx(-0.485 / 0.229, abs=1e-5) and hi == pytest.approx(
+        (1 - 0.406) / 0.225, abs=1e-5)
+    assert cle.int8.input_range_of("raw") == (0.0, 255.0)
+    assert cle.int8.input_range_of("mymodule:fn") is None
+
+
+# --------------------------------------------------------------------- the converter route
+
+
+def test_two_step_route_equals_the_converter(net, data):
+    """The calibrate + quantize route with the converter's own ranges computes what TF Lite's
+    one-step conversion computes (catches a TensorFlow change to the private route)."""
+    one_step = Q.convert_to_tflite_int8(net, data)
+    calibrated = _tflite.calibrate(net, data)
+    ranges = _tflite.ranges_of(calibrated)
+    assert ranges and all(r.lo == r.calibrated[0] and r.hi == r.calibrated[1] for r in ranges)
+    two_step = _tflite.quantize_calibrated(_tflite.with_ranges(calibrated, ranges))
+    np.testing.assert_array_equal(Q.run_tflite(one_step, data), Q.run_tflite(two_step, data))
+
+
+def test_written_ranges_reach_the_int8_model(net, data):
+    calibrated = _tflite.calibrate(net, data)
+    ranges = _tflite.ranges_of(calibrated)
+    outputs, _ = _tflite.io_indices(calibrated)
+    target = next(r for r in ranges if r.index in outputs)
+    target.lo, target.hi = -0.2, 0.2  # the logits clipped to [-0.2, 0.2]
+    content = _tflite.quantize_calibrated(_tflite.with_ranges(calibrated, ranges))
+    y = Q.run_tflite(content, data)
+    assert y.min() >= -0.2 - 1e-3 and y.max() <= 0.2 + 1e-3
+    assert np.abs(net.predict(data, verbose=0)).max() > 0.4  # the clip did something
+
+
+# ------------------------------------------------------------------------------ quantize
+
+
+def test_quantize_with_data(net, data):
+    before = weights_snapshot(net)
+    content, report = cle.quantize(net, data)
+    for a, b in zip(before, net.get_weights()):
+        np.testing.assert_array_equal(a, b)  # the input model is untouched
+    assert isinstance(content, bytes)
+    assert report.calibration == "data" and report.bias_correction == "empirical"
+    assert (report.n_calibration, report.n_check) == (30, 10)
+    assert report.check_inputs == "held-out calibration data"
+    # The check is what run_tflite gives on the held-out quarter.
+    y = Q.run_tflite(content, data[30:])
+    ref = net.predict(data[30:], verbose=0)
+    assert report.sqnr_db == pytest.approx(Q.sqnr_db(ref, y))
+    assert report.top1_agreement == Q.top1_agreement(ref, y)
+    assert report.sqnr_db > 25
+    # Every tensor but the output got its 1e-4 tails; the output kept min/max.
+    outputs, _ = _tflite.io_indices(_tflite.calibrate(net, data[:2]))
+    hows = {r.how for r in report.ranges}
+    assert hows == {"percentile", "min/max"}
+    assert [r.how for r in report.ranges if r.how == "min/max"] == ["min/max"]
+    for r in report.ranges:
+        assert r.calibrated[0] <= r.lo + 1e-6 and r.hi <= r.calibrated[1] + 1e-6
+    text = report.summary()
+    assert "check on 10 held-out calibration data: top-1 agreement" in text
+    assert "bias correction (empirical)" in text
+    d = json.loads(json.dumps(report.to_dict()))
+    assert d["check"]["n"] == 10 and d["target"]["per_channel"] is True
+
+
+def test_quantize_targets_reach_the_converter(net, data):
+    _, pc = cle.quantize(net, data)
+    content, report = cle.quantize(net, data, per_channel=False, integer_io=True)
+    weights = Q._weight_quantization(content)
+    assert weights and all(len(w["scales"]) == 1 for w in weights)  # per-tensor
+    interp = Q._interpreter(content)
+    assert interp.get_input_details()[0]["dtype"] == np.int8
+    assert interp.get_output_details()[0]["dtype"] == np.int8
+    assert report.target == {"per_channel": False, "weight_bits": 8, "activation_bits": 8,
+                             "integer_io": True}
+    # The scale choice was made for per-tensor weights (the equalize stage saw the target).
+    assert report.equalization.scaling and pc.equalization.scaling
+    content16, report16 = cle.quantize(net, data, activation_bits=16)
+    assert report16.ranges == [] and report16.sqnr_db > report.sqnr_db
+
+
+def test_percentile_ranges_beat_min_max_when_one_value_is_extreme(net, data):
+    """One input with an extreme value sets the min/max range of every tensor it reaches;
+    the 1e-4 tails ignore it."""
+    spiky = data.copy()
+    spiky[0, 3, 3, :] = 60.0
+    _, mm = cle.quantize(net, spiky, ranges="minmax", bias_correction="none")
+    _, pct = cle.quantize(net, spiky, bias_correction="none")
+    assert all(r.how == "min/max" for r in mm.ranges)
+    assert pct.sqnr_db > mm.sqnr_db + 3
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"weight_bits": 4}, r"8-bit weights only\. Received: weight_bits=4"),
+    ({"activation_bits": 12}, r"8 or 16 bits"),
+    ({"activation_bits": 16, "per_channel": False}, r"16x8 mode quantizes weights per channel"),
+    ({"bias_correction": "empirical"}, r"needs calibration_data"),
+    ({"ranges": "kl"}, r"`ranges` must be one of"),
+    ({"input_range": (1, -1)}, r"low < high"),
+    ({"integer_io": "yes"}, r"`integer_io` must be True or False"),
+])
+def test_quantize_refuses_bad_options_before_any_work(net, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        cle.quantize(net, **kwargs)
+
+
+def test_quantize_refuses_bad_data_before_any_work(net, monkeypatch):
+    def fail(*args, **kwargs):
+        raise AssertionError("equalize_model ran")
+
+    monkeypatch.setattr(cle.int8, "equalize_model", fail)
+    with pytest.raises(ValueError, match=r"wrong channel count"):
+        cle.quantize(net, np.zeros((8, 24, 24, 1), np.float32))
+
+
+def test_quantize_without_data(net):
+    content, report = cle.quantize(net, input_range=(-1.0, 1.0))
+    assert report.calibration == "synthetic" and report.bias_correction == "analytic"
+    assert report.check_inputs == "synthetic inputs"
+    assert (report.n_calibration, report.n_check) == (32, 16)
+    assert len(report.synthesis_loss) == 3 and all(np.isfinite(report.synthesis_loss))
+    inputs = [r for r in report.ranges if r.how == "input range"]
+    assert len(inputs) == 1 and (inputs[0].lo, inputs[0].hi) == (-1.0, 1.0)
+    assert report.sqnr_db > 15
+    assert "synthetic inputs distilled" in report.summary()
+
+
+def _bn_error(model, inputs):
+    """Mean over BNs of the squared, σ-normalized gap between the batch's per-channel mean
+    and std at the BN's input and its moving mean and std (the distillation's loss)."""
+    bns = _synthetic.batch_norms(model)
+    outs = keras.Model(model.inputs, [bn.input for bn in bns]).predict(inputs, verbose=0)
+    total = 0.0
+    for bn, f in zip(bns, outs):
+        mu = keras.ops.convert_to_numpy(bn.moving_mean)
+        sd = np.sqrt(keras.ops.convert_to_numpy(bn.moving_variance))
+        total += np.mean(((f.mean(axis=(0, 1, 2)) - mu) / sd) ** 2
+                         + ((f.std(axis=(0, 1, 2)) - sd) / sd) ** 2)
+    return total / len(bns)
+
+
+def test_synthetic_inputs_match_the_bn_statistics(monkeypatch):
+    """BN statistics recorded on a known input distribution (smooth images in [0, 1]); inputs
+    distilled from noise reach them far more closely than the noise they start from."""
+    model = _net(seed=3)
+    rng = np.random.default_rng(5)
+    coarse = rng.uniform(0, 1, (64, 6, 6, 3)).astype(np.float32)
+    images = np.repeat(np.repeat(coarse, 4, axis=1), 4, axis=2)
+    for bn in _synthetic.batch_norms(model):  # in graph order: later BNs see the set earlier
+        f = keras.Model(model.inputs, bn.input).predict(images, verbose=0)
+        bn.moving_mean.assign(f.mean(axis=(0, 1, 2)))
+        bn.moving_variance.assign(f.var(axis=(0, 1, 2)))
+    noise = rng.standard_normal((16, 24, 24, 3)).astype(np.float32)
+    x, losses = _synthetic.distill(model, 16, steps=80, input_range=(0.0, 1.0))
+    assert x.shape == (16, 24, 24, 3) and x.min() >= 0 and x.max() <= 1
+    assert _bn_error(model, x) < 0.1 * _bn_error(model, noise)
+    # The cross-entropy term pushes each input towards a class: more confident outputs than
+    # the BN statistics alone give.
+    monkeypatch.setattr(_synthetic, "CE_WEIGHT", 0.0)
+    x0, _ = _synthetic.distill(model, 16, steps=80, input_range=(0.0, 1.0))
+
+    def confidence(inputs):
+        p = keras.ops.convert_to_numpy(keras.ops.softmax(model.predict(inputs, verbose=0)))
+        return float(p.max(axis=1).mean())
+
+    assert confidence(x) > confidence(x0) + 0.05
+
+
+def test_synthetic_inputs_need_batch_norms():
+    inp = keras.Input((8, 8, 3))
+    model = keras.Model(inp, L.Dense(4)(L.Flatten()(L.Conv2D(2, 3)(inp))))
+    with pytest.raises(ValueError, match=r"has no BatchNormalization layer.*pass calibration"):
+        cle.quantize(model)
+
+
+# ------------------------------------------------------------------------------ CLI
+
+
+def _cle(*args, cwd):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    return subprocess.run([sys.executable, "-m", "cle", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory, net, data):
+    d = tmp_path_factory.mktemp("quantize_cli")
+    net.save(d / "m.keras")
+    np.save(d / "cal.npy", data[:20])
+    np.save(d / "bad.npy", data[:20, :, :, :2])
+    return d
+
+
+def test_cli_quantize_writes_a_checked_tflite(workdir):
+    r = _cle("quantize", "m.keras", "-o", "m.tflite", "--calibration", "cal.npy",
+             "--report", "r.json", cwd=workdir)
+    assert r.returncode == 0, r.stderr
+    assert "check on 5 held-out calibration data: top-1 agreement" in r.stdout
+    assert "wrote m.tflite" in r.stdout and "wrote r.json" in r.stdout
+    assert "calibrating activation ranges on 15 inputs" in r.stderr  # progress on stderr
+    report = json.loads((workdir / "r.json").read_text())
+    content = (workdir / "m.tflite").read_bytes()
+    x = np.load(workdir / "cal.npy")[15:]
+    ref = keras.models.load_model(workdir / "m.keras").predict(x, verbose=0)
+    assert report["check"]["sqnr_db"] == pytest.approx(Q.sqnr_db(ref, Q.run_tflite(content, x)),
+                                                       abs=1e-3)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["-o", "x.keras"], r"-o x\.keras: the output file name must end in \.tflite"),
+    (["-o", "x.tflite", "--calibration", "bad.npy"],
+     r"--calibration bad\.npy: the calibration data has the wrong channel count: the model "
+     r"expects \(N, 24, 24, 3\)\. Received: shape \(20, 24, 24, 2\)"),
+    (["-o", "x.tflite", "--calibration", "nope.npy"], r"no such file or folder"),
+    (["-o", "x.tflite", "--calibration", "cal.npy", "--preprocessing", "tf"],
+     r"--preprocessing is for a folder of images"),
+    (["-o", "x.tflite", "--bias-correction", "empirical"], r"needs --calibration"),
+    (["-o", "x.tflite", "--activation-bits", "16", "--per-tensor"], r"16x8 mode"),
+    (["-o", "x.tflite", "--calibration", "cal.npy", "--input-range=-1,1"],
+     r"--input-range is for synthetic inputs"),
+    (["-o", "x.tflite", "--input-range", "1"], r"expected LOW,HIGH"),
+    (["-o", "x.tflite", "--preprocessing", "bogus"], r"preprocessing must be one of"),
+    (["-o", "m.keras"], r"must end in \.tflite"),
+])
+def test_cli_quantize_bad_inputs_exit_2_with_one_line_and_no_file(workdir, args, message):
+    before = set(os.listdir(workdir))
+    r = _cle("quantize", "m.keras", *args, cwd=workdir)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    lines = [line for line in r.stderr.splitlines() if line.startswith("cle: error:")]
+    assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+    import re
+
+    assert re.search(message, lines[0]), lines[0]
+    assert set(os.listdir(workdir)) == before
+
+
+# ------------------------------------------------------------------ real MobileNetV2 (slow)
+
+
+@pytest.mark.slow
+def test_real_mobilenet_v2_with_data_beats_the_plain_conversion():
+    """With 64 real crops, `cle.quantize` is at least 2 dB closer to the float model than the
+    float model converted straight with the same crops, and agrees on at least as many top-1
+    classes (256 other crops)."""
+    from cle import pretrained as P
+
+    model = real_mobilenet_v2()
+    x_eval = P.preprocess_imagenet(P.sample_images(128, 224, seed=0))
+    x_cal = P.preprocess_imagenet(P.sample_images(64, 224, seed=1))
+    ref = model.predict(x_eval, batch_size=32, verbose=0)
+    plain = Q.run_tflite(Q.convert_to_tflite_int8(model, x_cal), x_eval, batch_size=32)
+    content, report = cle.quantize(model, x_cal)
+    ours = Q.run_tflite(content, x_eval, batch_size=32)
+    assert Q.sqnr_db(ref, ours) >= Q.sqnr_db(ref, plain) + 2.0
+    assert Q.top1_agreement(ref, ours) >= Q.top1_agreement(ref, plain)
