@@ -24,7 +24,7 @@ import numpy as np
 EPS = 1e-5
 #: Weight of the cross-entropy term for classifiers, against the BN-statistics loss.
 CE_WEIGHT = 0.05
-STEPS, BATCH, LEARNING_RATE = 40, 16, 0.25
+STEPS, BATCH, LEARNING_RATE = 25, 20, 0.25
 
 
 def batch_norms(model) -> list:

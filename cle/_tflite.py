@@ -20,6 +20,7 @@ route is caught.
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Callable
 
 import numpy as np
@@ -99,7 +100,19 @@ def convert_int16(model, x, integer_io=False) -> bytes:
         io_type = tf.int16 if integer_io else tf.float32
         converter.inference_input_type = io_type
         converter.inference_output_type = io_type
-        return bytes(converter.convert())
+        try:
+            return bytes(converter.convert())
+        except RuntimeError as exc:
+            ops = sorted(set(re.findall(r"not yet supported for op: '(\w+)'", str(exc))))
+            if not ops:
+                raise
+    import keras
+
+    raise RuntimeError(
+        f"TF Lite's 16x8 mode cannot quantize the ops {', '.join(ops)} of this model (as the "
+        f"{keras.backend.backend()} backend exports it); use activation_bits=8"
+        + (", or convert on the TensorFlow backend" if keras.backend.backend() != "tensorflow"
+           else "") + ". Received: activation_bits=16")
 
 
 def _object(calibrated):

@@ -44,7 +44,7 @@ TAIL = 1e-4
 #: Share of the calibration data held out for the check (when at least 8 remain to calibrate).
 HOLDOUT = 0.25
 #: Synthetic inputs made without data: for calibration, and for the check.
-SYNTHETIC_CALIBRATION, SYNTHETIC_CHECK = 32, 16
+SYNTHETIC_CALIBRATION, SYNTHETIC_CHECK = 32, 8
 _RANGES = ("percentile", "minmax")
 _BIAS_CORRECTION = ("auto", "empirical", "analytic", "none")
 
@@ -329,8 +329,9 @@ def _choose_percentile_ranges(calibrated, x, tensor_ranges, input_range, say):
             continue  # min/max: the largest outputs decide the top-1 class
         else:
             lo, hi = np.quantile(v, [TAIL, 1.0 - TAIL])
-            r.lo = float(lo) if r.calibrated[0] < 0 else r.calibrated[0]
-            r.hi = float(hi) if r.calibrated[1] > 0 else r.calibrated[1]
+            # Within the calibrated range (the interpreter's sums may round differently).
+            r.lo = max(float(lo), r.calibrated[0]) if r.calibrated[0] < 0 else r.calibrated[0]
+            r.hi = min(float(hi), r.calibrated[1]) if r.calibrated[1] > 0 else r.calibrated[1]
             r.how = "percentile"
 
 

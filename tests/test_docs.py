@@ -14,6 +14,7 @@ import shlex
 import tokenize
 
 import keras
+import numpy as np
 import pytest
 
 from cle import cli
@@ -125,7 +126,9 @@ def test_readme_python_blocks_run(tiny_model, tmp_path, monkeypatch):
     blocks = _fenced(os.path.join(REPO, "README.md"), "python")
     assert len(blocks) >= 3
     ran = 0
-    namespace = {"model": tiny_model, "keras": keras}  # the blocks read as one session
+    x = np.random.default_rng(0).uniform(-1, 1, (16,) + tuple(tiny_model.inputs[0].shape[1:]))
+    # the blocks read as one session; x stands for the user's calibration inputs
+    namespace = {"model": tiny_model, "keras": keras, "x": x.astype("float32")}
     for before, code in blocks:
         if "qat.compile(...)" in code:  # needs a dataset: training_fold.md's example trains
             code = code.replace("qat.compile(...); qat.fit(...)", "")
@@ -140,18 +143,21 @@ def test_readme_python_blocks_run(tiny_model, tmp_path, monkeypatch):
 def test_readme_command_lines_run(tiny_model, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     tiny_model.save("model.keras")
+    np.save("inputs.npy", np.random.default_rng(0).uniform(
+        -1, 1, (16,) + tuple(tiny_model.inputs[0].shape[1:])).astype("float32"))
     commands = [line.split("#")[0].strip() for _, code in _fenced(
         os.path.join(REPO, "README.md"), "") for line in code.splitlines()
         if line.startswith("cle ")]
     assert "cle demo" in commands  # run by tests/test_cli.py::test_run_demo (16 photos)
     commands.remove("cle demo")
-    assert len(commands) == 3
+    assert len(commands) == 5
     for command in commands:
         out = io.StringIO()
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
             assert cli.main(shlex.split(command)[1:]) == 0, (command, out.getvalue())
-    assert sorted(os.listdir(tmp_path)) == ["eq.keras", "folded.keras", "model.keras",
-                                            "report.json"]
+    assert sorted(os.listdir(tmp_path)) == ["eq.keras", "folded.keras", "inputs.npy",
+                                            "model.keras", "model_int8.tflite",
+                                            "model_nodata.tflite", "report.json"]
 
 
 def test_cli_md_loading_block_runs(tmp_path, monkeypatch, tiny_model):

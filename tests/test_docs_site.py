@@ -61,10 +61,13 @@ def test_page_code_blocks_run(page, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     namespace = {"__name__": f"docs_{page[:-3]}"}
     for info, code in blocks:
-        assert re.fullmatch(r'python title="[^"]+"', info), (
-            f"docs/{page}: every block on a runnable page is ```python title=\"...\"```; "
-            f"found ```{info}")
+        assert re.fullmatch(r'(python|bash) title="[^"]+"', info), (
+            f"docs/{page}: every block on a runnable page is ```python title=\"...\"``` "
+            f"or ```bash title=\"...\"``` of `cle` commands; found ```{info}")
         title = re.search(r'title="([^"]+)"', info).group(1)
+        if info.startswith("bash"):
+            _run_cle_lines(page, title, code)
+            continue
         out = io.StringIO()
         with contextlib.redirect_stdout(out):
             try:
@@ -73,6 +76,21 @@ def test_page_code_blocks_run(page, tmp_path, monkeypatch):
                 raise AssertionError(f"docs/{page}, block '{title}' failed: {exc!r}\n"
                                      f"printed:\n{out.getvalue()}") from exc
     keras.backend.clear_session()
+
+
+def _run_cle_lines(page, title, code):
+    """Every line of a ```bash block is a `cle` command, run as the console script would run
+    it (``cle.cli.main``), and must succeed."""
+    import shlex
+
+    from cle.cli import main
+
+    for line in code.splitlines():
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        argv = shlex.split(line)
+        assert argv[0] == "cle", f"docs/{page}, block '{title}': not a cle command: {line}"
+        assert main(argv[1:]) == 0, f"docs/{page}, block '{title}': failed: {line}"
 
 
 def test_runnable_pages_are_in_the_site_navigation():

@@ -219,6 +219,11 @@ def test_quantize_targets_reach_the_converter(net, data):
                              "integer_io": True}
     # The scale choice was made for per-tensor weights (the equalize stage saw the target).
     assert report.equalization.scaling and pc.equalization.scaling
+    if BACKEND == "jax":  # the exported JAX graph has ops the 16x8 quantizer lacks
+        with pytest.raises(RuntimeError, match=r"16x8 mode cannot quantize the ops .*CAST.*"
+                                               r"convert on the TensorFlow backend"):
+            cle.quantize(net, data, activation_bits=16)
+        return
     content16, report16 = cle.quantize(net, data, activation_bits=16)
     assert report16.ranges == [] and report16.sqnr_db > report.sqnr_db
 
@@ -261,8 +266,8 @@ def test_quantize_without_data(net):
     content, report = cle.quantize(net, input_range=(-1.0, 1.0))
     assert report.calibration == "synthetic" and report.bias_correction == "analytic"
     assert report.check_inputs == "synthetic inputs"
-    assert (report.n_calibration, report.n_check) == (32, 16)
-    assert len(report.synthesis_loss) == 3 and all(np.isfinite(report.synthesis_loss))
+    assert (report.n_calibration, report.n_check) == (32, 8)
+    assert len(report.synthesis_loss) == 2 and all(np.isfinite(report.synthesis_loss))
     inputs = [r for r in report.ranges if r.how == "input range"]
     assert len(inputs) == 1 and (inputs[0].lo, inputs[0].hi) == (-1.0, 1.0)
     assert report.sqnr_db > 15
