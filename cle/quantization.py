@@ -664,8 +664,9 @@ def evaluate(model, inputs, reference_outputs, *, float_outputs=None, weight_bit
       (:func:`cle.fold_all_batch_norms`: an INT8 runtime quantizes folded kernels, and the
       folded per-channel BN scales are what spread the channel ranges), activations float;
     * ``"TFLite int8 per-tensor"`` / ``"TFLite int8 per-channel"`` (if ``tflite``): full integer
-      INT8 by :func:`convert_to_tflite_int8`, calibrated on the first ``num_calibration``
-      of ``inputs`` (all by default), run by :func:`run_tflite` on all of them.
+      INT8 as :func:`convert_to_tflite_int8` makes it, calibrated once on the first
+      ``num_calibration`` of ``inputs`` (all by default) for both granularities, run by
+      :func:`run_tflite` on all of them.
 
     Args:
         model: a Functional or Sequential ``keras.Model`` with one input and one output.
@@ -766,12 +767,20 @@ def evaluate(model, inputs, reference_outputs, *, float_outputs=None, weight_bit
         del quantized
 
     if tflite:
+        from cle import _tflite
+
+        # One calibration serves every granularity: the converter's calibrate and quantize
+        # steps, run apart (cle._tflite), give what convert_to_tflite_int8 gives.
+        n_cal = len(x) if num_calibration is None else min(len(x), int(num_calibration))
+        calibrated = None
         for pc in granularities:
             name = f"TFLite int8 {label(pc)}"
-            n_cal = len(x) if num_calibration is None else min(len(x), int(num_calibration))
-            say(f"{name}: converting (calibration on {n_cal} inputs)")
-            content = convert_to_tflite_int8(model, x, per_channel=pc,
-                                             num_calibration=num_calibration)
+            if calibrated is None:
+                say(f"{name}: converting (calibration on {n_cal} inputs)")
+                calibrated = _tflite.calibrate(model, x[:n_cal])
+            else:
+                say(f"{name}: converting (the same calibration)")
+            content = _tflite.quantize_calibrated(calibrated, per_channel=pc)
             say(f"{name}: inference on {len(x)} inputs")
             rows.append(row(name, run_tflite(content, x, batch_size=_TFLITE_BATCH)))
     return rows

@@ -610,6 +610,21 @@ def test_evaluate_with_tflite(tflite_small):
     assert any("TFLite" in m for m in messages)
 
 
+def test_evaluate_shares_one_calibration_and_matches_the_converter(tflite_small):
+    """Both TFLite rows come from one calibration, and each is what convert_to_tflite_int8
+    gives on its own (the same calibration inputs, the same granularity)."""
+    model, x, _ = tflite_small
+    y = _np(model(x)).astype(np.float64)
+    messages = []
+    rows = Q.evaluate(model, x, y, num_calibration=4, progress=messages.append)
+    assert sum("converting (calibration on 4 inputs)" in m for m in messages) == 1
+    for pc, row in zip((False, True), rows[3:]):
+        alone = Q.run_tflite(Q.convert_to_tflite_int8(model, x[:4], per_channel=pc), x,
+                             batch_size=Q._TFLITE_BATCH)
+        assert row["sqnr_db"] == Q.sqnr_db(y, alone), pc
+        assert row["top1_agreement"] == Q.top1_agreement(y, alone)
+
+
 @pytest.mark.parametrize("kwargs", [
     {"weight_bits": 1}, {"tflite": 1}, {"per_channel": ("no",)}, {"per_channel": None},
     {"progress": "print"},
