@@ -295,27 +295,32 @@ def load_calibration(path, model, preprocessing: str | None = None,
             f"preprocessed. Received: preprocessing={preprocessing!r} with {path}"
         )
     lower = path.lower()
+    if not lower.endswith((".npy", ".npz")):
+        raise ValueError(
+            f"calibration data must be a .npy or .npz file or a folder of images. Received: "
+            f"{path}")
     try:
-        if lower.endswith(".npz"):
-            with np.load(path, allow_pickle=False) as archive:
-                keys = list(archive.keys())
-                key = keys[0] if len(keys) == 1 else next(
-                    (k for k in ("x", "inputs") if k in keys), None)
-                if key is None:
-                    raise ValueError(
-                        f"{path} holds {len(keys)} arrays; name the inputs 'x' or 'inputs'. "
-                        f"Received: arrays {keys}")
-                x = archive[key]
-        elif lower.endswith(".npy"):
-            x = np.load(path, allow_pickle=False)
-        else:
+        loaded = np.load(path, allow_pickle=False)
+    except ValueError as exc:
+        if "allow_pickle" in str(exc) or "Object arrays" in str(exc):
             raise ValueError(
-                "calibration data must be a .npy or .npz file or a folder of images. "
-                f"Received: {path}")
-    except ValueError:
-        raise
+                f"{path} holds Python objects (a pickled object array), which cle does not load "
+                "since unpickling can run code; expected a plain numeric array: "
+                "np.save(path, np.asarray(x, dtype='float32'))") from None
+        raise ValueError(f"cannot read {path}: expected a NumPy .npy/.npz file ({exc})") from None
     except Exception as exc:  # noqa: BLE001 - corrupt files raise many kinds
         raise ValueError(f"cannot read {path}: {type(exc).__name__}: {exc}") from None
+    if isinstance(loaded, np.ndarray):
+        x = loaded
+    else:  # an .npz archive
+        with loaded as archive:
+            keys = list(archive.keys())
+            key = keys[0] if len(keys) == 1 else next(
+                (k for k in ("x", "inputs") if k in keys), None)
+            if key is None:
+                raise ValueError(f"{path} holds {len(keys)} arrays; name the inputs 'x' or "
+                                 f"'inputs'. Received: arrays {keys}")
+            x = archive[key]
     return check_calibration_data(model, x, name)
 
 

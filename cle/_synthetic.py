@@ -25,6 +25,8 @@ EPS = 1e-5
 #: Weight of the cross-entropy term for classifiers, against the BN-statistics loss.
 CE_WEIGHT = 0.05
 STEPS, BATCH, LEARNING_RATE = 25, 20, 0.25
+#: Input ranges wider than this scale Adam's step by ``width / WIDE_RANGE``.
+WIDE_RANGE = 8.0
 
 
 def batch_norms(model) -> list:
@@ -103,7 +105,8 @@ def distill(model, n: int, steps: int = STEPS, batch_size: int = BATCH,
         n: how many inputs.
         steps: Adam steps per batch.
         batch_size: inputs optimized together (the BN statistics are matched per batch).
-        learning_rate: Adam's step size on the inputs.
+        learning_rate: Adam's step size on the inputs (scaled up for an input range wider
+            than :data:`WIDE_RANGE`).
         input_range: ``(lo, hi)`` the inputs are kept in (e.g. ``(-1, 1)`` for the ``tf``
             preprocessing), or None.
         seed: the starting noise and the target classes.
@@ -131,7 +134,10 @@ def distill(model, n: int, steps: int = STEPS, batch_size: int = BATCH,
     features = _feature_model(model, bns, classes)
     mus, sds, axes = _stats(bns)
     clip = None if input_range is None else (float(input_range[0]), float(input_range[1]))
-    run = _step_function(features, mus, sds, axes, learning_rate, len(bns), clip, classes)
+    # Inputs normalized to a few units take the step as it is; a wider range (0..255, caffe's
+    # ±125) scales it, or 25 steps could not leave the starting noise.
+    lr = learning_rate * (1.0 if clip is None else max(1.0, (clip[1] - clip[0]) / WIDE_RANGE))
+    run = _step_function(features, mus, sds, axes, lr, len(bns), clip, classes)
     rng = np.random.default_rng(seed)
     n_classes = int(model.outputs[0].shape[-1]) if classes else 1
     targets = rng.permutation(max(n, n_classes))[:n] % n_classes
@@ -182,20 +188,23 @@ def _step_function(features, mus, sds, axes, lr, n_bn, clip, classes):
     elif backend == "jax":
         import jax
 
-        trainable = [v.value for v in features.trainable_variables]
-        non_trainable = [v.value for v in features.non_trainable_variables]
+        weights = ([v.value for v in features.trainable_variables],
+                   [v.value for v in features.non_trainable_variables])
 
-        def loss_of(x, targets):
-            outs, _ = features.stateless_call(trainable, non_trainable, x, training=False)
+        def loss_of(x, targets, weights):
+            outs, _ = features.stateless_call(weights[0], weights[1], x, training=False)
             return objective(outs, targets)
 
         grad = jax.value_and_grad(loss_of)
 
         @jax.jit
-        def step(x, m, v, t, targets):
-            value, g = grad(x, targets)
+        def jitted(x, m, v, t, targets, weights):  # weights as arguments, not constants
+            value, g = grad(x, targets, weights)
             x, m, v = adam(x, g, m, v, t)
             return x, m, v, value
+
+        def step(x, m, v, t, targets):
+            return jitted(x, m, v, t, targets, weights)
     else:
         raise RuntimeError(
             "synthetic calibration inputs need the TensorFlow or JAX backend (gradients with "

@@ -135,10 +135,36 @@ def ranges_of(calibrated: bytes) -> list[TensorRange]:
     return out
 
 
-def io_indices(calibrated: bytes) -> tuple[set, set]:
-    """``(output tensor indices, input tensor indices)`` of the main subgraph."""
-    graph = _object(calibrated).subgraphs[0]
-    return set(int(i) for i in graph.outputs), set(int(i) for i in graph.inputs)
+# Ops through which an output's range is decided by their input's: the logits before a
+# softmax, and what only moves values around or changes their type.
+_PASS_BACK = ("SOFTMAX", "LOGISTIC", "LOG_SOFTMAX", "RESHAPE", "SQUEEZE", "DEQUANTIZE",
+              "QUANTIZE", "CAST")
+
+
+def protected_indices(calibrated: bytes) -> tuple[set, set]:
+    """``(tensors that decide the outputs, input tensors)`` of the main subgraph: the outputs,
+    and walking back from them through :data:`_PASS_BACK` ops, their inputs."""
+    from tensorflow.lite.python import schema_py_generated as schema
+
+    obj = _object(calibrated)
+    graph = obj.subgraphs[0]
+    names = {v: k for k, v in vars(schema.BuiltinOperator).items() if not k.startswith("_")}
+    producer = {}
+    for op in graph.operators:
+        code = obj.operatorCodes[op.opcodeIndex]
+        kind = names.get(max(int(code.builtinCode), int(code.deprecatedBuiltinCode)), "")
+        for t in op.outputs:
+            producer[int(t)] = (kind, [int(i) for i in op.inputs])
+    protected, todo = set(), [int(i) for i in graph.outputs]
+    while todo:
+        t = todo.pop()
+        if t in protected or t < 0:
+            continue
+        protected.add(t)
+        kind, inputs = producer.get(t, ("", []))
+        if kind in _PASS_BACK and inputs:
+            todo.append(inputs[0])
+    return protected, set(int(i) for i in graph.inputs)
 
 
 def with_ranges(calibrated: bytes, ranges: list[TensorRange]) -> bytes:

@@ -42,6 +42,7 @@ from scipy.stats import norm
 
 from cle import _steps
 from cle._backend_caps import check_runnable
+from cle._calibration import check_calibration_data
 from cle._graph import graph_view, run_call
 from cle._layouts import (
     bias_on_wrong_axis, channel_axis, layout_of, read_weight, untouchable_reason)
@@ -426,26 +427,11 @@ def _kernel_error(layer, kind, bits, per_channel):
 
 
 def _check_data(model, data):
-    """A list of float32 numpy input batches."""
-    if isinstance(data, np.ndarray) or (
-        hasattr(data, "shape") and hasattr(data, "dtype") and not _is_dataset(data)
-    ):
-        x = np.asarray(data, dtype=np.float32)
-        if x.ndim < 1 or len(x) == 0:
-            raise ValueError(f"`calibration_data` must not be empty. Received shape {x.shape}")
-        return [x[i: i + _BATCH] for i in range(0, len(x), _BATCH)]
-    batches = []
-    for item in data:
-        if isinstance(item, (tuple, list)):
-            item = item[0]
-        batches.append(np.asarray(keras.ops.convert_to_numpy(item), dtype=np.float32))
-    if not batches:
-        raise ValueError("`calibration_data` yielded no batches.")
-    return batches
+    """A list of float32 numpy input batches of ``data``, checked against ``model``'s input
+    (:func:`cle._calibration.check_calibration_data`)."""
+    x = check_calibration_data(model, data)
+    return [x[i: i + _BATCH] for i in range(0, len(x), _BATCH)]
 
-
-def _is_dataset(obj):
-    return type(obj).__module__.startswith("tensorflow") and hasattr(obj, "element_spec")
 
 
 # ------------------------------------------------------------------------------- main

@@ -26,6 +26,7 @@ import importlib.util
 import inspect
 import itertools
 import json
+import math
 import os
 import re
 import shutil
@@ -694,21 +695,23 @@ def _cmd_quantize(args) -> int:
             _check_single_io(model, "cle quantize")
         except ValueError as exc:
             raise CliError(f"{args.model}: {_one_line(exc)}", EXIT_USAGE) from exc
-        calibration = _quantize_calibration(args, model)
-        if calibration is not None:
-            from cle._backend_caps import channels_first_problem
+        from cle._backend_caps import channels_first_problem
 
-            problem = channels_first_problem(model)
-            if problem is not None:
-                raise CliError(f"{args.model}: calibration runs the model, but {problem}")
+        problem = channels_first_problem(model)
+        if problem is not None:
+            raise CliError(f"{args.model}: cle quantize runs the model, but {problem}")
+        calibration = _quantize_calibration(args, model)
         from cle.int8 import quantize
 
-        content, report = quantize(
-            model, calibration, per_channel=args.per_channel,
-            activation_bits=args.activation_bits, integer_io=args.integer_io,
-            bias_correction=args.bias_correction, ranges=args.ranges,
-            input_range=_input_range(args), compare=args.compare,
-            progress=_quantize_progress)
+        try:
+            content, report = quantize(
+                model, calibration, per_channel=args.per_channel,
+                activation_bits=args.activation_bits, integer_io=args.integer_io,
+                bias_correction=args.bias_correction, ranges=args.ranges,
+                input_range=_input_range(args), compare=args.compare,
+                progress=_quantize_progress)
+        except ValueError as exc:  # what the model cannot do (no BN without data, ...)
+            raise CliError(f"{args.model}: {_one_line(exc)}", EXIT_USAGE) from exc
         outputs = [(args.output, content)]
         if args.report:
             outputs.append((args.report, _json_bytes(report.to_dict())))
@@ -866,8 +869,8 @@ def _input_range_arg(text):
         lo, hi = (float(v) for v in text.split(","))
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f"expected LOW,HIGH (e.g. -1,1); received {text!r}") from None
-    if not lo < hi:
+            f"expected LOW,HIGH (e.g. --input-range=-1,1); received {text!r}") from None
+    if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
         raise argparse.ArgumentTypeError(f"expected LOW < HIGH; received {text!r}")
     return lo, hi
 
@@ -1000,7 +1003,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "caffe (BGR minus mean), raw (0..255) or module:function; without "
                         "--calibration it gives the input range of the synthetic inputs")
     p.add_argument("--input-range", type=_input_range_arg, metavar="LOW,HIGH",
-                   help="the model's input range, for synthetic inputs (no --calibration)")
+                   help="the model's input range, for synthetic inputs (no --calibration); "
+                        "write it with '=' (--input-range=-1,1): a negative LOW would read as "
+                        "an option")
     p.add_argument("--limit", type=_positive_int, metavar="N",
                    help="read at most N images from a --calibration folder")
     p.add_argument("--per-tensor", dest="per_channel", action="store_false",

@@ -839,7 +839,7 @@ def _pre_activation(link, folded_bns):
 def _measure_junctions(model, plan, matches, data, value, progress):
     """``{id(link.first): Junction}`` measured on ``data`` for every link of the plan whose
     pre-activation is a top-level tensor; one streaming pass over the data."""
-    from cle.bias_correction import _check_data
+    from cle._calibration import check_calibration_data
 
     folded = {id(m.bn_call.layer) for m in matches}
     links = [link for links in plan.sets for link in links]
@@ -850,7 +850,8 @@ def _measure_junctions(model, plan, matches, data, value, progress):
     probe = keras.Model(model.inputs, [layer.output for _, layer in targets])
     stats = [_qnoise.SampleStats(*_scale_choice.junction_kind(link, value)) for link, _ in targets]
     # Small batches: the probe returns every junction's whole activation at once.
-    batches = [b[i: i + 8] for b in _check_data(model, data) for i in range(0, len(b), 8)]
+    x = check_calibration_data(model, data)
+    batches = [x[i: i + 8] for i in range(0, len(x), 8)]
     for b, batch in enumerate(batches):
         if progress is not None:
             progress(f"activation ranges: batch {b + 1}/{len(batches)}")

@@ -88,7 +88,7 @@ class QuantizeReport:
     seconds: dict = dataclasses.field(default_factory=dict)
 
     def _range_lines(self):
-        narrowed = [r for r in self.ranges if r.how != "min/max"]
+        narrowed = [r for r in self.ranges if r.how == "percentile"]
         if not self.ranges:
             return ["activation ranges: the converter's (16-bit activations)"]
         if not narrowed:
@@ -97,7 +97,10 @@ class QuantizeReport:
                            for r in narrowed])
         return [f"activation ranges: {len(narrowed)} of {len(self.ranges)} tensors set to "
                 f"their 1e-4 tails (width {np.median(ratios):.2f}× the min/max range at the "
-                f"median, {ratios.min():.2f}× at the narrowest); the output keeps min/max"]
+                f"median, {ratios.min():.2f}× at the narrowest); the output, the logits "
+                "before a softmax keep min/max"
+                + (" (the input: the stated input range)"
+                   if any(r.how == "input range" for r in self.ranges) else "")]
 
     def summary(self) -> str:
         """The report on a few lines: each stage, what changed and why, and the check."""
@@ -169,8 +172,8 @@ def _check_options(per_channel, weight_bits, activation_bits, integer_io, bias_c
         except (TypeError, ValueError):
             raise ValueError("`input_range` must be None or (low, high). Received: "
                              f"input_range={input_range!r}") from None
-        if not lo < hi:
-            raise ValueError(f"`input_range` must have low < high. Received: "
+        if not (np.isfinite(lo) and np.isfinite(hi) and lo < hi):
+            raise ValueError(f"`input_range` must be finite with low < high. Received: "
                              f"input_range={input_range!r}")
         return lo, hi
     return None
@@ -229,13 +232,16 @@ def quantize(model, calibration_data=None, *, per_channel: bool = True, weight_b
     Q._check_single_io(model, "quantize")
     input_range = _check_options(per_channel, weight_bits, activation_bits, integer_io,
                                  bias_correction, ranges, compare, input_range)
+    Q._check_tflite_backend("cle.quantize")
+    from cle._backend_caps import check_runnable
+
+    check_runnable(model, "cle.quantize")
     x = None
     if calibration_data is not None:
         x = _calibration.check_calibration_data(model, calibration_data)
     elif bias_correction == "empirical":
         raise ValueError("bias_correction='empirical' needs calibration_data. Received: "
                          "calibration_data=None")
-    Q._check_tflite_backend("cle.quantize")
     seconds: dict[str, float] = {}
 
     # Calibration and check inputs.
@@ -282,7 +288,7 @@ def quantize(model, calibration_data=None, *, per_channel: bool = True, weight_b
         tensor_ranges = _tflite.ranges_of(calibrated)
         if ranges == "percentile":
             _choose_percentile_ranges(calibrated, x_cal, tensor_ranges, input_range
-                                      if x is None else None, say)
+                                      if x is None else None, integer_io, say)
             calibrated = _tflite.with_ranges(calibrated, tensor_ranges)
         say("quantizing")
         content = _tflite.quantize_calibrated(calibrated, per_channel=per_channel,
@@ -299,7 +305,8 @@ def quantize(model, calibration_data=None, *, per_channel: bool = True, weight_b
     if compare:
         start = clock()
         say("converting the float model straight, for comparison")
-        straight = Q.convert_to_tflite_int8(model, x_cal, per_channel=per_channel)
+        straight = (_tflite.convert_int16(model, x_cal) if activation_bits == 16 else
+                    Q.convert_to_tflite_int8(model, x_cal, per_channel=per_channel))
         y_plain = Q.run_tflite(straight, x_check, batch_size=Q._TFLITE_BATCH)
         plain = {"top1_agreement": Q.top1_agreement(reference, y_plain),
                  "sqnr_db": Q.sqnr_db(reference, y_plain)}
@@ -315,24 +322,37 @@ def quantize(model, calibration_data=None, *, per_channel: bool = True, weight_b
     return content, report
 
 
-def _choose_percentile_ranges(calibrated, x, tensor_ranges, input_range, say):
-    """Set each tensor's ``lo``/``hi`` to its ``TAIL`` quantiles on ``x`` (the output tensor
-    keeps min/max; the input tensor takes ``input_range`` when given)."""
+#: A tail range narrower than this share of the min/max range keeps min/max (a tensor that is
+#: almost always 0, e.g. a rarely firing ReLU, would otherwise get a range of width 0).
+MIN_WIDTH = 1e-2
+
+
+def _choose_percentile_ranges(calibrated, x, tensor_ranges, input_range, integer_io, say):
+    """Set each tensor's ``lo``/``hi`` to its ``TAIL`` quantiles on ``x``. Kept at min/max: the
+    tensors that decide the output's top class (the output, and the logits before a softmax;
+    :func:`cle._tflite.protected_indices`), the input tensor with ``integer_io`` (its range is
+    the int8 input's scale: real extremes must not clip); without data the input tensor takes
+    ``input_range`` when given; and a tensor whose tail range would be narrower than
+    :data:`MIN_WIDTH` of its min/max range. Every range includes 0, as the converter's do."""
     say(f"measuring {len(tensor_ranges)} activation tensors")
     values = _tflite.observe(calibrated, x, [r.index for r in tensor_ranges])
-    outputs, inputs = _tflite.io_indices(calibrated)
+    protected, inputs = _tflite.protected_indices(calibrated)
     for r in tensor_ranges:
-        v = values[r.index]
         if r.index in inputs and input_range is not None:
-            r.lo, r.hi, r.how = input_range[0], input_range[1], "input range"
-        elif r.index in outputs:
+            r.lo, r.hi, r.how = min(input_range[0], 0.0), max(input_range[1], 0.0), "input range"
+            continue
+        if r.index in inputs and integer_io:
+            continue
+        if r.index in protected:
             continue  # min/max: the largest outputs decide the top-1 class
-        else:
-            lo, hi = np.quantile(v, [TAIL, 1.0 - TAIL])
-            # Within the calibrated range (the interpreter's sums may round differently).
-            r.lo = max(float(lo), r.calibrated[0]) if r.calibrated[0] < 0 else r.calibrated[0]
-            r.hi = min(float(hi), r.calibrated[1]) if r.calibrated[1] > 0 else r.calibrated[1]
-            r.how = "percentile"
+        lo, hi = np.quantile(values[r.index], [TAIL, 1.0 - TAIL])
+        # Within the calibrated range (the interpreter's sums may round differently), with 0.
+        lo = min(max(float(lo), r.calibrated[0]), 0.0)
+        hi = max(min(float(hi), r.calibrated[1]), 0.0)
+        if hi - lo < MIN_WIDTH * (r.calibrated[1] - r.calibrated[0]):
+            r.how = "min/max (sparse)"
+            continue
+        r.lo, r.hi, r.how = lo, hi, "percentile"
 
 
 def load_calibration(path, model, preprocessing: str | None = None,

@@ -49,9 +49,18 @@ NETS = {
                      int8.input_range_of("torch"), "`--preprocessing torch`"),
     "efficientnet_lite1": ("EfficientNet-Lite1", P.efficientnet_lite1_imagenet,
                            P.preprocess_efficientnet_lite, P.LITE1_INPUT_SIZE,
-                           (-1.0, 1.0), "`--input-range -1,1`"),
+                           (-1.0, 1.0), "`--input-range=-1,1`"),
 }
 ROWS = ("plain", "data", "nodata")
+
+
+def _cpu():
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            return next(line.split(":", 1)[1].strip() for line in f
+                        if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return "unknown CPU"
 
 
 def _metrics(ref, y):
@@ -64,7 +73,7 @@ def measure(net):
     x_eval = pre(P.sample_images(EVAL_CROPS, size, seed=0))
     x_cal = pre(P.sample_images(CALIB_CROPS, size, seed=1))
     ref = model.predict(x_eval, batch_size=32, verbose=0)
-    out = {"net": title, "load": os.getloadavg()[0], "rows": {}}
+    out = {"net": title, "load": os.getloadavg()[0], "cpu": _cpu(), "rows": {}}
     for per_channel in (True, False):
         key = "per_channel" if per_channel else "per_tensor"
         rows = {}
@@ -117,7 +126,8 @@ def table(results):
     loads = ", ".join(f"{results[n]['load']:.1f}–{results[n].get('load_after', 0):.1f}"
                       for n in nets)
     lines += ["", f"No data: the input range comes from the preprocessing ({notes}). "
-              f"Load average during the runs: {loads} (2 cores; other work shared the machine)."]
+              f"Load average during the runs: {loads} (2 cores of an "
+              f"{results[nets[0]].get('cpu', 'unknown CPU')}; other work shared the machine)."]
     return "\n".join(lines) + "\n"
 
 
