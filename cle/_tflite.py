@@ -153,8 +153,9 @@ def protected_indices(calibrated: bytes) -> tuple[set, set]:
     for op in graph.operators:
         code = obj.operatorCodes[op.opcodeIndex]
         kind = names.get(max(int(code.builtinCode), int(code.deprecatedBuiltinCode)), "")
-        for t in op.outputs:
-            producer[int(t)] = (kind, [int(i) for i in op.inputs])
+        for t in (op.outputs if op.outputs is not None else []):
+            producer[int(t)] = (kind, [int(i) for i in (op.inputs if op.inputs is not None
+                                                         else [])])
     protected, todo = set(), [int(i) for i in graph.outputs]
     while todo:
         t = todo.pop()
