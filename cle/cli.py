@@ -689,10 +689,10 @@ def _cmd_quantize(args) -> int:
     with _Session(args) as session:
         model = session.load()
         _check_graph(args.model, model)
-        from cle.quantization import _check_single_io
+        from cle._checks import check_single_io
 
         try:
-            _check_single_io(model, "cle quantize")
+            check_single_io(model, "cle quantize")
         except ValueError as exc:
             raise CliError(f"{args.model}: {_one_line(exc)}", EXIT_USAGE) from exc
         from cle._backend_caps import channels_first_problem
