@@ -300,13 +300,13 @@ def load_calibration(path, model, preprocessing: str | None = None,
             f"calibration data must be a .npy or .npz file or a folder of images. Received: "
             f"{path}")
     try:
-        loaded = np.load(path, allow_pickle=False)
+        loaded = load_arrays(path)
+    except PickledObjects:
+        raise ValueError(
+            f"{path} holds Python objects (a pickled object array), which cle does not load "
+            "since unpickling can run code; expected a plain numeric array: "
+            "np.save(path, np.asarray(x, dtype='float32'))") from None
     except ValueError as exc:
-        if "allow_pickle" in str(exc) or "Object arrays" in str(exc):
-            raise ValueError(
-                f"{path} holds Python objects (a pickled object array), which cle does not load "
-                "since unpickling can run code; expected a plain numeric array: "
-                "np.save(path, np.asarray(x, dtype='float32'))") from None
         raise ValueError(f"cannot read {path}: expected a NumPy .npy/.npz file ({exc})") from None
     except Exception as exc:  # noqa: BLE001 - corrupt files raise many kinds
         raise ValueError(f"cannot read {path}: {type(exc).__name__}: {exc}") from None
@@ -322,6 +322,27 @@ def load_calibration(path, model, preprocessing: str | None = None,
                                  f"'inputs'. Received: arrays {keys}")
             x = archive[key]
     return check_calibration_data(model, x, name)
+
+
+class PickledObjects(ValueError):
+    """A NumPy file holds pickled Python objects, which cle does not load: unpickling can run
+    code."""
+
+
+def load_arrays(path):
+    """``np.load(path, allow_pickle=False)``: an array (``.npy``) or an open archive (``.npz``).
+
+    Raises:
+        PickledObjects: the file holds Python objects (an object array).
+        ValueError: another file NumPy cannot read.
+        OSError: the file cannot be opened.
+    """
+    try:
+        return np.load(path, allow_pickle=False)
+    except ValueError as exc:
+        if "allow_pickle" in str(exc) or "Object arrays" in str(exc):
+            raise PickledObjects(str(exc)) from exc
+        raise
 
 
 def split_holdout(x: np.ndarray, fraction: float) -> tuple[np.ndarray, Any]:

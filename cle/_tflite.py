@@ -19,13 +19,21 @@ route is caught.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import io
+import logging
+import os
 import re
+import sys
+import tempfile
+import warnings
 from typing import Callable
 
+import keras
 import numpy as np
 
-from cle.quantization import _check_tflite_backend, _interpreter, _quiet
+from cle._inference import interpreter
 
 # Values kept per tensor to choose its range (a uniform sample of all positions of all
 # inputs, plus the exact extremes).
@@ -45,6 +53,79 @@ class TensorRange:
     lo: float
     hi: float
     how: str = "min/max"
+
+
+def check_tflite_backend(what):
+    """TF Lite's converter reads a Keras model through Keras' SavedModel export, which the
+    PyTorch backend does not provide (``ExportArchive.track`` is not implemented there, and the
+    converter's fallback fails with an AttributeError about ``_get_save_spec``). Say so up front,
+    with the way around it."""
+    backend = keras.backend.backend()
+    if backend == "torch":
+        raise RuntimeError(
+            f"{what} needs the TensorFlow or JAX Keras backend: TF Lite's converter cannot read "
+            "a model of the PyTorch backend (it goes through Keras' ExportArchive.track, which "
+            "the PyTorch backend does not implement). Save the "
+            "model (model.save('m.keras')) and convert it in a process started with "
+            "KERAS_BACKEND=tensorflow (cle.load_model('m.keras')). "
+            f"Received: KERAS_BACKEND={backend}"
+        )
+
+
+@contextlib.contextmanager
+def quiet():
+    """Silence the TF Lite converter: Python warnings and prints, TF's Python loggers, and the
+    C++ logs it writes to file descriptors 1 and 2. If the block raises, what was captured is
+    written to ``sys.stderr`` before the exception propagates, so diagnostics are not lost.
+
+    File descriptors are process-wide: output of other threads during the block is captured
+    too.
+    """
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    loggers = [logging.getLogger(n) for n in ("tensorflow", "absl")]
+    levels = [lg.level for lg in loggers]
+    log = tempfile.TemporaryFile()
+    saved = []
+    try:
+        for fd in (1, 2):
+            with contextlib.suppress(OSError):
+                saved.append((fd, os.dup(fd)))
+                os.dup2(log.fileno(), fd)
+    except Exception:  # pragma: no cover - restore whatever was redirected
+        for fd, dup in saved:
+            os.dup2(dup, fd)
+            os.close(dup)
+        log.close()
+        raise
+    py_out = io.StringIO()
+    failed = False
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stdout(py_out), \
+                contextlib.redirect_stderr(py_out):
+            warnings.simplefilter("ignore")
+            for lg in loggers:
+                lg.setLevel(logging.ERROR)
+            yield
+    except BaseException:
+        failed = True
+        raise
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        for fd, dup in saved:
+            os.dup2(dup, fd)
+            os.close(dup)
+        if failed:
+            log.seek(0)
+            text = py_out.getvalue() + log.read().decode("utf-8", "replace")
+            if text.strip():
+                sys.stderr.write("--- TF Lite converter output ---\n" + text[-20000:] + "\n")
+        log.close()
 
 
 def _representative(x):
@@ -69,8 +150,8 @@ def _converter(model, x, per_channel=True):
 def calibrate(model, x) -> bytes:
     """The float flatbuffer of ``model`` with every activation tensor's min/max over ``x``
     (the converter's calibration step alone)."""
-    _check_tflite_backend("cle.quantize")
-    with _quiet():
+    check_tflite_backend("cle.quantize")
+    with quiet():
         converter = _converter(model, x)
         converter._experimental_calibrate_only = True
         return bytes(converter.convert())
@@ -82,7 +163,7 @@ def quantize_calibrated(calibrated: bytes, per_channel=True, integer_io=False) -
     from tensorflow.lite.python import convert
 
     io_type = tf.int8 if integer_io else tf.float32
-    with _quiet():
+    with quiet():
         return bytes(convert.mlir_quantize(
             calibrated, not per_channel, input_data_type=io_type, output_data_type=io_type))
 
@@ -92,8 +173,8 @@ def convert_int16(model, x, integer_io=False) -> bytes:
     converter on ``x`` (its own min/max; int16 leaves little to gain from clipping)."""
     import tensorflow as tf
 
-    _check_tflite_backend("cle.quantize")
-    with _quiet():
+    check_tflite_backend("cle.quantize")
+    with quiet():
         converter = _converter(model, x)
         converter.target_spec.supported_ops = [
             tf.lite.OpsSet.EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8]
@@ -185,7 +266,7 @@ def observe(calibrated: bytes, x: np.ndarray, indices, progress: Callable | None
             per_tensor=SAMPLE_PER_TENSOR, seed=0) -> dict[int, np.ndarray]:
     """A uniform sample of the values each tensor of ``indices`` takes on ``x`` (float
     interpreter, one input at a time), with each tensor's exact min and max included."""
-    interp = _interpreter(calibrated, preserve_all_tensors=True)
+    interp = interpreter(calibrated, preserve_all_tensors=True)
     inp = interp.get_input_details()[0]
     interp.resize_tensor_input(inp["index"], (1,) + x.shape[1:], strict=False)
     interp.allocate_tensors()

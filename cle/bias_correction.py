@@ -48,7 +48,7 @@ from cle._layouts import (
     bias_on_wrong_axis, channel_axis, layout_of, read_weight, untouchable_reason)
 from cle._rebuild import LayerEdit, gc_frozen, rebuild
 from cle.layers import ClippedReLU
-from cle.quantization import _kernel_layers, _kernel_specs, quantize_kernel
+from cle._kernels import kernel_layers as _kernel_layers, kernel_specs as _kernel_specs, quantize_kernel
 
 __all__ = [
     "BiasCorrectionRecord",

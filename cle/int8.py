@@ -35,6 +35,8 @@ import numpy as np
 
 from cle import _calibration, _synthetic, _tflite
 from cle import quantization as Q
+from cle._checks import check_model, check_single_io
+from cle._inference import TFLITE_BATCH, predict
 from cle.cross_layer_equalization import equalize_model
 
 __all__ = ["QuantizeReport", "quantize"]
@@ -228,11 +230,11 @@ def quantize(model, calibration_data=None, *, per_channel: bool = True, weight_b
     """
     clock = time.perf_counter
     say = progress if progress is not None else (lambda message: None)
-    Q._check_model(model)
-    Q._check_single_io(model, "quantize")
+    check_model(model)
+    check_single_io(model, "quantize")
     input_range = _check_options(per_channel, weight_bits, activation_bits, integer_io,
                                  bias_correction, ranges, compare, input_range)
-    Q._check_tflite_backend("cle.quantize")
+    _tflite.check_tflite_backend("cle.quantize")
     from cle._backend_caps import check_runnable
 
     check_runnable(model, "cle.quantize")
@@ -298,8 +300,8 @@ def quantize(model, calibration_data=None, *, per_channel: bool = True, weight_b
     # Check.
     start = clock()
     say(f"checking the INT8 model on {len(x_check)} {check_inputs}")
-    reference = Q._predict(model, x_check)
-    y = Q.run_tflite(content, x_check, batch_size=Q._TFLITE_BATCH)
+    reference = predict(model, x_check)
+    y = Q.run_tflite(content, x_check, batch_size=TFLITE_BATCH)
     seconds["check"] = clock() - start
     plain = None
     if compare:
@@ -307,7 +309,7 @@ def quantize(model, calibration_data=None, *, per_channel: bool = True, weight_b
         say("converting the float model straight, for comparison")
         straight = (_tflite.convert_int16(model, x_cal) if activation_bits == 16 else
                     Q.convert_to_tflite_int8(model, x_cal, per_channel=per_channel))
-        y_plain = Q.run_tflite(straight, x_check, batch_size=Q._TFLITE_BATCH)
+        y_plain = Q.run_tflite(straight, x_check, batch_size=TFLITE_BATCH)
         plain = {"top1_agreement": Q.top1_agreement(reference, y_plain),
                  "sqnr_db": Q.sqnr_db(reference, y_plain)}
         seconds["compare"] = clock() - start

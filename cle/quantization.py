@@ -26,23 +26,22 @@ TensorFlow is imported only inside the TF Lite functions, so importing this modu
 
 from __future__ import annotations
 
-import contextlib
-import io
-import logging
 import math
-import os
-import sys
-import tempfile
-import warnings
 from typing import Any, Callable, Iterable
 
 import keras
 import numpy as np
 
 from cle._backend_caps import check_runnable
+from cle import _tflite
+from cle._checks import (
+    check_bits, check_bool, check_inputs, check_model, check_pair, check_single_io,
+)
 from cle._graph import graph_view
-from cle._layouts import layout_of
+from cle._inference import TFLITE_BATCH, interpreter, predict
+from cle._kernels import kernel_layers, kernel_specs, quantize_kernel
 from cle._rebuild import rebuild
+from cle._tflite import check_tflite_backend, quiet
 
 __all__ = [
     "convert_to_tflite_int8",
@@ -55,197 +54,8 @@ __all__ = [
     "weight_range_spread",
 ]
 
-_MIN_BITS, _MAX_BITS = 2, 32
-# Batch size evaluate() uses for TF Lite inference. On MobileNetV2 (224x224, INT8, 2 threads,
-# builtin kernels) batches of 16-32 run several times faster per image than batch 1, with
-# bit-identical outputs; inputs are independent, so batching cannot change results.
-_TFLITE_BATCH = 32
-_KERAS_BATCH = 32
-# TF Lite ops whose input 1 is a weight tensor (what _weight_quantization reports).
-_WEIGHT_OPS = ("CONV_2D", "DEPTHWISE_CONV_2D", "CONV_3D", "TRANSPOSE_CONV", "FULLY_CONNECTED")
-
-
-# ---------------------------------------------------------------------------------- checks
-
-
-def _check_bits(bits, name="bits"):
-    if isinstance(bits, bool) or not isinstance(bits, (int, np.integer)) or not (
-        _MIN_BITS <= bits <= _MAX_BITS
-    ):
-        raise ValueError(
-            f"`{name}` must be an integer from {_MIN_BITS} to {_MAX_BITS}. "
-            f"Received: {name}={bits!r}"
-        )
-    return int(bits)
-
-
-def _check_bool(value, name):
-    if not isinstance(value, (bool, np.bool_)):
-        raise ValueError(f"`{name}` must be True or False. Received: {name}={value!r}")
-    return bool(value)
-
-
-def _check_model(model):
-    if not isinstance(model, keras.Model):
-        raise TypeError(
-            "Expected a keras.Model (Functional or Sequential). "
-            f"Received: model of type {type(model).__name__}"
-        )
-
-
-def _check_single_io(model, what):
-    if len(model.inputs) != 1 or len(model.outputs) != 1:
-        raise ValueError(
-            f"{what} supports models with one input and one output. Received: model "
-            f"'{model.name}' with {len(model.inputs)} inputs and {len(model.outputs)} outputs"
-        )
-
-
-def _check_tflite_backend(what):
-    """TF Lite's converter reads a Keras model through Keras' SavedModel export, which the
-    PyTorch backend does not provide (``ExportArchive.track`` is not implemented there, and the
-    converter's fallback fails with an AttributeError about ``_get_save_spec``). Say so up front,
-    with the way around it."""
-    backend = keras.backend.backend()
-    if backend == "torch":
-        raise RuntimeError(
-            f"{what} needs the TensorFlow or JAX Keras backend: TF Lite's converter cannot read "
-            "a model of the PyTorch backend (it goes through Keras' ExportArchive.track, which "
-            "the PyTorch backend does not implement). Save the "
-            "model (model.save('m.keras')) and convert it in a process started with "
-            "KERAS_BACKEND=tensorflow (cle.load_model('m.keras')). "
-            f"Received: KERAS_BACKEND={backend}"
-        )
-
-
-def _check_inputs(x, sample_shape, name):
-    """``x`` as a float32 array whose samples match ``sample_shape`` (None/-1 = any size)."""
-    try:
-        arr = np.asarray(x, dtype=np.float32)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(
-            f"`{name}` must be a numeric array. Received: {name} of type {type(x).__name__}"
-        ) from exc
-    sample_shape = tuple(sample_shape)
-    ok = arr.ndim == len(sample_shape) + 1 and all(
-        d is None or d < 0 or d == s for d, s in zip(sample_shape, arr.shape[1:])
-    )
-    if not ok:
-        expected = "(N, " + ", ".join("?" if d is None or d < 0 else str(d) for d in sample_shape)
-        raise ValueError(
-            f"`{name}` must be a batch of model inputs of shape {expected.rstrip(', ')}). "
-            f"Received: {name} with shape {arr.shape}"
-        )
-    return arr
-
-
-def _check_pair(reference, test):
-    ref = np.asarray(reference, dtype=np.float64)
-    tst = np.asarray(test, dtype=np.float64)
-    if ref.shape != tst.shape or ref.size == 0:
-        raise ValueError(
-            "`reference` and `test` must be non-empty arrays of the same shape. "
-            f"Received: reference with shape {ref.shape}, test with shape {tst.shape}"
-        )
-    return ref, tst
-
 
 # --------------------------------------------------------------------- weight quantization
-
-
-def quantize_kernel(kernel, bits=8, axis=None, depthwise=False) -> np.ndarray:
-    """Symmetric uniform fake quantization of one kernel (pure numpy, float64).
-
-    ``scale = max|W| / (2^(bits-1) - 1)`` over the whole tensor (``axis=None``) or over each
-    output channel, and ``q = clip(round(W / scale), -(2^(bits-1) - 1), 2^(bits-1) - 1) * scale``.
-    The grid is symmetric (the most negative integer ``-2^(bits-1)`` is not used, as in TF
-    Lite's INT8 weights) and has no zero point. A channel (or tensor) whose values are all zero
-    has scale 0 and stays zero. Rounding is to nearest, ties to even.
-
-    Args:
-        kernel: array-like of real numbers.
-        bits: bit width, 2 to 32.
-        axis: None for one scale per tensor, else the output-channel axis (one scale per
-            index along it).
-        depthwise: the kernel is a depthwise kernel ``(*k, in, mult)`` whose output channel
-            ``c * mult + m`` spans the last two axes; with ``axis`` given (it must then be the
-            last axis, ``-1``, as in :func:`cle._layouts.layout_of`) each ``(c, m)`` pair gets
-            its own scale. Ignored when ``axis`` is None.
-
-    Returns:
-        A new float64 array of the kernel's shape holding the quantized values.
-
-    Raises:
-        ValueError: ``bits`` out of range, ``axis`` not an axis of the kernel (or not its last
-            axis for a depthwise kernel), or the kernel has non-finite values.
-
-    Example:
-        >>> w = np.array([[1.0, 0.02], [-0.3, 0.01]])
-        >>> quantize_kernel(w, bits=4)  # one scale, 1/7: the small column is lost
-        array([[ 1.        ,  0.        ],
-               [-0.28571429,  0.        ]])
-        >>> quantize_kernel(w, bits=4, axis=-1)  # scales 1/7 and 0.02/7
-        array([[ 1.        ,  0.02      ],
-               [-0.28571429,  0.01142857]])
-    """
-    bits = _check_bits(bits)
-    depthwise = _check_bool(depthwise, "depthwise")
-    w = np.array(kernel, dtype=np.float64)  # a copy: the input is never modified
-    if not np.isfinite(w).all():
-        raise ValueError(
-            f"`kernel` must be finite. Received: kernel with {int((~np.isfinite(w)).sum())} "
-            "non-finite values"
-        )
-    qmax = float(2 ** (bits - 1) - 1)
-    if axis is not None:
-        if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)) or not (
-            -w.ndim <= axis < w.ndim
-        ):
-            raise ValueError(
-                f"`axis` must be None or an axis of the {w.ndim}-D kernel. Received: axis={axis!r}"
-            )
-        axis = int(axis) % w.ndim
-        if depthwise and (w.ndim < 2 or axis != w.ndim - 1):
-            raise ValueError(
-                "A depthwise kernel (*k, in, mult) is quantized per output channel with its last "
-                f"axis (-1). Received: axis={axis} for a kernel of shape {w.shape}"
-            )
-    if w.size == 0:
-        return w
-    a = np.abs(w)
-    if axis is None:
-        ranges = np.array(a.max())
-    elif depthwise:
-        ranges = a.reshape((-1,) + w.shape[-2:]).max(axis=0)  # (in, mult): one per c*mult+m
-    else:
-        ranges = a.max(axis=tuple(i for i in range(w.ndim) if i != axis), keepdims=True)
-    scale = ranges / qmax
-    safe = np.where(scale > 0, scale, 1.0)  # zero-range channels: W == 0 there, so q == 0
-    return np.clip(np.round(w / safe), -qmax, qmax) * scale
-
-
-def _kernel_specs(layer):
-    """(kernel attribute, axis, depthwise) for each kernel of a layer with a layout."""
-    layout = layout_of(layer)
-    specs = []
-    for attr in layout.kernel_attrs:
-        depthwise = layout.kind == "depthwise" or (
-            layout.kind == "separable" and attr == layout.in_kernel
-        )
-        axis = -1 if depthwise or attr != layout.out_kernel else layout.out_axis
-        specs.append((attr, axis, depthwise))
-    return specs
-
-
-def _kernel_layers(model):
-    """Distinct layers of ``model`` (sub-models and custom layers seen through) with a layout."""
-    seen, out = set(), []
-    for layer in model._flatten_layers(include_self=False, recursive=True):
-        if id(layer) in seen or layout_of(layer) is None:
-            continue
-        seen.add(id(layer))
-        out.append(layer)
-    return out
 
 
 def fake_quantize_weights(model, bits=8, per_channel=False) -> keras.Model:
@@ -279,9 +89,9 @@ def fake_quantize_weights(model, bits=8, per_channel=False) -> keras.Model:
         >>> w8 = fake_quantize_weights(folded, bits=8, per_channel=False)
     """
     graph_view(model)  # TypeError / ValueError with a clear message for unusable models
-    bits = _check_bits(bits)
-    per_channel = _check_bool(per_channel, "per_channel")
-    for layer in _kernel_layers(model):
+    bits = check_bits(bits)
+    per_channel = check_bool(per_channel, "per_channel")
+    for layer in kernel_layers(model):
         if getattr(layer, "quantization_mode", None) or getattr(layer, "lora_enabled", False):
             what = (f"quantized ({layer.quantization_mode})"
                     if getattr(layer, "quantization_mode", None) else "LoRA-enabled")
@@ -290,8 +100,8 @@ def fake_quantize_weights(model, bits=8, per_channel=False) -> keras.Model:
                 f"can not be fake-quantized. Received: model '{model.name}'"
             )
     new_model, _ = rebuild(model)
-    for layer in _kernel_layers(new_model):
-        for attr, axis, depthwise in _kernel_specs(layer):
+    for layer in kernel_layers(new_model):
+        for attr, axis, depthwise in kernel_specs(layer):
             var = getattr(layer, attr)
             w = keras.ops.convert_to_numpy(var)
             q = quantize_kernel(w, bits, axis if per_channel else None, depthwise)
@@ -320,12 +130,12 @@ def weight_range_spread(model) -> dict[str, float]:
     Raises:
         TypeError: ``model`` is not a ``keras.Model``.
     """
-    _check_model(model)
+    check_model(model)
     out: dict[str, float] = {}
-    for layer in _kernel_layers(model):
+    for layer in kernel_layers(model):
         if getattr(layer, "quantization_mode", None) or getattr(layer, "lora_enabled", False):
             continue
-        specs = _kernel_specs(layer)
+        specs = kernel_specs(layer)
         for attr, axis, depthwise in specs:
             w = np.abs(keras.ops.convert_to_numpy(getattr(layer, attr)).astype(np.float64))
             if depthwise:
@@ -358,7 +168,7 @@ def top1_agreement(reference, test) -> float:
         >>> top1_agreement([[0, 1], [1, 0]], [[0, 2], [0, 3]])
         0.5
     """
-    ref, tst = _check_pair(reference, test)
+    ref, tst = check_pair(reference, test)
     return float(np.mean(ref.argmax(axis=-1) == tst.argmax(axis=-1)))
 
 
@@ -379,7 +189,7 @@ def sqnr_db(reference, test) -> float:
         >>> sqnr_db([3.0, 4.0], [3.0, 4.5])  # 25 / 0.25
         20.0
     """
-    ref, tst = _check_pair(reference, test)
+    ref, tst = check_pair(reference, test)
     noise = float(np.sum((ref - tst) ** 2))
     if noise == 0.0:
         return math.inf
@@ -388,76 +198,6 @@ def sqnr_db(reference, test) -> float:
 
 
 # --------------------------------------------------------------------------------- TF Lite
-
-
-@contextlib.contextmanager
-def _quiet():
-    """Silence the TF Lite converter: Python warnings and prints, TF's Python loggers, and the
-    C++ logs it writes to file descriptors 1 and 2. If the block raises, what was captured is
-    written to ``sys.stderr`` before the exception propagates, so diagnostics are not lost.
-
-    File descriptors are process-wide: output of other threads during the block is captured
-    too.
-    """
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
-    loggers = [logging.getLogger(n) for n in ("tensorflow", "absl")]
-    levels = [lg.level for lg in loggers]
-    log = tempfile.TemporaryFile()
-    saved = []
-    try:
-        for fd in (1, 2):
-            with contextlib.suppress(OSError):
-                saved.append((fd, os.dup(fd)))
-                os.dup2(log.fileno(), fd)
-    except Exception:  # pragma: no cover - restore whatever was redirected
-        for fd, dup in saved:
-            os.dup2(dup, fd)
-            os.close(dup)
-        log.close()
-        raise
-    py_out = io.StringIO()
-    failed = False
-    try:
-        with warnings.catch_warnings(), contextlib.redirect_stdout(py_out), \
-                contextlib.redirect_stderr(py_out):
-            warnings.simplefilter("ignore")
-            for lg in loggers:
-                lg.setLevel(logging.ERROR)
-            yield
-    except BaseException:
-        failed = True
-        raise
-    finally:
-        for lg, level in zip(loggers, levels):
-            lg.setLevel(level)
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(Exception):
-                stream.flush()
-        for fd, dup in saved:
-            os.dup2(dup, fd)
-            os.close(dup)
-        if failed:
-            log.seek(0)
-            text = py_out.getvalue() + log.read().decode("utf-8", "replace")
-            if text.strip():
-                sys.stderr.write("--- TF Lite converter output ---\n" + text[-20000:] + "\n")
-        log.close()
-
-
-def _interpreter(tflite_model, num_threads=2, preserve_all_tensors=False):
-    """LiteRT's interpreter (``ai_edge_litert``, the supported successor of the deprecated
-    ``tf.lite.Interpreter``), builtin kernels without default delegates; with
-    ``preserve_all_tensors`` every intermediate tensor stays readable after ``invoke``."""
-    from ai_edge_litert.interpreter import Interpreter, OpResolverType
-
-    return Interpreter(
-        model_content=bytes(tflite_model),
-        num_threads=num_threads,
-        experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES,
-        experimental_preserve_all_tensors=preserve_all_tensors,
-    )
 
 
 def convert_to_tflite_int8(model, representative_inputs, per_channel=True,
@@ -499,10 +239,10 @@ def convert_to_tflite_int8(model, representative_inputs, per_channel=True,
         >>> content = convert_to_tflite_int8(model, x[:64], per_channel=False)
         >>> y_int8 = run_tflite(content, x, batch_size=32)
     """
-    _check_model(model)
-    _check_single_io(model, "convert_to_tflite_int8")
-    per_channel = _check_bool(per_channel, "per_channel")
-    x = _check_inputs(representative_inputs, model.inputs[0].shape[1:], "representative_inputs")
+    check_model(model)
+    check_single_io(model, "convert_to_tflite_int8")
+    per_channel = check_bool(per_channel, "per_channel")
+    x = check_inputs(representative_inputs, model.inputs[0].shape[1:], "representative_inputs")
     if num_calibration is not None:
         if isinstance(num_calibration, bool) or not isinstance(
             num_calibration, (int, np.integer)
@@ -517,7 +257,7 @@ def convert_to_tflite_int8(model, representative_inputs, per_channel=True,
             "`representative_inputs` must hold at least one sample. "
             f"Received: representative_inputs with shape {x.shape}"
         )
-    _check_tflite_backend("convert_to_tflite_int8")
+    check_tflite_backend("convert_to_tflite_int8")
 
     import tensorflow as tf
 
@@ -525,7 +265,7 @@ def convert_to_tflite_int8(model, representative_inputs, per_channel=True,
         for i in range(len(x)):
             yield [x[i: i + 1]]
 
-    with _quiet():
+    with quiet():
         converter = tf.lite.TFLiteConverter.from_keras_model(model)
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
         converter.representative_dataset = representative_dataset
@@ -569,7 +309,7 @@ def run_tflite(tflite_model: bytes, inputs, batch_size=1) -> np.ndarray:
         raise ValueError(
             f"`batch_size` must be a positive integer. Received: batch_size={batch_size!r}"
         )
-    interp = _interpreter(tflite_model)
+    interp = interpreter(tflite_model)
     ins, outs = interp.get_input_details(), interp.get_output_details()
     if len(ins) != 1 or len(outs) != 1:
         raise ValueError(
@@ -578,7 +318,7 @@ def run_tflite(tflite_model: bytes, inputs, batch_size=1) -> np.ndarray:
         )
     inp, out = ins[0], outs[0]
     signature = inp.get("shape_signature", inp["shape"])
-    x = _check_inputs(inputs, [int(d) for d in signature[1:]], "inputs")
+    x = check_inputs(inputs, [int(d) for d in signature[1:]], "inputs")
     if len(x) == 0:
         return np.zeros((0,) + tuple(int(d) for d in out["shape"][1:]), np.float32)
     results = []
@@ -603,51 +343,7 @@ def run_tflite(tflite_model: bytes, inputs, batch_size=1) -> np.ndarray:
     return np.concatenate(results, axis=0)
 
 
-def _weight_quantization(tflite_model: bytes) -> list[dict[str, Any]]:
-    """Quantization of the weight tensor of every conv / depthwise / transposed-conv /
-    fully-connected op in a TF Lite model, read from the interpreter's tensor details.
-
-    Returns:
-        One dict per op, in execution order: ``op`` (builtin name), ``tensor`` (weight tensor
-        name), ``shape``, ``dtype``, ``scales`` and ``zero_points`` (arrays; one entry for
-        per-tensor quantization, one per output channel otherwise) and
-        ``quantized_dimension``.
-    """
-    interp = _interpreter(tflite_model)
-    interp.allocate_tensors()
-    tensors = {t["index"]: t for t in interp.get_tensor_details()}
-    out = []
-    for op in interp._get_ops_details():
-        if op["op_name"] not in _WEIGHT_OPS or len(op["inputs"]) < 2:
-            continue
-        t = tensors[int(op["inputs"][1])]
-        q = t["quantization_parameters"]
-        out.append({
-            "op": op["op_name"],
-            "tensor": t["name"],
-            "shape": tuple(int(d) for d in t["shape"]),
-            "dtype": np.dtype(t["dtype"]),
-            "scales": np.asarray(q["scales"]),
-            "zero_points": np.asarray(q["zero_points"]),
-            "quantized_dimension": int(q["quantized_dimension"]),
-        })
-    return out
-
-
 # ------------------------------------------------------------------------------- evaluate
-
-
-def _predict(model, x):
-    # Every variant is a new model, so TensorFlow warns about tf.function retracing after a few
-    # of them; that warning is about this loop, not the user's code.
-    tf_logger = logging.getLogger("tensorflow")
-    level = tf_logger.level
-    tf_logger.setLevel(logging.ERROR)
-    try:
-        y = model.predict(x, batch_size=_KERAS_BATCH, verbose=0)
-    finally:
-        tf_logger.setLevel(level)
-    return np.asarray(y, dtype=np.float64)
 
 
 def evaluate(model, inputs, reference_outputs, *, float_outputs=None, weight_bits=8,
@@ -700,9 +396,9 @@ def evaluate(model, inputs, reference_outputs, *, float_outputs=None, weight_bit
     """
     from cle.batch_norm_fold import fold_all_batch_norms
 
-    _check_model(model)
-    _check_single_io(model, "evaluate")
-    x = _check_inputs(inputs, model.inputs[0].shape[1:], "inputs")
+    check_model(model)
+    check_single_io(model, "evaluate")
+    x = check_inputs(inputs, model.inputs[0].shape[1:], "inputs")
     ref = np.asarray(reference_outputs, dtype=np.float64)
     if ref.ndim < 1 or ref.shape[0] != len(x) or len(x) == 0:
         raise ValueError(
@@ -710,8 +406,8 @@ def evaluate(model, inputs, reference_outputs, *, float_outputs=None, weight_bit
             f"empty). Received: inputs with shape {x.shape}, reference_outputs with shape "
             f"{ref.shape}"
         )
-    weight_bits = _check_bits(weight_bits, "weight_bits")
-    tflite = _check_bool(tflite, "tflite")
+    weight_bits = check_bits(weight_bits, "weight_bits")
+    tflite = check_bool(tflite, "tflite")
     if isinstance(per_channel, (bool, np.bool_)):
         per_channel = (per_channel,)
     if not isinstance(per_channel, Iterable) or isinstance(per_channel, str):
@@ -720,7 +416,7 @@ def evaluate(model, inputs, reference_outputs, *, float_outputs=None, weight_bit
         )
     granularities = tuple(per_channel)
     for pc in granularities:
-        _check_bool(pc, "per_channel")
+        check_bool(pc, "per_channel")
     if num_calibration is not None and (
         isinstance(num_calibration, bool) or not isinstance(num_calibration, (int, np.integer))
         or num_calibration < 1
@@ -732,7 +428,7 @@ def evaluate(model, inputs, reference_outputs, *, float_outputs=None, weight_bit
     if progress is not None and not callable(progress):
         raise ValueError(f"`progress` must be None or a callable. Received: progress={progress!r}")
     if tflite:
-        _check_tflite_backend("evaluate(tflite=True)")
+        check_tflite_backend("evaluate(tflite=True)")
     check_runnable(model, "evaluate")
     say = progress if progress is not None else (lambda message: None)
 
@@ -751,7 +447,7 @@ def evaluate(model, inputs, reference_outputs, *, float_outputs=None, weight_bit
 
     if float_outputs is None:
         say(f"float: inference on {len(x)} inputs")
-        float_outputs = _predict(model, x)
+        float_outputs = predict(model, x)
     rows = [row("float", float_outputs)]
 
     folded = None
@@ -763,12 +459,10 @@ def evaluate(model, inputs, reference_outputs, *, float_outputs=None, weight_bit
         say(f"{name}: quantizing kernels")
         quantized = fake_quantize_weights(folded, bits=weight_bits, per_channel=pc)
         say(f"{name}: inference on {len(x)} inputs")
-        rows.append(row(name, _predict(quantized, x)))
+        rows.append(row(name, predict(quantized, x)))
         del quantized
 
     if tflite:
-        from cle import _tflite
-
         # One calibration serves every granularity: the converter's calibrate and quantize
         # steps, run apart (cle._tflite), give what convert_to_tflite_int8 gives.
         n_cal = len(x) if num_calibration is None else min(len(x), int(num_calibration))
@@ -782,5 +476,5 @@ def evaluate(model, inputs, reference_outputs, *, float_outputs=None, weight_bit
                 say(f"{name}: converting (the same calibration)")
             content = _tflite.quantize_calibrated(calibrated, per_channel=pc)
             say(f"{name}: inference on {len(x)} inputs")
-            rows.append(row(name, run_tflite(content, x, batch_size=_TFLITE_BATCH)))
+            rows.append(row(name, run_tflite(content, x, batch_size=TFLITE_BATCH)))
     return rows

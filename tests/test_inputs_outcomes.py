@@ -12,7 +12,7 @@ import pytest
 from conftest import BACKEND
 
 import cle
-from cle import _backend_caps, cli
+from cle import _backend_caps, _cli_commands, cli
 
 L = keras.layers
 
@@ -328,7 +328,7 @@ def _can_create(directory):
 
 def test_unwritable_outputs_refused_before_loading(capsys, tmp_path, model_file, monkeypatch):
     ro = _unwritable_dir(tmp_path)
-    monkeypatch.setattr(cli, "_Session", None)  # nothing may be loaded: refused before that
+    monkeypatch.setattr(_cli_commands, "Session", None)  # nothing may be loaded: refused before that
     for argv, option in [
         (["fold", model_file, "-o", f"{ro}/out.keras"], "-o"),
         (["equalize", model_file, "-o", f"{ro}/out.keras"], "-o"),
@@ -387,7 +387,7 @@ def test_option_combinations_refused_before_loading(capsys, tmp_path, model_file
                                                     argv, message, command):
     monkeypatch.chdir(tmp_path)
     np.save(tmp_path / "c.npy", np.zeros((2, 10, 10, 3), "float32"))
-    monkeypatch.setattr(cli, "_Session", None)  # nothing may be loaded: refused before that
+    monkeypatch.setattr(_cli_commands, "Session", None)  # nothing may be loaded: refused before that
     out_args = ["-o", tmp_path / "o.keras"] if command == "equalize" else []
     code, out, err = run(capsys, command, model_file, *out_args, *argv)
     assert code == 2 and out == ""

@@ -265,6 +265,7 @@ def test_tflite_quantizes_a_clipped_relu_on_one_grid():
     if keras.backend.backend() != "tensorflow":
         pytest.skip("TFLite conversion needs the TensorFlow backend")
     import cle
+    from cle import _inference
     from cle import quantization as q
 
     inp = keras.Input((8, 8, 4))
@@ -274,7 +275,7 @@ def test_tflite_quantizes_a_clipped_relu_on_one_grid():
     model = keras.Model(inp, out)
     xs = np.random.default_rng(0).normal(size=(8, 8, 8, 4)).astype("float32") * 4
     content = q.convert_to_tflite_int8(model, xs)
-    interp = q._interpreter(content)
+    interp = _inference.interpreter(content)
     ops = {op["op_name"]: op for op in interp._get_ops_details()}
     assert "MINIMUM" in ops
     details = {d["index"]: d for d in interp.get_tensor_details()}

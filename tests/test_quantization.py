@@ -11,6 +11,7 @@ import pytest
 from keras import layers as L
 
 import cle
+from cle import _inference
 from cle import quantization as Q
 from cle.layers import ClippedReLU
 
@@ -270,7 +271,7 @@ def test_fake_quantize_per_channel_error_smaller():
     y_pt = _np(Q.fake_quantize_weights(model, per_channel=False)(x))
     y_pc = _np(Q.fake_quantize_weights(model, per_channel=True)(x))
     assert Q.sqnr_db(y, y_pc) > Q.sqnr_db(y, y_pt) + 10
-    assert Q.sqnr_db(y, Q._predict(Q.fake_quantize_weights(model, bits=16), x)) > 60
+    assert Q.sqnr_db(y, _inference.predict(Q.fake_quantize_weights(model, bits=16), x)) > 60
 
 
 def test_fake_quantize_sequential_and_bits():
@@ -422,7 +423,7 @@ def test_tflite_weight_scales(tflite_small):
         "logits": lambda k: k.T,  # (out, in)
     }
     for pc in (True, False):
-        info = Q._weight_quantization(content[pc])
+        info = _inference.weight_quantization(content[pc])
         assert [d["op"] for d in info] == ["CONV_2D", "DEPTHWISE_CONV_2D", "CONV_2D",
                                            "FULLY_CONNECTED"]
         for d, (name, layout) in zip(info, kernels.items()):
@@ -577,7 +578,7 @@ def test_tflite_conversion_on_torch_says_how(tmp_path):
 def test_evaluate_rows_without_tflite():
     model = _zoo_model()
     x = np.random.default_rng(31).normal(size=(16, 8, 8, 3)).astype("float32")
-    y = Q._predict(model, x)
+    y = _inference.predict(model, x)
     messages = []
     rows = Q.evaluate(model, x, y, tflite=False, progress=messages.append)
     assert [r["name"] for r in rows] == [
@@ -587,7 +588,7 @@ def test_evaluate_rows_without_tflite():
     # Weight rows quantize the model with its batch norms folded.
     _, folded = cle.fold_all_batch_norms(model)
     for row, pc in zip(rows[1:], (False, True)):
-        y_q = Q._predict(Q.fake_quantize_weights(folded, per_channel=pc), x)
+        y_q = _inference.predict(Q.fake_quantize_weights(folded, per_channel=pc), x)
         assert row["sqnr_db"] == pytest.approx(Q.sqnr_db(y, y_q))
         assert row["top1_agreement"] == Q.top1_agreement(y, y_q)
     assert rows[2]["sqnr_db"] > rows[1]["sqnr_db"]
@@ -620,7 +621,7 @@ def test_evaluate_shares_one_calibration_and_matches_the_converter(tflite_small)
     assert sum("converting (calibration on 4 inputs)" in m for m in messages) == 1
     for pc, row in zip((False, True), rows[3:]):
         alone = Q.run_tflite(Q.convert_to_tflite_int8(model, x[:4], per_channel=pc), x,
-                             batch_size=Q._TFLITE_BATCH)
+                             batch_size=_inference.TFLITE_BATCH)
         assert row["sqnr_db"] == Q.sqnr_db(y, alone), pc
         assert row["top1_agreement"] == Q.top1_agreement(y, alone)
 
@@ -681,7 +682,7 @@ def test_real_mobilenet_v2_quantization_table():
     t0 = time.perf_counter()
     model = real_mobilenet_v2()
     x = P.preprocess_imagenet(P.sample_images(64, seed=0))
-    y = Q._predict(model, x)
+    y = _inference.predict(model, x)
     setup = time.perf_counter() - t0
 
     rows_orig, times_orig = _timed_evaluate(model, x, y)
@@ -702,7 +703,7 @@ def test_real_mobilenet_v2_quantization_table():
     assert orig["float"]["top1_agreement"] == 1.0 and orig["float"]["sqnr_db"] == np.inf
     # The defaults are exact (high_bias_fold="none"): the equalized float model computes the
     # original function to the suite's bound.
-    y_eq = Q._predict(equalized, x)
+    y_eq = _inference.predict(equalized, x)
     assert np.abs(y_eq - y).max() <= RTOL * np.abs(y).max()
     # Per-tensor weights are where equalization matters: folded BN scales spread the
     # channel ranges of the original; equalization evens them out.

@@ -16,7 +16,7 @@ from keras import layers as L
 
 import cle
 import cle.int8
-from cle import _calibration, _synthetic, _tflite
+from cle import _calibration, _inference, _synthetic, _tflite
 from cle import quantization as Q
 
 from conftest import (
@@ -213,9 +213,9 @@ def test_quantize_with_data(net, data):
 def test_quantize_targets_reach_the_converter(net, data):
     _, pc = cle.quantize(net, data)
     content, report = cle.quantize(net, data, per_channel=False, integer_io=True)
-    weights = Q._weight_quantization(content)
+    weights = _inference.weight_quantization(content)
     assert weights and all(len(w["scales"]) == 1 for w in weights)  # per-tensor
-    interp = Q._interpreter(content)
+    interp = _inference.interpreter(content)
     assert interp.get_input_details()[0]["dtype"] == np.int8
     assert interp.get_output_details()[0]["dtype"] == np.int8
     assert report.target == {"per_channel": False, "weight_bits": 8, "activation_bits": 8,
@@ -323,7 +323,7 @@ def test_integer_io_input_keeps_its_min_max(net, data):
     content, report = cle.quantize(net, data, integer_io=True, bias_correction="none")
     first = [r for r in report.ranges if r.name.startswith("serving_default")]
     assert first and all(r.how == "min/max" for r in first)
-    scale, zero = Q._interpreter(content).get_input_details()[0]["quantization"]
+    scale, zero = _inference.interpreter(content).get_input_details()[0]["quantization"]
     lo, hi = first[0].calibrated
     assert scale == pytest.approx((hi - lo) / 255, rel=1e-3)
 
