@@ -34,10 +34,10 @@ __all__ = ["DEFAULT_CALIBRATION", "DEFAULT_IMAGES", "DEFAULT_OUT_DIR", "FIRST_DE
 #: Photos used by default for evaluation (every row of the table is measured on all of them).
 DEFAULT_IMAGES = 128
 #: Photos the TFLite converter calibrates the activation ranges on (the first ones of the
-#: evaluation photos). The four conversions are most of the demo's wall clock (each one
-#: calibrating on these photos; the demo's timings are the generated blocks of docs/cli.md and
-#: docs/results.md), so fewer calibration photos keep the demo within its time budget
-#: (docs/cli.md), while every row is still measured on all photos.
+#: evaluation photos). The two TFLite calibrations (one per model, shared by its per-tensor
+#: and per-channel conversions) are most of the demo's wall clock (the demo's timings are the
+#: generated blocks of docs/cli.md and docs/results.md), so fewer calibration photos keep the
+#: demo within its time budget (docs/cli.md), while every row is still measured on all photos.
 DEFAULT_CALIBRATION = 32
 #: Default output directory (relative to the current directory).
 DEFAULT_OUT_DIR = "cle_demo"
@@ -266,7 +266,7 @@ def run_demo(images=DEFAULT_IMAGES, out_dir=DEFAULT_OUT_DIR, tflite=True, print_
     rows = {}
     for label, m, float_out in (("original", model, reference),
                                 ("equalized", equalized, equalized_float)):
-        what = "float, weight-only INT8" + (", TFLite INT8 (2 conversions)" if tflite else "")
+        what = "float, weight-only INT8" + (", TFLite INT8 (1 calibration, 2 conversions)" if tflite else "")
         step(f"quantizing the {label} model ({what})")
         rows[label] = q.evaluate(m, x, reference, float_outputs=float_out, tflite=tflite,
                                  num_calibration=min(int(calibration), images),

@@ -122,3 +122,13 @@ def fmt_error(v: float) -> str:
 def wrap(text: str) -> str:
     """A paragraph wrapped at 100 columns, as the docs' hand-written prose."""
     return textwrap.fill(text, 100, break_long_words=False, break_on_hyphens=False)
+
+
+def cpu_name() -> str:
+    """The CPU model name (Linux ``/proc/cpuinfo``): measured times name the machine."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            return next(line.split(":", 1)[1].strip() for line in f
+                        if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return "unknown CPU"

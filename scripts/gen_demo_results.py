@@ -20,7 +20,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
-from _docblocks import replace_block  # noqa: E402
+from _docblocks import cpu_name, replace_block  # noqa: E402
 
 
 def _pct(v):
@@ -74,7 +74,8 @@ def main():
         result = demo.run_demo(out_dir=tmp, print_fn=lambda *a: out.append(" ".join(map(str, a))))
     result["calibration"] = min(demo.DEFAULT_CALIBRATION, result["images"])
     text = "\n".join(out).replace(tmp, "cle_demo")
-    blocks = {("docs/cli.md", "demo-output"): f"```\n$ cle demo\n{text}\n```"}
+    blocks = {("docs/cli.md", "demo-output"):
+              f"```\n$ cle demo\n{text}\n```\n\nMeasured on {cpu_name()}, {os.cpu_count()} cores."}
     for name, body in tables(result).items():
         blocks[("docs/results.md", name)] = body
     for (doc, name), body in blocks.items():

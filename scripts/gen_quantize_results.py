@@ -37,6 +37,7 @@ import numpy as np  # noqa: E402
 
 import cle  # noqa: E402
 from cle import pretrained as P  # noqa: E402
+from _docblocks import cpu_name  # noqa: E402
 from cle import int8  # noqa: E402
 from cle import quantization as Q  # noqa: E402
 
@@ -54,15 +55,6 @@ NETS = {
 ROWS = ("plain", "data", "nodata")
 
 
-def _cpu():
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            return next(line.split(":", 1)[1].strip() for line in f
-                        if line.startswith("model name"))
-    except (OSError, StopIteration):
-        return "unknown CPU"
-
-
 def _metrics(ref, y):
     return {"top1_agreement": Q.top1_agreement(ref, y), "sqnr_db": Q.sqnr_db(ref, y)}
 
@@ -73,7 +65,7 @@ def measure(net):
     x_eval = pre(P.sample_images(EVAL_CROPS, size, seed=0))
     x_cal = pre(P.sample_images(CALIB_CROPS, size, seed=1))
     ref = model.predict(x_eval, batch_size=32, verbose=0)
-    out = {"net": title, "load": os.getloadavg()[0], "cpu": _cpu(), "rows": {}}
+    out = {"net": title, "load": os.getloadavg()[0], "cpu": cpu_name(), "rows": {}}
     for per_channel in (True, False):
         key = "per_channel" if per_channel else "per_tensor"
         rows = {}

@@ -107,7 +107,8 @@ def test_demo_blocks_have_the_generator_format():
     results = docblocks.blocks(os.path.join(REPO, "docs", "results.md"))
     assert cli_md["demo-output"].startswith("```\n$ cle demo\n[1/7]")
     assert "TFLite int8 per-tensor: converting (calibration on 32 inputs)" in cli_md["demo-output"]
-    assert re.search(r"\ndone in \d+\.\d s\n```\n$", cli_md["demo-output"])
+    assert re.search(r"\ndone in \d+\.\d s\n```\n\nMeasured on .+, \d+ cores\.\n$",
+                     cli_md["demo-output"])
     assert results["demo-table"].startswith("`cle demo`: 128 photo crops, TFLite calibrated on "
                                             "the first 32")
     assert results["demo-spread"].startswith("| | after BN folding | after equalization |")
