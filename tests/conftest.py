@@ -119,6 +119,7 @@ _SKIP_GROUPS = [
     (NCHW_SKIP_REASON, "CPU feature: channels_first (NCHW) convolutions on TensorFlow"),
     ("TensorFlow backend only", "backend: TensorFlow-only tests"),
     ("skipped on JAX to keep CI within budget", "backend: left out of the JAX run for time"),
+    ("left out of `make test` for time", "time: left for `make test-all`"),
     ("TF Lite conversion of a Keras model needs", "backend: TF Lite conversion"),
     ("TensorFlow adds this bias on the wrong axis", "backend: TensorFlow bias_add bug shapes"),
 ]
@@ -172,6 +173,20 @@ _NOT_ON_JAX_FOR_TIME = {
     "test_fold_properties.py": "hypothesis random graphs (170 models, each compiled anew by JAX; "
     "over 20 min on 2 cores)",
 }
+# Backend-independent presentation: example scripts, documentation pages and the command line
+# as a process run the transforms the rest of the JAX run covers; `make test-all` runs them on
+# JAX too.
+_NOT_ON_JAX_BUT_IN_TEST_ALL = {
+    "test_examples.py": "the example scripts",
+    "test_docs_site.py": "the documentation pages' code",
+    "test_cli_process.py": "the command line as a separate process",
+}
+
+# `make test-all` (CLE_FULL_SWEEP=1) runs what `make test` leaves out to keep CI within its
+# budget: every keras.applications variant (not only each family's smallest) and, on JAX, the
+# files above.
+FULL_SWEEP = os.environ.get("CLE_FULL_SWEEP", "").strip().lower() in ("1", "true", "yes")
+NOT_IN_MAKE_TEST = "left out of `make test` for time, run by `make test-all` (CLE_FULL_SWEEP=1)"
 
 
 def pytest_collection_modifyitems(config, items):
@@ -180,6 +195,8 @@ def pytest_collection_modifyitems(config, items):
         return
     for item in items:
         why = _NOT_ON_JAX_FOR_TIME.get(item.path.name)
+        if why is None and not FULL_SWEEP and item.path.name in _NOT_ON_JAX_BUT_IN_TEST_ALL:
+            why = _NOT_ON_JAX_BUT_IN_TEST_ALL[item.path.name] + f" ({NOT_IN_MAKE_TEST})"
         if why is None and item.get_closest_marker("slow") and not item.get_closest_marker("jax_ci"):
             why = "whole networks (slow); on JAX covered by the jax_ci tests in test_backends"
         if why is not None:

@@ -668,14 +668,16 @@ def _print_table(title, rows, timings):
 
 def _timed_evaluate(model, x, y):
     marks = []
-    rows = Q.evaluate(model, x, y, progress=lambda m: marks.append((time.perf_counter(), m)))
+    # Weight-only rows: the TF Lite rows of the same two models are tests/test_cli.py's
+    # test_run_demo (cle demo runs this comparison).
+    rows = Q.evaluate(model, x, y, tflite=False,
+                      progress=lambda m: marks.append((time.perf_counter(), m)))
     end = time.perf_counter()
     times = [(m, t2 - t) for (t, m), (t2, _) in zip(marks, marks[1:] + [(end, None)])]
     return rows, times
 
 
 @pytest.mark.slow
-@no_tflite_on_torch
 def test_real_mobilenet_v2_quantization_table():
     from cle import pretrained as P
 
@@ -709,7 +711,6 @@ def test_real_mobilenet_v2_quantization_table():
     # channel ranges of the original; equalization evens them out.
     assert eq["weights int8 per-tensor"]["sqnr_db"] > orig["weights int8 per-tensor"]["sqnr_db"] + 3
     assert orig["weights int8 per-channel"]["sqnr_db"] > orig["weights int8 per-tensor"]["sqnr_db"]
-    assert eq["TFLite int8 per-tensor"]["sqnr_db"] > orig["TFLite int8 per-tensor"]["sqnr_db"]
     for rows in (rows_orig, rows_eq):
         for r in rows:
             assert r["top1_agreement"] >= 0.6, r
