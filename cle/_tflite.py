@@ -147,6 +147,18 @@ def _converter(model, x, per_channel=True):
     return converter
 
 
+def convert_int8(model, x, per_channel=True, integer_io=False) -> bytes:
+    """The converter's one-step full-INT8 flatbuffer of ``model``, calibrated on ``x``."""
+    import tensorflow as tf
+
+    io_type = tf.int8 if integer_io else tf.float32
+    with quiet():
+        converter = _converter(model, x, per_channel)
+        converter.inference_input_type = io_type
+        converter.inference_output_type = io_type
+        return bytes(converter.convert())
+
+
 def calibrate(model, x) -> bytes:
     """The float flatbuffer of ``model`` with every activation tensor's min/max over ``x``
     (the converter's calibration step alone)."""

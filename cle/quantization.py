@@ -41,7 +41,7 @@ from cle._graph import graph_view
 from cle._inference import TFLITE_BATCH, interpreter, predict
 from cle._kernels import kernel_layers, kernel_specs, quantize_kernel
 from cle._rebuild import rebuild
-from cle._tflite import check_tflite_backend, quiet
+from cle._tflite import check_tflite_backend
 
 __all__ = [
     "convert_to_tflite_int8",
@@ -264,25 +264,7 @@ def convert_to_tflite_int8(model, representative_inputs, per_channel=True,
             f"Received: representative_inputs with shape {x.shape}"
         )
     check_tflite_backend("convert_to_tflite_int8")
-
-    import tensorflow as tf
-
-    def representative_dataset():
-        for i in range(len(x)):
-            yield [x[i: i + 1]]
-
-    with quiet():
-        converter = tf.lite.TFLiteConverter.from_keras_model(model)
-        converter.optimizations = [tf.lite.Optimize.DEFAULT]
-        converter.representative_dataset = representative_dataset
-        converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
-        io_type = tf.int8 if integer_io else tf.float32
-        converter.inference_input_type = io_type
-        converter.inference_output_type = io_type
-        if not per_channel:
-            converter._experimental_disable_per_channel = True
-        content = converter.convert()
-    return bytes(content)
+    return _tflite.convert_int8(model, x, per_channel=per_channel, integer_io=integer_io)
 
 
 def run_tflite(tflite_model: bytes, inputs, batch_size=1) -> np.ndarray:
@@ -292,8 +274,8 @@ def run_tflite(tflite_model: bytes, inputs, batch_size=1) -> np.ndarray:
     kernels and without default delegates (no XNNPACK, so the INT8 kernels
     that TF Lite's quantization targets are the ones measured) on 2 threads. Inputs are fed
     ``batch_size`` samples per invocation (the input tensor is resized; samples never interact,
-    so the outputs do not depend on ``batch_size``, only the speed does: on MobileNetV2 INT8,
-    32 runs several times faster per image than 1). INT8/UINT8 inputs and outputs are
+    but LiteRT may choose other kernels for another batch size, so outputs can differ in the
+    last bits; a larger batch runs several times faster per image). INT8/UINT8 inputs and outputs are
     (de)quantized with the tensor's scale and zero point, so float arrays go in and out either
     way.
 
