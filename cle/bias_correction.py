@@ -46,6 +46,7 @@ from cle._calibration import check_calibration_data
 from cle._graph import graph_view, run_call
 from cle._layouts import (
     bias_on_wrong_axis, channel_axis, layout_of, read_weight, untouchable_reason)
+from cle._semantics import activation_clip, clip_of
 from cle._rebuild import LayerEdit, gc_frozen, rebuild
 from cle.layers import ClippedReLU
 from cle.quantization import _kernel_layers, _kernel_specs, quantize_kernel
@@ -241,30 +242,6 @@ def _normalize_stats(bn_stats):
 # ------------------------------------------------------------------- analytic statistics
 
 
-def _clip_of(layer):
-    """(lo, hi) if ``layer`` is a (capped) ReLU, else None."""
-    if isinstance(layer, ClippedReLU) and type(layer) is ClippedReLU:
-        return 0.0, _arr(layer.caps)
-    if type(layer) is L.ReLU:
-        if float(layer.negative_slope) != 0.0 or float(layer.threshold) != 0.0:
-            return None
-        return 0.0, (np.inf if layer.max_value is None else float(layer.max_value))
-    if type(layer) is L.Activation:
-        return _activation_clip(layer.activation)
-    return None
-
-
-def _activation_clip(fn):
-    name = keras.activations.serialize(fn)
-    if name in (None, "linear"):
-        return -np.inf, np.inf
-    if name == "relu":
-        return 0.0, np.inf
-    if name == "relu6":
-        return 0.0, 6.0
-    return None
-
-
 class _Skip(Exception):
     pass
 
@@ -305,7 +282,7 @@ def _tensor_mean(x, stats, notes, allow_flatten=False, depth=0):
         if layer.name in stats:
             gamma, beta = stats[layer.name]
             if layout_of(layer) is not None:
-                clip = _activation_clip(layer.activation)
+                clip = activation_clip(layer.activation)
                 if clip is None:
                     raise _Skip(f"'{layer.name}' applies activation "
                                 f"'{keras.activations.serialize(layer.activation)}'")
@@ -338,7 +315,7 @@ def _tensor_mean(x, stats, notes, allow_flatten=False, depth=0):
         if len(p.inputs) != 1:
             raise _Skip(f"its input comes from '{layer.name}' ({type(layer).__name__}) "
                         "with several inputs")
-        clip = _clip_of(layer)
+        clip = clip_of(layer)
         if clip is not None:
             ops.append(("clip",) + clip)
         elif type(layer) in _EXACT_PASS:
@@ -493,17 +470,35 @@ def correct_bias(model, bn_stats=None, calibration_data=None, bits=8, per_channe
         TypeError: ``model`` is not a ``keras.Model``.
         ValueError: bad arguments.
     """
-    return _correct_bias(model, bn_stats, calibration_data, bits, per_channel, progress,
-                         return_report)
+    new_model, records, _ = _correct(model, bn_stats, calibration_data, bits, per_channel,
+                                     progress, in_place=False)
+    return (new_model, records) if return_report else new_model
+
+
+def correct_bias_in_place(model, report, bn_stats, calibration_data, bits, per_channel,
+                          progress):
+    """Bias correction of a model the caller owns (one :func:`cle.equalize_model` has just
+    built): corrected in place, or, if a corrected layer needs a bias added, rebuilt once with
+    ``report``'s layers pointed at the new model's (through the rebuild's clone map).
+
+    Returns:
+        ``(model, records)``.
+    """
+    new_model, records, clones = _correct(
+        model, bn_stats, calibration_data, bits, per_channel, progress, in_place=True)
+    if clones is not None:
+        report.folded = [type(p)(clones[id(p.layer)], p.bn, p.bn_after) for p in report.folded]
+        for info in report.sets:
+            for pair in info.cls_pair_info_list:
+                pair.layer1, pair.layer2 = clones[id(pair.layer1)], clones[id(pair.layer2)]
+    return new_model, records
 
 
 @gc_frozen()
-def _correct_bias(model, bn_stats=None, calibration_data=None, bits=8, per_channel=False,
-                  progress=None, return_report=False, in_place=False):
-    """:func:`correct_bias`; with ``in_place``, ``model`` (a model the caller owns, such as
-    one :func:`cle.equalize_model` has just built) is corrected and returned itself when none
-    of its corrected layers needs a bias added. Runs under :func:`gc_frozen` (building and
-    walking a deep model pays for full collections over the input model's objects)."""
+def _correct(model, bn_stats, calibration_data, bits, per_channel, progress, in_place):
+    """:func:`correct_bias`: ``(new model, records, clones or None)``. Runs under
+    :func:`gc_frozen` (building and walking a deep model pays for full collections over the
+    input model's objects)."""
     if not isinstance(model, keras.Model):
         raise TypeError(f"Expected a keras.Model. Received: model of type {type(model).__name__}")
     if (bn_stats is None) == (calibration_data is None):
@@ -553,14 +548,12 @@ def _correct_bias(model, bn_stats=None, calibration_data=None, bits=8, per_chann
                                             per_channel, say):
         deltas[id(call)] = delta
         records[id(call)] = _record(call.layer, mode, delta, note, not call.layer.use_bias)
-    new_model, _ = _corrected_model(model, plan, deltas, in_place)
+    new_model, clones = _corrected_model(model, plan, deltas, in_place)
     ordered = [records[id(c)] for c in calls]
     for rec in ordered:
         if not rec.corrected:
             logger.info("bias of '%s' not corrected: %s", rec.layer, rec.reason)
-    if return_report:
-        return new_model, ordered
-    return new_model
+    return new_model, ordered, clones
 
 
 def _measure(view, plan, analytic, calibration, bits, per_channel, say):
