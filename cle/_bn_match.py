@@ -238,7 +238,7 @@ def _flatten_channels(flatten_call: Call, bn_axis: int) -> np.ndarray:
         [-1 if i == axis else 1 for i in range(len(shape))]
     )
     index = np.broadcast_to(index, shape)[None]
-    flat = keras.ops.convert_toread_weight(flatten_call.layer(index))[0]
+    flat = keras.ops.convert_to_numpy(flatten_call.layer(index))[0]
     return np.rint(flat).astype(np.int64)
 
 
