@@ -27,7 +27,8 @@ from cle._rebuild import LayerEdit
 from cle._relu6 import all_relu6, changed_name, merge, relu6_edit
 from cle._weights import gamma_beta
 
-__all__ = ["EqualizePlan", "plan_equalization"]
+__all__ = ["EqualizePlan", "decide_sets", "measure_junctions", "plan_equalization",
+           "pre_activation"]
 
 logger = logging.getLogger("cle.cross_layer_equalization")
 
@@ -51,7 +52,7 @@ def _set_layers(links):
     return tuple(link.first.layer for link in links) + (links[-1].second.layer,)
 
 
-def _pre_activation(link, folded_bns):
+def pre_activation(link, folded_bns):
     """The top-level layer whose output is the pre-activation of a link's junction (the last
     BN that will be folded into layer1, else layer1 itself), or None if it is nested."""
     t = link.first.outputs[0]
@@ -68,7 +69,7 @@ def measure_junctions(model, search, matches, data, value, progress):
 
     folded = {id(m.bn_call.layer) for m in matches}
     links = [link for links in search.sets for link in links]
-    targets = [(link, _pre_activation(link, folded)) for link in links]
+    targets = [(link, pre_activation(link, folded)) for link in links]
     targets = [(link, layer) for link, layer in targets if layer is not None]
     if not targets:
         return {}
@@ -89,7 +90,7 @@ def measure_junctions(model, search, matches, data, value, progress):
     return {id(link.first): st.junction() for (link, _), st in zip(targets, stats)}
 
 
-def _choose_scales(model, search, matches, planned, opts, data, progress):
+def decide_sets(model, search, matches, planned, opts, data, progress):
     """Decide every set in graph order on the weights as the earlier sets leave them (a layer
     can end one set and start the next) and record the scaled ones in ``planned``."""
     measured, bn_stats = None, None
@@ -97,13 +98,13 @@ def _choose_scales(model, search, matches, planned, opts, data, progress):
         bn_stats = {id(m.target.layer): gamma_beta(m.bn_call.layer) for m in matches
                     if m.bn_after}
         if data is not None:
-            measured = measure_junctions(model, search, matches, data, planned, progress)
+            measured = measure_junctions(model, search, matches, data, planned.exact, progress)
     decisions, scaled = [], []
     for links in search.sets:
         layers = _set_layers(links)
         planned.keep({id(la) for la in layers})  # one set's kernels at a time
         if opts.objective == "quantized":
-            d = _scale_choice.decide_set(links, planned, bn_stats, opts.target, measured)
+            d = _scale_choice.decide_set(links, planned.exact, bn_stats, opts.target, measured)
             scales = d.scales if d.scaled else None
             if not d.scaled:
                 logger.info("scaling set %s left as it is: %s", d.layers, d.reason)
@@ -149,8 +150,8 @@ def _relu6_edits(view, scaled, planned, mode):
         targets = []
     edits, changed = {}, []
     for layer, kind, axis in targets:
-        caps = planned.vectors.get(
-            (id(layer), _scaling.CAPS if kind == "standalone" else _scaling.FUSED_CAPS))
+        caps = planned.vector(
+            layer, _scaling.CAPS if kind == "standalone" else _scaling.FUSED_CAPS)
         edits[id(layer)] = relu6_edit(layer, kind, mode, axis, caps)
         changed.append(changed_name(layer, kind))
     return edits, changed
@@ -165,7 +166,7 @@ def plan_equalization(model, view: GraphView, opts: EqualizeOptions, data=None,
     for call, reason in search.ends:
         logger.info("no scaling set starts at '%s': %s", call.layer.name, reason)
     planned = _scaling.PlannedWeights(fold_edits)
-    decisions, scaled = _choose_scales(model, search, matches, planned, opts,
+    decisions, scaled = decide_sets(model, search, matches, planned, opts,
                                        data if opts.activation_ranges == "calibration" else None,
                                        progress)
     absorptions = []

@@ -183,10 +183,27 @@ def absorb(layer1, layer2, scale, relu, link, gamma_beta, margin, absorb_padded,
     return record, updates
 
 
+def _dtype_of(layer, attr):
+    """The dtype of the variable ``attr`` of ``layer`` in the new model: its own, else (a bias
+    a fold adds, the caps of a ReLU6 that becomes a ClippedReLU) the layer's variable dtype."""
+    var = None if attr == FUSED_CAPS else getattr(layer, attr, None)
+    return np.dtype(getattr(var, "dtype", None) or layer.dtype_policy.variable_dtype)
+
+
+def _round(value, dtype):
+    """``value`` rounded to ``dtype`` (what assigning it to a variable does), as float64."""
+    return np.asarray(np.asarray(value, dtype=dtype), dtype=np.float64)
+
+
 class PlannedWeights:
     """``reader(layer, attr)``: the weight a layer of the input model will have in the new
-    model: its fold edit's values (computed on demand, float64) or its own, then every
-    recorded kernel :class:`Factor`; biases and caps once changed are held whole (vectors).
+    model: its fold edit's values (computed on demand) or its own, then every recorded kernel
+    :class:`Factor`; biases and caps once changed are held whole (vectors).
+
+    Values are rounded as the stages before the one-rebuild design assigned them: the fold's
+    float64 values to each variable's dtype, then again after each set and each high-bias
+    update (held as float64). :attr:`exact` reads without rounding (the fold's float64 values
+    and the sets' float64 products), which is what the scale decisions read.
 
     Kernel values are cached only for the layers passed to :meth:`keep` (one set's layers),
     so planning never holds every kernel at once; the rebuild computes each layer's final
@@ -196,68 +213,104 @@ class PlannedWeights:
     def __init__(self, edits):
         self.edits = edits
         self.factors: dict[int, list[Factor]] = {}
-        self.vectors: dict[tuple[int, str], np.ndarray] = {}
-        self.cache: dict[tuple[int, str], Any] = {}
-        self.base_cache: dict[int, dict] = {}
+        self.vectors: dict[tuple[int, str, bool], np.ndarray] = {}
+        self.cache: dict[tuple[int, str, bool], Any] = {}
+        self.base_cache: dict[tuple[int, bool], dict] = {}
         self.kept: set[int] = set()
         self.layers: dict[int, Any] = {}  # every layer whose weights change
 
     def keep(self, layer_ids):
         self.kept = set(layer_ids)
         self.cache = {k: v for k, v in self.cache.items() if k[0] in self.kept}
-        self.base_cache = {k: v for k, v in self.base_cache.items() if k in self.kept}
+        self.base_cache = {k: v for k, v in self.base_cache.items() if k[0] in self.kept}
 
-    def _base(self, layer, attr):
+    def _base(self, layer, attr, exact=False):
         if attr == FUSED_CAPS or (attr == CAPS and not isinstance(layer, ClippedReLU)):
             return None  # filled by record() from the factor's length
-        edit = self.edits.get(id(layer))
-        if edit is not None and edit.sets_weights:
-            values = self.base_cache.get(id(layer))
-            if values is None:
-                values = edit.new_values()
-                if id(layer) in self.kept:
-                    self.base_cache[id(layer)] = values
-            if attr in values:
-                return values[attr]
+        values = self._edited(layer, exact)
+        if attr in values:
+            return values[attr]
         if attr == "bias" and not getattr(layer, "use_bias", False):
             return None
         return read_weight(getattr(layer, attr))
 
-    def __call__(self, layer, attr):
-        key = (id(layer), attr)
+    def _edited(self, layer, exact=False) -> dict:
+        """The values a layer's fold edit gives it (none without one): float64, rounded to
+        each variable's dtype as the rebuild assigns them unless ``exact``."""
+        edit = self.edits.get(id(layer))
+        if edit is None or not edit.sets_weights:
+            return {}
+        values = self.base_cache.get((id(layer), exact))
+        if values is None:
+            known = self.base_cache.get((id(layer), True))
+            if exact:
+                values = edit.new_values()
+            elif known is not None:  # the same bits as computing them in the dtype
+                values = {a: _round(v, _dtype_of(layer, a)) for a, v in known.items()}
+            else:
+                dtypes = {np.dtype(w.dtype) for w in layer.weights}
+                values = edit.new_values(dtypes.pop() if len(dtypes) == 1 else None)
+                values = {a: _round(v, _dtype_of(layer, a)) for a, v in values.items()}
+            if id(layer) in self.kept:
+                self.base_cache[(id(layer), exact)] = values
+        return values
+
+    def _apply(self, f, value, exact):
+        value = apply(value, f)
+        return value if exact else _round(value, _dtype_of(f.layer, f.attr))
+
+    def _scaled(self, layer, attr, value, exact=False):
+        """``value`` after the layer's recorded kernel factors (rounded after each unless
+        ``exact``: each set assigned its result to the variable)."""
+        for f in self.factors.get(id(layer), ()):
+            if f.attr == attr:
+                value = self._apply(f, value, exact)
+        return value
+
+    def read(self, layer, attr, exact=False):
+        key = (id(layer), attr, exact)
         if key in self.vectors:
             return self.vectors[key]
         if key in self.cache:
             return self.cache[key]
-        value = self._base(layer, attr)
-        for f in self.factors.get(id(layer), ()):
-            if f.attr == attr:
-                value = apply(value, f)
+        value = self._scaled(layer, attr, self._base(layer, attr, exact), exact)
         if id(layer) in self.kept:
             self.cache[key] = value
         return value
 
+    def __call__(self, layer, attr):
+        return self.read(layer, attr)
+
+    def exact(self, layer, attr):
+        return self.read(layer, attr, exact=True)
+
     def has_bias(self, layer):
-        return (id(layer), "bias") in self.vectors or self._base(layer, "bias") is not None
+        return (id(layer), "bias", False) in self.vectors or self._base(layer, "bias") is not None
 
     def record(self, factors):
         """Take a set's factors: vectors are applied now, kernels when read."""
         for f in factors:
             self.layers[id(f.layer)] = f.layer
-            key = (id(f.layer), f.attr)
-            if f.axis is None:
-                value = self(f.layer, f.attr)
-                if value is None:  # caps of a ReLU6 that becomes a ClippedReLU
-                    value = np.full(np.shape(f.factor), 6.0)
-                self.vectors[key] = apply(value, f)
-                continue
-            self.factors.setdefault(id(f.layer), []).append(f)
-            if key in self.cache:
-                self.cache[key] = apply(self.cache[key], f)
+            if f.axis is not None:
+                self.factors.setdefault(id(f.layer), []).append(f)
+            for exact in (False, True):
+                key = (id(f.layer), f.attr, exact)
+                if f.axis is None:
+                    value = self.read(f.layer, f.attr, exact)
+                    if value is None:  # caps of a ReLU6 that becomes a ClippedReLU
+                        value = np.full(np.shape(f.factor), 6.0)
+                    self.vectors[key] = self._apply(f, value, exact)
+                elif key in self.cache:
+                    self.cache[key] = self._apply(f, self.cache[key], exact)
 
     def set(self, layer, attr, value):
         self.layers[id(layer)] = layer
-        self.vectors[(id(layer), attr)] = np.asarray(value, dtype=np.float64)
+        self.vectors[(id(layer), attr, False)] = _round(value, _dtype_of(layer, attr))
+        self.vectors[(id(layer), attr, True)] = np.asarray(value, dtype=np.float64)
+
+    def vector(self, layer, attr):
+        """A changed bias or caps vector, or None."""
+        return self.vectors.get((id(layer), attr, False))
 
     def final(self, layer, dtype=None) -> dict:
         """Every weight of ``layer`` in the new model, by attribute (``dtype`` if given)."""
@@ -265,15 +318,12 @@ class PlannedWeights:
             attrs = (CAPS,)
         else:
             attrs = layout_of(layer).kernel_attrs + (("bias",) if self.has_bias(layer) else ())
-        edit = self.edits.get(id(layer))
-        base = edit.new_values() if edit is not None and edit.sets_weights else {}
+        base = self._edited(layer)
         values = {}
         for attr in attrs:
-            value = self.vectors.get((id(layer), attr))
+            value = self.vector(layer, attr)
             if value is None:
                 value = base[attr] if attr in base else read_weight(getattr(layer, attr))
-                for f in self.factors.get(id(layer), ()):
-                    if f.attr == attr:
-                        value = apply(value, f)
+                value = self._scaled(layer, attr, value)
             values[attr] = value if dtype is None else np.asarray(value, dtype=dtype)
         return values
