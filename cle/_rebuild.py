@@ -21,7 +21,7 @@ from typing import Any, Callable
 import keras
 import numpy as np
 
-from cle._graph import _inner_function
+from cle._graph import inner_function
 
 __all__ = ["LayerEdit", "gc_frozen", "own_configs", "rebuild"]
 
@@ -126,7 +126,7 @@ class _Rebuilder:
                 self.made.append((new, edit.made_variables))
         elif isinstance(layer, keras.Sequential):
             new = self.rebuild_sequential(layer)
-        elif isinstance(layer, keras.Model) and _inner_function(layer) is layer:
+        elif isinstance(layer, keras.Model) and inner_function(layer) is layer:
             new = self.rebuild_functional(layer)
         else:
             config = layer.get_config()

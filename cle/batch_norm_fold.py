@@ -41,7 +41,8 @@ from cle._graph import Call, GraphView, graph_view
 from cle._layouts import (
     bias_on_wrong_axis, channel_axis, layout_of, read_weight, untouchable_reason)
 from cle._bn_match import (
-    Match, SkippedBatchNorm, check_backward, check_bn, check_forward, find_matches, fold_plan)
+    Match, SkippedBatchNorm, check_backward, check_bn, check_forward, find_matches, fold_plan,
+    identity_like)
 from cle._rebuild import rebuild
 from cle._weights import quote
 
@@ -57,8 +58,10 @@ __all__ = [
 
 logger = logging.getLogger("cle.batch_norm_fold")
 
-# cle.training_fold (another branch owns it) still reads the matcher under its old name.
+# cle.training_fold (another branch owns it) still reads the matcher and the output-keeping
+# Identity under their old names.
 _find = find_matches
+_identity_like = identity_like
 
 _BN = keras.layers.BatchNormalization
 
