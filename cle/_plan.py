@@ -167,8 +167,8 @@ def plan_equalization(model, view: GraphView, opts: EqualizeOptions, data=None,
         logger.info("no scaling set starts at '%s': %s", call.layer.name, reason)
     planned = _scaling.PlannedWeights(fold_edits)
     decisions, scaled = decide_sets(model, search, matches, planned, opts,
-                                       data if opts.activation_ranges == "calibration" else None,
-                                       progress)
+                                    data if opts.activation_ranges == "calibration" else None,
+                                    progress)
     absorptions = []
     if opts.high_bias_fold != "none":
         absorptions = _fold_high_biases(scaled, matches, planned, opts)

@@ -191,8 +191,10 @@ def _dtype_of(layer, attr):
 
 
 def _round(value, dtype):
-    """``value`` rounded to ``dtype`` (what assigning it to a variable does), as float64."""
-    return np.asarray(np.asarray(value, dtype=dtype), dtype=np.float64)
+    """``value`` rounded to ``dtype``, what assigning it to a variable does. Held in that dtype:
+    the math that reads it promotes it to float64 exactly, as it promoted the variables the
+    in-place stages read."""
+    return np.asarray(value, dtype=dtype)
 
 
 class PlannedWeights:
@@ -202,7 +204,7 @@ class PlannedWeights:
 
     Values are rounded as the stages before the one-rebuild design assigned them: the fold's
     float64 values to each variable's dtype, then again after each set and each high-bias
-    update (held as float64). :attr:`exact` reads without rounding (the fold's float64 values
+    update (held in that dtype). :attr:`exact` reads without rounding (the fold's float64 values
     and the sets' float64 products), which is what the scale decisions read.
 
     Kernel values are cached only for the layers passed to :meth:`keep` (one set's layers),
@@ -215,45 +217,51 @@ class PlannedWeights:
         self.factors: dict[int, list[Factor]] = {}
         self.vectors: dict[tuple[int, str, bool], np.ndarray] = {}
         self.cache: dict[tuple[int, str, bool], Any] = {}
-        self.base_cache: dict[tuple[int, bool], dict] = {}
+        self.base_cache: dict[int, dict] = {}  # the fold's float64 values of kept layers
         self.kept: set[int] = set()
         self.layers: dict[int, Any] = {}  # every layer whose weights change
 
     def keep(self, layer_ids):
         self.kept = set(layer_ids)
         self.cache = {k: v for k, v in self.cache.items() if k[0] in self.kept}
-        self.base_cache = {k: v for k, v in self.base_cache.items() if k[0] in self.kept}
+        self.base_cache = {k: v for k, v in self.base_cache.items() if k in self.kept}
 
     def _base(self, layer, attr, exact=False):
         if attr == FUSED_CAPS or (attr == CAPS and not isinstance(layer, ClippedReLU)):
             return None  # filled by record() from the factor's length
-        values = self._edited(layer, exact)
-        if attr in values:
-            return values[attr]
+        edit = self.edits.get(id(layer))
+        if edit is not None and edit.sets_weights:
+            if exact or id(layer) in self.kept:  # one computation while the layer is kept
+                values = self._exact_fold(layer, edit)
+                if attr in values:  # rounded: the same bits as computing it in the dtype
+                    v = values[attr]
+                    return v if exact else _round(v, _dtype_of(layer, attr))
+            else:
+                values = self._edited(layer)
+                if attr in values:
+                    return values[attr]
         if attr == "bias" and not getattr(layer, "use_bias", False):
             return None
         return read_weight(getattr(layer, attr))
 
-    def _edited(self, layer, exact=False) -> dict:
-        """The values a layer's fold edit gives it (none without one): float64, rounded to
-        each variable's dtype as the rebuild assigns them unless ``exact``."""
+    def _exact_fold(self, layer, edit) -> dict:
+        """The fold edit's float64 values, cached while the layer is kept."""
+        values = self.base_cache.get(id(layer))
+        if values is None:
+            values = edit.new_values()
+            if id(layer) in self.kept:
+                self.base_cache[id(layer)] = values
+        return values
+
+    def _edited(self, layer) -> dict:
+        """The values a layer's fold edit gives it (none without one), each rounded to its
+        variable's dtype as the rebuild assigns it."""
         edit = self.edits.get(id(layer))
         if edit is None or not edit.sets_weights:
             return {}
-        values = self.base_cache.get((id(layer), exact))
-        if values is None:
-            known = self.base_cache.get((id(layer), True))
-            if exact:
-                values = edit.new_values()
-            elif known is not None:  # the same bits as computing them in the dtype
-                values = {a: _round(v, _dtype_of(layer, a)) for a, v in known.items()}
-            else:
-                dtypes = {np.dtype(w.dtype) for w in layer.weights}
-                values = edit.new_values(dtypes.pop() if len(dtypes) == 1 else None)
-                values = {a: _round(v, _dtype_of(layer, a)) for a, v in values.items()}
-            if id(layer) in self.kept:
-                self.base_cache[(id(layer), exact)] = values
-        return values
+        dtypes = {np.dtype(w.dtype) for w in layer.weights}
+        values = edit.new_values(dtypes.pop() if len(dtypes) == 1 else None)
+        return {a: _round(v, _dtype_of(layer, a)) for a, v in values.items()}
 
     def _apply(self, f, value, exact):
         value = apply(value, f)
@@ -285,7 +293,13 @@ class PlannedWeights:
         return self.read(layer, attr, exact=True)
 
     def has_bias(self, layer):
-        return (id(layer), "bias", False) in self.vectors or self._base(layer, "bias") is not None
+        """The layer has a bias in the new model (a fold edit may add one)."""
+        if (id(layer), "bias", False) in self.vectors:
+            return True
+        edit = self.edits.get(id(layer))
+        if edit is not None and "use_bias" in edit.config:
+            return bool(edit.config["use_bias"])
+        return bool(getattr(layer, "use_bias", False))
 
     def record(self, factors):
         """Take a set's factors: vectors are applied now, kernels when read."""
@@ -318,7 +332,7 @@ class PlannedWeights:
             attrs = (CAPS,)
         else:
             attrs = layout_of(layer).kernel_attrs + (("bias",) if self.has_bias(layer) else ())
-        base = self._edited(layer)
+        base = self._edited(layer)  # nothing is kept while the rebuild assigns
         values = {}
         for attr in attrs:
             value = self.vector(layer, attr)
