@@ -39,7 +39,7 @@ def cmd_fold(args) -> int:
     backward = sum(p.bn_after for p in pairs)
     print(f"{args.model}: {len(pairs)} batch norms folded ({backward} backward, "
           f"{len(pairs) - backward} forward), {len(pairs.skipped)} skipped")
-    from cle.cross_layer_equalization import _group_reasons
+    from cle._report import group_reasons as _group_reasons
 
     names = [layer.name for layer in model._flatten_layers()]
     for what, reason, count, example in _group_reasons(

@@ -35,6 +35,7 @@ from cle._layouts import (
     layout_of,
     untouchable_reason,
 )
+from cle._semantics import activation_name, relu6_kind
 from cle.layers import ClippedReLU
 
 L = keras.layers
@@ -49,28 +50,6 @@ _PASS_THROUGH = (
 )
 _RELU_LIKE = (L.LeakyReLU, L.PReLU)
 _PADDING = (L.ZeroPadding1D, L.ZeroPadding2D, L.ZeroPadding3D)
-
-
-def activation_name(fn) -> str:
-    name = keras.activations.serialize(fn)
-    return name if isinstance(name, str) else str(name)
-
-
-def relu6_kind(layer) -> str | None:
-    """"standalone" if ``layer`` is a ReLU capped at 6 (``ReLU(max_value=6)``,
-    ``Activation("relu6")``), "fused" if it is a scalable layer with ``activation="relu6"``,
-    else None."""
-    if type(layer) is L.ReLU:
-        if layer.max_value is not None and float(layer.max_value) == 6.0 and (
-            float(layer.negative_slope) == 0.0 and float(layer.threshold) == 0.0
-        ):
-            return "standalone"
-        return None
-    if type(layer) is L.Activation:
-        return "standalone" if activation_name(layer.activation) == "relu6" else None
-    if layout_of(layer) is not None and activation_name(layer.activation) == "relu6":
-        return "fused"
-    return None
 
 
 def _capped_reason(layer, cap, relu6):

@@ -27,8 +27,8 @@ import keras
 from keras.src.models.functional import Functional
 from keras.src.ops import numpy as _ops_numpy
 
-__all__ = ["Call", "GraphView", "Tensor", "graph_view", "is_plain_call", "local_view", "run_call",
-           "takes_training"]
+__all__ = ["Call", "GraphView", "Tensor", "graph_view", "inner_function", "is_plain_call",
+           "local_view", "run_call", "takes_training"]
 
 
 @dataclasses.dataclass(eq=False)
@@ -139,7 +139,7 @@ def _is_functional(obj) -> bool:
     return isinstance(obj, Functional) and not _is_sequential(obj)
 
 
-def _inner_function(model):
+def inner_function(model):
     """Return the Functional graph that defines ``model``, or None if it has none."""
     if _is_sequential(model):
         functional = getattr(model, "_functional", None)
@@ -168,7 +168,7 @@ def graph_view(model) -> GraphView:
             "Expected a keras.Model (Functional or Sequential). "
             f"Received: model of type {type(model).__name__}"
         )
-    function = _inner_function(model)
+    function = inner_function(model)
     if function is None:
         if _is_sequential(model) and not model.layers:
             raise ValueError(
@@ -214,7 +214,7 @@ def graph_view(model) -> GraphView:
                 if op is None or node.is_input:
                     continue
                 ins = [local[id(kt)] for kt in node.input_tensors]
-                inner = _inner_function(op) if isinstance(op, keras.Model) else None
+                inner = inner_function(op) if isinstance(op, keras.Model) else None
                 if inner is not None:
                     outs = visit(inner, ins, scope + (op.name,), op.name)
                     for kt, t in zip(node.outputs, outs):

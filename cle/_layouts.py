@@ -23,26 +23,11 @@ from __future__ import annotations
 import dataclasses
 
 import keras
-import numpy as np
+
+from cle._weights import read_weight
 
 __all__ = ["Layout", "layout_of", "channel_axis", "bias_on_wrong_axis", "untouchable_reason",
            "read_weight"]
-
-
-def read_weight(variable) -> np.ndarray:
-    """A weight's value as a numpy array in its own dtype, read once.
-
-    ``np.asarray`` of a Keras variable (its public ``__array__``) copies once on TensorFlow
-    (``keras.ops.convert_to_numpy`` copies twice, half the time of a whole-model fold on
-    ResNet50) and not at all on JAX. Where the array shares the variable's memory (JAX, and
-    PyTorch's CPU tensors) it is made read-only, so that no transform can write into the
-    model it reads.
-    """
-    a = np.asarray(variable)
-    if not a.flags.owndata and a.flags.writeable:
-        a = a.view()
-        a.flags.writeable = False
-    return a
 
 
 @dataclasses.dataclass(frozen=True)

@@ -52,6 +52,8 @@ __all__ = [
     "SampleStats",
     "chain_noise",
     "choose_scales",
+    "row_blocks",
+    "tensor_range",
     "ALPHAS",
     "LAMBDAS",
 ]
@@ -197,7 +199,7 @@ class ChainWeights:
     def q_last(self) -> np.ndarray:
         """(C,) power gain from input channel i to the last layer's output (float64)."""
         q = np.empty(self.r_last.shape[0])
-        for rows in _row_blocks(self.r_last.shape):
+        for rows in row_blocks(self.r_last.shape):
             q[rows] = self.sq_block(rows).sum(axis=1, dtype=np.float64)
         return q
 
@@ -320,7 +322,7 @@ def junction_from_samples(pre, kind, cap=None):
 # ------------------------------------------------------------------------ noise
 
 
-def _tensor(j: Junction, s: np.ndarray):
+def tensor_range(j: Junction, s: np.ndarray):
     """``(range, per-channel pass factor)`` of the tensor TFLite quantizes at a junction whose
     activation is divided by ``s``."""
     def expected_max(v):  # per-tensor max, averaged over the draws when uncertain
@@ -372,7 +374,7 @@ def chain_noise(w: ChainWeights, junctions, scales, target: QuantTarget, stop_at
     act = 0.0
     for j, s, g in zip(junctions, scales, gains):
         power = j.mean_sq / s ** 2
-        rng, factor = _tensor(j, s)
+        rng, factor = tensor_range(j, s)
         act += float(np.sum(np.minimum((rng / qa) ** 2 / 12, power) * factor * g))
     parts["activations"] = act
     # Depthwise weights of a triplet (noise before junction 2's activation).
@@ -392,7 +394,7 @@ def chain_noise(w: ChainWeights, junctions, scales, target: QuantTarget, stop_at
     return sum(parts.values()), parts
 
 
-def _row_blocks(shape, elements=1 << 16):
+def row_blocks(shape, elements=1 << 16):
     """Slices of rows of a (C, O) array, about ``elements`` at a time (a block's temporaries
     stay in the cache and never cost a whole (C, O) array)."""
     step = max(1, elements // max(1, shape[1]))
@@ -406,7 +408,7 @@ def _last_weights_noise(w: ChainWeights, s_last, mean_sq, target: QuantTarget) -
     and the rows summed in float64."""
     r, dt = w.r_last, w.r_last.dtype
     s = s_last.astype(dt)
-    blocks = _row_blocks(r.shape)
+    blocks = row_blocks(r.shape)
     buf = np.empty((blocks[0].stop - blocks[0].start, r.shape[1]), dt) if blocks else None
     top = np.zeros(r.shape[1], dt)
     for rows in blocks:

@@ -21,7 +21,7 @@ from typing import Any, Callable
 import keras
 import numpy as np
 
-from cle._graph import _inner_function
+from cle._graph import inner_function
 
 __all__ = ["LayerEdit", "gc_frozen", "own_configs", "rebuild"]
 
@@ -46,6 +46,9 @@ class LayerEdit:
         keep: variable attributes copied unchanged from the old layer (e.g. ``("kernel",)``
             when only the bias is new); with ``variables`` and ``compute``, they must cover
             every weight of the new layer.
+        made_variables: values by attribute for the weights of the layer that ``replace`` or
+            ``insert_after`` makes (e.g. a ClippedReLU's scaled ``caps``), assigned once the new
+            model is built.
     """
 
     config: dict = dataclasses.field(default_factory=dict)
@@ -54,6 +57,7 @@ class LayerEdit:
     replace: Callable[[Any], Any] | None = None
     insert_after: Callable[[Any], Any] | None = None
     keep: tuple[str, ...] = ()
+    made_variables: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
     def sets_weights(self) -> bool:
@@ -106,6 +110,7 @@ class _Rebuilder:
         self.inserted: dict[int, Any] = {}  # id(new layer) -> layer applied to its output
         self.pairs: list[tuple[Any, Any]] = []  # (old layer, new layer) needing weights
         self.deferred: list[tuple[Any, dict]] = []  # (new layer, its real initializers)
+        self.made: list[tuple[Any, dict]] = []  # (layer a replace/insert_after made, values)
 
     def clone_layer(self, layer):
         key = id(layer)
@@ -117,9 +122,11 @@ class _Rebuilder:
         elif edit is not None and edit.replace is not None:
             new = edit.replace(layer)
             self.replaced.add(id(new))
+            if edit.made_variables:
+                self.made.append((new, edit.made_variables))
         elif isinstance(layer, keras.Sequential):
             new = self.rebuild_sequential(layer)
-        elif isinstance(layer, keras.Model) and _inner_function(layer) is layer:
+        elif isinstance(layer, keras.Model) and inner_function(layer) is layer:
             new = self.rebuild_functional(layer)
         else:
             config = layer.get_config()
@@ -133,6 +140,8 @@ class _Rebuilder:
                 self.deferred.append((new, _defer_initializers(new)))
         if edit is not None and edit.insert_after is not None:
             self.inserted[id(new)] = edit.insert_after(layer)
+            if edit.made_variables:
+                self.made.append((self.inserted[id(new)], edit.made_variables))
         self.clones[key] = new
         return new
 
@@ -183,6 +192,10 @@ class _Rebuilder:
     def copy_weights(self):
         """Give every new layer its weights, one layer (and one variable) at a time, so that
         the only memory held beyond the new model is one layer's temporaries."""
+        for new, values in self.made:
+            for attr, value in values.items():
+                var = getattr(new, attr)
+                var.assign(keras.ops.convert_to_tensor(np.asarray(value), dtype=var.dtype))
         for old, new in self.pairs:
             edit = self.edits.get(id(old))
             if edit is None or not edit.sets_weights:

@@ -19,7 +19,7 @@ from cle._cls_sets import Link, in_spec, out_spec
 from cle._layouts import layout_of
 from cle.layers import ClippedReLU
 
-__all__ = ["ScalingDecision", "decide_set", "junction_kind", "scaled_weights"]
+__all__ = ["ScalingDecision", "decide_set", "junction_kind"]
 
 
 @dataclasses.dataclass
@@ -91,7 +91,7 @@ def _tap_maxima(flat):
     per = np.empty((a, b), f32)
     sq = None if taps == 1 else np.empty((a, b), f32)
     row_max, col_max = np.empty(a), np.zeros(b)
-    for rows in _qnoise._row_blocks((a, taps * b)):
+    for rows in _qnoise.row_blocks((a, taps * b)):
         m = np.abs(flat[:, rows, :]).max(axis=0)  # exact in the kernel's dtype
         row_max[rows] = m.max(axis=1, initial=0.0)
         np.maximum(col_max, m.max(axis=0, initial=0.0), out=col_max)
@@ -216,7 +216,7 @@ def _chain_weights(layers, value, bn_first):
 
 
 def _act_range(j, s):
-    return _qnoise._tensor(j, s)[0]
+    return _qnoise.tensor_range(j, s)[0]
 
 
 def decide_set(links, value, bn_stats, target, activation_stats=None):
@@ -271,25 +271,3 @@ def decide_set(links, value, bn_stats, target, activation_stats=None):
         reason += f" by the {margin:g} dB the model can tell apart from no gain"
     return ScalingDecision(names, False, "quantized", choice.noise_before, choice.noise_before,
                            before, list(before), reason=reason)
-
-
-def scaled_weights(layers, scales, value):
-    """``{(id(layer), attr): array}``: the set's weights after scaling by ``scales`` (what
-    in-place scaling will assign), so that the next set is decided on them."""
-    first, last = layers[0], layers[-1]
-    a1, ax1, k1 = out_spec(first)
-    a3, ax3, k3, g3 = in_spec(last)
-    s_first, s_last = scales[0], scales[-1]
-    out = {(id(first), a1): _cls_math.scale_channels(value(first, a1), 1.0 / s_first, ax1, k1)}
-    bias = value(first, "bias")
-    if bias is not None:
-        out[(id(first), "bias")] = _as64(bias) / s_first
-    if len(layers) == 3:
-        dw = layers[1]
-        out[(id(dw), "kernel")] = _cls_math.scale_channels(
-            value(dw, "kernel"), s_first / s_last, -1, "depthwise_out")
-        bias = value(dw, "bias")
-        if bias is not None:
-            out[(id(dw), "bias")] = _as64(bias) / s_last
-    out[(id(last), a3)] = _cls_math.scale_channels(value(last, a3), s_last, ax3, k3, g3)
-    return out

@@ -29,18 +29,15 @@ logged at INFO level on the logger ``"cle.batch_norm_fold"``.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import logging
-from typing import Any, NamedTuple
 
 import keras
-import numpy as np
 
-from cle import _fold_math
 from cle._graph import Call, GraphView, graph_view
-from cle._layouts import (
-    bias_on_wrong_axis, channel_axis, layout_of, read_weight, untouchable_reason)
-from cle._rebuild import LayerEdit, rebuild
+from cle._bn_match import (
+    Match, SkippedBatchNorm, check_backward, check_bn, check_forward, find_matches, fold_plan)
+from cle._rebuild import rebuild
+from cle._weights import quote
 
 __all__ = [
     "BatchNormFoldReport",
@@ -88,16 +85,6 @@ class FoldedPair(tuple):
         return f"FoldedPair({self[0].name!r} {arrow} {self[1].name!r})"
 
 
-class SkippedBatchNorm(NamedTuple):
-    """A BatchNormalization that was not folded, and why."""
-
-    bn: Any
-    reason: str
-
-    def __str__(self):
-        return f"{self.bn.name}: {self.reason}"
-
-
 class FoldedPairs(list):
     """List of :class:`FoldedPair` in graph order, with ``.skipped`` (list of
     :class:`SkippedBatchNorm`) for every BatchNormalization that was left in place."""
@@ -126,303 +113,7 @@ class BatchNormFoldReport:
         return "\n".join(lines)
 
 
-@dataclasses.dataclass
-class _Match:
-    bn_call: Call
-    target: Call  # the layer call that absorbs the BN
-    bn_after: bool
-    flatten: Call | None = None  # BN -> Flatten -> Dense
-
-
-# ---------------------------------------------------------------------------- checks
-
-
-def _q(call_or_layer) -> str:
-    name = call_or_layer.name
-    return f"'{name}'"
-
-
-def _numpy(variable):
-    return read_weight(variable)
-
-
-def _bn_arrays(bn):
-    gamma = _numpy(bn.gamma) if bn.scale else None
-    beta = _numpy(bn.beta) if bn.center else None
-    return gamma, beta, _numpy(bn.moving_mean), _numpy(bn.moving_variance)
-
-
-def _check_bn(view: GraphView, bn_call: Call) -> str | None:
-    bn = bn_call.layer
-    n = len(view.layer_calls(bn))
-    if n > 1:
-        return f"it is a shared layer, called {n} times; folding it would change every call"
-    if bn_call.kwargs.get("training") is True and bn.trainable:
-        return "it is called with training=True, so it always normalizes with batch statistics"
-    gamma, beta, mean, var = _bn_arrays(bn)
-    for label, arr in (("gamma", gamma), ("beta", beta), ("moving_mean", mean),
-                       ("moving_variance", var)):
-        if arr is not None and not np.all(np.isfinite(arr)):
-            return f"its {label} is not finite"
-    if np.any(var.astype(np.float64) + float(bn.epsilon) <= 0):
-        return "moving_variance + epsilon <= 0 on some channel"
-    return None
-
-
-def _check_layer(view: GraphView, call: Call) -> str | None:
-    """Conditions on the absorbing layer that do not depend on the direction."""
-    return untouchable_reason(call.layer, view.n_calls(call.layer))
-
-
-def _bn_axis(bn, rank: int) -> int:
-    return bn.axis % rank
-
-
-def _check_backward(
-    view: GraphView, bn_call: Call, absorbed: dict | None = None
-) -> tuple[_Match | None, str]:
-    """``absorbed`` maps id(BN call) -> target call for BNs already matched backward: a BN
-    right after one of them folds into the same layer (conv -> BN_a -> BN_b)."""
-    x = bn_call.inputs[0]
-    producer = x.producer
-    if producer is not None and absorbed and id(producer) in absorbed:
-        if x.is_model_output:
-            return None, f"the output of {_q(producer)} is an output of model '{x.output_of[0]}'"
-        if len(x.consumers) != 1:
-            return None, f"the output of {_q(producer)} also feeds another layer"
-        target = absorbed[id(producer)]
-        rank = len(x.shape)
-        if _bn_axis(bn_call.layer, rank) != _bn_axis(producer.layer, rank):
-            return None, f"it normalizes another axis than {_q(producer)}"
-        return _Match(bn_call, target, True), ""
-    if producer is None:
-        return None, "its input is a model input"
-    layer = producer.layer
-    layout = layout_of(layer)
-    if layout is None:
-        return None, (
-            f"its input comes from {_q(producer)} ({type(layer).__name__}), "
-            "which cannot absorb it"
-        )
-    reason = _check_layer(view, producer)
-    if reason:
-        return None, reason
-    others = [c for c in x.consumers if c is not bn_call]
-    if others:
-        return None, f"the output of {_q(producer)} also feeds {_q(others[0])}"
-    if x.is_model_output:
-        return None, (
-            f"the output of {_q(producer)} is also an output of model '{x.output_of[0]}'"
-        )
-    activation = keras.activations.serialize(layer.activation)
-    if activation not in (None, "linear"):
-        return None, (
-            f"{_q(producer)} applies activation '{activation}' before the batch norm"
-        )
-    rank = len(x.shape)
-    want = channel_axis(layer, rank)
-    if _bn_axis(bn_call.layer, rank) != want:
-        return None, (
-            f"it normalizes axis {_bn_axis(bn_call.layer, rank)} but {_q(producer)} "
-            f"writes its channels on axis {want}"
-        )
-    reason = bias_on_wrong_axis(layer, x.shape)
-    if reason:
-        return None, reason
-    return _Match(bn_call, producer, True), ""
-
-
-def _check_forward(view: GraphView, bn_call: Call) -> tuple[_Match | None, str]:
-    y = bn_call.outputs[0]
-    if y.is_model_output:
-        return None, f"its output is an output of model '{y.output_of[0]}'"
-    if len(y.consumers) != 1:
-        names = ", ".join(_q(c) for c in y.consumers) or "nothing"
-        return None, f"its output feeds {len(y.consumers)} layers ({names})"
-    target = y.consumers[0]
-    flatten = None
-    if type(target.layer) is keras.layers.Flatten:
-        flatten = target
-        z = flatten.outputs[0]
-        if len(view.layer_calls(flatten.layer)) > 1:
-            return None, f"{_q(flatten)} is a shared layer"
-        if z.is_model_output or len(z.consumers) != 1:
-            return None, f"the output of {_q(flatten)} does not feed exactly one layer"
-        target = z.consumers[0]
-        if type(target.layer) is not keras.layers.Dense:
-            return None, (
-                f"{_q(flatten)} feeds {_q(target)} ({type(target.layer).__name__}), "
-                "not a Dense layer"
-            )
-        if any(d is None for d in y.shape[1:]):
-            return None, f"the input of {_q(flatten)} has an unknown dimension {y.shape}"
-    layer = target.layer
-    layout = layout_of(layer)
-    if layout is None:
-        return None, (
-            f"its output goes to {_q(target)} ({type(layer).__name__}), "
-            "which cannot absorb it"
-        )
-    if layout.kind == "transpose":
-        return None, (
-            f"{_q(target)} is a transposed convolution; folding into its input is not exact"
-        )
-    reason = _check_layer(view, target)
-    if reason:
-        return None, reason
-    if layout.kind != "dense":
-        padding = layer.padding
-        if padding != "valid":
-            return None, (
-                f"{_q(target)} pads its input (padding='{padding}'); the padded zeros "
-                "would not be normalized, so folding into it is not exact"
-            )
-        groups = getattr(layer, "groups", 1)
-        if groups != 1:
-            return None, f"{_q(target)} has groups={groups}; folding into it is not exact"
-    reason = bias_on_wrong_axis(layer, target.outputs[0].shape)
-    if reason:
-        return None, reason
-    if flatten is None:
-        rank = len(y.shape)
-        want = channel_axis(layer, rank)
-        if _bn_axis(bn_call.layer, rank) != want:
-            return None, (
-                f"it normalizes axis {_bn_axis(bn_call.layer, rank)} but {_q(target)} "
-                f"reads its channels on axis {want}"
-            )
-    return _Match(bn_call, target, False, flatten), ""
-
-
-def _match_bn(view: GraphView, bn_call: Call, absorbed: dict) -> tuple[_Match | None, str]:
-    reason = _check_bn(view, bn_call)
-    if reason:
-        return None, reason
-    match, back_reason = _check_backward(view, bn_call, absorbed)
-    if match:
-        return match, ""
-    match, fwd_reason = _check_forward(view, bn_call)
-    if match:
-        return match, ""
-    return None, f"not after a foldable layer ({back_reason}); not before one ({fwd_reason})"
-
-
-def _bn_calls(view: GraphView) -> list[Call]:
-    return [c for c in view.calls if type(c.layer) is _BN or isinstance(c.layer, _BN)]
-
-
-def _find(view: GraphView) -> tuple[list[_Match], list[SkippedBatchNorm]]:
-    matches, skipped, seen, absorbed = [], [], set(), {}
-    for bn_call in _bn_calls(view):
-        if id(bn_call.layer) in seen:
-            continue
-        seen.add(id(bn_call.layer))
-        match, reason = _match_bn(view, bn_call, absorbed)
-        if match:
-            matches.append(match)
-            if match.bn_after:
-                absorbed[id(bn_call)] = match.target
-        else:
-            skipped.append(SkippedBatchNorm(bn_call.layer, reason))
-    for call, bn in view.hidden_batch_norms:
-        skipped.append(SkippedBatchNorm(bn, (
-            f"it is inside {_q(call)} ({type(call.layer).__name__}), whose graph keras-cle "
-            "cannot read; rebuild that part with the Functional API to fold it"
-        )))
-    return matches, skipped
-
-
-# ---------------------------------------------------------------------------- rewrite
-
-
-def _flatten_channels(flatten_call: Call, bn_axis: int) -> np.ndarray:
-    """Channel index of every position of the Flatten's output, by running the layer itself
-    on an array that holds the channel index at each position (handles data_format)."""
-    shape = flatten_call.inputs[0].shape[1:]
-    axis = bn_axis - 1
-    index = np.arange(shape[axis], dtype=np.float32).reshape(
-        [-1 if i == axis else 1 for i in range(len(shape))]
-    )
-    index = np.broadcast_to(index, shape)[None]
-    flat = keras.ops.convert_to_numpy(flatten_call.layer(index))[0]
-    return np.rint(flat).astype(np.int64)
-
-
-def _fold_values(layer, group: tuple[_Match, ...], dtype=None) -> dict[str, np.ndarray]:
-    """The values ``layer`` takes when the BNs of ``group`` (its matches, forward folds
-    first) are folded into it: computed in float64, returned in float64 or, with ``dtype``,
-    rounded once to it (a lone backward fold then never holds a float64 kernel)."""
-    layout = layout_of(layer)
-    w = {a: _numpy(getattr(layer, a)) for a in layout.kernel_attrs}
-    bias = _numpy(layer.bias) if layer.use_bias else None
-    for m in group:
-        bn = m.bn_call.layer
-        s, t = _fold_math.bn_affine(*_bn_arrays(bn), bn.epsilon)
-        if m.bn_after:
-            w[layout.out_kernel], bias = _fold_math.fold_bn_after(
-                w[layout.out_kernel], bias, s, t, layout.out_axis,
-                depthwise=layout.kind == "depthwise",
-                dtype=dtype if len(group) == 1 else None,
-            )
-            continue
-        if m.flatten is not None:
-            rank = len(m.bn_call.inputs[0].shape)
-            channels = _flatten_channels(m.flatten, _bn_axis(bn, rank))
-            s, t = s[channels], t[channels]
-        if layout.kind == "separable":
-            w["depthwise_kernel"], w["pointwise_kernel"], bias = (
-                _fold_math.fold_bn_before_separable(
-                    w["depthwise_kernel"], w["pointwise_kernel"], bias, s, t
-                )
-            )
-        else:
-            w["kernel"], bias = _fold_math.fold_bn_before(
-                w["kernel"], bias, s, t, depthwise=layout.kind == "depthwise"
-            )
-    values = {**w, "bias": bias}
-    if dtype is not None:
-        values = {a: np.asarray(v).astype(dtype, copy=False) for a, v in values.items()}
-    return values
-
-
-def _edits(matches: list[_Match]) -> dict[int, LayerEdit]:
-    # Forward folds first, then backward folds: BN_b(L(BN_a(x))) composes in that order.
-    # The new values are computed when the rebuild assigns them (or a planner reads them),
-    # one layer at a time: float64 copies of every folded kernel at once would be twice the
-    # model's weights.
-    by_layer: dict[int, list[_Match]] = {}
-    for m in matches:
-        by_layer.setdefault(id(m.target.layer), []).append(m)
-    edits = {}
-    for group in by_layer.values():
-        group.sort(key=lambda m: m.bn_after)
-        layer = group[0].target.layer
-        edits[id(layer)] = LayerEdit(
-            config={} if layer.use_bias else {"use_bias": True},
-            compute=functools.partial(_fold_values, layer, tuple(group)),
-        )
-    return edits
-
-
-def _identity_like(layer):
-    return keras.layers.Identity(name=layer.name, dtype=layer.dtype_policy.name)
-
-
-def fold_plan(matches: list[_Match]) -> tuple[dict[int, LayerEdit], set[int]]:
-    """Edits and removed layers for :func:`cle._rebuild.rebuild` that carry out ``matches``."""
-    edits, bypass = _edits(matches), set()
-    for m in matches:
-        bn_call = m.bn_call
-        if bn_call.outputs[0].is_model_output:
-            # Keras 3 names outputs after the producing layer: an Identity with the BN's name
-            # and dtype policy keeps the model's output names.
-            edits[id(bn_call.layer)] = LayerEdit(replace=_identity_like)
-        else:
-            bypass.add(id(bn_call.layer))
-    return edits, bypass
-
-
-def _apply(model, matches: list[_Match]):
+def _apply(model, matches: list[Match]):
     edits, bypass = fold_plan(matches)
     return rebuild(model, edits=edits, bypass=bypass)
 
@@ -459,7 +150,7 @@ def find_foldable_batch_norms(model) -> BatchNormFoldReport:
         ...     print(skip.bn.name, skip.reason)
     """
     view = graph_view(model)
-    matches, skipped = _find(view)
+    matches, skipped = find_matches(view)
     folds = [FoldedPair(m.target.layer, m.bn_call.layer, m.bn_after) for m in matches]
     return BatchNormFoldReport(folds, skipped)
 
@@ -492,7 +183,7 @@ def fold_all_batch_norms(model):
         ...     print(skip)
     """
     view = graph_view(model)
-    matches, skipped = _find(view)
+    matches, skipped = find_matches(view)
     new_model, clones = _apply(model, matches)
     _log(matches, skipped, model)
     pairs = [
@@ -605,12 +296,12 @@ def fold_given_batch_norms(model, layer_pairs):
             where, verb = ("after", "it follows") if bn_after else ("before", "its output goes to")
             reason = (
                 f"'{bn.name}' is not directly {where} '{layer.name}' "
-                f"({verb} {', '.join(_q(c) for c in neighbours)})"
+                f"({verb} {', '.join(quote(c) for c in neighbours)})"
             )
         else:
-            reason = _check_bn(view, bn_call)
+            reason = check_bn(view, bn_call)
             if not reason:
-                check = _check_backward if bn_after else _check_forward
+                check = check_backward if bn_after else check_forward
                 match, reason = check(view, bn_call)
         if match is None:
             order = f"('{layer.name}', '{bn.name}')" if bn_after else f"('{bn.name}', '{layer.name}')"

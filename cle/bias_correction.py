@@ -18,7 +18,8 @@ with ``Q`` the weight quantizer the model will be deployed with,
   MaxPooling approximately), a ReLU gives ``E = γ·φ(β/γ) + β·Φ(β/γ)``, a capped ReLU
   (ReLU6, :class:`cle.ClippedReLU`) the clipped-normal mean
   :func:`expected_clipped_normal`. A BatchNormalization left in the model also gives
-  statistics for its own output. Anything else is a skip with a reason; or
+  statistics for its own output. Anything else is a skip with a reason
+  (:mod:`cle._bias_stats`); or
 * **empirically** (``calibration_data``): in one forward pass over the calibration data, the
   float model and the model with quantized kernels and the corrections made so far run side
   by side through the graph, and each layer is corrected when it is reached by
@@ -38,17 +39,18 @@ from typing import Any
 
 import keras
 import numpy as np
-from scipy.stats import norm
 
 from cle import _steps
 from cle._backend_caps import check_runnable
+from cle._bias_stats import (
+    analytic_mean, bn_stats_from_folded_pairs, bn_stats_from_report, expected_clipped_normal,
+    expected_relu_normal, normalize_stats)
 from cle._calibration import check_calibration_data
 from cle._graph import graph_view, run_call
 from cle._layouts import (
-    bias_on_wrong_axis, channel_axis, layout_of, read_weight, untouchable_reason)
+    bias_on_wrong_axis, layout_of, read_weight, untouchable_reason)
 from cle._rebuild import LayerEdit, gc_frozen, rebuild
-from cle.layers import ClippedReLU
-from cle._kernels import kernel_layers as _kernel_layers, kernel_specs as _kernel_specs, quantize_kernel
+from cle._kernels import kernel_layers, kernel_specs, quantize_kernel
 
 __all__ = [
     "BiasCorrectionRecord",
@@ -61,54 +63,11 @@ __all__ = [
 
 logger = logging.getLogger("cle.bias_correction")
 
-L = keras.layers
 _KINDS = ("conv", "depthwise", "dense")
-# Layers that keep each channel's mean exactly.
-_EXACT_PASS = (
-    L.AveragePooling1D, L.AveragePooling2D, L.AveragePooling3D,
-    L.GlobalAveragePooling1D, L.GlobalAveragePooling2D, L.GlobalAveragePooling3D,
-    L.Dropout, L.SpatialDropout1D, L.SpatialDropout2D, L.SpatialDropout3D, L.Identity,
-)
-# Layers taken as keeping the mean although they do not quite (the brief's approximation).
-_APPROX_PASS = (
-    L.ZeroPadding1D, L.ZeroPadding2D, L.ZeroPadding3D,
-    L.MaxPooling1D, L.MaxPooling2D, L.MaxPooling3D,
-    L.GlobalMaxPooling1D, L.GlobalMaxPooling2D, L.GlobalMaxPooling3D,
-)
 _BATCH = 32
 
 
 # ------------------------------------------------------------------------------- math
-
-
-def expected_clipped_normal(mean, std, lo=0.0, hi=np.inf) -> np.ndarray:
-    """``E[min(max(X, lo), hi)]`` for ``X ~ N(mean, std²)``, elementwise (float64).
-
-    With ``a = (lo − μ)/σ``, ``b = (hi − μ)/σ``:
-    ``E = lo·Φ(a) + μ·(Φ(b) − Φ(a)) + σ·(φ(a) − φ(b)) + hi·(1 − Φ(b))``
-    (terms of an infinite bound vanish). ``σ`` is taken as ``|std|``; ``σ = 0`` gives
-    ``clip(μ, lo, hi)``. Requires ``lo <= hi``.
-    """
-    mu, sd, lo, hi = np.broadcast_arrays(*(np.asarray(v, dtype=np.float64)
-                                           for v in (mean, std, lo, hi)))
-    sd = np.abs(sd)
-    det = sd == 0
-    s = np.where(det, 1.0, sd)
-    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-        a = (lo - mu) / s
-        b = (hi - mu) / s
-        cdf_a, pdf_a = norm.cdf(a), norm.pdf(a)
-        sf_b, pdf_b = norm.sf(b), norm.pdf(b)
-        mid = norm.cdf(b) - cdf_a
-        lo_term = np.where(np.isfinite(lo), lo * cdf_a, 0.0)
-        hi_term = np.where(np.isfinite(hi), hi * sf_b, 0.0)
-        out = lo_term + mu * mid + s * (pdf_a - pdf_b) + hi_term
-    return np.where(det, np.clip(mu, lo, hi), out)
-
-
-def expected_relu_normal(beta, gamma) -> np.ndarray:
-    """``E[ReLU(X)]`` for ``X ~ N(β, γ²)``: ``|γ|·φ(β/|γ|) + β·Φ(β/|γ|)`` (``γ = 0``: ``max(β, 0)``)."""
-    return expected_clipped_normal(beta, gamma, 0.0, np.inf)
 
 
 def _bias_delta(kind, eps, mean_x, groups=1) -> np.ndarray:
@@ -125,7 +84,7 @@ def _bias_delta(kind, eps, mean_x, groups=1) -> np.ndarray:
     return (summed.T * per_group).sum(axis=1)
 
 
-# ----------------------------------------------------------------------- records / stats
+# --------------------------------------------------------------------------- records
 
 
 @dataclasses.dataclass
@@ -157,238 +116,6 @@ class BiasCorrectionRecord:
             return f"{self.layer}: skipped, {self.reason}"
         extra = f" ({self.note})" if self.note else ""
         return f"{self.layer}: {self.mode}, max |Δbias| {self.max_abs_delta:.3g}{extra}"
-
-
-def _arr(v):
-    return np.asarray(keras.ops.convert_to_numpy(v), dtype=np.float64)
-
-
-def _gamma_beta(bn):
-    c = bn.moving_mean.shape[0]
-    gamma = _arr(bn.gamma) if bn.scale else np.ones(c)
-    beta = _arr(bn.beta) if bn.center else np.zeros(c)
-    return gamma, beta
-
-
-def bn_stats_from_folded_pairs(pairs) -> dict:
-    """``{layer: (γ, β)}`` for the backward folds of :func:`cle.fold_all_batch_norms`.
-
-    Forward folds are left out (their BN describes the layer's input, not its output). When
-    several BNs were folded backward into one layer (conv → BN → BN), the last one describes
-    the output.
-    """
-    stats = {}
-    for pair in pairs:
-        if not getattr(pair, "bn_after", True):
-            continue
-        layer, bn = pair[0], pair[1]
-        stats[layer] = _gamma_beta(bn)
-    return stats
-
-
-def bn_stats_from_report(report) -> dict:
-    """``{layer: (γ/s, β/s)}`` from an :class:`cle.EqualizationReport`.
-
-    γ, β come from the BNs folded backward (``report.folded``); ``s`` is the cross-layer scale
-    factor of the set where the layer is ``layer1`` (its output channels were divided by it).
-    Layers that gave bias to the next layer by high-bias folding are left out (the per-channel
-    shift is not recorded in the report), so their consumers are skipped with a reason.
-    """
-    scale = {}
-    for info in report.sets:
-        for pair in info.cls_pair_info_list:
-            scale[id(pair.layer1)] = np.asarray(pair.scale_factor, dtype=np.float64)
-    absorbed = {r.layer1 for r in getattr(report, "bias_absorptions", ()) if r.absorbed}
-    stats = {}
-    for layer, (gamma, beta) in bn_stats_from_folded_pairs(report.folded).items():
-        if layer.name in absorbed:
-            logger.info("no statistics for '%s': high-bias folding moved part of its bias",
-                        layer.name)
-            continue
-        s = scale.get(id(layer), 1.0)
-        stats[layer] = (gamma / s, beta / s)
-    return stats
-
-
-def _normalize_stats(bn_stats):
-    if not isinstance(bn_stats, dict):
-        raise TypeError(
-            "`bn_stats` must be a dict {layer or layer name: (gamma, beta)}. "
-            f"Received: bn_stats of type {type(bn_stats).__name__}"
-        )
-    out = {}
-    for key, value in bn_stats.items():
-        name = key if isinstance(key, str) else getattr(key, "name", None)
-        if name is None:
-            raise ValueError(f"`bn_stats` keys must be layers or names. Received: {key!r}")
-        try:
-            gamma, beta = value
-            gamma = np.asarray(gamma, dtype=np.float64).reshape(-1)
-            beta = np.asarray(beta, dtype=np.float64).reshape(-1)
-        except (TypeError, ValueError) as exc:
-            raise ValueError(
-                f"`bn_stats['{name}']` must be a pair (gamma, beta) of per-channel arrays."
-            ) from exc
-        if gamma.shape != beta.shape or not (np.isfinite(gamma).all() and np.isfinite(beta).all()):
-            raise ValueError(
-                f"`bn_stats['{name}']`: gamma and beta must be finite and of the same length. "
-                f"Received: shapes {gamma.shape} and {beta.shape}"
-            )
-        out[name] = (gamma, beta)
-    return out
-
-
-# ------------------------------------------------------------------- analytic statistics
-
-
-def _clip_of(layer):
-    """(lo, hi) if ``layer`` is a (capped) ReLU, else None."""
-    if isinstance(layer, ClippedReLU) and type(layer) is ClippedReLU:
-        return 0.0, _arr(layer.caps)
-    if type(layer) is L.ReLU:
-        if float(layer.negative_slope) != 0.0 or float(layer.threshold) != 0.0:
-            return None
-        return 0.0, (np.inf if layer.max_value is None else float(layer.max_value))
-    if type(layer) is L.Activation:
-        return _activation_clip(layer.activation)
-    return None
-
-
-def _activation_clip(fn):
-    name = keras.activations.serialize(fn)
-    if name in (None, "linear"):
-        return -np.inf, np.inf
-    if name == "relu":
-        return 0.0, np.inf
-    if name == "relu6":
-        return 0.0, 6.0
-    return None
-
-
-class _Skip(Exception):
-    pass
-
-
-_MERGE = (L.Add, L.Average, L.Concatenate)
-
-
-def _analytic_mean(call, stats):
-    """((E[x] per input channel of ``call``, note), "") or (None, reason)."""
-    notes = []
-    try:
-        mean = _tensor_mean(call.inputs[0], stats, notes,
-                            allow_flatten=layout_of(call.layer).kind == "dense")
-    except _Skip as skip:
-        return None, str(skip)
-    return (mean, "; ".join(dict.fromkeys(notes))), ""
-
-
-def _tensor_mean(x, stats, notes, allow_flatten=False, depth=0):
-    """Per-channel mean of tensor ``x`` of the view, or raise :class:`_Skip`.
-
-    Walks back through pass-through layers and (capped) ReLUs to a layer with statistics
-    (its pre-activation is N(β, γ²)) or an unfolded BatchNormalization. An Add / Average /
-    channel Concatenate with no ReLU after it is followed into each of its inputs (means add /
-    average / concatenate exactly; a ReLU after it would need the sum's distribution).
-    """
-    if depth > 200:
-        raise _Skip("the path back to statistics is too long")
-    ops = []  # walking backward: ("clip", lo, hi) | ("flatten", layer, in_shape)
-    mean = None
-    while True:
-        p = x.producer
-        if p is None:
-            raise _Skip("its input is a model input, whose statistics are unknown"
-                        if depth == 0 and not ops else
-                        "a model input lies on its input path; its statistics are unknown")
-        layer = p.layer
-        if layer.name in stats:
-            gamma, beta = stats[layer.name]
-            if layout_of(layer) is not None:
-                clip = _activation_clip(layer.activation)
-                if clip is None:
-                    raise _Skip(f"'{layer.name}' applies activation "
-                                f"'{keras.activations.serialize(layer.activation)}'")
-                ops.append(("clip",) + clip)
-            break
-        if isinstance(layer, L.BatchNormalization):
-            if p.kwargs.get("training") is True:
-                raise _Skip(f"'{layer.name}' is called with training=True")
-            gamma, beta = _gamma_beta(layer)
-            break
-        if layout_of(layer) is not None:
-            raise _Skip(f"no statistics for the output of '{layer.name}' (no batch norm "
-                        "folded backward into it)")
-        if p.kind in _MERGE:  # a layer, or an op such as ``x + y`` (see _graph.Call.kind)
-            if any(op[0] == "clip" for op in ops):
-                raise _Skip(f"a ReLU follows '{layer.name}' ({type(layer).__name__}); the "
-                            "distribution of its output is not modelled")
-            if type(layer) is L.Concatenate and layer.axis not in (-1, len(x.shape) - 1):
-                raise _Skip(f"'{layer.name}' concatenates along axis {layer.axis}, not channels")
-            parts = [_tensor_mean(t, stats, notes, depth=depth + 1) for t in p.inputs]
-            if type(layer) is L.Concatenate:
-                mean = np.concatenate(parts)
-            else:
-                if len({m.shape for m in parts}) != 1:
-                    raise _Skip(f"the inputs of '{layer.name}' broadcast channels")
-                mean = np.sum(parts, axis=0)
-                if type(layer) is L.Average:
-                    mean = mean / len(parts)
-            break
-        if len(p.inputs) != 1:
-            raise _Skip(f"its input comes from '{layer.name}' ({type(layer).__name__}) "
-                        "with several inputs")
-        clip = _clip_of(layer)
-        if clip is not None:
-            ops.append(("clip",) + clip)
-        elif type(layer) in _EXACT_PASS:
-            pass
-        elif type(layer) in _APPROX_PASS:
-            notes.append(f"'{layer.name}' taken as keeping the mean")
-        elif type(layer) is L.Flatten:
-            if ops or not allow_flatten:
-                raise _Skip(f"'{layer.name}' (Flatten) is not right before a Dense layer")
-            ops.append(("flatten", layer, p.inputs[0].shape))
-        else:
-            raise _Skip(f"its input comes through '{layer.name}' ({type(layer).__name__}), "
-                        "whose effect on the mean is not modelled")
-        x = p.inputs[0]
-    lo, hi = -np.inf, np.inf
-    flatten = None
-    if mean is None:
-        # Per-channel caps (ClippedReLU) must have one entry per channel of the statistics.
-        n = np.shape(beta)
-        if any(np.ndim(v) and np.shape(v) != n for op in ops if op[0] == "clip"
-               for v in op[1:]):
-            raise _Skip("the caps on the path do not match the statistics' channel count")
-    for op in reversed(ops):
-        if op[0] == "flatten":
-            flatten = op
-            continue
-        lo, hi = np.clip(lo, op[1], op[2]), np.clip(hi, op[1], op[2])
-    if mean is None:
-        mean = expected_clipped_normal(beta, gamma, lo, hi)
-    if flatten is not None:
-        _, layer, shape = flatten
-        mean = _through_flatten(layer, shape, mean)
-        if mean is None:
-            raise _Skip(f"cannot map channels through '{layer.name}'")
-    return mean
-
-
-def _through_flatten(layer, shape, mean):
-    shape = tuple(shape[1:])
-    if any(d is None for d in shape):
-        return None
-    axis = -1 if getattr(layer, "data_format", "channels_last") == "channels_last" else 0
-    c = shape[axis]
-    if c != mean.shape[0]:
-        return None
-    idx = np.zeros(shape, dtype=np.float32)
-    idx += np.arange(c, dtype=np.float32).reshape([c if i == axis % len(shape) else 1
-                                                   for i in range(len(shape))])
-    flat = keras.ops.convert_to_numpy(layer(idx[None]))[0].astype(np.int64)
-    return mean[flat]
 
 
 # ----------------------------------------------------------------------------- checks
@@ -445,7 +172,7 @@ def _corrected_model(model, plan, deltas, in_place=False):
     corrected. Returns ``(model, clones)`` as :func:`rebuild` does (``clones`` is None in
     place)."""
     def new_bias(layer, delta):  # in float64; cast once, to the variable's dtype, when set
-        return (_arr(layer.bias) if layer.use_bias else 0.0) - delta
+        return (read_weight(layer.bias).astype(np.float64) if layer.use_bias else 0.0) - delta
 
     if in_place and all(call.layer.use_bias for call in plan):
         for call in plan:
@@ -493,17 +220,35 @@ def correct_bias(model, bn_stats=None, calibration_data=None, bits=8, per_channe
         TypeError: ``model`` is not a ``keras.Model``.
         ValueError: bad arguments.
     """
-    return _correct_bias(model, bn_stats, calibration_data, bits, per_channel, progress,
-                         return_report)
+    new_model, records, _ = _correct(model, bn_stats, calibration_data, bits, per_channel,
+                                     progress, in_place=False)
+    return (new_model, records) if return_report else new_model
+
+
+def correct_bias_in_place(model, report, bn_stats, calibration_data, bits, per_channel,
+                          progress):
+    """Bias correction of a model the caller owns (one :func:`cle.equalize_model` has just
+    built): corrected in place, or, if a corrected layer needs a bias added, rebuilt once with
+    ``report``'s layers pointed at the new model's (through the rebuild's clone map).
+
+    Returns:
+        ``(model, records)``.
+    """
+    new_model, records, clones = _correct(
+        model, bn_stats, calibration_data, bits, per_channel, progress, in_place=True)
+    if clones is not None:
+        report.folded = [type(p)(clones[id(p.layer)], p.bn, p.bn_after) for p in report.folded]
+        for info in report.sets:
+            for pair in info.cls_pair_info_list:
+                pair.layer1, pair.layer2 = clones[id(pair.layer1)], clones[id(pair.layer2)]
+    return new_model, records
 
 
 @gc_frozen()
-def _correct_bias(model, bn_stats=None, calibration_data=None, bits=8, per_channel=False,
-                  progress=None, return_report=False, in_place=False):
-    """:func:`correct_bias`; with ``in_place``, ``model`` (a model the caller owns, such as
-    one :func:`cle.equalize_model` has just built) is corrected and returned itself when none
-    of its corrected layers needs a bias added. Runs under :func:`gc_frozen` (building and
-    walking a deep model pays for full collections over the input model's objects)."""
+def _correct(model, bn_stats, calibration_data, bits, per_channel, progress, in_place):
+    """:func:`correct_bias`: ``(new model, records, clones or None)``. Runs under
+    :func:`gc_frozen` (building and walking a deep model pays for full collections over the
+    input model's objects)."""
     if not isinstance(model, keras.Model):
         raise TypeError(f"Expected a keras.Model. Received: model of type {type(model).__name__}")
     if (bn_stats is None) == (calibration_data is None):
@@ -528,11 +273,11 @@ def _correct_bias(model, bn_stats=None, calibration_data=None, bits=8, per_chann
 
     analytic = {}
     if bn_stats is not None:
-        stats = _normalize_stats(bn_stats)
+        stats = normalize_stats(bn_stats)
         keep = []
         for call in plan:
             kind = layout_of(call.layer).kind
-            result, reason = _analytic_mean(call, stats)
+            result, reason = analytic_mean(call, stats)
             if result is not None and result[0].shape[0] != _in_channels(call.layer, kind):
                 result, reason = None, (f"the statistics have {result[0].shape[0]} channels, "
                                         f"the layer reads {_in_channels(call.layer, kind)}")
@@ -553,14 +298,12 @@ def _correct_bias(model, bn_stats=None, calibration_data=None, bits=8, per_chann
                                             per_channel, say):
         deltas[id(call)] = delta
         records[id(call)] = _record(call.layer, mode, delta, note, not call.layer.use_bias)
-    new_model, _ = _corrected_model(model, plan, deltas, in_place)
+    new_model, clones = _corrected_model(model, plan, deltas, in_place)
     ordered = [records[id(c)] for c in calls]
     for rec in ordered:
         if not rec.corrected:
             logger.info("bias of '%s' not corrected: %s", rec.layer, rec.reason)
-    if return_report:
-        return new_model, ordered
-    return new_model
+    return new_model, ordered, clones
 
 
 def _measure(view, plan, analytic, calibration, bits, per_channel, say):
@@ -711,8 +454,8 @@ def _quantized_kernels(layer, bits, per_channel):
     return [(getattr(qlayer, attr), _quantized_kernel(getattr(qlayer, attr), bits,
                                                       per_channel, axis, depthwise))
             for qlayer in ([layer] if layout_of(layer) is not None else [])
-            + _kernel_layers(layer)
-            for attr, axis, depthwise in _kernel_specs(qlayer)]
+            + kernel_layers(layer)
+            for attr, axis, depthwise in kernel_specs(qlayer)]
 
 
 def _weight_values(layer, bits=None, per_channel=False):
@@ -734,7 +477,7 @@ def _quantized_kernel(var, bits, per_channel, axis, depthwise):
 def _quantize_kernels(layers, bits, per_channel):
     """Quantize every kernel of ``layers`` in place."""
     for qlayer in layers:
-        for attr, axis, depthwise in _kernel_specs(qlayer):
+        for attr, axis, depthwise in kernel_specs(qlayer):
             var = getattr(qlayer, attr)
             var.assign(_quantized_kernel(var, bits, per_channel, axis, depthwise))
 
@@ -742,5 +485,5 @@ def _quantize_kernels(layers, bits, per_channel):
 def _quantized_copy(model, bits, per_channel):
     """``rebuild(model)`` with every kernel quantized as :func:`fake_quantize_weights` does."""
     qmodel, qclones = rebuild(model)
-    _quantize_kernels(_kernel_layers(qmodel), bits, per_channel)
+    _quantize_kernels(kernel_layers(qmodel), bits, per_channel)
     return qmodel, qclones

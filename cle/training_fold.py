@@ -63,6 +63,7 @@ import numpy as np
 from keras import ops
 
 from cle import batch_norm_fold as _bnf
+from cle._bn_match import find_matches, identity_like
 from cle._folded_bn import (
     BN_DEFAULTS, ConvMixin, DepthwiseMixin, FoldedBatchNorm, check_options, fused_doc,
 )
@@ -399,7 +400,7 @@ def fuse_for_training(
         "kernel_quantizer": kernel_quantizer,
     }
     view = graph_view(model)
-    matches, skipped = _bnf._find(view)
+    matches, skipped = find_matches(view)
     fused, edits, bypass = [], {}, set()
     for match in matches:
         reason = _fuse_reason(match)
@@ -412,7 +413,7 @@ def fuse_for_training(
         edits[id(layer)] = LayerEdit(replace=lambda old, cls=cls, config=config:
                                      cls.from_config(config))
         if match.bn_call.outputs[0].is_model_output:
-            edits[id(bn)] = LayerEdit(replace=_bnf._identity_like)  # keeps output names
+            edits[id(bn)] = LayerEdit(replace=identity_like)  # keeps output names
         else:
             bypass.add(id(bn))
         fused.append((layer, bn))

@@ -240,10 +240,12 @@ _CAPPED = ("relu6", "clipped")
 
 
 def _fit_decisions(plan, matches, edits, model, scales):
-    """The pipeline's per-set decisions (:func:`cle.cross_layer_equalization._decide_sets`) for
-    the scales named ``scales`` (see :data:`FIT_SCALES`)."""
+    """The pipeline's per-set decisions (:func:`cle._plan.decide_sets`) for the scales named
+    ``scales`` (see :data:`FIT_SCALES`)."""
     from cle import _qnoise
-    from cle import cross_layer_equalization as eq
+    from cle._options import EqualizeOptions
+    from cle._plan import decide_sets
+    from cle._scaling import PlannedWeights
 
     if scales == "nagel":
         def choose(w, junctions, target, extra=(), min_gain_db=0.0):  # Nagel's: the one extra
@@ -253,7 +255,8 @@ def _fit_decisions(plan, matches, edits, model, scales):
     else:
         settings = _qnoise_settings({**dict(FIT_MODELS)[scales], "MIN_GAIN_DB": 0.0})
     with settings:
-        return eq._decide_sets(plan, matches, edits, _qnoise.QuantTarget(), model)
+        return decide_sets(model, plan, matches, PlannedWeights(edits), EqualizeOptions(),
+                           None, None)[0]
 
 
 def fit(net, log=print):
@@ -265,11 +268,13 @@ def fit(net, log=print):
     from scipy.stats import norm
 
     from cle import _qnoise, _scale_choice
-    from cle import batch_norm_fold as bnf
-    from cle import cross_layer_equalization as eq
+    from cle._bn_match import find_matches, fold_plan
     from cle._cls_sets import find_sets
     from cle._graph import graph_view
     from cle._layouts import channel_axis
+    from cle._plan import pre_activation
+    from cle._scaling import PlannedWeights
+    from cle._weights import gamma_beta
 
     t = time.perf_counter()
     _, build, prep, size = NETS[net]
@@ -277,13 +282,13 @@ def fit(net, log=print):
     x = prep(P.sample_images(FIT_CROPS, size=size, seed=FIT_SEED))
     # The sets as equalize_model() plans them (relu6="bound"), on the model before folding.
     view = graph_view(model)
-    matches, _ = bnf._find(view)
-    edits, _ = bnf.fold_plan(matches)
+    matches, _ = find_matches(view)
+    edits, _ = fold_plan(matches)
     folded = {id(m.bn_call.layer) for m in matches}
     plan = find_sets(view, "bound", transparent=folded)
-    bns = {id(m.target.layer): eq._gamma_beta(m.bn_call.layer) for m in matches if m.bn_after}
-    value = eq._weight_reader(edits)
-    links = [(i, k, link, eq._pre_activation(link, folded))
+    bns = {id(m.target.layer): gamma_beta(m.bn_call.layer) for m in matches if m.bn_after}
+    value = PlannedWeights(edits).exact
+    links = [(i, k, link, pre_activation(link, folded))
              for i, links in enumerate(plan.sets) for k, link in enumerate(links)
              if id(link.first.layer) in bns]
     links = [row for row in links if row[3] is not None]
@@ -339,11 +344,11 @@ def fit(net, log=print):
             # What the converter calibrates: only hi, lo and the cap enter the range.
             capv = np.broadcast_to(np.asarray(cap, dtype=np.float64), beta.shape).copy()
             measured = _qnoise.Junction(hi, lo, kind, capv, *[np.zeros_like(beta)] * 3)
-            ranges = {"measured": {n: _qnoise._tensor(measured, s)[0] for n, s in scales.items()}}
+            ranges = {"measured": {n: _qnoise.tensor_range(measured, s)[0] for n, s in scales.items()}}
             for label, settings in FIT_MODELS:
                 with _qnoise_settings(settings):
                     j = _qnoise.junction_from_bn(gamma, beta, kind, cap, positions)
-                ranges[label] = {n: _qnoise._tensor(j, s)[0] for n, s in scales.items()}
+                ranges[label] = {n: _qnoise.tensor_range(j, s)[0] for n, s in scales.items()}
             row["ranges"] = ranges
         rows.append(row)
     rows = _rounded(rows)

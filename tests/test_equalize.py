@@ -400,3 +400,70 @@ def test_bias_correction_options_are_checked():
         cle.equalize_model(model, bias_correction="empirical")
     with pytest.raises(ValueError, match="calibration_data is needed for, and only for"):
         cle.equalize_model(model, calibration_data=np.zeros((1, 12, 12, 4)))
+
+
+# ------------------------------------------------------------------ one view, one set search
+
+
+def _count_calls(monkeypatch, module_attr):
+    """Wrap every module's reference to ``module_attr`` (imported by name) with a recorder."""
+    import importlib
+
+    seen, wrapped = [], 0
+    for name in ("cle.cross_layer_equalization", "cle._plan", "cle._aimet", "cle._relu6",
+                 "cle.batch_norm_fold", "cle.bias_correction", "cle._cls_sets", "cle._graph"):
+        module = importlib.import_module(name)
+        fn = getattr(module, module_attr, None)
+        if fn is None:
+            continue
+        wrapped += 1
+
+        def recorder(*args, _fn=fn, **kwargs):
+            seen.append(args[0])
+            return _fn(*args, **kwargs)
+
+        monkeypatch.setattr(module, module_attr, recorder)
+    assert wrapped >= 2  # the defining module and at least one user
+    return seen
+
+
+@pytest.mark.parametrize("options", [
+    {},
+    {"objective": "weights"},
+    {"relu6": "replace", "high_bias_fold": "all", "objective": "weights"},
+    {"high_bias_fold": "unpadded", "per_channel_weights": False},
+])
+def test_equalize_model_views_the_model_once_and_searches_sets_once(monkeypatch, options):
+    """Every stage plans on one graph view of the input model with one set search; a second
+    view or search (of the rebuilt model) must not come back."""
+    inp = keras.Input((8, 8, 3))
+    x = keras.layers.Conv2D(8, 3, padding="same", use_bias=False)(inp)
+    x = keras.layers.ReLU(6.0)(keras.layers.BatchNormalization()(x))
+    x = keras.layers.DepthwiseConv2D(3, padding="same", use_bias=False)(x)
+    x = keras.layers.ReLU(6.0)(keras.layers.BatchNormalization()(x))
+    x = keras.layers.Conv2D(6, 1)(x)
+    model = randomize_batch_norms(keras.Model(inp, x))
+    views = _count_calls(monkeypatch, "graph_view")
+    searches = _count_calls(monkeypatch, "find_sets")
+    new, report = cle.equalize_model(model, return_report=True, **options)
+    assert views == [model]
+    assert len(searches) == 1
+    assert len(report.scaling) == 1  # the triplet was planned and decided from that search
+    if options.get("relu6") != "replace" and options.get("high_bias_fold") != "all":
+        x = np.random.default_rng(0).normal(size=(2, 8, 8, 3)).astype("float32")
+        assert max_rel_error(model, new, x) <= RTOL
+
+
+def test_analytic_bias_correction_views_only_the_new_model_again(monkeypatch):
+    """Bias correction walks the model it corrects (the new one, in place): that is the only
+    other view."""
+    inp = keras.Input((8, 8, 3))
+    x = keras.layers.Conv2D(8, 3, padding="same", use_bias=False)(inp)
+    x = keras.layers.ReLU()(keras.layers.BatchNormalization()(x))
+    x = keras.layers.Conv2D(6, 1)(x)
+    model = randomize_batch_norms(keras.Model(inp, x))
+    views = _count_calls(monkeypatch, "graph_view")
+    searches = _count_calls(monkeypatch, "find_sets")
+    new = cle.equalize_model(model, bias_correction="analytic")
+    assert views == [model, new]
+    assert len(searches) == 1

@@ -142,12 +142,12 @@ def test_uncertain_ranges_raise_the_expected_max_of_equalized_channels():
     certain (its own median, times e^(σ²/2) on average)."""
     c = 256
     j = _qnoise.junction_from_bn(np.ones(c), np.zeros(c), "relu", None, positions=196)
-    equal, _ = _qnoise._tensor(j, np.ones(c))
+    equal, _ = _qnoise.tensor_range(j, np.ones(c))
     assert equal > 2.0 * j.hi.max()  # e^(0.4 · 2.7) ≈ 2.9 for the max of 256
     gamma = np.full(c, 0.01)
     gamma[0] = 1.0
     one = _qnoise.junction_from_bn(gamma, np.zeros(c), "relu", None, positions=196)
-    dominant, _ = _qnoise._tensor(one, np.ones(c))
+    dominant, _ = _qnoise.tensor_range(one, np.ones(c))
     assert dominant == pytest.approx(one.hi[0] * np.exp(_qnoise.RANGE_LOG_SPREAD ** 2 / 2),
                                      rel=0.15)
 
