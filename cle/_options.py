@@ -1,5 +1,6 @@
-"""The options of :func:`cle.equalize_model`, checked once (also for
-``CrossLayerScaling.scale_model`` and the command line)."""
+"""The options of :func:`cle.equalize_model`, checked once (the checks are shared with
+``CrossLayerScaling.scale_model``; the command line checks its flags before importing the
+library)."""
 
 from __future__ import annotations
 

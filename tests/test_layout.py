@@ -1,5 +1,7 @@
-"""The package's shape, as docs/design.md states it: no module of ``cle/`` reaches into another
-module's private names, and none grows past the size a reader can hold.
+"""The package's shape, as docs/design.md states it: every module sits in one tier and imports
+only its own tier and those above it (the "Tiers" table of docs/design.md is read, not copied),
+no module of ``cle/`` reaches into another module's private names, and none grows past the size
+a reader can hold.
 
 Private *modules* (``cle/_graph.py``) are the package's internal API and may be imported with
 their public names; a name with a leading underscore belongs to its own module alone.
@@ -7,10 +9,12 @@ their public names; a name with a leading underscore belongs to its own module a
 
 import ast
 import pathlib
+import re
 
 import pytest
 
-PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "cle"
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "cle"
 MAX_LINES = 600
 SOURCES = sorted(PACKAGE.rglob("*.py"))
 
@@ -73,3 +77,48 @@ def test_the_private_name_check_can_fail(tmp_path, monkeypatch):
                         else pathlib.Path.read_bytes(self).decode(encoding or "utf-8"))
     assert private_uses(fake) == [(1, "from cle.batch_norm_fold import _find"),
                                   (3, "bnf._bn_arrays")]
+
+
+def tiers():
+    """``{module: tier index}`` from the "Tiers" table of docs/design.md."""
+    text = (ROOT / "docs" / "design.md").read_text(encoding="utf-8")
+    section = text.split("\n## Tiers\n", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| ")][1:]
+    found = {}
+    for i, row in enumerate(rows):
+        for module in re.findall(r"`(\w+)`", row.rsplit("|", 2)[-2]):
+            assert module not in found, f"{module} is in two tiers of docs/design.md"
+            found[module] = i
+    return found
+
+
+def cle_imports(path):
+    """The cle modules ``path`` imports (by file stem), wherever the import statement is."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "cle":
+            if node.module == "cle":
+                out.update(a.name for a in node.names if (PACKAGE / f"{a.name}.py").exists())
+            else:
+                out.add(node.module.split(".")[1])
+        elif isinstance(node, ast.Import):
+            out.update(a.name.split(".")[1] for a in node.names if a.name.startswith("cle."))
+    out.discard(path.stem)
+    return out
+
+
+def test_every_module_has_a_tier():
+    table = tiers()
+    assert len(set(table.values())) == 4
+    modules = {p.stem for p in SOURCES}
+    assert sorted(modules - set(table)) == [], "add the new module to docs/design.md's Tiers"
+    assert sorted(set(table) - modules) == [], "docs/design.md names modules that do not exist"
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_imports_go_only_to_the_same_or_a_lower_tier(path):
+    table = tiers()
+    mine = table[path.stem]
+    above = sorted(m for m in cle_imports(path) if table.get(m, -1) > mine)
+    assert above == [], f"{path.name} (tier {mine}) imports {above} from a higher tier"
