@@ -395,11 +395,11 @@ def _modelled(net, cap=6.0):
 NOISE_DB_TOLERANCE = 1.5
 
 PER_TENSOR_TRIPLET_XFAIL = pytest.mark.xfail(strict=True, reason=(
-    "known (issue #20): with per-tensor weights the model over-predicts the depthwise weights' "
-    "noise of a triplet whose scaled depthwise ranges are spread (its depthwise term alone by "
-    "up to 4 dB on this chain, the total by 2 dB at 8 bits); likely cause: a depthwise weight "
+    "known limitation of the noise model: with per-tensor weights the model over-predicts the "
+    "depthwise weights' noise of a triplet whose scaled depthwise ranges are spread (its "
+    "depthwise term alone by up to 4 dB on this chain, the total by 2 dB at 8 bits); likely cause: a depthwise weight "
     "rounded to zero costs only its own power, a bound the model applies to the first and last "
-    "layers' weights but not to the depthwise ones. Left for the redesign (part 2)"))
+    "layers' weights but not to the depthwise ones. Open: a fix changes default decisions"))
 
 
 @pytest.mark.parametrize("bits", [8, 6])
