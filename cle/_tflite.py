@@ -135,7 +135,9 @@ def _representative(x):
     return gen
 
 
-def _converter(model, x, per_channel=True):
+def _converter(model, x, per_channel=True, io_type=None):
+    """The converter set up for full-integer quantization calibrated on ``x``; ``io_type``, if
+    given, is the type of the model's input and output."""
     import tensorflow as tf
 
     converter = tf.lite.TFLiteConverter.from_keras_model(model)
@@ -144,6 +146,9 @@ def _converter(model, x, per_channel=True):
     converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
     if not per_channel:
         converter._experimental_disable_per_channel = True
+    if io_type is not None:
+        converter.inference_input_type = io_type
+        converter.inference_output_type = io_type
     return converter
 
 
@@ -151,11 +156,8 @@ def convert_int8(model, x, per_channel=True, integer_io=False) -> bytes:
     """The converter's one-step full-INT8 flatbuffer of ``model``, calibrated on ``x``."""
     import tensorflow as tf
 
-    io_type = tf.int8 if integer_io else tf.float32
     with quiet():
-        converter = _converter(model, x, per_channel)
-        converter.inference_input_type = io_type
-        converter.inference_output_type = io_type
+        converter = _converter(model, x, per_channel, tf.int8 if integer_io else tf.float32)
         return bytes(converter.convert())
 
 
@@ -187,20 +189,15 @@ def convert_int16(model, x, integer_io=False) -> bytes:
 
     check_tflite_backend("cle.quantize")
     with quiet():
-        converter = _converter(model, x)
+        converter = _converter(model, x, io_type=tf.int16 if integer_io else tf.float32)
         converter.target_spec.supported_ops = [
             tf.lite.OpsSet.EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8]
-        io_type = tf.int16 if integer_io else tf.float32
-        converter.inference_input_type = io_type
-        converter.inference_output_type = io_type
         try:
             return bytes(converter.convert())
         except RuntimeError as exc:
             ops = sorted(set(re.findall(r"not yet supported for op: '(\w+)'", str(exc))))
             if not ops:
                 raise
-    import keras
-
     raise RuntimeError(
         f"TF Lite's 16x8 mode cannot quantize the ops {', '.join(ops)} of this model (as the "
         f"{keras.backend.backend()} backend exports it); use activation_bits=8"
