@@ -68,10 +68,10 @@ def _nchw_conv_layers(model) -> list[str]:
 
 def channels_first_problem(model) -> str | None:
     """Why ``model`` cannot be run here (one sentence), or None if it can."""
-    if channels_first_conv_supported():
-        return None
+    # The layers first: the probe (and the one-line log TensorFlow writes when it fails) is
+    # needed only for a model with channels_first convolutions.
     names = _nchw_conv_layers(model)
-    if not names:
+    if not names or channels_first_conv_supported():
         return None
     shown = ", ".join(f"'{n}'" for n in names[:5]) + (
         f" and {len(names) - 5} more" if len(names) > 5 else "")

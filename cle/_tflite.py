@@ -33,6 +33,7 @@ from typing import Callable
 import keras
 import numpy as np
 
+from cle import _graph
 from cle._inference import interpreter
 
 # Values kept per tensor to choose its range (a uniform sample of all positions of all
@@ -135,12 +136,38 @@ def _representative(x):
     return gen
 
 
-def _converter(model, x, per_channel=True, io_type=None):
+def _from_model(model, keras_route=False):
+    """TF Lite's converter reading ``model``.
+
+    On the TensorFlow backend a Functional or Sequential model is traced once (inference
+    mode, batch dimension free) and handed to the converter as a concrete function, whose
+    variables it freezes into constants: the route TF Lite takes for Keras 2 models.
+    ``from_keras_model`` (``keras_route``, and every other model or backend) first writes a
+    Keras 3 model out as a SavedModel through Keras' ``ExportArchive`` and reads it back,
+    which takes most of a conversion's time for the same flatbuffer (tests/test_quantize.py
+    checks both routes give the same ranges and the same INT8 outputs).
+    """
+    import tensorflow as tf
+
+    if (keras_route or keras.backend.backend() != "tensorflow"
+            or _graph.inner_function(model) is None or len(model.inputs) != 1):
+        return tf.lite.TFLiteConverter.from_keras_model(model)
+    spec = model.inputs[0]
+    call = tf.function(lambda t: model(t, training=False),
+                       input_signature=[tf.TensorSpec(spec.shape, spec.dtype,
+                                                      name=spec.name)])
+    # The tf.function as the "trackable object": the converter freezes the function's
+    # variables instead of saving the model as a SavedModel first.
+    return tf.lite.TFLiteConverter.from_concrete_functions([call.get_concrete_function()],
+                                                           call)
+
+
+def _converter(model, x, per_channel=True, io_type=None, keras_route=False):
     """The converter set up for full-integer quantization calibrated on ``x``; ``io_type``, if
     given, is the type of the model's input and output."""
     import tensorflow as tf
 
-    converter = tf.lite.TFLiteConverter.from_keras_model(model)
+    converter = _from_model(model, keras_route)
     converter.optimizations = [tf.lite.Optimize.DEFAULT]
     converter.representative_dataset = _representative(x)
     converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
@@ -161,12 +188,13 @@ def convert_int8(model, x, per_channel=True, integer_io=False) -> bytes:
         return bytes(converter.convert())
 
 
-def calibrate(model, x) -> bytes:
+def calibrate(model, x, keras_route=False) -> bytes:
     """The float flatbuffer of ``model`` with every activation tensor's min/max over ``x``
-    (the converter's calibration step alone)."""
+    (the converter's calibration step alone); ``keras_route``: read the model with
+    ``from_keras_model`` (see :func:`_from_model`)."""
     check_tflite_backend("cle.quantize")
     with quiet():
-        converter = _converter(model, x)
+        converter = _converter(model, x, keras_route=keras_route)
         converter._experimental_calibrate_only = True
         return bytes(converter.convert())
 

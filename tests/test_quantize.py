@@ -165,6 +165,23 @@ def test_two_step_route_equals_the_converter(net, data):
     np.testing.assert_array_equal(Q.run_tflite(one_step, data), Q.run_tflite(two_step, data))
 
 
+@tensorflow_only("the concrete-function route is the TensorFlow backend's; JAX models take "
+                 "from_keras_model only")
+@pytest.mark.parametrize("sequential", [False, True], ids=["functional", "sequential"])
+def test_concrete_function_route_equals_from_keras_model(net, data, sequential):
+    """The converter reads a model traced once as a concrete function (fast) and gets the
+    same calibrated ranges and INT8 model as from from_keras_model's SavedModel export."""
+    model = keras.Sequential([keras.Input(data.shape[1:]), net]) if sequential else net
+    fast = _tflite.calibrate(model, data)
+    slow = _tflite.calibrate(model, data, keras_route=True)
+    got = [(r.shape, r.calibrated) for r in _tflite.ranges_of(fast)]
+    assert got and got == [(r.shape, r.calibrated) for r in _tflite.ranges_of(slow)]
+    for per_channel in (False, True):
+        np.testing.assert_array_equal(
+            Q.run_tflite(_tflite.quantize_calibrated(fast, per_channel=per_channel), data),
+            Q.run_tflite(_tflite.quantize_calibrated(slow, per_channel=per_channel), data))
+
+
 def test_written_ranges_reach_the_int8_model(net, data):
     calibrated = _tflite.calibrate(net, data)
     ranges = _tflite.ranges_of(calibrated)
@@ -321,9 +338,10 @@ def test_sparse_tensor_keeps_min_max():
 
 def test_integer_io_input_keeps_its_min_max(net, data):
     content, report = cle.quantize(net, data, integer_io=True, bias_correction="none")
-    first = [r for r in report.ranges if r.name.startswith("serving_default")]
+    details = _inference.interpreter(content).get_input_details()[0]
+    first = [r for r in report.ranges if r.name == details["name"]]
     assert first and all(r.how == "min/max" for r in first)
-    scale, zero = _inference.interpreter(content).get_input_details()[0]["quantization"]
+    scale, zero = details["quantization"]
     lo, hi = first[0].calibrated
     assert scale == pytest.approx((hi - lo) / 255, rel=1e-3)
 
