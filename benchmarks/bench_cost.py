@@ -132,6 +132,7 @@ def main(argv=None):
         names, size = list(application_constructors()), args.size
     else:
         names, size = args.models or DEFAULT, args.size or 224
+    start_load = os.getloadavg()[0]
     print(f"load average at start: {os.getloadavg()}", flush=True)
     header = ("| model | input | weights MB | clone s | fold/clone | eq/clone | eq peak MB "
               "| ×weights | cold eq/clone |\n|---|---|---|---|---|---|---|---|---|")
@@ -169,10 +170,12 @@ def main(argv=None):
         sys.path.insert(0, str(ROOT / "scripts"))
         from _docblocks import replace_block
 
+        from _docblocks import cpu_name
+
         text = (header + "\n" + "\n".join(rows) + "\n\n"
-                f"Measured by `benchmarks/bench_cost.py` on a shared 2-core machine under load "
-                f"(load average {load[0]:.1f} at the end): absolute times are inflated, ratios "
-                "are within one process.")
+                f"Measured by `benchmarks/bench_cost.py` on {cpu_name()}, 2 cores, load average "
+                f"{start_load:.1f} at the start and {load[0]:.1f} at the end: absolute times "
+                "depend on the machine and its load, ratios are within one process.")
         replace_block(PAGE, "cost", text)
 
 

@@ -22,7 +22,6 @@ from cle._rebuild import rebuild
 from cle._relu6 import relu6_rebuild
 from cle._report import EqualizationReport
 from cle.batch_norm_fold import FoldedPair
-from cle.bias_correction import bn_stats_from_report, correct_bias_in_place
 
 __all__ = [
     "BiasAbsorption",
@@ -160,6 +159,9 @@ def equalize_model(model, relu6="bound", high_bias_fold="none", margin=3.0,
         layer_names=frozenset(n for c in view.calls for n in c.scope + (c.layer.name,)),
     )
     if bias_correction != "none":
+        # Imported here: a call without bias correction does not pay for loading it.
+        from cle.bias_correction import bn_stats_from_report, correct_bias_in_place
+
         # new_model is private here: its biases are corrected in place.
         new_model, report.bias_corrections = correct_bias_in_place(
             new_model, report,
