@@ -179,12 +179,14 @@ def _converter(model, x, per_channel=True, io_type=None, keras_route=False):
     return converter
 
 
-def convert_int8(model, x, per_channel=True, integer_io=False) -> bytes:
-    """The converter's one-step full-INT8 flatbuffer of ``model``, calibrated on ``x``."""
+def convert_int8(model, x, per_channel=True, integer_io=False, keras_route=False) -> bytes:
+    """The converter's one-step full-INT8 flatbuffer of ``model``, calibrated on ``x``;
+    ``keras_route``: read the model with ``from_keras_model`` (see :func:`_from_model`)."""
     import tensorflow as tf
 
     with quiet():
-        converter = _converter(model, x, per_channel, tf.int8 if integer_io else tf.float32)
+        converter = _converter(model, x, per_channel, tf.int8 if integer_io else tf.float32,
+                               keras_route)
         return bytes(converter.convert())
 
 
