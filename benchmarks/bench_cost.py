@@ -132,8 +132,8 @@ def main(argv=None):
         names, size = list(application_constructors()), args.size
     else:
         names, size = args.models or DEFAULT, args.size or 224
-    start_load = os.getloadavg()[0]
-    print(f"load average at start: {os.getloadavg()}", flush=True)
+    start_load = os.getloadavg()
+    print(f"load average at start: {start_load}", flush=True)
     header = ("| model | input | weights MB | clone s | fold/clone | eq/clone | eq peak MB "
               "| ×weights | cold eq/clone |\n|---|---|---|---|---|---|---|---|---|")
     print(header, flush=True)
@@ -168,13 +168,11 @@ def main(argv=None):
     print(f"load average at end: {load}", flush=True)
     if args.docs:
         sys.path.insert(0, str(ROOT / "scripts"))
-        from _docblocks import replace_block
-
-        from _docblocks import cpu_name
+        from _docblocks import cpu_name, replace_block
 
         text = (header + "\n" + "\n".join(rows) + "\n\n"
                 f"Measured by `benchmarks/bench_cost.py` on {cpu_name()}, 2 cores, load average "
-                f"{start_load:.1f} at the start and {load[0]:.1f} at the end: absolute times "
+                f"{start_load[0]:.1f} at the start and {load[0]:.1f} at the end: absolute times "
                 "depend on the machine and its load, ratios are within one process.")
         replace_block(PAGE, "cost", text)
 
