@@ -30,9 +30,9 @@ __version__ = "0.1.0.dev0"
 # Public name -> module that defines it (loaded on first access).
 _EXPORTS = {
     "BatchNormFoldReport": "cle.batch_norm_fold",
-    "QuantizeReport": "cle.int8",
-    "quantize": "cle.int8",
-    "load_calibration": "cle.int8",
+    "QuantizeReport": "cle.quantization",
+    "quantize": "cle.quantization",
+    "load_calibration": "cle.quantization",
     "FoldedPair": "cle.batch_norm_fold",
     "FoldedPairs": "cle.batch_norm_fold",
     "SkippedBatchNorm": "cle.batch_norm_fold",
@@ -147,6 +147,13 @@ class _RegisterAfterKeras(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
         if name != "keras":
             return None
+        try:
+            return self._wrapped_spec(name, path, target)
+        except Exception:  # noqa: BLE001 - never in the way of `import keras`
+            _remove_hook()
+            return None  # the next finder imports Keras as if the hook had never been there
+
+    def _wrapped_spec(self, name, path, target):
         for finder in sys.meta_path:
             if finder is self or not hasattr(finder, "find_spec"):
                 continue
@@ -175,7 +182,15 @@ class _RegisteringLoader(importlib.abc.Loader):
             module.__spec__.loader = self._loader
         self._loader.exec_module(module)
         _remove_hook()
-        _register()
+        try:
+            _register()
+        except Exception as exc:  # noqa: BLE001 - Keras itself is imported: never fail that
+            import warnings
+
+            warnings.warn(f"keras-cle could not register its layers with Keras "
+                          f"({type(exc).__name__}: {exc}); Keras is imported, but loading a "
+                          "model that holds cle layers will fail until that is fixed",
+                          RuntimeWarning, stacklevel=2)
 
 
 def _remove_hook():

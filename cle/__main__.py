@@ -2,7 +2,7 @@
 
 import sys
 
-from cle.cli import main
+from cle._cli.main import main
 
 if __name__ == "__main__":
     sys.exit(main())

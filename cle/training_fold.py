@@ -62,14 +62,14 @@ import keras
 import numpy as np
 from keras import ops
 
-from cle import batch_norm_fold as _bnf
-from cle._bn_match import find_matches, identity_like
-from cle._folded_bn import (
+from cle._transforms import bn_fold as _bnf
+from cle._transforms.bn_match import find_matches, identity_like
+from cle._transforms.folded_bn import (
     BN_DEFAULTS, ConvMixin, DepthwiseMixin, FoldedBatchNorm, check_options, fused_doc,
 )
-from cle._folded_bn import FOLDING_MODES  # noqa: F401  (cle.training_fold.FOLDING_MODES)
-from cle._graph import graph_view
-from cle._rebuild import LayerEdit, rebuild
+from cle._transforms.folded_bn import FOLDING_MODES  # noqa: F401  (cle.training_fold.FOLDING_MODES)
+from cle._core.graph import graph_view
+from cle._core.rebuild import LayerEdit, rebuild
 
 __all__ = [
     "FakeQuant",

@@ -28,7 +28,7 @@ the share of crops whose top-1 class equals the float model's (one crop is 0.4 p
 
 ``--fit`` measures, on the first calibration set (64 crops, seed 1), the pre-activation of every
 junction whose folded BN the data-free model reads, and compares it with what
-``cle._qnoise.junction_from_bn`` predicts from that BN's γ, β (docs/quantization_aware_scaling.md).
+``cle._math.noise.junction_from_bn`` predicts from that BN's γ, β (docs/quantization_aware_scaling.md).
 """
 
 from __future__ import annotations
@@ -133,7 +133,7 @@ def measure(net, wanted=None, log=print):
     return rows
 
 
-#: The do-no-harm margin sweep (docs/quantization_aware_scaling.md): label, _qnoise settings.
+#: The do-no-harm margin sweep (docs/quantization_aware_scaling.md): label, noise settings.
 SWEEP = [
     ("ranges taken as certain, no margin",
      {"RANGE_LOG_SPREAD": 0.0, "RANGE_LOG_BIAS": 0.0, "MIN_GAIN_DB": 0.0}),
@@ -147,18 +147,18 @@ SWEEP = [
 
 @contextlib.contextmanager
 def _qnoise_settings(settings, **functions):
-    """``cle._qnoise``'s module constants (and functions) set to ``settings`` for a while."""
-    from cle import _qnoise
+    """``cle._math.noise``'s module constants (and functions) set to ``settings`` for a while."""
+    from cle._math import noise
 
     settings = {**settings, **functions}
-    saved = {k: getattr(_qnoise, k) for k in settings}
+    saved = {k: getattr(noise, k) for k in settings}
     try:
         for k, v in settings.items():
-            setattr(_qnoise, k, v)
+            setattr(noise, k, v)
         yield
     finally:
         for k, v in saved.items():
-            setattr(_qnoise, k, v)
+            setattr(noise, k, v)
 
 
 def sweep(net, log=print):
@@ -224,7 +224,7 @@ def modes_table(rows):
     return "\n".join(lines) + "\n"
 
 
-#: The range models ``--fit`` compares (label, ``cle._qnoise`` settings): channel ranges taken
+#: The range models ``--fit`` compares (label, ``cle._math.noise`` settings): channel ranges taken
 #: as certain, and the library's defaults (uncertain per channel).
 FIT_MODELS = [
     ("certain", {"RANGE_LOG_SPREAD": 0.0, "RANGE_LOG_BIAS": 0.0}),
@@ -240,16 +240,16 @@ _CAPPED = ("relu6", "clipped")
 
 
 def _fit_decisions(plan, matches, edits, model, scales):
-    """The pipeline's per-set decisions (:func:`cle._plan.decide_sets`) for the scales named
+    """The pipeline's per-set decisions (:func:`cle._transforms.plan.decide_sets`) for the scales named
     ``scales`` (see :data:`FIT_SCALES`)."""
-    from cle import _qnoise
-    from cle._options import EqualizeOptions
-    from cle._plan import decide_sets
-    from cle._scaling import PlannedWeights
+    from cle._math import noise
+    from cle._transforms.options import EqualizeOptions
+    from cle._transforms.plan import decide_sets
+    from cle._transforms.scaling import PlannedWeights
 
     if scales == "nagel":
         def choose(w, junctions, target, extra=(), min_gain_db=0.0):  # Nagel's: the one extra
-            return _qnoise.Choice([np.where(np.isfinite(e) & (e > 0), e, 1.0) for e in extra[0]],
+            return noise.Choice([np.where(np.isfinite(e) & (e > 0), e, 1.0) for e in extra[0]],
                                   1.0, 0.0, None, 1.0)
         settings = _qnoise_settings({}, choose_scales=choose)
     else:
@@ -267,14 +267,15 @@ def fit(net, log=print):
     import keras
     from scipy.stats import norm
 
-    from cle import _qnoise, _scale_choice
-    from cle._bn_match import find_matches, fold_plan
-    from cle._cls_sets import find_sets
-    from cle._graph import graph_view
-    from cle._layouts import channel_axis
-    from cle._plan import pre_activation
-    from cle._scaling import PlannedWeights
-    from cle._weights import gamma_beta
+    from cle._math import noise
+    from cle._transforms import scale_choice
+    from cle._transforms.bn_match import find_matches, fold_plan
+    from cle._transforms.sets import find_sets
+    from cle._core.graph import graph_view
+    from cle._core.layouts import channel_axis
+    from cle._transforms.plan import pre_activation
+    from cle._transforms.scaling import PlannedWeights
+    from cle._core.weights import gamma_beta
 
     t = time.perf_counter()
     _, build, prep, size = NETS[net]
@@ -311,11 +312,11 @@ def fit(net, log=print):
     for (i, k, link, _), (hi, lo, s1, s2, count) in zip(links, acc):
         gamma, beta = bns[id(link.first.layer)]
         gamma = np.abs(gamma)
-        kind, cap = _scale_choice.junction_kind(link, value)
-        positions = _scale_choice._positions(link)
+        kind, cap = scale_choice.junction_kind(link, value)
+        positions = scale_choice._positions(link)
         # The model's maxima are of as many values as the library assumes it calibrates on.
-        values = positions * _qnoise.ASSUMED_CALIBRATION_SAMPLES
-        z = _qnoise.tail_z(values)
+        values = positions * noise.ASSUMED_CALIBRATION_SAMPLES
+        z = noise.tail_z(values)
         mean = s1 / count
         std = np.sqrt(np.maximum(s2 / count - mean ** 2, 0.0))
         ok = gamma > 1e-6 * gamma.max()
@@ -343,12 +344,12 @@ def fit(net, log=print):
             scales.update({name: d[i].scales[k] for name, d in decisions.items() if d[i].scaled})
             # What the converter calibrates: only hi, lo and the cap enter the range.
             capv = np.broadcast_to(np.asarray(cap, dtype=np.float64), beta.shape).copy()
-            measured = _qnoise.Junction(hi, lo, kind, capv, *[np.zeros_like(beta)] * 3)
-            ranges = {"measured": {n: _qnoise.tensor_range(measured, s)[0] for n, s in scales.items()}}
+            measured = noise.Junction(hi, lo, kind, capv, *[np.zeros_like(beta)] * 3)
+            ranges = {"measured": {n: noise.tensor_range(measured, s)[0] for n, s in scales.items()}}
             for label, settings in FIT_MODELS:
                 with _qnoise_settings(settings):
-                    j = _qnoise.junction_from_bn(gamma, beta, kind, cap, positions)
-                ranges[label] = {n: _qnoise.tensor_range(j, s)[0] for n, s in scales.items()}
+                    j = noise.junction_from_bn(gamma, beta, kind, cap, positions)
+                ranges[label] = {n: noise.tensor_range(j, s)[0] for n, s in scales.items()}
             row["ranges"] = ranges
         rows.append(row)
     rows = _rounded(rows)
@@ -371,11 +372,11 @@ def _rounded(v, digits=6):
 
 def _fit_meta():
     """What the fit's rows depend on besides the networks (saved with them)."""
-    from cle import _qnoise
+    from cle._math import noise
 
     return {"crops": FIT_CROPS, "seed": FIT_SEED,
-            "calibration_samples": _qnoise.ASSUMED_CALIBRATION_SAMPLES,
-            "models": {label: {k: settings.get(k, getattr(_qnoise, k)) for k in
+            "calibration_samples": noise.ASSUMED_CALIBRATION_SAMPLES,
+            "models": {label: {k: settings.get(k, getattr(noise, k)) for k in
                                ("RANGE_LOG_SPREAD", "RANGE_LOG_BIAS", "RANGE_DRAWS")}
                        for label, settings in FIT_MODELS}}
 

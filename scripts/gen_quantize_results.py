@@ -38,7 +38,8 @@ import numpy as np  # noqa: E402
 import cle  # noqa: E402
 from cle import pretrained as P  # noqa: E402
 from _docblocks import cpu_name  # noqa: E402
-from cle import _tflite, int8  # noqa: E402
+from cle import int8  # noqa: E402
+from cle._measure import tflite
 from cle import quantization as Q  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -71,7 +72,7 @@ def measure(net):
         rows = {}
         start = time.perf_counter()
         # What a user does: TFLiteConverter.from_keras_model (the SavedModel route).
-        content = _tflite.convert_int8(model, x_cal, per_channel=per_channel, keras_route=True)
+        content = tflite.convert_int8(model, x_cal, per_channel=per_channel, keras_route=True)
         rows["plain"] = {"seconds": time.perf_counter() - start,
                          **_metrics(ref, Q.run_tflite(content, x_eval, batch_size=32))}
         print(net, key, "plain", rows["plain"], flush=True)

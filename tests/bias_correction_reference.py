@@ -12,9 +12,9 @@ import warnings
 import keras
 import numpy as np
 
-from cle import bias_correction as BC
-from cle._graph import graph_view
-from cle._layouts import channel_axis, layout_of
+from cle._transforms import bias_correction as BCI
+from cle._core.graph import graph_view
+from cle._core.layouts import channel_axis, layout_of
 
 
 def _quiet_call(fn, x):
@@ -31,7 +31,7 @@ def _measure(model, layer, qmodel, qlayer, call, batches, eps):
     sub_q = keras.Model(qmodel.inputs, qlayer.input)
     w = np.asarray(keras.ops.convert_to_numpy(layer.kernel), dtype=np.float64)
     in_shape = call.inputs[0].shape
-    probe_f, probe_q = BC._probe(layer, w, in_shape), BC._probe(layer, w + eps, in_shape)
+    probe_f, probe_q = BCI._probe(layer, w, in_shape), BCI._probe(layer, w + eps, in_shape)
     axis = channel_axis(layer, len(call.outputs[0].shape))
     total, count, scale = None, 0, 0.0
     for x in batches:
@@ -57,16 +57,16 @@ def empirical_deltas(model, calibration_data, bits=8, per_channel=False):
     the batches)."""
     view = graph_view(model)
     plan = [c for c in view.calls
-            if layout_of(c.layer) is not None and not BC._target_reason(view, c)]
-    batches = BC._check_data(model, calibration_data)
-    new_model, clones = BC._corrected_model(
+            if layout_of(c.layer) is not None and not BCI._target_reason(view, c)]
+    batches = BCI._check_data(model, calibration_data)
+    new_model, clones = BCI._corrected_model(
         model, plan, {id(c): np.zeros(_n_out(c)) for c in plan})  # every layer with a bias
-    qmodel, qclones = BC._quantized_copy(new_model, bits, per_channel)
+    qmodel, qclones = BCI._quantized_copy(new_model, bits, per_channel)
     deltas = {}
     for call in plan:
         layer = call.layer
         qlayer = qclones[id(clones[id(layer)])]
-        eps = BC._kernel_error(layer, layout_of(layer).kind, bits, per_channel)
+        eps = BCI._kernel_error(layer, layout_of(layer).kind, bits, per_channel)
         delta, scale = _measure(model, layer, qmodel, qlayer, call, batches, eps)
         bias = qlayer.bias
         new_bias = np.asarray(keras.ops.convert_to_numpy(bias), np.float64) - delta

@@ -89,7 +89,7 @@ NO_TFLITE_ON_TORCH_REASON = (
 no_tflite_on_torch = pytest.mark.skipif(BACKEND == "torch", reason=NO_TFLITE_ON_TORCH_REASON)
 
 
-# Backend/CPU capabilities (cle._backend_caps), found by trying once per session, never by CPU
+# Backend/CPU capabilities (cle._core.backend), found by trying once per session, never by CPU
 # name. TensorFlow runs channels_first Conv1D/Conv2D/transposed convolutions on the CPU only
 # where it turns oneDNN on (not on every x86 CPU). A test that runs such a model is marked
 # `needs_nchw_conv`: where the backend cannot, it skips with NCHW_SKIP_REASON (on JAX it runs).
@@ -105,7 +105,7 @@ def _skip_unsupported(items):
     marked = [item for item in items if item.get_closest_marker("needs_nchw_conv")]
     if not marked:
         return
-    from cle._backend_caps import channels_first_conv_supported
+    from cle._core.backend import channels_first_conv_supported
 
     if channels_first_conv_supported():
         return
@@ -151,7 +151,7 @@ def pytest_terminal_summary(terminalreporter):
             other += 1
         else:
             counts[label] += 1
-    from cle._backend_caps import channels_first_conv_supported
+    from cle._core.backend import channels_first_conv_supported
 
     write = terminalreporter.write_line
     terminalreporter.write_sep("-", "backend and CPU")

@@ -72,6 +72,12 @@ DEFAULTS = {
     # cle.layers
     "layers.ClippedReLU": {"caps": None, "axis": -1},  # caps None means 6 for every channel
     # cle.quantization
+    "quantization.quantize": {
+        "calibration_data": None, "per_channel": True, "weight_bits": 8, "activation_bits": 8,
+        "integer_io": False, "bias_correction": "auto", "ranges": "percentile",
+        "input_range": None, "compare": False, "seed": 0, "progress": None},
+    "quantization.load_calibration": {"preprocessing": None, "limit": None},
+    "quantization.input_range_of": {},
     "quantization.quantize_kernel": {"bits": 8, "axis": None, "depthwise": False},
     "quantization.fake_quantize_weights": {"bits": 8, "per_channel": False},
     "quantization.convert_to_tflite_int8": {
@@ -221,3 +227,12 @@ def test_api_doc_lists_the_real_signatures():
     missing = [n for n, d in DEFAULTS.items()
                if d and n not in documented and d is not _FOLDED]
     assert not missing, missing
+
+
+def test_cle_int8_is_the_former_name_of_quantizations_route():
+    import cle.int8
+    import cle.quantization
+
+    for name in cle.int8.__all__:
+        assert getattr(cle.int8, name) is getattr(cle.quantization, name)
+    assert cle.quantize is cle.quantization.quantize

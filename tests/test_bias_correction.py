@@ -10,6 +10,8 @@ import pytest
 
 import cle
 from cle import bias_correction as BC
+from cle._transforms import bias_correction as BCI
+from cle._transforms import bias_steps
 from cle.quantization import fake_quantize_weights, quantize_kernel
 from conftest import real_mobilenet_v2
 
@@ -78,7 +80,7 @@ def test_bias_delta_equals_output_mean_shift(kind):
     y = keras.ops.convert_to_numpy(layer(x))
     y = y.reshape(-1, y.shape[-1]).mean(axis=0)
     kind = "conv" if kind == "grouped" else kind
-    delta = BC._bias_delta(kind, eps, mean_x, int(getattr(layer, "groups", 1)))
+    delta = BCI._bias_delta(kind, eps, mean_x, int(getattr(layer, "groups", 1)))
     np.testing.assert_allclose(delta, y, rtol=1e-4, atol=1e-4)
 
 
@@ -206,7 +208,7 @@ def test_analytic_through_add_concatenate_flatten():
     for name, mean in (("c", mean_cat), ("d", np.tile(mean_cat, 4))):
         w = model.get_layer(name).kernel.numpy().astype(np.float64)
         kind = "dense" if name == "d" else "conv"
-        want = model.get_layer(name).bias.numpy() - BC._bias_delta(
+        want = model.get_layer(name).bias.numpy() - BCI._bias_delta(
             kind, quantize_kernel(w, 8) - w, mean)
         np.testing.assert_allclose(corrected.get_layer(name).bias.numpy(), want, rtol=1e-6,
                                    atol=1e-7)
@@ -416,7 +418,7 @@ def test_empirical_branches_match_reference_and_leave_input_untouched():
     view = BC.graph_view(model)
     plan = [c for c in view.calls if BC.layout_of(c.layer) is not None]
     deltas = {}
-    for call, d in BC._empirical_pass(view, plan, [x], 4, False, lambda m: None):
+    for call, d in BCI._empirical_pass(view, plan, [x], 4, False, lambda m: None):
         deltas[call.layer.name] = d
     assert list(deltas) == [c.layer.name for c in plan]
     for r in records:
@@ -425,7 +427,7 @@ def test_empirical_branches_match_reference_and_leave_input_untouched():
         np.testing.assert_array_equal(a, b)
 
 
-# ----------------------------------------------------- compiled steps of the pass (cle._steps)
+# ----------------------------------------------------- compiled steps of the pass (cle._transforms.bias_steps)
 
 
 def _chain(n_blocks, seed=0):
@@ -457,15 +459,15 @@ def _chain(n_blocks, seed=0):
 
 
 def _needs_compiler():
-    if BC._steps.compiler() is None:
+    if bias_steps.compiler() is None:
         pytest.skip(f"no compiler on {keras.backend.backend()}: the pass is eager there")
 
 
 def _pass_deltas(model, x, bits=8, per_channel=False, min_uses=None):
     view = BC.graph_view(model)
     plan = [c for c in view.calls
-            if BC.layout_of(c.layer) is not None and not BC._target_reason(view, c)]
-    return {c.layer.name: d for c, d in BC._empirical_pass(view, plan, [x], bits, per_channel,
+            if BC.layout_of(c.layer) is not None and not BCI._target_reason(view, c)]
+    return {c.layer.name: d for c, d in BCI._empirical_pass(view, plan, [x], bits, per_channel,
                                                            lambda m: None, min_uses)}
 
 
@@ -473,7 +475,7 @@ def _pass_deltas(model, x, bits=8, per_channel=False, min_uses=None):
 def compiled_units(monkeypatch):
     """The units of every compiled step the pass runs, as lists of layer names."""
     seen = []
-    get = BC._steps.Steps.get
+    get = bias_steps.Steps.get
 
     def spy(self, call, x):
         out = get(self, call, x)
@@ -481,7 +483,7 @@ def compiled_units(monkeypatch):
             seen.append([c.layer.name for c in out[1]])
         return out
 
-    monkeypatch.setattr(BC._steps.Steps, "get", spy)
+    monkeypatch.setattr(bias_steps.Steps, "get", spy)
     return seen
 
 
@@ -492,7 +494,7 @@ def test_compiled_pass_matches_layer_by_layer_reference(monkeypatch, compiled_un
     """With every kind compiled (1) or runs of blocks compiled as units (2), the corrections
     are those of the layer-by-layer reference, and the input model is untouched."""
     _needs_compiler()
-    monkeypatch.setattr(BC._steps, "MIN_USES", min_uses)
+    monkeypatch.setattr(bias_steps, "MIN_USES", min_uses)
     model, x = _chain(12)
     before = [w.copy() for w in model.get_weights()]
     corrected, records = BC.correct_bias(model, calibration_data=x, bits=4,
@@ -515,11 +517,11 @@ def test_deep_chain_compiles_by_default_and_matches_the_eager_pass(compiled_unit
     """Past MIN_USES blocks of one kind, the pass compiles them (units of UNIT blocks); its
     corrections equal the eager pass's to float32 round-off."""
     _needs_compiler()
-    n = BC._steps.MIN_USES + 2
+    n = bias_steps.MIN_USES + 2
     model, x = _chain(n)
     compiled = _pass_deltas(model, x)
     assert compiled_units, "nothing was compiled"
-    assert sum(len(u) for u in compiled_units) >= 2 * BC._steps.MIN_USES
+    assert sum(len(u) for u in compiled_units) >= 2 * bias_steps.MIN_USES
     compiled_units.clear()
     eager = _pass_deltas(model, x, min_uses=10**9)
     assert not compiled_units
@@ -531,7 +533,7 @@ def test_deep_chain_compiles_by_default_and_matches_the_eager_pass(compiled_unit
 
 def test_units_are_runs_of_up_to_UNIT_segments_else_segments_else_calls():
     _needs_compiler()
-    model, _ = _chain(2 * BC._steps.UNIT + 6)
+    model, _ = _chain(2 * bias_steps.UNIT + 6)
     view = BC.graph_view(model)
     plan = [c for c in view.calls if BC.layout_of(c.layer) is not None]
     calls = view.calls
@@ -539,14 +541,14 @@ def test_units_are_runs_of_up_to_UNIT_segments_else_segments_else_calls():
     for call in calls:
         for t in call.inputs:
             uses[id(t)] = uses.get(id(t), 0) + 1
-    steps = BC._steps.Steps(calls, {id(c) for c in plan}, uses, min_uses=2)
+    steps = bias_steps.Steps(calls, {id(c) for c in plan}, uses, min_uses=2)
     units = [[[c.layer.name for c in seg] for seg in unit] for _, unit in steps._units.values()]
     # conv0..relu11 (12 blocks, dw after block 11): one unit of UNIT blocks, then 4 blocks
     # (their unit kind occurs once: blocks one by one); after bn, conv12..relu20 (9 blocks,
     # conv21 → relu21 → gap is another kind): one unit of UNIT blocks, then 1 block; dw, bn,
     # the last block and head occur once: eager.
     sizes = sorted(len(u) for u in units)
-    assert sizes == [1] * 5 + [BC._steps.UNIT] * 2, units
+    assert sizes == [1] * 5 + [bias_steps.UNIT] * 2, units
     assert all(seg[0].startswith("conv") and seg[1].startswith("relu") and len(seg) == 2
                for u in units for seg in u)
 
@@ -563,7 +565,7 @@ def test_a_failing_compiled_step_falls_back_to_the_eager_pass(monkeypatch, caplo
 
     model, x = _chain(6)
     eager = _pass_deltas(model, x, min_uses=10**9)
-    monkeypatch.setattr(BC._steps, "compiler", broken_compiler)
+    monkeypatch.setattr(bias_steps, "compiler", broken_compiler)
     with caplog.at_level("WARNING", logger="cle.bias_correction"):
         fallback = _pass_deltas(model, x, min_uses=1)
     assert "injected tracing failure" in caplog.text
@@ -571,7 +573,7 @@ def test_a_failing_compiled_step_falls_back_to_the_eager_pass(monkeypatch, caplo
     for name, d in eager.items():
         np.testing.assert_array_equal(fallback[name], d, err_msg=name)
     # each layer is announced once, although its compiled unit was announced before failing
-    monkeypatch.setattr(BC._steps, "MIN_USES", 1)
+    monkeypatch.setattr(bias_steps, "MIN_USES", 1)
     messages = []
     BC.correct_bias(model, calibration_data=x, progress=messages.append)
     n = len(eager)
@@ -584,11 +586,11 @@ def test_same_kind_at_different_sizes_gets_one_step_per_size(monkeypatch, compil
     activation at each call. Each size gets its own compiled step (a TensorFlow concrete
     function takes one shape), and the corrections are the reference's."""
     _needs_compiler()
-    monkeypatch.setattr(BC._steps, "MIN_USES", 2)
+    monkeypatch.setattr(bias_steps, "MIN_USES", 2)
     rng = np.random.default_rng(4)
     inp = keras.Input((None, None, 4), name="x")
     h = inp
-    for i in range(BC._steps.UNIT + 2):
+    for i in range(bias_steps.UNIT + 2):
         h = L.ReLU(name=f"relu{i}")(L.Conv2D(4, 3, name=f"conv{i}")(h))
     model = keras.Model(inp, h)
     for layer in model.layers:
@@ -596,17 +598,17 @@ def test_same_kind_at_different_sizes_gets_one_step_per_size(monkeypatch, compil
             layer.kernel.assign(rng.normal(0, 0.4, layer.kernel.shape)
                                 * rng.uniform(0.1, 1, 4))
             layer.bias.assign(rng.normal(0, 0.1, 4))
-    x = rng.normal(0, 1, (16, 2 * BC._steps.UNIT + 8, 2 * BC._steps.UNIT + 8, 4)).astype(
+    x = rng.normal(0, 1, (16, 2 * bias_steps.UNIT + 8, 2 * bias_steps.UNIT + 8, 4)).astype(
         np.float32)
     corrected = BC.correct_bias(model, calibration_data=x, bits=4)
     # the unit of UNIT blocks and the one of 2 are different kinds (each once): block by
     # block; the last conv has no ReLU to run (nothing after it is corrected): eager
-    assert compiled_units == [[f"conv{i}", f"relu{i}"] for i in range(BC._steps.UNIT + 1)]
+    assert compiled_units == [[f"conv{i}", f"relu{i}"] for i in range(bias_steps.UNIT + 1)]
     _assert_same_as_reference(model, corrected, x, bits=4)
 
 
 def test_only_layers_whose_call_reads_their_weights_are_compiled():
-    from cle._steps import _weights_are_read_when_called as reads
+    from cle._transforms.bias_steps import _weights_are_read_when_called as reads
 
     norm = L.Normalization()
     norm.adapt(np.random.default_rng(0).normal(size=(8, 3)).astype(np.float32))
@@ -621,23 +623,28 @@ def test_only_layers_whose_call_reads_their_weights_are_compiled():
     assert reads(conv) and reads(bn) and reads(L.ReLU()) and reads(cle.ClippedReLU())
 
 
-def test_gc_frozen_restores_the_collector_and_keeps_a_callers_freeze():
+def test_gc_paused_restores_the_collector_and_leaves_freezes_alone():
     import gc
 
-    from cle._rebuild import gc_frozen
+    from cle._core.rebuild import gc_paused
 
-    assert gc.get_freeze_count() == 0
-    with gc_frozen():
-        assert gc.get_freeze_count() > 0
-    assert gc.get_freeze_count() == 0
+    assert gc.isenabled()
     gc.freeze()
     try:
         frozen = gc.get_freeze_count()
-        with gc_frozen():
-            pass
-        assert gc.get_freeze_count() == frozen  # the caller's freeze is not undone
+        with gc_paused():
+            assert not gc.isenabled()
+            assert gc.get_freeze_count() == frozen
+        assert gc.isenabled() and gc.get_freeze_count() == frozen  # nothing unfrozen
     finally:
         gc.unfreeze()
+    gc.disable()
+    try:
+        with gc_paused():
+            pass
+        assert not gc.isenabled()  # a caller's choice to collect by hand is kept
+    finally:
+        gc.enable()
 
 
 def test_empirical_nested_sub_model():
@@ -773,7 +780,7 @@ def test_unexpected_error_while_measuring_reaches_the_user(monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("injected failure")
 
-    monkeypatch.setattr(BC._steps, "_template", broken)
+    monkeypatch.setattr(bias_steps, "_template", broken)
     model = _nested_model()
     x = np.random.default_rng(0).normal(size=(8, 6, 6, 3)).astype(np.float32)
     with pytest.raises(RuntimeError, match="injected failure"):
@@ -797,8 +804,8 @@ def test_unexpected_value_error_in_the_analytic_mean_reaches_the_user(monkeypatc
     def broken(*args, **kwargs):
         raise ValueError("injected failure")
 
-    from cle import _bias_stats  # where the analytic mean looks it up
+    from cle._transforms import bias_stats  # where the analytic mean looks it up
 
-    monkeypatch.setattr(_bias_stats, "expected_clipped_normal", broken)
+    monkeypatch.setattr(bias_stats, "expected_clipped_normal", broken)
     with pytest.raises(ValueError, match="injected failure"):
         BC.correct_bias(_crelu_model(6), bn_stats={"src": (np.ones(6), np.zeros(6))})

@@ -17,6 +17,7 @@ import pytest
 
 import cle
 from cle import cli, demo, pretrained
+from cle._cli import demo as demo_impl
 from conftest import RTOL, no_tflite_on_torch, randomize_batch_norms, require_mobilenet_weights
 
 L = keras.layers
@@ -457,7 +458,7 @@ def test_demo_png_skipped_without_matplotlib(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     warnings = []
     w = np.ones((4, 9))
-    assert demo._write_png(str(tmp_path), [("a", w)], warnings.append) is None
+    assert demo_impl._write_png(str(tmp_path), [("a", w)], warnings.append) is None
     assert warnings and "pip install matplotlib" in warnings[0]
     assert not os.listdir(tmp_path)
 

@@ -17,7 +17,8 @@ import keras
 import numpy as np
 import pytest
 
-from cle import _files, cli
+from cle import cli
+from cle._core import files as _files
 from conftest import randomize_batch_norms
 
 L = keras.layers
@@ -67,6 +68,25 @@ def test_help_version_usage_errors_and_import_cle_do_not_import_keras(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[0, 0, 0, 2, 2] []"
     assert proc.stderr == ""
+
+
+def test_the_import_hook_never_breaks_import_keras():
+    """``import cle`` puts a finder before Keras' import; an error registering cle's layers is a
+    warning, and Keras is imported all the same."""
+    proc = python("""
+        import sys, warnings
+        import cle
+        sys.modules["cle.layers"] = None  # importing cle.layers now raises ImportError
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            import keras
+        print(keras.__name__, [str(w.message)[:50] for w in caught
+                               if issubclass(w.category, RuntimeWarning)])
+        print(any(type(f).__name__ == "_RegisterAfterKeras" for f in sys.meta_path))
+    """)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == [
+        "keras ['keras-cle could not register its layers with Keras']", "False"]
 
 
 def test_console_script_help_is_quick_and_silent():
@@ -214,7 +234,8 @@ def test_killed_mid_write_leaves_old_file_and_nothing_else(files, tmp_path):
     marker = tmp_path / "writing"
     child = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
         import os, sys, time
-        from cle import _files, cli
+        from cle import cli
+        from cle._core import files as _files
 
         def slow(fd, data, chunk=1 << 20):
             os.write(fd, data[: len(data) // 2])

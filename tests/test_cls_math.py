@@ -1,4 +1,4 @@
-"""Pure numpy tests of ``cle._cls_math``: every function against a brute-force loop or the
+"""Pure numpy tests of ``cle._math.equalization``: every function against a brute-force loop or the
 closed form of Nagel et al. 2019 (eq. 11, the conv → depthwise → conv triplet, §4.1)."""
 
 import itertools
@@ -6,7 +6,7 @@ import itertools
 import numpy as np
 import pytest
 
-from cle import _cls_math as M
+from cle._math import equalization as M
 
 SEEDS = [0, 1, 2]
 

@@ -17,8 +17,8 @@ from conftest import (
 )
 
 import cle
-from cle import _cls_math
-from cle._cls_sets import in_spec, out_spec
+from cle._math import equalization as _cls_math
+from cle._transforms.sets import in_spec, out_spec
 from cle.cross_layer_equalization import ClsSetInfo, CrossLayerScaling, HighBiasFold
 
 L = keras.layers
@@ -277,7 +277,7 @@ def _activate_caps(model, x):
         assert (pre > caps).any(axis=0).sum() >= pre.shape[1] // 2 and np.ptp(caps) > 0
 
 
-# Cases with a channels_first Conv1D/Conv2D/transposed convolution (cle._backend_caps).
+# Cases with a channels_first Conv1D/Conv2D/transposed convolution (cle._core.backend).
 NCHW_CONV_CASES = {"cf_conv2d", "cf_conv1d", "cf_maxpool_to_depthwise_mult2",
                    "cf_transpose_to_grouped", "cf_clipped_relu", "channels_first"}
 

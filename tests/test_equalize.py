@@ -20,7 +20,7 @@ from conftest import (
 )
 
 import cle
-from cle import _cls_math
+from cle._math import equalization
 
 L = keras.layers
 
@@ -210,7 +210,7 @@ def test_equalized_model_saves_and_loads(tmp_path):
 
 
 def _spread(kernel, axis, kind):
-    r = _cls_math.channel_ranges(kernel, axis, kind)
+    r = equalization.channel_ranges(kernel, axis, kind)
     return r.max() / np.median(r)
 
 
@@ -410,8 +410,8 @@ def _count_calls(monkeypatch, module_attr):
     import importlib
 
     seen, wrapped = [], 0
-    for name in ("cle.cross_layer_equalization", "cle._plan", "cle._aimet", "cle._relu6",
-                 "cle.batch_norm_fold", "cle.bias_correction", "cle._cls_sets", "cle._graph"):
+    for name in ("cle.cross_layer_equalization", "cle._transforms.plan", "cle._transforms.stepwise", "cle._transforms.relu6",
+                 "cle.batch_norm_fold", "cle.bias_correction", "cle._transforms.sets", "cle._core.graph"):
         module = importlib.import_module(name)
         fn = getattr(module, module_attr, None)
         if fn is None:

@@ -62,7 +62,7 @@ def test_backward_fold_every_layer_type(case, use_bias):
     assert layer.use_bias  # the BN's shift needs a bias
 
 
-# channels_first cases TensorFlow runs without oneDNN (cle._backend_caps); the others need it.
+# channels_first cases TensorFlow runs without oneDNN (cle._core.backend); the others need it.
 RUN_WITHOUT_NCHW_CONV = {"conv3d", "conv2d_groups", "depthwise2d_mult", "separable2d"}
 
 
@@ -175,7 +175,7 @@ def test_channels_first_keras_bias_bug_is_skipped(factory, shape):
 @tensorflow_only("a TensorFlow-backend bias_add bug; other backends fold: test_backends")
 def test_keras_bias_add_ambiguity_is_real():
     """The Keras behaviour the skip above guards against; if Keras fixes it, this fails and the
-    guard (cle._layouts.bias_on_wrong_axis) can be narrowed."""
+    guard (cle._core.layouts.bias_on_wrong_axis) can be narrowed."""
     y = keras.ops.add(np.zeros((1, 4, 4, 4), "float32"),
                       np.arange(4.0, dtype="float32").reshape(1, 4, 1, 1))
     assert np.asarray(y)[0, :, 0, 0].tolist() == [0.0, 0.0, 0.0, 0.0]

@@ -12,7 +12,9 @@ import pytest
 from conftest import BACKEND
 
 import cle
-from cle import _backend_caps, _cli_commands, cli
+from cle import cli
+from cle._core import backend as _backend_caps
+from cle._cli import commands
 
 L = keras.layers
 
@@ -328,7 +330,7 @@ def _can_create(directory):
 
 def test_unwritable_outputs_refused_before_loading(capsys, tmp_path, model_file, monkeypatch):
     ro = _unwritable_dir(tmp_path)
-    monkeypatch.setattr(_cli_commands, "Session", None)  # nothing may be loaded: refused before that
+    monkeypatch.setattr(commands, "Session", None)  # nothing may be loaded: refused before that
     for argv, option in [
         (["fold", model_file, "-o", f"{ro}/out.keras"], "-o"),
         (["equalize", model_file, "-o", f"{ro}/out.keras"], "-o"),
@@ -346,9 +348,9 @@ def test_unwritable_outputs_refused_before_loading(capsys, tmp_path, model_file,
 
 
 def test_failed_report_write_leaves_no_model(capsys, tmp_path, model_file, monkeypatch):
-    from cle import _files
+    from cle._core import files
 
-    real = _files.write_bytes_atomic
+    real = files.write_bytes_atomic
     (tmp_path / "old.keras").write_bytes(b"old model")
 
     def fail_on_report(path, data):
@@ -356,7 +358,7 @@ def test_failed_report_write_leaves_no_model(capsys, tmp_path, model_file, monke
             raise PermissionError(13, "Permission denied", str(path))
         real(path, data)
 
-    monkeypatch.setattr(_files, "write_bytes_atomic", fail_on_report)
+    monkeypatch.setattr(files, "write_bytes_atomic", fail_on_report)
     for target in ("new.keras", "old.keras"):
         code, out, err = run(capsys, "equalize", model_file, "-o", tmp_path / target,
                              "--report", tmp_path / "r.json")
@@ -387,7 +389,7 @@ def test_option_combinations_refused_before_loading(capsys, tmp_path, model_file
                                                     argv, message, command):
     monkeypatch.chdir(tmp_path)
     np.save(tmp_path / "c.npy", np.zeros((2, 10, 10, 3), "float32"))
-    monkeypatch.setattr(_cli_commands, "Session", None)  # nothing may be loaded: refused before that
+    monkeypatch.setattr(commands, "Session", None)  # nothing may be loaded: refused before that
     out_args = ["-o", tmp_path / "o.keras"] if command == "equalize" else []
     code, out, err = run(capsys, command, model_file, *out_args, *argv)
     assert code == 2 and out == ""

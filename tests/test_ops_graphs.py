@@ -21,7 +21,7 @@ from conftest import (
 )
 
 import cle
-from cle._graph import graph_view
+from cle._core.graph import graph_view
 
 L = keras.layers
 ops = keras.ops

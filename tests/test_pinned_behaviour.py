@@ -31,8 +31,10 @@ from conftest import (
 )
 
 import cle
-from cle import _qnoise, _scale_choice, cli
-from cle._qnoise import ChainWeights, QuantTarget, chain_noise
+from cle import cli
+from cle._math import noise as _qnoise
+from cle._transforms import scale_choice
+from cle._math.noise import ChainWeights, QuantTarget, chain_noise
 
 L = keras.layers
 
@@ -223,13 +225,13 @@ def test_the_margin_flips_sets_between_scaled_and_left(margin_chain, monkeypatch
 def decide_spy(monkeypatch):
     """Records the target and the measured statistics every set decision receives."""
     seen = []
-    real = _scale_choice.decide_set
+    real = scale_choice.decide_set
 
     def spy(links, value, bn_stats, target, activation_stats=None):
         seen.append((target, activation_stats))
         return real(links, value, bn_stats, target, activation_stats)
 
-    monkeypatch.setattr(_scale_choice, "decide_set", spy)
+    monkeypatch.setattr(scale_choice, "decide_set", spy)
     return seen
 
 

@@ -1,10 +1,10 @@
-"""The INT8 noise model of cle._qnoise against simulated quantization, and its choice rule."""
+"""The INT8 noise model of cle._math.noise against simulated quantization, and its choice rule."""
 
 import numpy as np
 import pytest
 
-from cle import _qnoise
-from cle._qnoise import ChainWeights, QuantTarget, chain_noise, choose_scales
+from cle._math import noise as _qnoise
+from cle._math.noise import ChainWeights, QuantTarget, chain_noise, choose_scales
 
 
 def _fake_quant_sym(w, bits, axis=None):
@@ -250,7 +250,7 @@ def test_triplet_balanced_logs_reduce_to_nagel_at_alpha_zero():
                      r_mid=rng.uniform(0.1, 2, c), d_mid=np.ones(c), taps_mid=9)
     js = [_qnoise.junction_from_bn(np.ones(c), np.zeros(c), "relu", None)] * 2
     l12, l23 = _qnoise._balanced_logs(w, js, 0.0)
-    from cle._cls_math import triplet_scale
+    from cle._math.equalization import triplet_scale
     s12, s23 = triplet_scale(w.r_first, w.r_mid, w.r_last.max(axis=1))
     np.testing.assert_allclose(np.exp(l12), s12, rtol=1e-10)
     np.testing.assert_allclose(np.exp(l23), s23, rtol=1e-10)
@@ -265,7 +265,7 @@ def test_tflite_quantizes_a_clipped_relu_on_one_grid():
     if keras.backend.backend() != "tensorflow":
         pytest.skip("TFLite conversion needs the TensorFlow backend")
     import cle
-    from cle import _inference
+    from cle._measure import inference
     from cle import quantization as q
 
     inp = keras.Input((8, 8, 4))
@@ -275,7 +275,7 @@ def test_tflite_quantizes_a_clipped_relu_on_one_grid():
     model = keras.Model(inp, out)
     xs = np.random.default_rng(0).normal(size=(8, 8, 8, 4)).astype("float32") * 4
     content = q.convert_to_tflite_int8(model, xs)
-    interp = _inference.interpreter(content)
+    interp = inference.interpreter(content)
     ops = {op["op_name"]: op for op in interp._get_ops_details()}
     assert "MINIMUM" in ops
     details = {d["index"]: d for d in interp.get_tensor_details()}

@@ -11,7 +11,7 @@ import pytest
 from keras import layers as L
 
 import cle
-from cle import _inference
+from cle._measure import inference as _inference
 from cle import quantization as Q
 from cle.layers import ClippedReLU
 

@@ -15,8 +15,11 @@ import pytest
 from keras import layers as L
 
 import cle
-import cle.int8
-from cle import _calibration, _inference, _synthetic, _tflite
+from cle._quantize import pipeline
+from cle._measure import inference
+from cle._measure import synthetic as _synthetic
+from cle._measure import tflite
+from cle._core.inputs import check_calibration_data
 from cle import quantization as Q
 
 from conftest import (
@@ -84,24 +87,24 @@ def data():
 ])
 def test_calibration_data_refused_with_one_line(net, bad, message):
     with pytest.raises(ValueError, match=message) as info:
-        _calibration.check_calibration_data(net, bad)
+        check_calibration_data(net, bad)
     assert "\n" not in str(info.value)
 
 
 def test_calibration_data_forms_are_one_array(net, data):
     want = data[:10]
     batches = [data[:4], data[4:10]]
-    assert np.array_equal(_calibration.check_calibration_data(net, batches), want)
+    assert np.array_equal(check_calibration_data(net, batches), want)
     pairs = [(b, np.zeros(len(b))) for b in batches]
-    assert np.array_equal(_calibration.check_calibration_data(net, pairs), want)
-    got = _calibration.check_calibration_data(net, want.astype(np.float64))
+    assert np.array_equal(check_calibration_data(net, pairs), want)
+    got = check_calibration_data(net, want.astype(np.float64))
     assert got.dtype == np.float32 and np.array_equal(got, want)
     if BACKEND == "tensorflow":
         import tensorflow as tf
 
         for ds in (tf.data.Dataset.from_tensor_slices(want),
                    tf.data.Dataset.from_tensor_slices(want).batch(3)):
-            assert np.array_equal(_calibration.check_calibration_data(net, ds), want)
+            assert np.array_equal(check_calibration_data(net, ds), want)
 
 
 def test_load_calibration_files_and_folders(net, data, tmp_path):
@@ -143,12 +146,12 @@ def test_load_calibration_files_and_folders(net, data, tmp_path):
 
 
 def test_input_range_of_named_preprocessing():
-    assert cle.int8.input_range_of("tf") == (-1.0, 1.0)
-    lo, hi = cle.int8.input_range_of("torch")
+    assert cle.quantization.input_range_of("tf") == (-1.0, 1.0)
+    lo, hi = cle.quantization.input_range_of("torch")
     assert lo == pytest.approx(-0.485 / 0.229, abs=1e-5) and hi == pytest.approx(
         (1 - 0.406) / 0.225, abs=1e-5)
-    assert cle.int8.input_range_of("raw") == (0.0, 255.0)
-    assert cle.int8.input_range_of("mymodule:fn") is None
+    assert cle.quantization.input_range_of("raw") == (0.0, 255.0)
+    assert cle.quantization.input_range_of("mymodule:fn") is None
 
 
 # --------------------------------------------------------------------- the converter route
@@ -158,10 +161,10 @@ def test_two_step_route_equals_the_converter(net, data):
     """The calibrate + quantize route with the converter's own ranges computes what TF Lite's
     one-step conversion computes (catches a TensorFlow change to the private route)."""
     one_step = Q.convert_to_tflite_int8(net, data)
-    calibrated = _tflite.calibrate(net, data)
-    ranges = _tflite.ranges_of(calibrated)
+    calibrated = tflite.calibrate(net, data)
+    ranges = tflite.ranges_of(calibrated)
     assert ranges and all(r.lo == r.calibrated[0] and r.hi == r.calibrated[1] for r in ranges)
-    two_step = _tflite.quantize_calibrated(_tflite.with_ranges(calibrated, ranges))
+    two_step = tflite.quantize_calibrated(tflite.with_ranges(calibrated, ranges))
     np.testing.assert_array_equal(Q.run_tflite(one_step, data), Q.run_tflite(two_step, data))
 
 
@@ -172,23 +175,23 @@ def test_concrete_function_route_equals_from_keras_model(net, data, sequential):
     """The converter reads a model traced once as a concrete function (fast) and gets the
     same calibrated ranges and INT8 model as from from_keras_model's SavedModel export."""
     model = keras.Sequential([keras.Input(data.shape[1:]), net]) if sequential else net
-    fast = _tflite.calibrate(model, data)
-    slow = _tflite.calibrate(model, data, keras_route=True)
-    got = [(r.shape, r.calibrated) for r in _tflite.ranges_of(fast)]
-    assert got and got == [(r.shape, r.calibrated) for r in _tflite.ranges_of(slow)]
+    fast = tflite.calibrate(model, data)
+    slow = tflite.calibrate(model, data, keras_route=True)
+    got = [(r.shape, r.calibrated) for r in tflite.ranges_of(fast)]
+    assert got and got == [(r.shape, r.calibrated) for r in tflite.ranges_of(slow)]
     for per_channel in (False, True):
         np.testing.assert_array_equal(
-            Q.run_tflite(_tflite.quantize_calibrated(fast, per_channel=per_channel), data),
-            Q.run_tflite(_tflite.quantize_calibrated(slow, per_channel=per_channel), data))
+            Q.run_tflite(tflite.quantize_calibrated(fast, per_channel=per_channel), data),
+            Q.run_tflite(tflite.quantize_calibrated(slow, per_channel=per_channel), data))
 
 
 def test_written_ranges_reach_the_int8_model(net, data):
-    calibrated = _tflite.calibrate(net, data)
-    ranges = _tflite.ranges_of(calibrated)
-    outputs, _ = _tflite.protected_indices(calibrated)
+    calibrated = tflite.calibrate(net, data)
+    ranges = tflite.ranges_of(calibrated)
+    outputs, _ = tflite.protected_indices(calibrated)
     target = next(r for r in ranges if r.index in outputs)
     target.lo, target.hi = -0.2, 0.2  # the logits clipped to [-0.2, 0.2]
-    content = _tflite.quantize_calibrated(_tflite.with_ranges(calibrated, ranges))
+    content = tflite.quantize_calibrated(tflite.with_ranges(calibrated, ranges))
     y = Q.run_tflite(content, data)
     assert y.min() >= -0.2 - 1e-3 and y.max() <= 0.2 + 1e-3
     assert np.abs(net.predict(data, verbose=0)).max() > 0.4  # the clip did something
@@ -230,9 +233,9 @@ def test_quantize_with_data(net, data):
 def test_quantize_targets_reach_the_converter(net, data):
     _, pc = cle.quantize(net, data)
     content, report = cle.quantize(net, data, per_channel=False, integer_io=True)
-    weights = _inference.weight_quantization(content)
+    weights = inference.weight_quantization(content)
     assert weights and all(len(w["scales"]) == 1 for w in weights)  # per-tensor
-    interp = _inference.interpreter(content)
+    interp = inference.interpreter(content)
     assert interp.get_input_details()[0]["dtype"] == np.int8
     assert interp.get_output_details()[0]["dtype"] == np.int8
     assert report.target == {"per_channel": False, "weight_bits": 8, "activation_bits": 8,
@@ -277,7 +280,7 @@ def _no_work(monkeypatch):
     def fail(*args, **kwargs):
         raise AssertionError("work started")
 
-    monkeypatch.setattr(cle.int8, "equalize_model", fail)
+    monkeypatch.setattr(pipeline, "equalize_model", fail)
     monkeypatch.setattr(_synthetic, "distill", fail)
 
 
@@ -309,8 +312,8 @@ def test_logits_before_a_softmax_keep_min_max():
     """The tensor that decides the top class is the softmax's input: it is not clipped."""
     model = _softmax_net()
     x = np.random.default_rng(2).uniform(-1, 1, (24, 16, 16, 3)).astype(np.float32)
-    calibrated = _tflite.calibrate(model, x)
-    protected, _ = _tflite.protected_indices(calibrated)
+    calibrated = tflite.calibrate(model, x)
+    protected, _ = tflite.protected_indices(calibrated)
     assert len(protected) >= 2  # the output and the logits
     _, report = cle.quantize(model, x, bias_correction="none")
     kept = {r.index for r in report.ranges if r.how == "min/max"}
@@ -338,7 +341,7 @@ def test_sparse_tensor_keeps_min_max():
 
 def test_integer_io_input_keeps_its_min_max(net, data):
     content, report = cle.quantize(net, data, integer_io=True, bias_correction="none")
-    details = _inference.interpreter(content).get_input_details()[0]
+    details = inference.interpreter(content).get_input_details()[0]
     first = [r for r in report.ranges if r.name == details["name"]]
     assert first and all(r.how == "min/max" for r in first)
     scale, zero = details["quantization"]

@@ -16,7 +16,8 @@ from conftest import (
 )
 
 import cle
-from cle import _qnoise, _scale_choice
+from cle._math import noise
+from cle._transforms import scale_choice
 
 L = keras.layers
 
@@ -78,7 +79,7 @@ def test_unscaled_sets_keep_their_relu6(real_mobilenet):
     assert scaled == ["Conv1", "block_1_expand", "block_2_expand"], scaled
     for d in report.scaling:
         if d.scaled:
-            assert d.noise_change_db <= -_qnoise.MIN_GAIN_DB
+            assert d.noise_change_db <= -noise.MIN_GAIN_DB
         else:
             assert d.reason and d.noise_after == d.noise_before
     margin = [d for d in report.scaling if "dB the model can tell apart" in d.reason]
@@ -147,8 +148,8 @@ def test_measured_junction_is_the_data_max():
     """SampleStats accumulates over batches to what one pass over all the data gives."""
     rng = np.random.default_rng(0)
     pre = rng.normal(1.0, 2.0, size=(1000, 5))
-    whole = _qnoise.junction_from_samples(pre, "relu6", 6.0)
-    st = _qnoise.SampleStats("relu6", 6.0)
+    whole = noise.junction_from_samples(pre, "relu6", 6.0)
+    st = noise.SampleStats("relu6", 6.0)
     for part in np.array_split(pre, 7):
         st.update(part)
     parts = st.junction()
@@ -161,7 +162,7 @@ def test_measured_junction_is_the_data_max():
 def test_scale_model_quantized_in_place(mobilenet, monkeypatch):
     # No margin: on this randomized network no set clears the default 2 dB; the point here is
     # that the sets scale_model does scale keep the function.
-    monkeypatch.setattr(_qnoise, "MIN_GAIN_DB", 0.0)
+    monkeypatch.setattr(noise, "MIN_GAIN_DB", 0.0)
     bounded, _ = cle.replace_relu6_with_clipped_relu(mobilenet)
     pairs, folded = cle.fold_all_batch_norms(bounded)
     x = inputs_for(mobilenet, batch=2) * 3
@@ -206,7 +207,7 @@ def test_in_out_ranges_cover_every_layout():
     conv = L.Conv2D(6, 3, groups=2)
     conv.build((None, 8, 8, 4))
     k = rng.normal(size=conv.kernel.shape).astype(np.float32)
-    r, sq, taps, r_in = _scale_choice._in_out_ranges(k, conv)
+    r, sq, taps, r_in = scale_choice._in_out_ranges(k, conv)
     assert r.shape == (4, 6) and taps == 9
     assert r.dtype == sq.dtype == np.float32
     # input channel 3 is in group 1 (channels 2..3), which feeds outputs 3..5 only
@@ -217,7 +218,7 @@ def test_in_out_ranges_cover_every_layout():
     dw = L.DepthwiseConv2D(3, depth_multiplier=2)
     dw.build((None, 8, 8, 3))
     kd = rng.normal(size=dw.kernel.shape).astype(np.float32)
-    r, sq, _, r_in = _scale_choice._in_out_ranges(kd, dw)
+    r, sq, _, r_in = scale_choice._in_out_ranges(kd, dw)
     assert r.shape == (3, 6)
     assert r[1, 3] == np.abs(kd[:, :, 1, 1]).max()
     np.testing.assert_allclose(sq[1, 3], (kd[:, :, 1, 1].astype(np.float64) ** 2).sum(), rtol=1e-6)
@@ -225,7 +226,7 @@ def test_in_out_ranges_cover_every_layout():
     tr = L.Conv2DTranspose(5, 3)
     tr.build((None, 8, 8, 4))
     kt = rng.normal(size=tr.kernel.shape)  # (*k, out, in)
-    r, _, _, r_in = _scale_choice._in_out_ranges(kt, tr)
+    r, _, _, r_in = scale_choice._in_out_ranges(kt, tr)
     assert r.shape == (4, 5)
     np.testing.assert_allclose(r[2, 1], np.abs(kt[:, :, 1, 2]).max(), rtol=1e-7)
     # the per-input-channel range the candidate scales come from is exact (float64 kernel)

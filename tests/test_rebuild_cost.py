@@ -7,7 +7,7 @@ import numpy as np
 from conftest import RTOL, inputs_for, max_rel_error, randomize_batch_norms, randomize_biases
 
 import cle
-from cle import _cls_math
+from cle._math import equalization
 
 L = keras.layers
 
@@ -44,14 +44,14 @@ def test_ranges_and_scaling_in_the_kernel_dtype_match_float64():
     for shape, axis, kind, groups in cases:
         k32 = rng.normal(0, 1, shape).astype(np.float32)
         k64 = k32.astype(np.float64)
-        r32 = _cls_math.channel_ranges(k32, axis, kind, groups)
-        r64 = _cls_math.channel_ranges(k64, axis, kind, groups)
+        r32 = equalization.channel_ranges(k32, axis, kind, groups)
+        r64 = equalization.channel_ranges(k64, axis, kind, groups)
         assert r32.dtype == np.float64
         np.testing.assert_array_equal(r32, r64)
         f = rng.uniform(0.5, 2.0, r64.shape[0])
-        s32 = _cls_math.scale_channels(k32, f, axis, kind, groups)
+        s32 = equalization.scale_channels(k32, f, axis, kind, groups)
         assert s32.dtype == np.float64
-        np.testing.assert_array_equal(s32, _cls_math.scale_channels(k64, f, axis, kind, groups))
+        np.testing.assert_array_equal(s32, equalization.scale_channels(k64, f, axis, kind, groups))
 
 
 def _deep_model(n=8, c=160):

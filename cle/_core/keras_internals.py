@@ -1,0 +1,116 @@
+"""Every use of Keras' private API in keras-cle, each behind one small function.
+
+Keras 3 has no public API for reading a model's graph: which layer produced a tensor, the nodes
+of a Functional model in order, a Sequential model's graph, the layers a layer holds. The
+functions here are the only place in the package that reaches into Keras' internals
+(``tests/test_layout.py`` fails on any other use), so a Keras upgrade that moves one of them
+breaks here and nowhere else. Each docstring ends with the public API that would replace it.
+
+The Keras ``Node`` objects these functions return are read through their unprefixed attributes
+(``operation``, ``arguments``, ``input_tensors``, ``outputs``, ``is_input``), which
+:mod:`cle._core.graph` uses.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from keras.src.models.functional import Functional as _Functional
+from keras.src.ops import numpy as _ops_numpy
+
+
+def is_functional(obj) -> bool:
+    """Whether ``obj`` is a Functional model (a Sequential model is one too).
+
+    Public replacement: none; Keras exports no Functional class (``keras.Model(inputs,
+    outputs)`` returns an instance of the private ``keras.src.models.functional.Functional``).
+    """
+    return isinstance(obj, _Functional)
+
+
+def sequential_graph(model):
+    """The Functional graph a built Sequential model keeps, or None before it is built.
+
+    Public replacement: none (``Sequential._functional``).
+    """
+    return getattr(model, "_functional", None)
+
+
+def nodes_by_depth(function) -> dict:
+    """``{depth: [Node]}`` of a Functional graph (the deepest nodes are the model's inputs).
+
+    Public replacement: none (``Functional._nodes_by_depth``).
+    """
+    return function._nodes_by_depth
+
+
+def inbound_nodes(layer) -> list:
+    """Every call of ``layer`` in every graph it was called in (one ``Node`` per call).
+
+    Public replacement: none (``Layer._inbound_nodes``).
+    """
+    return layer._inbound_nodes
+
+
+def outbound_nodes(layer) -> list:
+    """Every call that consumes an output of ``layer`` (one ``Node`` per call).
+
+    Public replacement: none (``Layer._outbound_nodes``).
+    """
+    return layer._outbound_nodes
+
+
+def producer_of(tensor):
+    """The operation (layer, or plain op) whose call made the symbolic ``tensor``, or None.
+
+    Public replacement: none (``KerasTensor._keras_history``).
+    """
+    history = getattr(tensor, "_keras_history", None)
+    return None if history is None else history.operation
+
+
+def sublayers(layer, recursive: bool = True) -> list:
+    """The layers ``layer`` holds (itself excluded), depth first; ``recursive``: also the
+    layers those hold.
+
+    Public replacement: ``Model.layers`` covers a model's own layers only, not those inside a
+    custom layer (``Layer._flatten_layers``).
+    """
+    return list(layer._flatten_layers(include_self=False, recursive=recursive))
+
+
+def takes_training(layer) -> bool:
+    """Whether ``layer.call`` takes a ``training`` argument (which ``Functional.call`` sets).
+
+    Public replacement: ``inspect.signature(layer.call)`` tells the same for most layers, but
+    not the arguments Keras itself injects (``Layer._call_context_args``).
+    """
+    return "training" in getattr(layer, "_call_context_args", ())
+
+
+#: Plain operations (``x + y``, ``keras.ops.multiply``) on KerasTensors, by class.
+#: Public replacement: none (the op classes live in ``keras.src.ops.numpy``).
+ADD_OP, MULTIPLY_OP = _ops_numpy.Add, _ops_numpy.Multiply
+
+
+@contextlib.contextmanager
+def unsafe_deserialization():
+    """Keras' safe mode off for the block (thread-local, restored afterwards), so that a layer
+    config taken from a live layer (a ``Lambda`` holding Python bytecode) deserializes.
+
+    Public replacement: ``keras.config.enable_unsafe_deserialization()`` turns safe mode off for
+    the whole process and cannot be undone (``keras.src.saving.serialization_lib
+    .SafeModeScope``).
+    """
+    try:
+        from keras.src.saving.serialization_lib import SafeModeScope
+    except ImportError:  # pragma: no cover - a Keras without the scope: leave safe mode alone
+        yield
+        return
+    with SafeModeScope(False):
+        yield
+
+
+__all__ = ["ADD_OP", "MULTIPLY_OP", "inbound_nodes", "is_functional", "nodes_by_depth",
+           "outbound_nodes", "producer_of", "sequential_graph", "sublayers", "takes_training",
+           "unsafe_deserialization"]

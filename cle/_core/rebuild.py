@@ -1,0 +1,293 @@
+"""The one routine that builds new models: :func:`rebuild`.
+
+It rebuilds a Functional model with ``keras.models.clone_model`` (``clone_function`` makes
+each new layer from its config, possibly edited; ``call_function`` bypasses removed layers by
+returning their input) and a Sequential model as a new ``keras.Sequential`` of cloned layers.
+Nested Functional/Sequential sub-models are rebuilt the same way, recursively. Every new layer
+gets its weights from the input model (or the edit's new values) once the new graph exists.
+
+It never mutates the input model and never calls ``keras.backend.clear_session()``. The new
+model has its own layer objects with the same names, the same input and output names, and a
+layer object shared by several calls stays shared.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import gc
+from typing import Any, Callable
+
+import keras
+import numpy as np
+
+from cle._core import keras_internals as internals
+from cle._core.graph import inner_function
+
+__all__ = ["LayerEdit", "gc_paused", "own_configs", "rebuild"]
+
+
+@dataclasses.dataclass
+class LayerEdit:
+    """How one layer changes.
+
+    Attributes:
+        config: entries of the layer's config to override (e.g. ``{"use_bias": True}``).
+        variables: new values by variable attribute (``{"kernel": ..., "bias": ...}``); with
+            ``compute`` and ``keep``, they must cover every weight of the new layer.
+        compute: ``fn(dtype=None) -> {attr: value}``: new values computed when they are
+            needed (at assignment, or by a planner that reads them) rather than held for the
+            whole rebuild; ``variables`` overrides its entries. Each call must return the same
+            values; with a ``dtype`` (what the rebuild assigns them as), rounded to it.
+        replace: ``fn(old_layer) -> new_layer``: a different layer takes the old one's place;
+            it is called on the old call's first argument only and keeps its own initial
+            weights.
+        insert_after: ``fn(old_layer) -> new_layer``: a new layer applied to the (new) layer's
+            output, e.g. an activation split out of a layer.
+        keep: variable attributes copied unchanged from the old layer (e.g. ``("kernel",)``
+            when only the bias is new); with ``variables`` and ``compute``, they must cover
+            every weight of the new layer.
+        made_variables: values by attribute for the weights of the layer that ``replace`` or
+            ``insert_after`` makes (e.g. a ClippedReLU's scaled ``caps``), assigned once the new
+            model is built.
+    """
+
+    config: dict = dataclasses.field(default_factory=dict)
+    variables: dict[str, Any] = dataclasses.field(default_factory=dict)
+    compute: Callable[..., dict[str, Any]] | None = None
+    replace: Callable[[Any], Any] | None = None
+    insert_after: Callable[[Any], Any] | None = None
+    keep: tuple[str, ...] = ()
+    made_variables: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    @property
+    def sets_weights(self) -> bool:
+        return bool(self.variables) or self.compute is not None
+
+    def new_values(self, dtype=None) -> dict[str, Any]:
+        """The layer's new values by attribute (computed now if the edit has ``compute``;
+        in ``dtype`` if given, else as computed)."""
+        values = {} if self.compute is None else dict(self.compute(dtype=dtype))
+        values.update(self.variables)
+        return values
+
+
+def _new_input(tensor):
+    layer = internals.producer_of(tensor)
+    return keras.Input(
+        batch_shape=tensor.shape,
+        dtype=tensor.dtype,
+        sparse=tensor.sparse,
+        name=layer.name if layer is not None else None,
+    )
+
+
+_ZEROS = keras.initializers.Zeros()
+
+
+def _defer_initializers(layer) -> dict:
+    """Swap ``layer``'s weight initializers for Zeros until the rebuild is done.
+
+    Every weight of a cloned layer is overwritten by :meth:`_Rebuilder.copy_weights`, so drawing
+    random initial values (what ``clone_model`` spends a third to half of its time on, e.g.
+    Glorot-uniform kernels) is wasted work. The original initializers are put back before the
+    new model is returned, so configs and saved models are unchanged.
+    """
+    saved = {
+        attr: value for attr, value in vars(layer).items()
+        if attr.endswith("_initializer") and isinstance(value, keras.initializers.Initializer)
+    }
+    for attr in saved:
+        setattr(layer, attr, _ZEROS)
+    return saved
+
+
+class _Rebuilder:
+    def __init__(self, edits, bypass):
+        self.edits = edits
+        self.bypass = bypass
+        self.clones: dict[int, Any] = {}
+        self.replaced: set[int] = set()  # ids of new layers called on the first argument only
+        self.inserted: dict[int, Any] = {}  # id(new layer) -> layer applied to its output
+        self.pairs: list[tuple[Any, Any]] = []  # (old layer, new layer) needing weights
+        self.deferred: list[tuple[Any, dict]] = []  # (new layer, its real initializers)
+        self.made: list[tuple[Any, dict]] = []  # (layer a replace/insert_after made, values)
+
+    def clone_layer(self, layer):
+        key = id(layer)
+        if key in self.clones:
+            return self.clones[key]
+        edit = self.edits.get(key)
+        if key in self.bypass:
+            new = layer  # never called: call_layer returns its input instead
+        elif edit is not None and edit.replace is not None:
+            new = edit.replace(layer)
+            self.replaced.add(id(new))
+            if edit.made_variables:
+                self.made.append((new, edit.made_variables))
+        elif isinstance(layer, keras.Sequential):
+            new = self.rebuild_sequential(layer)
+        elif isinstance(layer, keras.Model) and inner_function(layer) is layer:
+            new = self.rebuild_functional(layer)
+        else:
+            config = layer.get_config()
+            if edit is not None:
+                config.update(edit.config)
+            new = layer.__class__.from_config(config)
+            if isinstance(layer, keras.layers.Layer):
+                # A plain operation (``x + y``, ``keras.ops.multiply`` on KerasTensors) has no
+                # weights: it is rebuilt from its config and needs nothing copied.
+                self.pairs.append((layer, new))
+                self.deferred.append((new, _defer_initializers(new)))
+        if edit is not None and edit.insert_after is not None:
+            self.inserted[id(new)] = edit.insert_after(layer)
+            if edit.made_variables:
+                self.made.append((self.inserted[id(new)], edit.made_variables))
+        self.clones[key] = new
+        return new
+
+    def call_layer(self, layer, *args, **kwargs):
+        if id(layer) in self.bypass:
+            return args[0]
+        if id(layer) in self.replaced:
+            out = layer(args[0])  # the old layer's other arguments (mask=...) do not apply
+        else:
+            out = layer(*args, **kwargs)
+        after = self.inserted.get(id(layer))
+        return out if after is None else after(out)
+
+    def rebuild_functional(self, model):
+        # clone_model names new inputs after the KerasTensors ("keras_tensor_12"); name them
+        # after the input layers instead, so input names survive.
+        inputs = keras.tree.map_structure(_new_input, model.input)
+        return keras.models.clone_model(
+            model,
+            input_tensors=inputs,
+            clone_function=self.clone_layer,
+            call_function=self.call_layer,
+        )
+
+    def rebuild_sequential(self, model):
+        layers = []
+        for layer in model.layers:
+            if id(layer) in self.bypass:
+                continue
+            new = self.clone_layer(layer)
+            layers.append(new)
+            if id(new) in self.inserted:
+                layers.append(self.inserted[id(new)])
+        new = keras.Sequential(
+            [_new_input(model.inputs[0])] + layers,
+            name=model.name,
+            trainable=model.trainable,
+        )
+        if model.compiled:
+            new.compile_from_config(model.get_compile_config())
+        return new
+
+    def restore_initializers(self):
+        for new, saved in self.deferred:
+            for attr, value in saved.items():
+                setattr(new, attr, value)
+
+    def copy_weights(self):
+        """Give every new layer its weights, one layer (and one variable) at a time, so that
+        the only memory held beyond the new model is one layer's temporaries."""
+        for new, values in self.made:
+            for attr, value in values.items():
+                var = getattr(new, attr)
+                var.assign(keras.ops.convert_to_tensor(np.asarray(value), dtype=var.dtype))
+        for old, new in self.pairs:
+            edit = self.edits.get(id(old))
+            if edit is None or not edit.sets_weights:
+                _copy_variables(old, new)
+                continue
+            dtypes = {np.dtype(w.dtype) for w in new.weights}
+            values = edit.new_values(dtypes.pop() if len(dtypes) == 1 else None)
+            if len(values) + len(edit.keep) != len(new.weights):
+                raise RuntimeError(
+                    f"internal error: edit of layer '{old.name}' sets "
+                    f"{sorted(values)} and keeps {list(edit.keep)} but the new layer has "
+                    f"{[w.path for w in new.weights]}"
+                )
+            for attr in edit.keep:
+                getattr(new, attr).assign(keras.ops.copy(getattr(old, attr)))
+            for attr in list(values):
+                var = getattr(new, attr)
+                # Each value is dropped as soon as it is assigned.
+                value = np.asarray(values.pop(attr))
+                var.assign(keras.ops.convert_to_tensor(value, dtype=var.dtype))
+                del value
+
+
+def _copy_variables(old, new):
+    """``new.set_weights(old.get_weights())`` without a numpy copy of the whole layer.
+
+    ``keras.ops.copy`` gives the new variable its own buffer (on JAX, assigning one variable's
+    value to another would make both hold the same array, which training one model donates and
+    deletes under the other); on TensorFlow it reads the old variable without a copy and the
+    assignment copies into the new variable's buffer.
+    """
+    if len(old.weights) != len(new.weights):
+        raise RuntimeError(
+            f"internal error: layer '{old.name}' has {len(old.weights)} weights but its clone "
+            f"has {len(new.weights)}")
+    for src, dst in zip(old.weights, new.weights):
+        if tuple(src.shape) != tuple(dst.shape):
+            raise RuntimeError(
+                f"internal error: weight '{src.path}' of layer '{old.name}' has shape "
+                f"{tuple(src.shape)} but its clone's has {tuple(dst.shape)}")
+        dst.assign(keras.ops.copy(src))
+
+
+@contextlib.contextmanager
+def gc_paused():
+    """Python's automatic cyclic garbage collection off for the duration of the block, then
+    back to the state it was in (``gc.disable`` / ``gc.enable``).
+
+    Building a model allocates many objects, and each full collection the allocations trigger
+    walks every object in the process, the input model's included: on a 3200-layer model that
+    was a large share of a rebuild's time. The cycles made meanwhile are collected at the next
+    collection after the block. Nothing else about the collector changes (objects frozen with
+    ``gc.freeze`` stay frozen), and a process that had turned collection off keeps it off.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def own_configs():
+    """Deserialize, for the duration, the layer configs the rebuild has just taken from live
+    layers, including those Keras deserializes only unsafely (a ``Lambda`` whose function is
+    Python bytecode): they come from the model object in memory, not from a file, so nothing
+    runs that the process does not already hold. Keras' safe mode is restored afterwards
+    (thread-local, as Keras keeps it); files are still loaded safely unless the caller opts out.
+    """
+    return internals.unsafe_deserialization()
+
+
+def rebuild(model, edits=None, bypass=()):
+    """Build a new model from ``model`` with some layers edited or removed.
+
+    Args:
+        model: a Functional or Sequential ``keras.Model`` (already checked by the caller).
+        edits: ``id(layer) -> LayerEdit`` for layers whose config or weights change.
+        bypass: ids of single-input layers to remove; their output is replaced by their input.
+
+    Returns:
+        ``(new_model, clones)``: the new model (the input model is not modified) and
+        ``id(old layer) -> new layer`` for every layer that was cloned.
+    """
+    builder = _Rebuilder(edits or {}, set(bypass))
+    with gc_paused(), own_configs():
+        if isinstance(model, keras.Sequential):
+            new = builder.rebuild_sequential(model)
+        else:
+            new = builder.rebuild_functional(model)
+    builder.restore_initializers()
+    builder.copy_weights()
+    return new, builder.clones

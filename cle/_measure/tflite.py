@@ -1,0 +1,322 @@
+"""The TF Lite converter in two steps, with the activation ranges in between ours to set.
+
+TF Lite's full-INT8 conversion calibrates every activation tensor's range as the min and max
+it saw on the representative data, then quantizes. The converter runs those two steps
+internally (``TFLiteConverter._quantize``): a *calibrate-only* conversion
+(``_experimental_calibrate_only``) returns the float flatbuffer with the recorded min/max in
+each tensor's quantization parameters, and ``convert.mlir_quantize`` turns such a flatbuffer
+into the INT8 model. Between the two this module reads the ranges, measures the tensors on
+data with LiteRT's interpreter (``experimental_preserve_all_tensors``), and writes chosen
+ranges back with the flatbuffer object API (``tensorflow.lite.tools.flatbuffer_utils``).
+
+Those private and experimental names are reached through :mod:`cle._measure.tflite_internals`
+alone. ``tests/test_quantize.py`` checks that the two-step route with untouched ranges gives the
+same INT8 model as the converter's one-step route, so a TensorFlow change that breaks the
+route is caught.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import io
+import logging
+import os
+import re
+import sys
+import tempfile
+import warnings
+from typing import Callable
+
+import keras
+import numpy as np
+
+from cle._core import graph as _graph
+from cle._measure import tflite_internals as internals
+from cle._measure.inference import interpreter
+
+# Values kept per tensor to choose its range (a uniform sample of all positions of all
+# inputs, plus the exact extremes).
+SAMPLE_PER_TENSOR = 1 << 20
+
+
+@dataclasses.dataclass
+class TensorRange:
+    """One activation tensor of a calibrated flatbuffer: its index, name and shape, the
+    range the converter calibrated (min, max over the data) and the range that will be
+    written (``lo``, ``hi``; the calibrated one until a choice replaces it)."""
+
+    index: int
+    name: str
+    shape: tuple
+    calibrated: tuple[float, float]
+    lo: float
+    hi: float
+    how: str = "min/max"
+
+
+def check_tflite_backend(what):
+    """TF Lite's converter reads a Keras model through Keras' SavedModel export, which the
+    PyTorch backend does not provide (``ExportArchive.track`` is not implemented there, and the
+    converter's fallback fails with an AttributeError about ``_get_save_spec``). Say so up front,
+    with the way around it."""
+    backend = keras.backend.backend()
+    if backend == "torch":
+        raise RuntimeError(
+            f"{what} needs the TensorFlow or JAX Keras backend: TF Lite's converter cannot read "
+            "a model of the PyTorch backend (it goes through Keras' ExportArchive.track, which "
+            "the PyTorch backend does not implement). Save the "
+            "model (model.save('m.keras')) and convert it in a process started with "
+            "KERAS_BACKEND=tensorflow (cle.load_model('m.keras')). "
+            f"Received: KERAS_BACKEND={backend}"
+        )
+
+
+@contextlib.contextmanager
+def quiet():
+    """Silence the TF Lite converter: Python warnings and prints, TF's Python loggers, and the
+    C++ logs it writes to file descriptors 1 and 2. If the block raises, what was captured is
+    written to ``sys.stderr`` before the exception propagates, so diagnostics are not lost.
+
+    File descriptors are process-wide: output of other threads during the block is captured
+    too.
+    """
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    loggers = [logging.getLogger(n) for n in ("tensorflow", "absl")]
+    levels = [lg.level for lg in loggers]
+    log = tempfile.TemporaryFile()
+    saved = []
+    try:
+        for fd in (1, 2):
+            with contextlib.suppress(OSError):
+                saved.append((fd, os.dup(fd)))
+                os.dup2(log.fileno(), fd)
+    except Exception:  # pragma: no cover - restore whatever was redirected
+        for fd, dup in saved:
+            os.dup2(dup, fd)
+            os.close(dup)
+        log.close()
+        raise
+    py_out = io.StringIO()
+    failed = False
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stdout(py_out), \
+                contextlib.redirect_stderr(py_out):
+            warnings.simplefilter("ignore")
+            for lg in loggers:
+                lg.setLevel(logging.ERROR)
+            yield
+    except BaseException:
+        failed = True
+        raise
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        for fd, dup in saved:
+            os.dup2(dup, fd)
+            os.close(dup)
+        if failed:
+            log.seek(0)
+            text = py_out.getvalue() + log.read().decode("utf-8", "replace")
+            if text.strip():
+                sys.stderr.write("--- TF Lite converter output ---\n" + text[-20000:] + "\n")
+        log.close()
+
+
+def _representative(x):
+    def gen():
+        for i in range(len(x)):
+            yield [x[i: i + 1]]
+    return gen
+
+
+def _from_model(model, keras_route=False):
+    """TF Lite's converter reading ``model``.
+
+    On the TensorFlow backend a Functional or Sequential model is traced once (inference
+    mode, batch dimension free) and handed to the converter as a concrete function, whose
+    variables it freezes into constants: the route TF Lite takes for Keras 2 models.
+    ``from_keras_model`` (``keras_route``, and every other model or backend) first writes a
+    Keras 3 model out as a SavedModel through Keras' ``ExportArchive`` and reads it back,
+    which takes most of a conversion's time for the same flatbuffer (tests/test_quantize.py
+    checks both routes give the same ranges and the same INT8 outputs).
+    """
+    import tensorflow as tf
+
+    if (keras_route or keras.backend.backend() != "tensorflow"
+            or _graph.inner_function(model) is None or len(model.inputs) != 1):
+        return tf.lite.TFLiteConverter.from_keras_model(model)
+    spec = model.inputs[0]
+    call = tf.function(lambda t: model(t, training=False),
+                       input_signature=[tf.TensorSpec(spec.shape, spec.dtype,
+                                                      name=spec.name)])
+    # The tf.function as the "trackable object": the converter freezes the function's
+    # variables instead of saving the model as a SavedModel first.
+    return tf.lite.TFLiteConverter.from_concrete_functions([call.get_concrete_function()],
+                                                           call)
+
+
+def _converter(model, x, per_channel=True, io_type=None, keras_route=False):
+    """The converter set up for full-integer quantization calibrated on ``x``; ``io_type``, if
+    given, is the type of the model's input and output."""
+    import tensorflow as tf
+
+    converter = _from_model(model, keras_route)
+    converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    converter.representative_dataset = _representative(x)
+    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+    if not per_channel:
+        internals.disable_per_channel(converter)
+    if io_type is not None:
+        converter.inference_input_type = io_type
+        converter.inference_output_type = io_type
+    return converter
+
+
+def convert_int8(model, x, per_channel=True, integer_io=False, keras_route=False) -> bytes:
+    """The converter's one-step full-INT8 flatbuffer of ``model``, calibrated on ``x``;
+    ``keras_route``: read the model with ``from_keras_model`` (see :func:`_from_model`)."""
+    import tensorflow as tf
+
+    converter = _converter(model, x, per_channel, tf.int8 if integer_io else tf.float32,
+                           keras_route)
+    with quiet():
+        return bytes(converter.convert())
+
+
+def calibrate(model, x, keras_route=False) -> bytes:
+    """The float flatbuffer of ``model`` with every activation tensor's min/max over ``x``
+    (the converter's calibration step alone); ``keras_route``: read the model with
+    ``from_keras_model`` (see :func:`_from_model`)."""
+    check_tflite_backend("cle.quantize")
+    converter = _converter(model, x, keras_route=keras_route)
+    internals.calibrate_only(converter)
+    with quiet():
+        return bytes(converter.convert())
+
+
+def quantize_calibrated(calibrated: bytes, per_channel=True, integer_io=False) -> bytes:
+    """The full-INT8 flatbuffer of a calibrated one (the converter's quantization step)."""
+    import tensorflow as tf
+
+    io_type = tf.int8 if integer_io else tf.float32
+    with quiet():
+        return internals.quantize_calibrated_model(calibrated, per_channel, io_type)
+
+
+def convert_int16(model, x, integer_io=False) -> bytes:
+    """TF Lite's 16-bit activation / 8-bit weight mode (``16x8``), calibrated by the
+    converter on ``x`` (its own min/max; int16 leaves little to gain from clipping)."""
+    import tensorflow as tf
+
+    check_tflite_backend("cle.quantize")
+    converter = _converter(model, x, io_type=tf.int16 if integer_io else tf.float32)
+    converter.target_spec.supported_ops = [
+        tf.lite.OpsSet.EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8]
+    with quiet():
+        try:
+            return bytes(converter.convert())
+        except RuntimeError as exc:
+            ops = sorted(set(re.findall(r"not yet supported for op: '(\w+)'", str(exc))))
+            if not ops:
+                raise
+    raise RuntimeError(
+        f"TF Lite's 16x8 mode cannot quantize the ops {', '.join(ops)} of this model (as the "
+        f"{keras.backend.backend()} backend exports it); use activation_bits=8"
+        + (", or convert on the TensorFlow backend" if keras.backend.backend() != "tensorflow"
+           else "") + ". Received: activation_bits=16")
+
+
+def _object(calibrated):
+    return internals.read_model(calibrated)
+
+
+def ranges_of(calibrated: bytes) -> list[TensorRange]:
+    """Every tensor of the main subgraph that carries a calibrated min/max."""
+    graph = _object(calibrated).subgraphs[0]
+    out = []
+    for i, t in enumerate(graph.tensors):
+        q = t.quantization
+        if q is None or q.min is None or len(q.min) != 1:
+            continue
+        lo, hi = float(q.min[0]), float(q.max[0])
+        name = t.name.decode("utf-8", "replace") if isinstance(t.name, bytes) else str(t.name)
+        out.append(TensorRange(i, name, tuple(int(d) for d in t.shape), (lo, hi), lo, hi))
+    return out
+
+
+# Ops through which an output's range is decided by their input's: the logits before a
+# softmax, and what only moves values around or changes their type.
+_PASS_BACK = ("SOFTMAX", "LOGISTIC", "LOG_SOFTMAX", "RESHAPE", "SQUEEZE", "DEQUANTIZE",
+              "QUANTIZE", "CAST")
+
+
+def protected_indices(calibrated: bytes) -> tuple[set, set]:
+    """``(tensors that decide the outputs, input tensors)`` of the main subgraph: the outputs,
+    and walking back from them through :data:`_PASS_BACK` ops, their inputs."""
+    obj = _object(calibrated)
+    graph = obj.subgraphs[0]
+    names = internals.builtin_operator_names()
+    producer = {}
+    for op in graph.operators:
+        code = obj.operatorCodes[op.opcodeIndex]
+        kind = names.get(max(int(code.builtinCode), int(code.deprecatedBuiltinCode)), "")
+        for t in (op.outputs if op.outputs is not None else []):
+            producer[int(t)] = (kind, [int(i) for i in (op.inputs if op.inputs is not None
+                                                         else [])])
+    protected, todo = set(), [int(i) for i in graph.outputs]
+    while todo:
+        t = todo.pop()
+        if t in protected or t < 0:
+            continue
+        protected.add(t)
+        kind, inputs = producer.get(t, ("", []))
+        if kind in _PASS_BACK and inputs:
+            todo.append(inputs[0])
+    return protected, set(int(i) for i in graph.inputs)
+
+
+def with_ranges(calibrated: bytes, ranges: list[TensorRange]) -> bytes:
+    """``calibrated`` with each listed tensor's min/max replaced by its ``lo``/``hi``."""
+    obj = _object(calibrated)
+    tensors = obj.subgraphs[0].tensors
+    for r in ranges:
+        q = tensors[r.index].quantization
+        q.min = [np.float32(min(r.lo, 0.0))]
+        q.max = [np.float32(max(r.hi, 0.0))]
+    return internals.write_model(obj)
+
+
+def observe(calibrated: bytes, x: np.ndarray, indices, progress: Callable | None = None,
+            per_tensor=SAMPLE_PER_TENSOR, seed=0) -> dict[int, np.ndarray]:
+    """A uniform sample of the values each tensor of ``indices`` takes on ``x`` (float
+    interpreter, one input at a time), with each tensor's exact min and max included."""
+    interp = interpreter(calibrated, preserve_all_tensors=True)
+    inp = interp.get_input_details()[0]
+    interp.resize_tensor_input(inp["index"], (1,) + x.shape[1:], strict=False)
+    interp.allocate_tensors()
+    rng = np.random.default_rng(seed)
+    per_input = max(1, per_tensor // len(x))
+    kept = {i: [] for i in indices}
+    lo = {i: np.inf for i in indices}
+    hi = {i: -np.inf for i in indices}
+    for k in range(len(x)):
+        interp.set_tensor(inp["index"], x[k: k + 1])
+        interp.invoke()
+        for i in indices:
+            v = interp.get_tensor(i).ravel()
+            lo[i] = min(lo[i], float(v.min()))
+            hi[i] = max(hi[i], float(v.max()))
+            if v.size > per_input:  # a random sample of positions (with replacement: fast)
+                v = v[rng.integers(0, v.size, per_input)]
+            kept[i].append(v)
+        if progress is not None and (k + 1) % 16 == 0:
+            progress(f"measured activations on {k + 1} of {len(x)} inputs")
+    return {i: np.concatenate(kept[i] + [np.array([lo[i], hi[i]], np.float32)])
+            for i in indices}
+

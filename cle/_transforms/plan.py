@@ -1,0 +1,189 @@
+"""The plan of :func:`cle.equalize_model`: every stage decided on the one graph view of the
+input model and written as ``LayerEdit``s for one rebuild.
+
+Stages, in order: BN folding (``batch_norm_fold.fold_plan``), the scaling sets as they will be
+after folding and ReLU6 handling (one ``find_sets``), each set's scales (chosen for the INT8
+target, or Nagel's), high-bias folding, the ReLU6 edits (a ReLU6 inside a scaled set becomes a
+ClippedReLU with its scaled caps). Weights a later stage reads are the ones the earlier stages
+will give (:class:`cle._transforms.scaling.PlannedWeights`): nothing is built or assigned until the
+rebuild.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+import keras
+import numpy as np
+
+from cle._math import noise
+from cle._transforms import scale_choice
+from cle._transforms import scaling as _scaling
+from cle._transforms.bn_match import find_matches, fold_plan
+from cle._transforms.sets import SetSearch, find_sets
+from cle._core.graph import GraphView
+from cle._core.layouts import channel_axis
+from cle._transforms.options import EqualizeOptions
+from cle._core.rebuild import LayerEdit
+from cle._transforms.relu6 import all_relu6, changed_name, merge, relu6_edit
+from cle._core.weights import gamma_beta
+
+__all__ = ["EqualizePlan", "decide_sets", "measure_junctions", "plan_equalization",
+           "pre_activation"]
+
+logger = logging.getLogger("cle.cross_layer_equalization")
+
+
+@dataclasses.dataclass
+class EqualizePlan:
+    """What :func:`plan_equalization` decided, on the input model's layers."""
+
+    matches: list
+    fold_skipped: list
+    search: SetSearch
+    decisions: list  # one ScalingDecision per set of ``search``
+    scaled: list  # (links, scales) of every scaled set, in graph order
+    absorptions: list  # BiasAbsorption records
+    relu6_changed: list[str]
+    edits: dict
+    bypass: set
+
+
+def _set_layers(links):
+    return tuple(link.first.layer for link in links) + (links[-1].second.layer,)
+
+
+def pre_activation(link, folded_bns):
+    """The top-level layer whose output is the pre-activation of a link's junction (the last
+    BN that will be folded into layer1, else layer1 itself), or None if it is nested."""
+    t = link.first.outputs[0]
+    while len(t.consumers) == 1 and id(t.consumers[0].layer) in folded_bns:
+        t = t.consumers[0].outputs[0]
+    call = t.producer
+    return call.layer if not call.scope and len(call.outputs) == 1 else None
+
+
+def measure_junctions(model, search, matches, data, value, progress):
+    """``{id(link.first): Junction}`` measured on ``data`` for every link of the search whose
+    pre-activation is a top-level tensor; one streaming pass over the data."""
+    from cle._core.inputs import check_calibration_data
+
+    folded = {id(m.bn_call.layer) for m in matches}
+    links = [link for links in search.sets for link in links]
+    targets = [(link, pre_activation(link, folded)) for link in links]
+    targets = [(link, layer) for link, layer in targets if layer is not None]
+    if not targets:
+        return {}
+    probe = keras.Model(model.inputs, [layer.output for _, layer in targets])
+    stats = [noise.SampleStats(*scale_choice.junction_kind(link, value)) for link, _ in targets]
+    # Small batches: the probe returns every junction's whole activation at once.
+    x = check_calibration_data(model, data)
+    batches = [x[i: i + 8] for i in range(0, len(x), 8)]
+    for b, batch in enumerate(batches):
+        if progress is not None:
+            progress(f"activation ranges: batch {b + 1}/{len(batches)}")
+        outs = probe([batch] if len(model.inputs) == 1 else batch, training=False)
+        outs = outs if isinstance(outs, (list, tuple)) else [outs]
+        for (link, _), st, out in zip(targets, stats, outs):
+            out = keras.ops.convert_to_numpy(out)
+            axis = channel_axis(link.first.layer, out.ndim)
+            st.update(np.moveaxis(out, axis, -1).reshape(-1, out.shape[axis]))
+    return {id(link.first): st.junction() for (link, _), st in zip(targets, stats)}
+
+
+def decide_sets(model, search, matches, planned, opts, data, progress):
+    """Decide every set in graph order on the weights as the earlier sets leave them (a layer
+    can end one set and start the next) and record the scaled ones in ``planned``."""
+    measured, bn_stats = None, None
+    if opts.objective == "quantized":
+        bn_stats = {id(m.target.layer): gamma_beta(m.bn_call.layer) for m in matches
+                    if m.bn_after}
+        if data is not None:
+            measured = measure_junctions(model, search, matches, data, planned.exact, progress)
+    decisions, scaled = [], []
+    for links in search.sets:
+        layers = _set_layers(links)
+        planned.keep({id(la) for la in layers})  # one set's kernels at a time
+        if opts.objective == "quantized":
+            d = scale_choice.decide_set(links, planned.exact, bn_stats, opts.target, measured)
+            scales = d.scales if d.scaled else None
+            if not d.scaled:
+                logger.info("scaling set %s left as it is: %s", d.layers, d.reason)
+        else:
+            scales = _scaling.nagel_scales(layers, planned)
+            d = scale_choice.ScalingDecision(tuple(la.name for la in layers), True, "weights")
+        if scales is not None:
+            planned.record(_scaling.set_factors(layers, scales, links, planned.has_bias))
+            scaled.append((links, list(scales)))
+        decisions.append(d)
+    planned.keep(())
+    return decisions, scaled
+
+
+def _fold_high_biases(scaled, matches, planned, opts):
+    backward = {id(m.target.layer): m.bn_call.layer for m in matches if m.bn_after}
+    records = []
+    for links, scales in scaled:
+        for link, s in zip(links, scales):
+            bn = backward.get(id(link.first.layer))
+            if bn is None:
+                continue
+            record, updates = _scaling.absorb(
+                link.first.layer, link.second.layer, s, link.relu, link,
+                (bn.name, *gamma_beta(bn)), opts.margin, opts.high_bias_fold == "all", planned)
+            if not record.absorbed:
+                logger.info("no bias absorbed from '%s' into '%s': %s",
+                            record.layer1, record.layer2, record.reason)
+            for layer, attr, value in updates:
+                planned.set(layer, attr, value)
+            records.append(record)
+    return records
+
+
+def _relu6_edits(view, scaled, planned, mode):
+    if mode == "replace":
+        targets = all_relu6(view)
+    elif mode == "bound":
+        on_links = {id(layer) for links, _ in scaled for link in links
+                    for layer, _ in _scaling.cap_refs(link)}
+        targets = [t for t in all_relu6(view) if id(t[0]) in on_links]
+    else:
+        targets = []
+    edits, changed = {}, []
+    for layer, kind, axis in targets:
+        caps = planned.vector(
+            layer, _scaling.CAPS if kind == "standalone" else _scaling.FUSED_CAPS)
+        edits[id(layer)] = relu6_edit(layer, kind, mode, axis, caps)
+        changed.append(changed_name(layer, kind))
+    return edits, changed
+
+
+def plan_equalization(model, view: GraphView, opts: EqualizeOptions, data=None,
+                      progress=None) -> EqualizePlan:
+    matches, fold_skipped = find_matches(view)
+    fold_edits, bypass = fold_plan(matches)
+    # The sets as they will be after folding and ReLU6 handling.
+    search = find_sets(view, opts.relu6, transparent={id(m.bn_call.layer) for m in matches})
+    for call, reason in search.ends:
+        logger.info("no scaling set starts at '%s': %s", call.layer.name, reason)
+    planned = _scaling.PlannedWeights(fold_edits)
+    decisions, scaled = decide_sets(model, search, matches, planned, opts,
+                                    data if opts.activation_ranges == "calibration" else None,
+                                    progress)
+    absorptions = []
+    if opts.high_bias_fold != "none":
+        absorptions = _fold_high_biases(scaled, matches, planned, opts)
+    edits = {k: dataclasses.replace(e) for k, e in fold_edits.items()}
+    relu6, changed = _relu6_edits(view, scaled, planned, opts.relu6)
+    for key, layer in planned.layers.items():
+        if key in relu6 and relu6[key].replace is not None:
+            continue  # a standalone ReLU6: its ClippedReLU takes the caps
+        old = edits.get(key)
+        edits[key] = LayerEdit(
+            config=dict(old.config) if old is not None else {},
+            compute=lambda dtype=None, layer=layer: planned.final(layer, dtype))
+    for key, edit in relu6.items():
+        merge(edits, key, edit)
+    return EqualizePlan(matches, fold_skipped, search, decisions, scaled, absorptions, changed,
+                        edits, bypass)
