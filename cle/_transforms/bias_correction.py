@@ -35,7 +35,6 @@ __all__ = [
 logger = logging.getLogger("cle.bias_correction")
 
 _KINDS = ("conv", "depthwise", "dense")
-_BATCH = 32
 
 
 # ------------------------------------------------------------------------------- math
@@ -125,10 +124,9 @@ def _kernel_error(layer, kind, bits, per_channel):
 
 
 def _check_data(model, data):
-    """A list of float32 numpy input batches of ``data``, checked against ``model``'s input
-    (:func:`cle._core.inputs.check_calibration_data`)."""
-    x = check_calibration_data(model, data)
-    return [x[i: i + _BATCH] for i in range(0, len(x), _BATCH)]
+    """``data`` checked against ``model``'s inputs (:func:`cle._core.inputs.check_calibration_data`:
+    data checked at a public function's door passes as it is)."""
+    return check_calibration_data(model, data)
 
 
 
@@ -280,7 +278,7 @@ def _correct(model, bn_stats, calibration_data, bits, per_channel, progress, in_
 def _measure(view, plan, analytic, calibration, bits, per_channel, say):
     """Yield ``(call, delta, mode, note)`` for every call of ``plan``, in order: its bias is
     to be corrected by ``−delta``, measured analytically (``analytic``:
-    ``id(call) -> (E[x], note)``) or with the ``calibration`` batches."""
+    ``id(call) -> (E[x], note)``) or with the ``calibration`` data."""
     if calibration is None:
         for call in plan:
             layer = call.layer
@@ -314,9 +312,9 @@ def _record(layer, mode, delta, note, added_bias):
                                 note=note, added_bias=added_bias)
 
 
-def _empirical_pass(view, plan, batches, bits, per_channel, say, min_uses=None):
+def _empirical_pass(view, plan, data, bits, per_channel, say, min_uses=None):
     """Measure the corrections of the layers of ``plan`` in one forward pass over the
-    calibration ``batches``; yield ``(call, delta)`` for each as it is measured (its bias is
+    calibration ``data`` (:class:`cle._core.inputs.ModelInputs`); yield ``(call, delta)`` for each as it is measured (its bias is
     to be corrected by ``−delta``): in the order of ``plan``, except that a compiled run of
     blocks on one branch of a graph is measured ahead of the calls of a parallel branch.
 
@@ -338,11 +336,6 @@ def _empirical_pass(view, plan, batches, bits, per_channel, say, min_uses=None):
     compiled, both streams and the measurements in one function (:class:`cle._transforms.bias_steps.Steps`;
     ``min_uses`` defaults to :data:`cle._transforms.bias_steps.MIN_USES`); the other calls run eagerly.
     """
-    if len(view.inputs) != 1:
-        raise ValueError(
-            "Empirical bias correction needs a model with one input. "
-            f"Received: model '{view.model.name}' with {len(view.inputs)} inputs"
-        )
     needed, stack = set(), list(plan)
     while stack:
         call = stack.pop()
@@ -366,8 +359,10 @@ def _empirical_pass(view, plan, batches, bits, per_channel, say, min_uses=None):
             say(f"[{targets[id(call)]}/{len(plan)}] {call.layer.name}: measuring its output "
                 "mean error")
 
-    x = keras.ops.convert_to_tensor(np.concatenate(batches))
-    live = {id(view.inputs[0]): (x, x)}  # id(Tensor) -> (float, quantized) values
+    live = {}  # id(Tensor) -> (float, quantized) values
+    for t, a in zip(view.inputs, data.arrays):
+        x = keras.ops.convert_to_tensor(a)
+        live[id(t)] = (x, x)
     done = set()  # ids of calls run by the compiled step of an earlier call
     for call in calls:
         if id(call) in done:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from cle._transforms.stepwise import BiasAbsorption, ClsSetInfo, CrossLayerScaling, HighBiasFold, set_info
 from cle._core.backend import check_runnable
 from cle._core.graph import graph_view
+from cle._core.inputs import check_calibration_data
 from cle._transforms.options import EqualizeOptions
 from cle._transforms.plan import plan_equalization
 from cle._core.rebuild import rebuild
@@ -18,6 +19,7 @@ __all__ = [
     "CrossLayerScaling",
     "EqualizationReport",
     "HighBiasFold",
+    "equalize_checked",
     "equalize_model",
     "replace_relu6_with_clipped_relu",
     "replace_relu6_with_relu",
@@ -129,34 +131,44 @@ def equalize_model(model, relu6="bound", high_bias_fold="none", margin=3.0,
         per_channel_weights=per_channel_weights, objective=objective,
         activation_bits=activation_bits, activation_ranges=activation_ranges)
     view = graph_view(model)
-    if opts.wants_data:  # refuse before any work a model this backend cannot run here
-        check_runnable(model, opts.data_use)
-    plan = plan_equalization(model, view, opts, calibration_data, progress)
+    data = None
+    if opts.wants_data:  # the door: refuse before any work a model this backend cannot run
+        check_runnable(model, opts.data_use)  # here, and read the data once
+        data = check_calibration_data(model, calibration_data)
+    new_model, report = equalize_checked(model, view, opts, data, progress)
+    return (new_model, report) if return_report else new_model
+
+
+def equalize_checked(model, view, opts: EqualizeOptions, data, progress=None):
+    """:func:`equalize_model` on inputs checked at its door: ``view`` the model's graph
+    view, ``opts`` its options, ``data`` the :class:`cle._core.inputs.ModelInputs` they need
+    (or None). Returns ``(new_model, report)``."""
+    plan = plan_equalization(model, view, opts, data, progress)
     new_model, clones = rebuild(model, edits=plan.edits, bypass=plan.bypass)
     report = EqualizationReport(
         folded=[FoldedPair(clones[id(m.target.layer)], m.bn_call.layer, m.bn_after)
                 for m in plan.matches],
         fold_skipped=plan.fold_skipped,
-        relu6=relu6,
+        relu6=opts.relu6,
         relu6_changed=plan.relu6_changed,
         sets=[set_info(links, scales, [clones[id(la)] for la in _layers(links)])
               for links, scales in plan.scaled],
         set_ends=[(c.layer.name, r) for c, r in plan.search.ends],
         bias_absorptions=plan.absorptions,
         scaling=plan.decisions,
-        objective=objective,
+        objective=opts.objective,
         layer_names=frozenset(n for c in view.calls for n in c.scope + (c.layer.name,)),
     )
-    if bias_correction != "none":
+    if opts.bias_correction != "none":
         # Imported here: a call without bias correction does not pay for loading it.
         from cle._transforms.bias_correction import bn_stats_from_report, correct_bias_in_place
 
         # new_model is private here: its biases are corrected in place.
         new_model, report.bias_corrections = correct_bias_in_place(
             new_model, report,
-            bn_stats_from_report(report) if bias_correction == "analytic" else None,
-            calibration_data, weight_bits, per_channel_weights, progress)
-    return (new_model, report) if return_report else new_model
+            bn_stats_from_report(report) if opts.bias_correction == "analytic" else None,
+            data, opts.weight_bits, opts.per_channel_weights, progress)
+    return new_model, report
 
 
 def _layers(links):
