@@ -109,7 +109,7 @@ def _cli(path, out, work, *extra):
 
 
 def measure(name, work, with_data):
-    from cle._core.inputs import check_calibration_data
+    from cle._core.inputs import check_calibration_data, input_names
     from cle._measure import tflite
     from cle._measure.inference import predict_all
 
@@ -128,7 +128,7 @@ def measure(name, work, with_data):
             row["nodata"]["real"] = _figures(model, f.read(), x_eval, reference)
     if with_data:
         npz = os.path.join(work, f"{name}-cal.npz")
-        np.savez(npz, **{str(t.name): a for t, a in zip(model.inputs, x_cal)})
+        np.savez(npz, **dict(zip(input_names(model), x_cal)))
         out = os.path.join(work, f"{name}-data.tflite")
         row["data"] = _cli(path, out, work, "--calibration", npz)
         if row["data"]["exit"] == 0:

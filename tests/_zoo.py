@@ -312,9 +312,12 @@ def true_input_ranges(name):
     return [CONVENTIONS[c].range for c in conventions(name)]
 
 
-def inputs(name, n=32, seed=EVAL_SEED, size=None):
-    """``n`` real crops preprocessed for model ``name``: an array, or a list per input."""
-    xs = [CONVENTIONS[c].apply(photos(n, s, seed + k))
+def inputs(name, n=32, seed=EVAL_SEED, size=None, transform=None):
+    """``n`` real crops preprocessed for model ``name``: an array, or a list per input;
+    ``transform`` (of uint8 pixels, to float pixels 0..255) is applied before the
+    preprocessing (e.g. lower contrast: training data unlike ImageNet's)."""
+    transform = transform or (lambda p: p)
+    xs = [CONVENTIONS[c].apply(transform(photos(n, s, seed + k)))
           for k, (c, s) in enumerate(zip(conventions(name), input_sizes(name, size)))]
     return xs[0] if len(xs) == 1 else xs
 
@@ -326,14 +329,14 @@ def _target(images):
                      lum[:, :, : lum.shape[2] // 2].mean(axis=(1, 2)) / 255], axis=1)
 
 
-def make(name, size=None, seed=0):
-    """Build zoo model ``name`` from scratch."""
+def make(name, size=None, seed=0, transform=None):
+    """Build zoo model ``name`` from scratch (``transform``: see :func:`inputs`)."""
     e = ZOO[name]
     size = size or e.size
     keras.utils.set_random_seed(seed)
     rng = np.random.default_rng(seed)
     model = e.build(size)
-    x = inputs(name, BUILD_IMAGES, BUILD_SEED, size)
+    x = inputs(name, BUILD_IMAGES, BUILD_SEED, size, transform)
     raw = photos(BUILD_IMAGES, size, BUILD_SEED)
     if e.has_bn:
         _randomize_bn_affine(model, rng)

@@ -18,8 +18,8 @@ import os
 
 import numpy as np
 
-__all__ = ["ModelInputs", "check_calibration_data", "format_shape", "input_signature",
-           "input_signatures"]
+__all__ = ["ModelInputs", "check_calibration_data", "format_shape", "input_names",
+           "input_signature", "input_signatures"]
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -61,13 +61,23 @@ def _free(d):
     return d is None or (isinstance(d, int) and d < 0)
 
 
+def input_names(model) -> list[str]:
+    """The names of ``model``'s inputs: their ``InputLayer``'s names, which Keras keys a dict
+    of inputs by (``model.predict({name: x})``) and a rebuilt model keeps (the symbolic
+    tensors' own names need not survive a rebuild)."""
+    from cle._core import keras_internals as internals
+
+    names = []
+    for k, tensor in enumerate(model.inputs):
+        layer = internals.producer_of(tensor)
+        names.append(str(getattr(layer, "name", None) or getattr(tensor, "name", f"input_{k}")))
+    return names
+
+
 def input_signatures(model) -> list[tuple[str, tuple]]:
     """``(name, sample shape with None for free sizes)`` of every input of ``model``."""
-    out = []
-    for tensor in model.inputs:
-        shape = tuple(None if _free(d) else int(d) for d in tensor.shape[1:])
-        out.append((str(getattr(tensor, "name", "input")), shape))
-    return out
+    return [(name, tuple(None if _free(d) else int(d) for d in tensor.shape[1:]))
+            for name, tensor in zip(input_names(model), model.inputs)]
 
 
 def input_signature(model) -> tuple[tuple, str]:

@@ -59,13 +59,14 @@ def input_name(tflite_name) -> str:
 def input_details_by_name(interp, names) -> list[dict]:
     """The interpreter's input details in the order of the model input ``names``: matched by
     name (``name``, or ``serving_default_<name>:0`` as Keras' export writes it), else in the
-    interpreter's order when there is one input."""
+    order of the input tensors (the order of the model's inputs, as the converter writes
+    them)."""
     details = interp.get_input_details()
     found = {input_name(d["name"]): d for d in details}
     if all(n in found for n in names):
         return [found[n] for n in names]
-    if len(details) == len(names) == 1:
-        return details
+    if len(details) == len(names):  # the converter keeps the order of the model's inputs
+        return sorted(details, key=lambda d: d["index"])
     raise RuntimeError(f"the TF Lite model's inputs {sorted(found)} are not the Keras model's "
                        f"{list(names)}")
 

@@ -44,9 +44,10 @@ import keras
 import numpy as np
 
 from cle._core.graph import graph_view, run_call
+from cle._core.inputs import input_names
 
-__all__ = ["CONVENTIONS", "InputRange", "convention_range", "infer_input_ranges",
-           "natural_images", "natural_inputs"]
+__all__ = ["CONVENTIONS", "InputRange", "bn_fit", "convention_range", "image_axis",
+           "infer_input_ranges", "natural_images", "natural_inputs", "snap"]
 
 #: Natural-image pixel statistics (ImageNet's, RGB 0..255): mean and *pooled* std.
 PIXEL_MEAN = np.array([0.485, 0.456, 0.406]) * 255.0
@@ -372,7 +373,7 @@ def _channel_var(y, axis):
     return y.reshape(-1, y.shape[-1]).var(axis=0)
 
 
-def _snap(lo, hi, name, bn_name):
+def snap(lo, hi, name, bn_name):
     """The convention the fitted range ``[lo, hi]`` stands for (module docstring, step 2)."""
     w, c = hi - lo, (hi + lo) / 2
     d = {}
@@ -412,8 +413,7 @@ def infer_input_ranges(model, seed: int = 0) -> list[InputRange]:
     graph = _Graph(model)
     rng = np.random.default_rng(seed)
     out = []
-    for index, tensor in enumerate(graph.view.inputs):
-        name = str(getattr(model.inputs[index], "name", f"input {index}"))
+    for index, (tensor, name) in enumerate(zip(graph.view.inputs, input_names(model))):
         shape = _concrete(tensor.shape[1:])
         axis = image_axis(shape)
         if axis is None:
@@ -423,7 +423,7 @@ def infer_input_ranges(model, seed: int = 0) -> list[InputRange]:
         answer = _chain_answer(graph, index, shape, axis, name, rng)
         if answer is None:
             fit, why, bn_name = bn_fit(graph, index, shape, axis, rng, seed)
-            answer = (_snap(*fit, name, bn_name) if fit is not None else
+            answer = (snap(*fit, name, bn_name) if fit is not None else
                       InputRange(name, np.nan, np.nan, f"no preprocessing layer, and {why}",
                                  sure=False))
         out.append(answer)

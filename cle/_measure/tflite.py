@@ -32,6 +32,7 @@ import keras
 import numpy as np
 
 from cle._core import graph as _graph
+from cle._core.inputs import input_names
 from cle._measure import tflite_internals as internals
 from cle._measure.inference import input_details_by_name, interpreter
 
@@ -156,7 +157,8 @@ def _from_model(model, keras_route=False):
     if (keras_route or keras.backend.backend() != "tensorflow"
             or _graph.inner_function(model) is None):
         return tf.lite.TFLiteConverter.from_keras_model(model)
-    specs = [tf.TensorSpec(t.shape, t.dtype, name=t.name) for t in model.inputs]
+    specs = [tf.TensorSpec(t.shape, t.dtype, name=name)
+             for t, name in zip(model.inputs, input_names(model))]
     call = tf.function(lambda *ts: model(ts[0] if len(ts) == 1 else list(ts), training=False),
                        input_signature=specs)
     # The tf.function as the "trackable object": the converter freezes the function's

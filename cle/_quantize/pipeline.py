@@ -14,7 +14,7 @@ import numpy as np
 from cle._core.backend import check_runnable
 from cle._core.checks import check_model
 from cle._core.graph import graph_view
-from cle._core.inputs import ModelInputs, check_calibration_data
+from cle._core.inputs import ModelInputs, check_calibration_data, input_names
 from cle._measure import calibration as _calibration
 from cle._measure.calibration import input_range_of  # noqa: F401  (cle.quantization's)
 from cle._measure import check as _check
@@ -186,7 +186,7 @@ def input_ranges_of(model, stated):
         ValueError: ``stated`` names an input the model does not have.
         InputRangeUnknown: an input's range can be neither found nor was stated.
     """
-    names = [str(t.name) for t in model.inputs]
+    names = input_names(model)
     if isinstance(stated, dict):
         unknown = sorted(set(stated) - set(names))
         if unknown:
