@@ -290,7 +290,7 @@ def _no_work(monkeypatch):
     def fail(*args, **kwargs):
         raise AssertionError("work started")
 
-    monkeypatch.setattr(pipeline, "equalize_model", fail)
+    monkeypatch.setattr(pipeline, "equalize_checked", fail)
     monkeypatch.setattr(_synthetic, "distill", fail)
 
 
@@ -367,22 +367,27 @@ def test_quantize_without_data(net):
 
     content, report = cle.quantize(net, input_range=(-1.0, 1.0))
     assert report.calibration == "synthetic" and report.bias_correction == "analytic"
-    assert report.check_inputs.startswith("synthetic natural-image-like inputs across the input "
-                                          "range")
-    assert (report.n_calibration, report.n_check) == (32, 32)
-    assert len(report.synthesis_loss) == 2 and all(np.isfinite(report.synthesis_loss))
+    assert [(c["inputs"], c["n"]) for c in report.check_sets] == [
+        ("natural-image-like inputs across the input range", 32),
+        ("inputs distilled apart from the calibration inputs", 16)]
+    assert (report.n_calibration, report.n_check) == (64, 48)
+    assert len(report.synthesis_loss) == 3 and all(np.isfinite(report.synthesis_loss))
     inputs = [r for r in report.ranges if r.how == "input range"]
     assert len(inputs) == 1 and (inputs[0].lo, inputs[0].hi) == (-1.0, 1.0)
     name = input_names(net)[0]
     assert report.input_ranges == [{"input": name, "range": [-1.0, 1.0],
                                     "source": "stated", "sure": True, "convention": None}]
-    x = natural_inputs(32, (24, 24, 3), (-1.0, 1.0), seed=1)
+    x = natural_inputs(32, (24, 24, 3), (-1.0, 1.0), seed=2)  # the seed after the calibration's
     assert x.min() >= -1 and x.max() <= 1 and x.std() > 0.2
     ref = net.predict(x, verbose=0)
-    assert report.sqnr_db == pytest.approx(Q.sqnr_db(ref, Q.run_tflite(content, x)), abs=1e-6)
-    assert report.top1_agreement == Q.top1_agreement(ref, Q.run_tflite(content, x))
+    (fields,) = report.check_sets[0]["outputs"]
+    assert fields.sqnr_db == pytest.approx(Q.sqnr_db(ref, Q.run_tflite(content, x)), abs=1e-4)
+    assert fields.top1_agreement == Q.top1_agreement(ref, Q.run_tflite(content, x))
+    (apart,) = report.check_sets[1]["outputs"]
+    assert report.sqnr_db == min(fields.sqnr_db, apart.sqnr_db)  # the lower of the two
     text = report.summary()
-    assert "calibration: no real data; 32 synthetic inputs distilled" in text
+    assert ("calibration: no real data; 64 synthetic inputs, 32 distilled from the model's "
+            "batch-norm statistics and 32 natural-image-like inputs") in text
     assert "(no real data was seen)" in text
     assert f"input '{name}': range [-1, 1], stated" in text
 
@@ -432,8 +437,11 @@ def test_synthetic_inputs_match_the_bn_statistics(monkeypatch):
 def test_synthetic_inputs_need_batch_norms():
     inp = keras.Input((8, 8, 3))
     model = keras.Model(inp, L.Dense(4)(L.Flatten()(L.Conv2D(2, 3)(inp))))
-    with pytest.raises(ValueError, match=r"has no BatchNormalization layer.*pass calibration"):
+    with pytest.raises(ValueError, match=r"no preprocessing layer, and no batch norm depends on "
+                                         r"this input alone\); pass input_range"):
         cle.quantize(model)
+    with pytest.raises(ValueError, match=r"has no BatchNormalization layer.*pass calibration"):
+        cle.quantize(model, input_range=(0.0, 1.0))
 
 
 # ------------------------------------------------------------------------------ CLI

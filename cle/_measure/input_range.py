@@ -95,6 +95,7 @@ class InputRange:
         sure: False for a guess the user should confirm (an unsure fit).
         convention: the named convention it matches (a key of :data:`CONVENTIONS`, or of
             :data:`PRE_CANDIDATES` for a preprocessing chain), else None.
+        note: a doubt about a stated range (the model says otherwise), else None.
     """
 
     name: str
@@ -103,6 +104,7 @@ class InputRange:
     source: str
     sure: bool = True
     convention: str | None = None
+    note: str | None = None
 
     @property
     def known(self) -> bool:

@@ -33,9 +33,10 @@ __all__ = ["InputRangeUnknown", "QuantizeOptions", "QuantizeReport", "quantize"]
 TAIL = 1e-4
 #: Share of the calibration data held out for the check (when at least 8 remain to calibrate).
 HOLDOUT = 0.25
-#: Without data: synthetic inputs distilled for calibration, and natural-image-like inputs
-#: across the input range for the check (inputs the distillation did not shape).
-SYNTHETIC_CALIBRATION, SYNTHETIC_CHECK = 32, 32
+#: Without data, the calibration inputs: inputs distilled from the BN statistics and as many
+#: natural-image-like inputs across the input range; the check: other natural-image-like
+#: inputs, and inputs distilled apart (another seed, other batches).
+SYNTHETIC_CALIBRATION, SYNTHETIC_CHECK, DISTILLED_CHECK = 32, 32, 16
 #: A synthetic batch whose final BN-statistics loss is above this did not converge.
 CONVERGED_LOSS = 1.0
 #: A tail range narrower than this share of the min/max range keeps min/max (a tensor that is
@@ -61,12 +62,12 @@ class InputRangeUnknown(ValueError):
 
 @dataclasses.dataclass
 class _Inputs:
-    """The calibration and check inputs, and what they are."""
+    """The calibration inputs and the check's sets of inputs (``(what, inputs)``)."""
 
     calibration: ModelInputs
-    check: ModelInputs
-    check_what: str
+    checks: list
     loss: list | None = None
+    what: str = "inputs given"
 
 
 def quantize(model, calibration_data=None, *, per_channel: bool = True, weight_bits: int = 8,
@@ -139,19 +140,21 @@ def quantize_checked(model, calibration_data, opts: QuantizeOptions, progress=No
                                   opts, say)
     content, tensor_ranges = _timed(seconds, "convert", _convert, equalized,
                                     inputs.calibration, opts, input_ranges, say)
-    reference, y, outputs = _timed(seconds, "check", _check_model, model, content,
-                                   inputs.check, opts, say)
-    plain = (_timed(seconds, "compare", _compare, model, inputs, reference, opts, say)
+    sets = _timed(seconds, "check", _check_model, model, content, inputs.checks, opts, say)
+    plain = (_timed(seconds, "compare", _compare, model, inputs, sets, opts, say)
              if opts.compare else None)
     return content, QuantizeReport(
         target=opts.target, calibration="data" if x is not None else "synthetic",
-        n_calibration=len(inputs.calibration), check_inputs=inputs.check_what,
-        n_check=len(inputs.check), equalization=eq_report, bias_correction=opts.bias_mode,
-        ranges=tensor_ranges,
+        n_calibration=len(inputs.calibration),
+        check_inputs=sets[0]["inputs"] if len(sets) == 1 else
+        "inputs the calibration never saw: " + " and ".join(c["inputs"] for c in sets),
+        n_check=sum(c["n"] for c in sets), equalization=eq_report,
+        bias_correction=opts.bias_mode, ranges=tensor_ranges,
         input_ranges=[r.to_dict() for r in input_ranges] if x is None else [],
-        outputs=outputs, plain=plain, synthesis_loss=inputs.loss,
-        warnings=_warnings(model, reference, y, inputs, input_ranges), seconds=seconds,
-        tail=TAIL)
+        outputs=_lower(sets), check_sets=[_public(c) for c in sets], plain=plain,
+        calibration_inputs=inputs.what, synthesis_loss=inputs.loss,
+        warnings=_warnings(model, sets, inputs, input_ranges),
+        seconds=seconds, tail=TAIL)
 
 
 def _timed(seconds, stage, fn, *args):
@@ -195,14 +198,19 @@ def input_ranges_of(model, stated):
     elif stated is not None:
         stated = dict.fromkeys(names, stated)
     stated = stated or {}
-    found = ([] if len(stated) == len(names) else
-             _input_range.infer_input_ranges(model))
+    found = _input_range.infer_input_ranges(model)
     out = []
-    for k, name in enumerate(names):
-        if name in stated:
-            out.append(_input_range.InputRange(name, *stated[name], "stated"))
-        else:
-            out.append(found[k])
+    for name, inferred in zip(names, found):
+        if name not in stated:
+            out.append(inferred)
+            continue
+        given = _input_range.InputRange(name, *stated[name], "stated")
+        if inferred.known and inferred.sure and _far(given, inferred):
+            given.note = (f"input '{name}': the stated range [{given.lo:.4g}, {given.hi:.4g}] "
+                          f"is not what the model says, [{inferred.lo:.4g}, {inferred.hi:.4g}] "
+                          f"({inferred.source}); a wrong input range wrecks the quantized "
+                          "model, check it")
+        out.append(given)
     unknown = [r for r in out if not r.known]
     if unknown:
         raise InputRangeUnknown(model.name, unknown)
@@ -213,27 +221,44 @@ def input_ranges_of(model, stated):
 
 
 def _calibration_inputs(model, x, input_ranges, opts, say, seconds) -> _Inputs:
-    """The data less a held-out part for the check; without data, synthetic inputs distilled
-    from the model's BN statistics to calibrate on and natural-image-like inputs across the
-    input ranges to check on."""
+    """With data: the data less a held-out part for the check. Without data: inputs
+    distilled from the model's BN statistics and natural-image-like inputs across the input
+    ranges to calibrate on; to check on, other natural-image-like inputs and inputs distilled
+    apart, none of which the calibration saw."""
     if x is not None:
         x_cal, x_check = _calibration.split_holdout(x, HOLDOUT)
         if x_check is None:
-            return _Inputs(x_cal, x_cal, "calibration inputs (the same: too few to hold out)")
-        return _Inputs(x_cal, x_check, "held-out calibration inputs")
+            return _Inputs(x_cal, [("calibration inputs (the same: too few to hold out)",
+                                    x_cal)])
+        return _Inputs(x_cal, [("held-out calibration inputs", x_check)])
     start = time.perf_counter()
-    say(f"no calibration data: distilling {SYNTHETIC_CALIBRATION} synthetic inputs from the "
-        "model's batch-norm statistics, in the input range "
-        + ", ".join(f"[{r.lo:.4g}, {r.hi:.4g}]" for r in input_ranges))
-    x_cal, loss = _synthetic.distill(model, SYNTHETIC_CALIBRATION,
-                                     input_range=[(r.lo, r.hi) for r in input_ranges],
-                                     seed=opts.seed, progress=say)
+    ranges = [(r.lo, r.hi) for r in input_ranges]
+    say(f"no calibration data: distilling {SYNTHETIC_CALIBRATION + DISTILLED_CHECK} synthetic "
+        "inputs from the model's batch-norm statistics, in the input range "
+        + ", ".join(f"[{lo:.4g}, {hi:.4g}]" for lo, hi in ranges))
+    distilled, loss = _synthetic.distill(model, SYNTHETIC_CALIBRATION, input_range=ranges,
+                                         seed=opts.seed, progress=say)
+    apart, loss_apart = _synthetic.distill(model, DISTILLED_CHECK, input_range=ranges,
+                                           seed=opts.seed + 1000, progress=say)
     seconds["synthesize"] = time.perf_counter() - start
-    arrays = tuple(_input_range.natural_inputs(SYNTHETIC_CHECK, shape, r, seed=opts.seed + 1)
-                   for shape, r in zip(x_cal.shapes, input_ranges))
-    x_check = ModelInputs(arrays, x_cal.names, x_cal.shapes)
-    return _Inputs(x_cal, x_check, "synthetic natural-image-like inputs across the input "
-                   "range, which the distillation did not shape", loss)
+    fields = _fields(distilled, input_ranges, SYNTHETIC_CHECK, opts.seed + 1)
+    calibration = ModelInputs(tuple(np.concatenate([a, b]) for a, b in
+                                    zip(distilled.arrays, fields.arrays)),
+                              distilled.names, distilled.shapes)
+    return _Inputs(calibration, [
+        ("natural-image-like inputs across the input range",
+         _fields(distilled, input_ranges, SYNTHETIC_CHECK, opts.seed + 2)),
+        ("inputs distilled apart from the calibration inputs", apart)], loss + loss_apart,
+        f"{len(distilled)} distilled from the model's batch-norm statistics and "
+        f"{len(fields)} natural-image-like inputs across the input range")
+
+
+def _fields(like, input_ranges, n, seed):
+    """``n`` natural-image-like inputs across each input's range
+    (:func:`cle._measure.input_range.natural_inputs`)."""
+    return ModelInputs(tuple(_input_range.natural_inputs(n, shape, r, seed=seed)
+                             for shape, r in zip(like.shapes, input_ranges)),
+                       like.names, like.shapes)
 
 
 def _equalize(model, view, x, inputs, opts, say):
@@ -269,42 +294,76 @@ def _convert(equalized, x_cal, opts, input_ranges, say):
                                       integer_io=opts.integer_io), tensor_ranges
 
 
-def _check_model(model, content, x_check, opts, say):
-    """``(float outputs, quantized outputs, [OutputCheck])``: the quantized model against the
-    float model."""
+def _check_model(model, content, checks, opts, say):
+    """For each set of check inputs, ``{"inputs", "n", "reference", "test", "outputs"}``: the
+    float and quantized outputs and each output's :class:`cle._measure.check.OutputCheck`."""
     what = "16x8" if opts.activation_bits == 16 else "INT8"
-    say(f"checking the {what} model on {len(x_check)} inputs")
-    reference = predict_all(model, x_check)
-    y = run_all(content, x_check, batch_size=TFLITE_BATCH)
-    return reference, y, _check.check_outputs(reference, y, _check.output_names(model),
-                                              _check.output_kinds(model))
+    names, kinds = _check.output_names(model), _check.output_kinds(model)
+    sets = []
+    for label, x in checks:
+        say(f"checking the {what} model on {len(x)} {label}")
+        reference = predict_all(model, x)
+        y = run_all(content, x, batch_size=TFLITE_BATCH)
+        sets.append({"inputs": label, "n": len(x), "reference": reference, "test": y,
+                     "outputs": _check.check_outputs(reference, y, names, kinds)})
+    return sets
 
 
-def _compare(model, inputs, reference, opts, say):
+def _lower(sets, key="outputs"):
+    """Per output, the figures of the set where its SQNR is the lowest (the check cannot
+    flatter: without data, each set of synthetic inputs is a guess of what real ones do)."""
+    return [min(per_set, key=lambda o: o.sqnr_db) for per_set in zip(*(c[key] for c in sets))]
+
+
+def _public(check_set):
+    return {"inputs": check_set["inputs"], "n": check_set["n"],
+            "outputs": check_set["outputs"]}
+
+
+def _compare(model, inputs, sets, opts, say):
     """The check's figures for the float model converted straight (TF Lite's defaults)."""
     say("converting the float model straight, for comparison")
     straight = (tflite.convert_int16(model, inputs.calibration) if opts.activation_bits == 16
                 else tflite.convert_int8(model, inputs.calibration,
                                          per_channel=opts.per_channel))
-    y = run_all(straight, inputs.check, batch_size=TFLITE_BATCH)
-    outputs = _check.check_outputs(reference, y, _check.output_names(model),
-                                   _check.output_kinds(model))
+    names, kinds = _check.output_names(model), _check.output_kinds(model)
+    plain = [{"outputs": _check.check_outputs(
+        c["reference"], run_all(straight, x, batch_size=TFLITE_BATCH), names, kinds)}
+        for c, (_, x) in zip(sets, inputs.checks)]
+    outputs = _lower(plain)
     return {"top1_agreement": outputs[0].top1_agreement, "sqnr_db": outputs[0].sqnr_db,
             "outputs": outputs}
 
 
-def _warnings(model, reference, y, inputs, input_ranges):
+def _far(a, b) -> bool:
+    """Whether two ranges differ by more than a convention's snap distance."""
+    wa, wb = a.hi - a.lo, b.hi - b.lo
+    return (abs(np.log(wa / wb)) + abs((a.hi + a.lo) / 2 - (b.hi + b.lo) / 2) / wb
+            > _input_range.SNAP_MAX)
+
+
+def _warnings(model, sets, inputs, input_ranges):
     """What makes the result or its figures doubtful, each a sentence."""
     out = [f"input '{r.name}': its range is a guess ({r.source}); state it with input_range "
            "or --input-range, or give calibration data" for r in input_ranges or ()
            if not r.sure]
+    out += [r.note for r in input_ranges or () if r.note]
     if inputs.loss is not None and max(inputs.loss) > CONVERGED_LOSS:
         out.append(f"the distillation did not converge (final batch-norm loss "
                    f"{max(inputs.loss):.3g}, above {CONVERGED_LOSS:g}): the synthetic inputs do "
                    "not match the model's batch-norm statistics, so the activation ranges may "
                    "be far from real inputs'; give calibration data")
-    return out + _check.rough_figures(reference, y, _check.output_names(model),
-                                      len(inputs.check))
+    names = _check.output_names(model)
+    if len(sets) == 1:  # held-out data: too few inputs, or halves that disagree
+        out += _check.rough_figures(sets[0]["reference"], sets[0]["test"], names, sets[0]["n"])
+    else:  # without data: the two sets of synthetic inputs that disagree
+        for a, b in zip(*(c["outputs"] for c in sets)):
+            if abs(a.sqnr_db - b.sqnr_db) > _check.DISAGREE_DB:
+                out.append(f"output '{a.name}': the check's two sets of synthetic inputs "
+                           f"disagree ({a.sqnr_db:.1f} dB on {sets[0]['inputs']}, "
+                           f"{b.sqnr_db:.1f} dB on {sets[1]['inputs']}): without real data "
+                           "the figure is rough; give calibration data to know it")
+    return out
 
 
 def choose_percentile_ranges(calibrated, x, tensor_ranges, stated, integer_io, say):

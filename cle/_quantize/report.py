@@ -19,9 +19,10 @@ class QuantizeReport:
     Attributes:
         target: the INT8 target: ``per_channel``, ``weight_bits``, ``activation_bits``,
             ``integer_io``.
-        calibration: "data" (the inputs given) or "synthetic" (distilled from the model: no
-            real data was seen).
+        calibration: "data" (the inputs given) or "synthetic" (no real data was seen).
         n_calibration: inputs the activation ranges were calibrated on.
+        calibration_inputs: what they are (without data: how many were distilled from the
+            model's batch-norm statistics, how many are natural-image-like inputs).
         check_inputs: what the check ran on: "held-out calibration inputs", "calibration
             inputs" (too few were given to hold any out), or without data "synthetic
             natural-image-like inputs across the input range" (inputs the distillation did
@@ -35,7 +36,11 @@ class QuantizeReport:
             the model's preprocessing layers, or its first batch norm's statistics), as
             dicts; with data, empty (the data sets the input's range).
         outputs: the check of each output (:class:`cle._measure.check.OutputCheck`): SQNR,
-            and top-1 agreement for class scores.
+            and top-1 agreement for class scores; without data, per output the figures of
+            the check set where its SQNR is the lowest.
+        check_sets: each set of check inputs, ``{"inputs", "n", "outputs"}``: with data the
+            held-out inputs; without data natural-image-like inputs across the input range
+            and inputs distilled apart from the calibration inputs (no real data was seen).
         top1_agreement: the first output's top-1 agreement (NaN when it is not class scores).
         sqnr_db: the first output's SQNR against the float output, in dB.
         plain: with ``compare=True``, the same figures for the float model converted straight
@@ -53,10 +58,12 @@ class QuantizeReport:
     check_inputs: str
     n_check: int
     equalization: Any
+    calibration_inputs: str = "inputs given"
     bias_correction: str = "none"
     ranges: list = dataclasses.field(default_factory=list)
     input_ranges: list = dataclasses.field(default_factory=list)
     outputs: list = dataclasses.field(default_factory=list)
+    check_sets: list = dataclasses.field(default_factory=list)
     plain: dict | None = None
     synthesis_loss: list | None = None
     warnings: list = dataclasses.field(default_factory=list)
@@ -97,30 +104,29 @@ class QuantizeReport:
             held = (f": {self.n_calibration} to calibrate, {self.n_check} held out for the "
                     "check" if given > self.n_calibration else " (too few to hold any out)")
             return f"calibration: {given} inputs given{held}"
-        loss = (f" (final batch-norm loss {max(self.synthesis_loss):.3g})"
+        loss = (f" (distillation: final batch-norm loss {max(self.synthesis_loss):.3g})"
                 if self.synthesis_loss else "")
-        return (f"calibration: no real data; {self.n_calibration} synthetic inputs distilled "
-                f"from the model's batch-norm statistics{loss}")
+        return (f"calibration: no real data; {self.n_calibration} synthetic inputs, "
+                f"{self.calibration_inputs}{loss}")
 
     def _input_lines(self):
         return [f"input '{r['input']}': range [{r['range'][0]:.4g}, {r['range'][1]:.4g}], "
                 f"{r['source']}" for r in self.input_ranges]
 
     def _check_lines(self):
-        what = f"check on {self.n_check} {self.check_inputs}"
-        if self.calibration != "data":
-            what += " (no real data was seen)"
-        if len(self.outputs) == 1:
-            lines = [f"{what}: {self.outputs[0].text()}"]
+        if len(self.check_sets) > 1:
+            lines = ["check on inputs the calibration never saw (no real data was seen); the "
+                     "figures of each output are the lower of:"]
+            for c in self.check_sets:
+                lines += _figure_lines(f"  {c['n']} {c['inputs']}", c["outputs"], "  ")
         else:
-            lines = [f"{what}:"] + [f"  output '{o.name}': {o.text()}" for o in self.outputs]
+            what = f"check on {self.n_check} {self.check_inputs}"
+            if self.calibration != "data":
+                what += " (no real data was seen)"
+            lines = _figure_lines(what, self.outputs, "")
         if self.plain is not None:
-            plain = self.plain["outputs"]
-            if len(plain) == 1:
-                lines.append(f"  the float model converted straight: {plain[0].text()}")
-            else:
-                lines.append("  the float model converted straight:")
-                lines += [f"    output '{o.name}': {o.text()}" for o in plain]
+            lines += _figure_lines("  the float model converted straight", self.plain["outputs"],
+                                   "  ")
         return lines
 
     def summary(self) -> str:
@@ -157,6 +163,7 @@ class QuantizeReport:
         return {
             "target": dict(self.target),
             "calibration": self.calibration,
+            "calibration_inputs": self.calibration_inputs,
             "real_data": self.calibration == "data",
             "bias_correction": self.bias_correction,
             "n_calibration": self.n_calibration,
@@ -164,7 +171,10 @@ class QuantizeReport:
             "check": {"inputs": self.check_inputs, "n": self.n_check,
                       "top1_agreement": _json_float(self.top1_agreement),
                       "sqnr_db": self.sqnr_db,
-                      "outputs": [o.to_dict() for o in self.outputs]},
+                      "outputs": [o.to_dict() for o in self.outputs],
+                      "sets": [{"inputs": c["inputs"], "n": c["n"],
+                                "outputs": [o.to_dict() for o in c["outputs"]]}
+                               for c in self.check_sets]},
             "plain_conversion": plain,
             "synthesis_loss": self.synthesis_loss,
             "warnings": list(self.warnings),
@@ -173,6 +183,13 @@ class QuantizeReport:
             "equalization": self.equalization.to_dict(),
             "seconds": dict(self.seconds),
         }
+
+
+def _figure_lines(head, outputs, indent):
+    """``head: figures`` for one output, else ``head:`` and a line per output."""
+    if len(outputs) == 1:
+        return [f"{head}: {outputs[0].text()}"]
+    return [f"{head}:"] + [f"{indent}  output '{o.name}': {o.text()}" for o in outputs]
 
 
 def _json_float(value):
