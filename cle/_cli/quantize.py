@@ -134,7 +134,10 @@ def read_calibration(args, model):
         return load_calibration(args.calibration, model, getattr(args, "preprocessing", None),
                                 getattr(args, "limit", None))
     except ValueError as exc:
-        raise CliError(f"--calibration {args.calibration}: {one_line(exc)}", EXIT_USAGE) from exc
+        message = one_line(exc)
+        if message.startswith(f"{args.calibration} "):  # the path is said once
+            raise CliError(f"--calibration {message}", EXIT_USAGE) from exc
+        raise CliError(f"--calibration {args.calibration}: {message}", EXIT_USAGE) from exc
 
 
 def _progress(message):
