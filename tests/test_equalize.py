@@ -410,8 +410,9 @@ def _count_calls(monkeypatch, module_attr):
     import importlib
 
     seen, wrapped = [], 0
-    for name in ("cle.cross_layer_equalization", "cle._transforms.plan", "cle._transforms.stepwise", "cle._transforms.relu6",
-                 "cle.batch_norm_fold", "cle.bias_correction", "cle._transforms.sets", "cle._core.graph"):
+    for name in ("cle._transforms.equalize", "cle._transforms.plan", "cle._transforms.stepwise",
+                 "cle._transforms.relu6", "cle._transforms.bn_fold",
+                 "cle._transforms.bias_correction", "cle._transforms.sets", "cle._core.graph"):
         module = importlib.import_module(name)
         fn = getattr(module, module_attr, None)
         if fn is None:
