@@ -297,6 +297,8 @@ ZOO = {e.name: e for e in [
 ]}
 #: The convention of each input of the two-input model (the others have one input).
 INPUT_CONVENTIONS = {"two_input": ("raw", "tf")}
+#: The input names of the models with several inputs.
+INPUT_NAMES = {"two_input": ("view", "thumb")}
 
 
 def conventions(name):
