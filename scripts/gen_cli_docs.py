@@ -80,6 +80,19 @@ def _lambda_cnn():
     return keras.Model(base.inputs, base.get_layer("predictions")(x), name="lambda_cnn")
 
 
+def _late_bn_cnn():
+    """conv -> ReLU -> conv -> BN: nothing before its first batch norm is linear, and it has no
+    preprocessing layer, so it cannot tell its input range."""
+    import keras
+
+    L = keras.layers
+    inp = keras.Input((16, 16, 3), name="image")
+    x = L.Conv2D(4, 3, activation="relu", name="c1")(inp)
+    x = L.BatchNormalization(name="bn")(L.Conv2D(4, 3, name="c2")(x))
+    out = L.Dense(3, name="logits")(L.GlobalAveragePooling2D(name="pool")(x))
+    return keras.Model(inp, out, name="late_bn_cnn")
+
+
 def _setup_files(names):
     """Create the input files a case needs, in the current directory."""
     import numpy as np
@@ -89,6 +102,10 @@ def _setup_files(names):
             tiny_cnn().save(name)
         elif name == "lambda.keras":
             _lambda_cnn().save(name)
+        elif name == "late.keras":
+            _late_bn_cnn().save(name)
+        elif name == "bad.npy":
+            np.save(name, np.zeros((4, 16, 16, 1), "float32"))
         elif name == "notes.keras":
             with open(name, "w") as f:
                 f.write("not a model\n")
@@ -129,6 +146,12 @@ OUTCOME_CASES = [
     ("calibration file of Python objects", ["tiny.keras", "objects.npy"],
      "cle equalize tiny.keras -o out.keras --bias-correction empirical --calibration "
      "objects.npy"),
+    ("calibration data that does not fit the model", ["tiny.keras", "bad.npy"],
+     "cle equalize tiny.keras -o out.keras --bias-correction empirical --calibration bad.npy"),
+    ("a preprocessing that contradicts `--input-range`", ["tiny.keras"],
+     "cle quantize tiny.keras -o out.tflite --preprocessing tf --input-range=0,1"),
+    ("no data, and the model cannot tell its input range", ["late.keras"],
+     "cle quantize late.keras -o out.tflite"),
     ("a `Lambda` layer, no opt-in", ["lambda.keras"], "cle fold lambda.keras -o out.keras"),
     ("a `Lambda` layer, with the opt-in", ["lambda.keras"],
      "cle fold lambda.keras -o out.keras --unsafe-deserialization"),

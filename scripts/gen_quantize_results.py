@@ -15,11 +15,14 @@ per-tensor) it measures, against the original float model's logits on 256 evalua
 * the float model straight into TF Lite's converter (``TFLiteConverter.from_keras_model``),
   calibrated on 64 other real crops (seed 1): what a user does today;
 * ``cle.quantize(model, crops)`` with those 64 crops (it holds a quarter out for its own check);
-* ``cle.quantize(model, input_range=...)`` without any data: synthetic calibration inputs
-  distilled from the model's BN statistics; the input range is the preprocessing's.
+* ``cle.quantize(model)`` without any data and without any option, as ``cle quantize
+  model.keras -o model.tflite`` runs it: the input range found from the model, synthetic
+  calibration inputs;
 
 and the wall time of each call (conversion or ``cle.quantize``, its own check included; the
-load average is saved with the rows).
+load average is saved with the rows). It also runs that bare command on MobileNetV2 saved to
+``mobilenet_v2.keras`` and writes what it printed (block ``quantize-console`` of
+docs/quantize_int8.md and docs/cli.md).
 """
 
 from __future__ import annotations
@@ -43,12 +46,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 DATA = os.path.join(HERE, "..", "docs", "data")
 EVAL_CROPS, CALIB_CROPS = 256, 64
 NETS = {
-    # name: (title, builder, preprocessing, size, input range of the preprocessing, how named)
-    "mobilenet_v2": ("MobileNetV2", P.mobilenet_v2_imagenet, P.preprocess_imagenet, 224,
-                     Q.input_range_of("torch"), "`--preprocessing torch`"),
+    # name: (title, builder, preprocessing, size)
+    "mobilenet_v2": ("MobileNetV2", P.mobilenet_v2_imagenet, P.preprocess_imagenet, 224),
     "efficientnet_lite1": ("EfficientNet-Lite1", P.efficientnet_lite1_imagenet,
-                           P.preprocess_efficientnet_lite, P.LITE1_INPUT_SIZE,
-                           (-1.0, 1.0), "`--input-range=-1,1`"),
+                           P.preprocess_efficientnet_lite, P.LITE1_INPUT_SIZE),
 }
 ROWS = ("plain", "data", "nodata")
 
@@ -58,7 +59,7 @@ def _metrics(ref, y):
 
 
 def measure(net):
-    title, build, pre, size, input_range, _ = NETS[net]
+    title, build, pre, size = NETS[net]
     model = build()
     x_eval = pre(P.sample_images(EVAL_CROPS, size, seed=0))
     x_cal = pre(P.sample_images(CALIB_CROPS, size, seed=1))
@@ -81,10 +82,13 @@ def measure(net):
                         **_metrics(ref, Q.run_tflite(content, x_eval, batch_size=32))}
         print(net, key, "data", rows["data"], flush=True)
         start = time.perf_counter()
-        content, report = cle.quantize(model, per_channel=per_channel, input_range=input_range,
+        content, report = cle.quantize(model, per_channel=per_channel,
                                        progress=lambda m: print("  ", m, flush=True))
         rows["nodata"] = {"seconds": time.perf_counter() - start,
                           "check": [report.top1_agreement, report.sqnr_db],
+                          "input_range": report.input_ranges[0]["range"],
+                          "source": report.input_ranges[0]["source"],
+                          "warnings": report.warnings,
                           **_metrics(ref, Q.run_tflite(content, x_eval, batch_size=32))}
         print(net, key, "nodata", rows["nodata"], flush=True)
         out["rows"][key] = rows
@@ -106,7 +110,7 @@ def table(results):
         "",
         "| network | weights | float model straight into the converter (`from_keras_model`) "
         "| `cle quantize`, "
-        f"{CALIB_CROPS} crops | `cle quantize`, no data |",
+        f"{CALIB_CROPS} crops | `cle quantize`, no data, no flags |",
         "|---|---|---|---|---|",
     ]
     for net in nets:
@@ -115,10 +119,13 @@ def table(results):
             rows = r["rows"][key]
             cells = [f"{_cell(rows[k])} ({rows[k]['seconds']:.0f} s)" for k in ROWS]
             lines.append(f"| {r['net']} | {label} | " + " | ".join(cells) + " |")
-    notes = "; ".join(f"{results[n]['net']}: {NETS[n][5]}" for n in nets)
+    notes = "; ".join(
+        f"{results[n]['net']}: [{r['input_range'][0]:.4g}, {r['input_range'][1]:.4g}]"
+        for n in nets for r in [results[n]["rows"]["per_channel"]["nodata"]])
     loads = ", ".join(f"{results[n]['load']:.1f}–{results[n].get('load_after', 0):.1f}"
                       for n in nets)
-    lines += ["", f"No data: the input range comes from the preprocessing ({notes}). "
+    lines += ["", f"No data, no flags: the input range is found from the model's first batch "
+              f"norm ({notes}), the calibration inputs are synthetic. "
               f"Load average during the runs: {loads} (2 cores of an "
               f"{results[nets[0]].get('cpu', 'unknown CPU')}; other work shared the machine)."]
     return "\n".join(lines) + "\n"
@@ -135,7 +142,7 @@ def summary(results):
     ]
     for key, label in (("plain", "float model straight into TF Lite's converter"),
                        ("data", f"`cle quantize` with {CALIB_CROPS} crops"),
-                       ("nodata", "`cle quantize` without data")):
+                       ("nodata", "`cle quantize` without data, no flags")):
         lines.append(f"| {label} | " + " | ".join(
             _cell(results[n]["rows"]["per_channel"][key]) for n in nets) + " |")
     return "\n".join(lines) + "\n"
@@ -143,6 +150,35 @@ def summary(results):
 
 def _path(net):
     return os.path.join(DATA, f"quantize_{net}.json")
+
+
+CONSOLE = os.path.join(DATA, "quantize_console.json")
+
+
+def console():
+    """What bare `cle quantize mobilenet_v2.keras -o mobilenet_v2_int8.tflite` prints."""
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        P.mobilenet_v2_imagenet().save(os.path.join(tmp, "mobilenet_v2.keras"))
+        load = os.getloadavg()[0]
+        start = time.perf_counter()
+        proc = subprocess.run(
+            [sys.executable, "-m", "cle", "quantize", "mobilenet_v2.keras", "-o",
+             "mobilenet_v2_int8.tflite"], cwd=tmp, capture_output=True, text=True,
+            env=dict(os.environ, PYTHONPATH=os.path.join(HERE, "..")), check=True)
+        seconds = time.perf_counter() - start
+    return {"stdout": proc.stdout, "stderr": proc.stderr, "seconds": seconds, "load": load,
+            "load_after": os.getloadavg()[0], "cpu": cpu_name()}
+
+
+def console_block(run):
+    return ("```console\n$ cle quantize mobilenet_v2.keras -o mobilenet_v2_int8.tflite\n"
+            + run["stdout"].rstrip() + "\n```\n\n"
+            f"The progress of each stage went to stderr; the command took {run['seconds']:.0f} s "
+            f"on 2 cores of an {run['cpu']} (load average {run['load']:.1f}–"
+            f"{run['load_after']:.1f}, other work shared the machine).\n")
 
 
 def load():
@@ -156,9 +192,15 @@ def load():
 
 def rendered():
     results = load()
+    out = {}
+    if os.path.exists(CONSOLE):
+        with open(CONSOLE, encoding="utf-8") as f:
+            block = console_block(json.load(f))
+        out[("docs/quantize_int8.md", "quantize-console")] = block
+        out[("docs/cli.md", "quantize-console")] = block
     if not results:
-        return {}
-    out = {("docs/results.md", "quantize-results"): table(results)}
+        return out
+    out[("docs/results.md", "quantize-results")] = table(results)
     if len(results) == len(NETS):
         out[("README.md", "quantize-summary")] = summary(results)
     return out
@@ -167,10 +209,18 @@ def rendered():
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--net", choices=sorted(NETS), action="append")
+    ap.add_argument("--console", action="store_true",
+                    help="only the bare `cle quantize` console example")
     ap.add_argument("--render", action="store_true", help="measure nothing; docs from docs/data")
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args(argv)
     if not args.render:
+        run = console()
+        print(run["stdout"], run["stderr"], flush=True)
+        if not args.no_write:
+            with open(CONSOLE, "w", encoding="utf-8") as f:
+                json.dump(run, f, indent=1)
+    if not args.render and not args.console:
         for net in args.net or list(NETS):
             result = measure(net)
             if not args.no_write:

@@ -95,7 +95,8 @@ def empirical_deltas(model, calibration_data, bits=8, per_channel=False):
     view = graph_view(model)
     plan = [c for c in view.calls if layout_of(c.layer) is not None
             and not BCI._target_reason(view, c, lambda la: read_weight(la.kernel))]
-    batches = BCI._check_data(model, calibration_data)
+    x = BCI._check_data(model, calibration_data).arrays[0]
+    batches = [x[i: i + 32] for i in range(0, len(x), 32)]
     new_model, clones = _with_zero_biases(model, plan)  # every layer with a bias
     qmodel, qclones = _quantized_copy(new_model, bits, per_channel)
     deltas = {}

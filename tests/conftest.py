@@ -348,3 +348,21 @@ def assert_folds(model, n_folded, n_skipped=None, x=None, rtol=RTOL, forward=Non
     # The input model is untouched.
     assert_unchanged(model, snapshot, names)
     return pairs, folded, err
+
+
+@pytest.fixture(scope="session")
+def zoo(tmp_path_factory):
+    """``zoo(name, size=64, transform=None, tag="")``: a model of tests/_zoo.py (BN statistics
+    measured on real crops of its convention), saved and loaded back, built once per session."""
+    import _zoo
+
+    cache = tmp_path_factory.mktemp("zoo")
+    built = {}
+
+    def get(name, size=64, transform=None, tag=""):
+        key = (name, size, tag)
+        if key not in built:
+            built[key] = (_zoo.build(name, size=size, cache=str(cache)) if transform is None
+                          else _zoo.make(name, size=size, transform=transform))
+        return built[key]
+    return get

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import cle
+from cle._core.inputs import check_calibration_data
 from cle import bias_correction as BC
 from cle._core.graph import graph_view
 from cle._core.layouts import layout_of, read_weight
@@ -420,7 +421,8 @@ def test_empirical_branches_match_reference_and_leave_input_untouched():
     view = graph_view(model)
     plan = [c for c in view.calls if layout_of(c.layer) is not None]
     deltas = {}
-    for call, d in bias_pass.empirical_pass(view, plan, [x], 4, False, lambda m: None):
+    data = check_calibration_data(model, x)
+    for call, d in bias_pass.empirical_pass(view, plan, data, 4, False, lambda m: None):
         deltas[call.layer.name] = d
     assert list(deltas) == [c.layer.name for c in plan]
     for r in records:
@@ -470,8 +472,10 @@ def _pass_deltas(model, x, bits=8, per_channel=False, min_uses=None):
     plan = [c for c in view.calls
             if layout_of(c.layer) is not None
             and not BCI._target_reason(view, c, lambda la: read_weight(la.kernel))]
-    return {c.layer.name: d for c, d in bias_pass.empirical_pass(view, plan, [x], bits, per_channel,
-                                                           lambda m: None, min_uses)}
+    data = check_calibration_data(model, x)
+    return {c.layer.name: d for c, d in bias_pass.empirical_pass(view, plan, data, bits,
+                                                                 per_channel, lambda m: None,
+                                                                 min_uses)}
 
 
 @pytest.fixture

@@ -291,8 +291,8 @@ def test_sequential_with_only_an_input_says_it_has_no_layers():
 
 @pytest.mark.parametrize("kind, fragment", [
     ("object", "holds Python objects (a pickled object array)"),
-    ("npz", "is an .npz archive"),
-    ("strings", "holds an array of <U1, not numbers"),
+    ("npz", "must be a batch of model inputs of shape (N, 8, 8, 3). Received: shape (3,)"),
+    ("strings", "must be numeric model inputs of shape (N, 8, 8, 3). Received: dtype <U1"),
     ("missing", ": no such file"),
 ])
 def test_calibration_file_errors(capsys, files, tmp_path, kind, fragment):

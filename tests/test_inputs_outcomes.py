@@ -371,9 +371,9 @@ def test_failed_report_write_leaves_no_model(capsys, tmp_path, model_file, monke
 
 @pytest.mark.parametrize("argv, message", [
     (["--bias-correction", "empirical"],
-     "--bias-correction empirical needs --calibration FILE.npy; received no --calibration"),
+     "--bias-correction empirical needs --calibration PATH; received no --calibration"),
     (["--activation-ranges", "calibration"],
-     "--activation-ranges calibration needs --calibration FILE.npy; received no --calibration"),
+     "--activation-ranges calibration needs --calibration PATH; received no --calibration"),
     (["--calibration", "c.npy"],
      "--calibration c.npy is given but nothing would read it: it is for --bias-correction "
      "empirical and/or --activation-ranges calibration; received --bias-correction none "

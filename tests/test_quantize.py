@@ -19,7 +19,7 @@ from cle._quantize import pipeline
 from cle._measure import inference
 from cle._measure import synthetic as _synthetic
 from cle._measure import tflite
-from cle._core.inputs import check_calibration_data
+from cle._core.inputs import check_calibration_data, input_names
 from cle import quantization as Q
 
 from conftest import (
@@ -93,18 +93,26 @@ def test_calibration_data_refused_with_one_line(net, bad, message):
 
 def test_calibration_data_forms_are_one_array(net, data):
     want = data[:10]
+
+    def one(x):
+        got = check_calibration_data(net, x)
+        assert len(got.arrays) == 1
+        return got.arrays[0]
+
     batches = [data[:4], data[4:10]]
-    assert np.array_equal(check_calibration_data(net, batches), want)
+    assert np.array_equal(one(batches), want)
     pairs = [(b, np.zeros(len(b))) for b in batches]
-    assert np.array_equal(check_calibration_data(net, pairs), want)
-    got = check_calibration_data(net, want.astype(np.float64))
+    assert np.array_equal(one(pairs), want)
+    got = one(want.astype(np.float64))
     assert got.dtype == np.float32 and np.array_equal(got, want)
     if BACKEND == "tensorflow":
         import tensorflow as tf
 
         for ds in (tf.data.Dataset.from_tensor_slices(want),
                    tf.data.Dataset.from_tensor_slices(want).batch(3)):
-            assert np.array_equal(check_calibration_data(net, ds), want)
+            assert np.array_equal(one(ds), want)
+    checked = check_calibration_data(net, want)
+    assert check_calibration_data(net, checked) is checked  # checked once: passed as it is
 
 
 def test_load_calibration_files_and_folders(net, data, tmp_path):
@@ -115,7 +123,8 @@ def test_load_calibration_files_and_folders(net, data, tmp_path):
     assert len(cle.load_calibration(tmp_path / "x.npy", net)) == 5
     assert len(cle.load_calibration(tmp_path / "one.npz", net)) == 6
     assert len(cle.load_calibration(tmp_path / "named.npz", net)) == 7
-    with pytest.raises(ValueError, match=r"holds 2 arrays; name the inputs 'x' or 'inputs'"):
+    with pytest.raises(ValueError, match=r"holds 2 arrays; name the inputs '.*', 'x' or "
+                                         r"'inputs'"):
         cle.load_calibration(tmp_path / "many.npz", net)
     with pytest.raises(ValueError, match=r"preprocessing applies to a folder of images"):
         cle.load_calibration(tmp_path / "x.npy", net, preprocessing="tf")
@@ -208,7 +217,7 @@ def test_quantize_with_data(net, data):
     assert isinstance(content, bytes)
     assert report.calibration == "data" and report.bias_correction == "empirical"
     assert (report.n_calibration, report.n_check) == (30, 10)
-    assert report.check_inputs == "held-out calibration data"
+    assert report.check_inputs == "held-out calibration inputs"
     # The check is what run_tflite gives on the held-out quarter.
     y = Q.run_tflite(content, data[30:])
     ref = net.predict(data[30:], verbose=0)
@@ -218,13 +227,14 @@ def test_quantize_with_data(net, data):
     # Every tensor but the output got its 1e-4 tails; the output kept min/max.
     kept = [r for r in report.ranges if r.how != "percentile"]
     # The output kept min/max (on JAX also a few near-constant tensors, kept as sparse).
-    assert [r.how for r in kept if r.how == "min/max"] == ["min/max"]
+    assert [r.how for r in kept if r.how.startswith("min/max (out")] == ["min/max (output)"]
     assert BACKEND != "tensorflow" or len(kept) == 1
     assert len(report.ranges) - len(kept) >= 6
     for r in report.ranges:
         assert min(r.calibrated[0], 0.0) <= r.lo + 1e-6 and r.hi <= max(r.calibrated[1], 0.0) + 1e-6
     text = report.summary()
-    assert "check on 10 held-out calibration data: top-1 agreement" in text
+    assert "check on 10 held-out calibration inputs: top-1 agreement" in text
+    assert "calibration: 40 inputs given: 30 to calibrate, 10 held out for the check" in text
     assert "bias correction (empirical)" in text
     d = json.loads(json.dumps(report.to_dict()))
     assert d["check"]["n"] == 10 and d["target"]["per_channel"] is True
@@ -280,7 +290,7 @@ def _no_work(monkeypatch):
     def fail(*args, **kwargs):
         raise AssertionError("work started")
 
-    monkeypatch.setattr(pipeline, "equalize_model", fail)
+    monkeypatch.setattr(pipeline, "equalize_checked", fail)
     monkeypatch.setattr(_synthetic, "distill", fail)
 
 
@@ -316,7 +326,7 @@ def test_logits_before_a_softmax_keep_min_max():
     protected, _ = tflite.protected_indices(calibrated)
     assert len(protected) >= 2  # the output and the logits
     _, report = cle.quantize(model, x, bias_correction="none")
-    kept = {r.index for r in report.ranges if r.how == "min/max"}
+    kept = {r.index for r in report.ranges if r.how.startswith("min/max")}
     logits = [r for r in report.ranges if r.index in protected]
     assert logits and {r.index for r in logits} <= kept
     assert all((r.lo, r.hi) == r.calibrated for r in logits)
@@ -343,31 +353,52 @@ def test_integer_io_input_keeps_its_min_max(net, data):
     content, report = cle.quantize(net, data, integer_io=True, bias_correction="none")
     details = inference.interpreter(content).get_input_details()[0]
     first = [r for r in report.ranges if r.name == details["name"]]
-    assert first and all(r.how == "min/max" for r in first)
+    assert first and all(r.how == "min/max (integer input)" for r in first)
     scale, zero = details["quantization"]
     lo, hi = first[0].calibrated
     assert scale == pytest.approx((hi - lo) / 255, rel=1e-3)
 
 
 def test_quantize_without_data(net):
+    """Without data: synthetic calibration inputs, and the check on natural-image-like inputs
+    across the stated range, which the distillation did not shape (recomputed here from the
+    documented recipe: same figure)."""
+    from cle._measure.input_range import natural_inputs
+
     content, report = cle.quantize(net, input_range=(-1.0, 1.0))
     assert report.calibration == "synthetic" and report.bias_correction == "analytic"
-    assert report.check_inputs == "synthetic inputs"
-    assert (report.n_calibration, report.n_check) == (32, 8)
-    assert len(report.synthesis_loss) == 2 and all(np.isfinite(report.synthesis_loss))
+    assert [(c["inputs"], c["n"]) for c in report.check_sets] == [
+        ("natural-image-like inputs across the input range", 32),
+        ("inputs distilled apart from the calibration inputs", 16)]
+    assert (report.n_calibration, report.n_check) == (64, 48)
+    assert len(report.synthesis_loss) == 3 and all(np.isfinite(report.synthesis_loss))
     inputs = [r for r in report.ranges if r.how == "input range"]
     assert len(inputs) == 1 and (inputs[0].lo, inputs[0].hi) == (-1.0, 1.0)
-    assert report.sqnr_db > 15
-    assert "synthetic inputs distilled" in report.summary()
+    name = input_names(net)[0]
+    assert report.input_ranges == [{"input": name, "range": [-1.0, 1.0],
+                                    "source": "stated", "sure": True, "convention": None}]
+    x = natural_inputs(32, (24, 24, 3), (-1.0, 1.0), seed=2)  # the seed after the calibration's
+    assert x.min() >= -1 and x.max() <= 1 and x.std() > 0.2
+    ref = net.predict(x, verbose=0)
+    (fields,) = report.check_sets[0]["outputs"]
+    assert fields.sqnr_db == pytest.approx(Q.sqnr_db(ref, Q.run_tflite(content, x)), abs=1e-4)
+    assert fields.top1_agreement == Q.top1_agreement(ref, Q.run_tflite(content, x))
+    (apart,) = report.check_sets[1]["outputs"]
+    assert report.sqnr_db == min(fields.sqnr_db, apart.sqnr_db)  # the lower of the two
+    text = report.summary()
+    assert ("calibration: no real data; 64 synthetic inputs, 32 distilled from the model's "
+            "batch-norm statistics and 32 natural-image-like inputs") in text
+    assert "(no real data was seen)" in text
+    assert f"input '{name}': range [-1, 1], stated" in text
 
 
 def _bn_error(model, inputs):
     """Mean over BNs of the squared, σ-normalized gap between the batch's per-channel mean
     and std at the BN's input and its moving mean and std (the distillation's loss)."""
     bns = _synthetic.batch_norms(model)
-    outs = keras.Model(model.inputs, [bn.input for bn in bns]).predict(inputs, verbose=0)
+    outs = keras.Model(model.inputs, [t for _, t in bns]).predict(inputs, verbose=0)
     total = 0.0
-    for bn, f in zip(bns, outs):
+    for (bn, _), f in zip(bns, outs):
         mu = keras.ops.convert_to_numpy(bn.moving_mean)
         sd = np.sqrt(keras.ops.convert_to_numpy(bn.moving_variance))
         total += np.mean(((f.mean(axis=(0, 1, 2)) - mu) / sd) ** 2
@@ -382,18 +413,19 @@ def test_synthetic_inputs_match_the_bn_statistics(monkeypatch):
     rng = np.random.default_rng(5)
     coarse = rng.uniform(0, 1, (64, 6, 6, 3)).astype(np.float32)
     images = np.repeat(np.repeat(coarse, 4, axis=1), 4, axis=2)
-    for bn in _synthetic.batch_norms(model):  # in graph order: later BNs see the set earlier
-        f = keras.Model(model.inputs, bn.input).predict(images, verbose=0)
+    for bn, t in _synthetic.batch_norms(model):  # in graph order: later BNs see the set earlier
+        f = keras.Model(model.inputs, t).predict(images, verbose=0)
         bn.moving_mean.assign(f.mean(axis=(0, 1, 2)))
         bn.moving_variance.assign(f.var(axis=(0, 1, 2)))
     noise = rng.standard_normal((16, 24, 24, 3)).astype(np.float32)
     x, losses = _synthetic.distill(model, 16, steps=80, input_range=(0.0, 1.0))
+    x = x.arrays[0]
     assert x.shape == (16, 24, 24, 3) and x.min() >= 0 and x.max() <= 1
     assert _bn_error(model, x) < 0.1 * _bn_error(model, noise)
     # The cross-entropy term pushes each input towards a class: more confident outputs than
     # the BN statistics alone give.
     monkeypatch.setattr(_synthetic, "CE_WEIGHT", 0.0)
-    x0, _ = _synthetic.distill(model, 16, steps=80, input_range=(0.0, 1.0))
+    x0 = _synthetic.distill(model, 16, steps=80, input_range=(0.0, 1.0))[0].arrays[0]
 
     def confidence(inputs):
         p = keras.ops.convert_to_numpy(keras.ops.softmax(model.predict(inputs, verbose=0)))
@@ -405,8 +437,11 @@ def test_synthetic_inputs_match_the_bn_statistics(monkeypatch):
 def test_synthetic_inputs_need_batch_norms():
     inp = keras.Input((8, 8, 3))
     model = keras.Model(inp, L.Dense(4)(L.Flatten()(L.Conv2D(2, 3)(inp))))
-    with pytest.raises(ValueError, match=r"has no BatchNormalization layer.*pass calibration"):
+    with pytest.raises(ValueError, match=r"no preprocessing layer, and no batch norm depends on "
+                                         r"this input alone\); pass input_range"):
         cle.quantize(model)
+    with pytest.raises(ValueError, match=r"has no BatchNormalization layer.*pass calibration"):
+        cle.quantize(model, input_range=(0.0, 1.0))
 
 
 # ------------------------------------------------------------------------------ CLI
@@ -431,7 +466,7 @@ def test_cli_quantize_writes_a_checked_tflite(workdir):
     r = _cle("quantize", "m.keras", "-o", "m.tflite", "--calibration", "cal.npy",
              "--report", "r.json", cwd=workdir)
     assert r.returncode == 0, r.stderr
-    assert "check on 5 held-out calibration data: top-1 agreement" in r.stdout
+    assert "check on 5 held-out calibration inputs: top-1 agreement" in r.stdout
     assert "wrote m.tflite" in r.stdout and "wrote r.json" in r.stdout
     assert "calibrating activation ranges on 15 inputs" in r.stderr  # progress on stderr
     report = json.loads((workdir / "r.json").read_text())

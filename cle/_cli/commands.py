@@ -1,16 +1,17 @@
-"""The ``cle`` commands (``fold``, ``equalize``, ``quantize``, ``inspect``, ``demo``): each
-``cmd_*`` takes the parsed arguments of :func:`cle.cli.build_parser`, runs, prints its summary and
-returns the exit status. Standard library only at import, like :mod:`cle.cli`."""
+"""The ``cle`` commands (``fold``, ``equalize``, ``inspect``, ``demo``; ``quantize`` is in
+:mod:`cle._cli.quantize`): each ``cmd_*`` takes the parsed arguments of
+:func:`cle.cli.build_parser`, runs, prints its summary and returns the exit status. Standard
+library only at import, like :mod:`cle.cli`."""
 
 from __future__ import annotations
 
-import os
 import sys
 
 from cle._cli.common import (
-    EXIT_OK, EXIT_USAGE, CliError, Session, check_graph, check_output_path, check_parent_dir,
+    EXIT_OK, CliError, Session, check_graph, check_output_path, check_parent_dir,
     data_use, format_table, json_bytes, model_bytes, one_line, write_outputs,
 )
+from cle._cli.quantize import cmd_quantize, read_calibration  # noqa: F401  (cle.cli's)
 
 
 def _fold_dict(pairs, skipped):
@@ -52,15 +53,6 @@ def cmd_fold(args) -> int:
     return EXIT_OK
 
 
-def _read_calibration(args):
-    """The --calibration array (None if not given), read before the model is loaded."""
-    if not getattr(args, "calibration", None):
-        return None
-    import numpy as np
-
-    return _load_calibration(np, args.calibration)
-
-
 def _equalize(args, model, calibration=None):
     import cle
 
@@ -82,33 +74,6 @@ def _equalize(args, model, calibration=None):
         activation_ranges=ranges,
         progress=_progress if mode == "empirical" else None,
     )
-
-
-def _load_calibration(np, path):
-    """A numeric array from a ``.npy`` file, with one-line errors for the usual mistakes."""
-    option = f"--calibration {path}"
-    if not os.path.isfile(path):
-        raise CliError(f"{option}: no such file", EXIT_USAGE)
-    from cle._measure.calibration import PickledObjects, load_arrays
-
-    try:
-        data = load_arrays(path)
-    except PickledObjects as e:
-        raise CliError(
-            f"{option} holds Python objects (a pickled object array), which cle does not "
-            "load, since unpickling can run code; save a plain numeric array instead: "
-            "np.save(path, np.asarray(x, dtype='float32'))", EXIT_USAGE) from e
-    except ValueError as e:
-        raise CliError(f"{option}: not a NumPy .npy file ({one_line(e)})", EXIT_USAGE) from e
-    except OSError as e:
-        raise CliError(f"cannot read {option}: {e.strerror or e}", EXIT_USAGE) from e
-    if not isinstance(data, np.ndarray):  # an .npz archive
-        data.close()
-        raise CliError(f"{option} is an .npz archive; pass one array saved with np.save "
-                       "(.npy)", EXIT_USAGE)
-    if not np.issubdtype(data.dtype, np.number):
-        raise CliError(f"{option} holds an array of {data.dtype}, not numbers", EXIT_USAGE)
-    return data
 
 
 def _progress(message):
@@ -135,6 +100,8 @@ def _options_text(args) -> str:
               f"--bias-correction {args.bias_correction}"]
     if args.calibration:
         parts.append(f"--calibration {args.calibration}")
+    if getattr(args, "preprocessing", None):
+        parts.append(f"--preprocessing {args.preprocessing}")
     return " ".join(parts)
 
 
@@ -142,82 +109,15 @@ def cmd_equalize(args) -> int:
     check_output_path(args.output)
     if args.report:
         check_parent_dir(args.report, "--report")
-    calibration = _read_calibration(args)
     with Session(args) as session:
         model = session.load()
-        equalized, report = _equalize(args, model, calibration)
+        equalized, report = _equalize(args, model, read_calibration(args, model))
         outputs = [(args.output, model_bytes(equalized, args.output))]
         if args.report:
             outputs.append((args.report, json_bytes(report.to_dict())))
         write_outputs(outputs)
     print(f"{args.model}: {_options_text(args)}")
     for line in _summary_lines(report):
-        print("  " + line)
-    for path, _ in outputs:
-        print(f"wrote {path}")
-    return EXIT_OK
-
-
-def _quantize_calibration(args, model):
-    """The --calibration inputs (None without), read and checked against ``model``."""
-    if not args.calibration:
-        return None
-    from cle._measure.calibration import load_calibration
-
-    try:
-        return load_calibration(args.calibration, model, args.preprocessing, args.limit)
-    except ValueError as exc:
-        raise CliError(f"--calibration {args.calibration}: {one_line(exc)}", EXIT_USAGE) from exc
-
-
-def _input_range(args):
-    """(low, high) from --input-range, or from a named --preprocessing, or None."""
-    if args.input_range is not None:
-        return args.input_range
-    if args.preprocessing and not args.calibration:
-        from cle._quantize.pipeline import input_range_of
-
-        return input_range_of(args.preprocessing)
-    return None
-
-
-def _quantize_progress(message):
-    print(f"cle: {message}", file=sys.stderr, flush=True)
-
-
-def cmd_quantize(args) -> int:
-    with Session(args) as session:
-        model = session.load()
-        check_graph(args.model, model)
-        from cle._core.checks import check_single_io
-
-        try:
-            check_single_io(model, "cle quantize")
-        except ValueError as exc:
-            raise CliError(f"{args.model}: {one_line(exc)}", EXIT_USAGE) from exc
-        from cle._core.backend import channels_first_problem
-
-        problem = channels_first_problem(model)
-        if problem is not None:
-            raise CliError(f"{args.model}: cle quantize runs the model, but {problem}")
-        calibration = _quantize_calibration(args, model)
-        from cle._quantize.pipeline import quantize
-
-        try:
-            content, report = quantize(
-                model, calibration, per_channel=args.per_channel,
-                activation_bits=args.activation_bits, integer_io=args.integer_io,
-                bias_correction=args.bias_correction, ranges=args.ranges,
-                input_range=_input_range(args), compare=args.compare,
-                progress=_quantize_progress)
-        except ValueError as exc:  # what the model cannot do (no BN without data, ...)
-            raise CliError(f"{args.model}: {one_line(exc)}", EXIT_USAGE) from exc
-        outputs = [(args.output, content)]
-        if args.report:
-            outputs.append((args.report, json_bytes(report.to_dict())))
-        write_outputs(outputs)
-    print(f"{args.model}: cle quantize")
-    for line in report.summary().splitlines():
         print("  " + line)
     for path, _ in outputs:
         print(f"wrote {path}")
@@ -313,10 +213,9 @@ def inspect_lines(report, model, args) -> list[str]:
 
 
 def cmd_inspect(args) -> int:
-    calibration = _read_calibration(args)
     with Session(args) as session:
         model = session.load()
-        _, report = _equalize(args, model, calibration)
+        _, report = _equalize(args, model, read_calibration(args, model))
         lines = inspect_lines(report, model, args)
     print("\n".join(lines))
     return EXIT_OK

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 import traceback
 
-from cle._cli.commands import cmd_demo, cmd_equalize, cmd_fold, cmd_inspect, cmd_quantize
+from cle._cli.commands import cmd_demo, cmd_equalize, cmd_fold, cmd_inspect
+from cle._cli.quantize import (
+    check_calibration_options, check_quantize_options, cmd_quantize, input_range_arg,
+)
 from cle._cli.commands import inspect_lines  # noqa: F401  (cle.cli.inspect_lines)
 from cle._cli.common import (
     EXIT_FAILURE, EXIT_USAGE, CliError, check_model_file, check_output_path, check_parent_dir,
@@ -89,12 +91,12 @@ def _after_keras_import():
 def _check_option_combinations(args):
     """Usage errors between options, before anything is loaded."""
     if getattr(args, "command", None) == "quantize":
-        return _check_quantize_options(args)
+        return check_quantize_options(args)
     if not hasattr(args, "bias_correction"):
         return
     uses = data_use(args)
     if uses and not args.calibration:
-        raise CliError(f"{uses[0]} needs --calibration FILE.npy; received no --calibration",
+        raise CliError(f"{uses[0]} needs --calibration PATH; received no --calibration",
                        EXIT_USAGE)
     if args.calibration and not uses:
         raise CliError(
@@ -106,44 +108,28 @@ def _check_option_combinations(args):
         raise CliError(
             "--activation-ranges calibration is for --objective quantized (the measured "
             "ranges choose its scales); received --objective weights", EXIT_USAGE)
-    if args.calibration and not os.path.isfile(args.calibration):
-        raise CliError(f"--calibration {args.calibration}: no such file", EXIT_USAGE)
+    if args.preprocessing and not args.calibration:
+        raise CliError(f"--preprocessing is for a --calibration folder of images; received "
+                       f"--preprocessing {args.preprocessing} without --calibration", EXIT_USAGE)
+    check_calibration_options(args)
+    _equalize_options(args)
 
 
-def _check_quantize_options(args):
-    """``cle quantize``'s usage errors, before the model is loaded."""
-    data = args.calibration
-    if args.bias_correction == "empirical" and not data:
-        raise CliError("--bias-correction empirical needs --calibration; received no "
-                       "--calibration", EXIT_USAGE)
-    if args.activation_bits == 16 and not args.per_channel:
-        raise CliError("--activation-bits 16 (TF Lite's 16x8 mode) quantizes weights per "
-                       "channel; received --per-tensor", EXIT_USAGE)
-    if data and args.input_range is not None:
-        raise CliError(f"--input-range is for synthetic inputs (no --calibration); received "
-                       f"--calibration {data}", EXIT_USAGE)
-    if data and not os.path.exists(data):
-        raise CliError(f"--calibration {data}: no such file or folder", EXIT_USAGE)
-    folder = bool(data) and os.path.isdir(data)
-    if folder and not args.preprocessing:
-        raise CliError(f"--calibration {data} is a folder of images: name its --preprocessing "
-                       "(tf, torch, caffe, raw or module:function)", EXIT_USAGE)
-    if data and not folder and args.preprocessing:
-        raise CliError(f"--preprocessing is for a folder of images; --calibration {data} is a "
-                       "file of inputs already preprocessed", EXIT_USAGE)
-    if args.limit is not None and not folder:
-        raise CliError("--limit is for a --calibration folder of images; received "
-                       f"--calibration {data or '(none)'}", EXIT_USAGE)
-    if args.preprocessing:
-        from cle._measure.calibration import preprocessing_function
+def _equalize_options(args):
+    """The library's own check of the ``equalize`` / ``inspect`` options
+    (:class:`cle._transforms.options.EqualizeOptions`), so that the command line and
+    :func:`cle.equalize_model` agree on every combination."""
+    from cle._transforms.options import EqualizeOptions
 
-        try:
-            preprocessing_function(args.preprocessing)
-        except ValueError as exc:
-            raise CliError(f"--preprocessing: {one_line(exc)}", EXIT_USAGE) from exc
-        if not data and not args.input_range and ":" in args.preprocessing:
-            raise CliError(f"--preprocessing {args.preprocessing} gives no known input range "
-                           "for synthetic inputs; pass --input-range LOW,HIGH", EXIT_USAGE)
+    try:
+        args.options = EqualizeOptions(
+            relu6=args.relu6, high_bias_fold=args.high_bias_fold, margin=args.margin,
+            bias_correction=args.bias_correction, weight_bits=args.weight_bits,
+            per_channel_weights=args.per_channel, objective=args.objective,
+            activation_bits=args.activation_bits, activation_ranges=args.activation_ranges,
+            has_data=bool(args.calibration))
+    except ValueError as exc:
+        raise CliError(one_line(exc), EXIT_USAGE) from exc
 
 
 # ---------------------------------------------------------------------------- parser
@@ -164,17 +150,6 @@ def _bits(text):
     if not 2 <= value <= 16:
         raise argparse.ArgumentTypeError(f"must be between 2 and 16, got {text}")
     return value
-
-
-def _input_range_arg(text):
-    try:
-        lo, hi = (float(v) for v in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected LOW,HIGH (e.g. --input-range=-1,1); received {text!r}") from None
-    if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
-        raise argparse.ArgumentTypeError(f"expected LOW < HIGH; received {text!r}")
-    return lo, hi
 
 
 def _positive_int(text):
@@ -257,10 +232,17 @@ def build_parser() -> argparse.ArgumentParser:
                        help="activation statistics for --objective quantized: bn (default, "
                             "data-free, from the folded BNs) or calibration (measured on "
                             "--calibration)")
-        p.add_argument("--calibration", metavar="NPY",
-                       help="calibration inputs (.npy array, preprocessed as the model "
-                            "expects) for --bias-correction empirical and --activation-ranges "
-                            "calibration")
+        p.add_argument("--calibration", metavar="PATH",
+                       help="calibration inputs for --bias-correction empirical and "
+                            "--activation-ranges calibration: a .npy/.npz of inputs "
+                            "preprocessed as the model expects (.npz: one array per input "
+                            "name), or a folder of images with --preprocessing")
+        p.add_argument("--preprocessing", metavar="NAME",
+                       help="for a --calibration folder of images: tf ([-1, 1]), torch "
+                            "(ImageNet mean/std), caffe (BGR minus mean), raw (0..255) or "
+                            "module:function")
+        p.add_argument("--limit", type=_positive_int, metavar="N",
+                       help="read at most N images from a --calibration folder")
 
     p = sub.add_parser("fold", help="fold every foldable BatchNormalization",
                        description="Fold every BatchNormalization that can be folded exactly "
@@ -297,16 +279,21 @@ def build_parser() -> argparse.ArgumentParser:
                    help="allow OUT to be the input model itself (refused otherwise)")
     p.add_argument("--calibration", metavar="PATH",
                    help="calibration inputs: a .npy/.npz of inputs preprocessed as the model "
-                        "expects, or a folder of images (with --preprocessing); a quarter is "
-                        "held out for the check. Without it: no data, synthetic inputs")
+                        "expects (.npz: one array per input name), or a folder of images "
+                        "(with --preprocessing); a quarter is held out for the check. Without "
+                        "it: no data (the input range is found from the model, synthetic "
+                        "inputs are distilled from its batch norms)")
     p.add_argument("--preprocessing", metavar="NAME",
                    help="for a folder of images: tf ([-1, 1]), torch (ImageNet mean/std), "
                         "caffe (BGR minus mean), raw (0..255) or module:function; without "
-                        "--calibration it gives the input range of the synthetic inputs")
-    p.add_argument("--input-range", type=_input_range_arg, metavar="LOW,HIGH",
-                   help="the model's input range, for synthetic inputs (no --calibration); "
-                        "write it with '=' (--input-range=-1,1): a negative LOW would read as "
-                        "an option")
+                        "--calibration it states the input range")
+    p.add_argument("--input-range", type=input_range_arg, action="append",
+                   metavar="[INPUT=]LOW,HIGH",
+                   help="without --calibration: the input range, of every input or of the "
+                        "named one (repeat it per input); write it with '=' "
+                        "(--input-range=-1,1): a negative LOW would read as an option. "
+                        "Default: found from the model (its preprocessing layers or its first "
+                        "batch norm); refused when the model cannot tell")
     p.add_argument("--limit", type=_positive_int, metavar="N",
                    help="read at most N images from a --calibration folder")
     p.add_argument("--per-tensor", dest="per_channel", action="store_false",

@@ -1,29 +1,94 @@
-"""Model inputs given to a public function, checked against the model before any work is
-done: a wrong shape, channel count, dtype, a missing batch dimension or a non-finite value
-is one ``ValueError`` that names what the model expects and what it got.
+"""Model inputs given to a public function, checked once at its door: a wrong shape, channel
+count, dtype, a missing batch dimension, a missing input or a non-finite value is one
+``ValueError`` that names what the model expects and what it got. What comes out is a
+:class:`ModelInputs` (one float32 array per model input), which every later stage takes as it
+is: checking a :class:`ModelInputs` again costs nothing and copies nothing, so the data is
+read once (a one-shot generator is not used up by the first check) and copied once.
 
-Accepted forms: a numpy (or backend) array ``(N, *input_shape)``; an iterable of such batches
-(or of ``(x, y)`` / ``(x,)`` tuples, as Keras' ``fit`` takes them); a ``tf.data.Dataset``,
-batched or not."""
+Accepted forms, for a model with one input: a numpy (or backend) array ``(N, *input_shape)``;
+an iterable of such batches (or of ``(x, y)`` / ``(x,)`` tuples, as Keras' ``fit`` takes
+them); a ``tf.data.Dataset``, batched or not. For a model with several inputs, each batch is a
+dict ``{input name: array}`` or a tuple/list with one array per input (in the order of
+``model.inputs``), alone or as the ``x`` of an ``(x, y)`` pair."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import numpy as np
+
+__all__ = ["ModelInputs", "check_calibration_data", "format_shape", "input_names",
+           "input_signature", "input_signatures"]
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class ModelInputs:
+    """Checked model inputs: one float32 array ``(N, *shape)`` per model input, in the order
+    of ``model.inputs``, all with the same ``N``.
+
+    Attributes:
+        arrays: the arrays.
+        names: the model's input names.
+        shapes: the sample shapes they were checked against (None: any size).
+    """
+
+    arrays: tuple
+    names: tuple
+    shapes: tuple
+
+    def __len__(self) -> int:
+        return len(self.arrays[0])
+
+    def __getitem__(self, index) -> "ModelInputs":
+        """The samples ``index`` (a slice or an index array) of every input."""
+        return ModelInputs(tuple(a[index] for a in self.arrays), self.names, self.shapes)
+
+    def feed(self):
+        """What a Keras model is called with: the array for one input, else a list."""
+        return self.arrays[0] if len(self.arrays) == 1 else list(self.arrays)
+
+    def as_dict(self) -> dict:
+        return dict(zip(self.names, self.arrays))
+
+    def fits(self, model) -> bool:
+        """Whether these were checked against ``model``'s inputs."""
+        names, shapes = zip(*input_signatures(model))
+        return tuple(names) == self.names and tuple(shapes) == self.shapes
+
+
+def _free(d):
+    return d is None or (isinstance(d, int) and d < 0)
+
+
+def input_names(model) -> list[str]:
+    """The names of ``model``'s inputs: their ``InputLayer``'s names, which Keras keys a dict
+    of inputs by (``model.predict({name: x})``) and a rebuilt model keeps (the symbolic
+    tensors' own names need not survive a rebuild)."""
+    from cle._core import keras_internals as internals
+
+    names = []
+    for k, tensor in enumerate(model.inputs):
+        layer = internals.producer_of(tensor)
+        names.append(str(getattr(layer, "name", None) or getattr(tensor, "name", f"input_{k}")))
+    return names
+
+
+def input_signatures(model) -> list[tuple[str, tuple]]:
+    """``(name, sample shape with None for free sizes)`` of every input of ``model``."""
+    return [(name, tuple(None if _free(d) else int(d) for d in tensor.shape[1:]))
+            for name, tensor in zip(input_names(model), model.inputs)]
 
 
 def input_signature(model) -> tuple[tuple, str]:
     """``(sample shape with None for free sizes, dtype name)`` of a one-input model."""
     if len(model.inputs) != 1:
         raise ValueError(
-            "Calibration data is supported for models with one input. Received: model "
+            "This needs a model with one input. Received: model "
             f"'{model.name}' with {len(model.inputs)} inputs"
         )
     tensor = model.inputs[0]
-    shape = tuple(None if d is None or (isinstance(d, int) and d < 0) else int(d)
-                  for d in tensor.shape[1:])
-    return shape, str(getattr(tensor, "dtype", "float32"))
+    return input_signatures(model)[0][1], str(getattr(tensor, "dtype", "float32"))
 
 
 def format_shape(shape, batch="N"):
@@ -35,14 +100,12 @@ def _is_dataset(obj) -> bool:
     return type(obj).__module__.startswith("tensorflow") and hasattr(obj, "element_spec")
 
 
-def _as_numpy(item, name):
-    if isinstance(item, (tuple, list)) and item and not np.isscalar(item[0]):
-        item = item[0]  # (x, y) or (x,) as Keras' fit takes them
-    if isinstance(item, dict):
-        raise ValueError(
-            f"`{name}` must hold arrays of model inputs, not dicts. Received: a dict with keys "
-            f"{sorted(item)}"
-        )
+def _is_array(obj) -> bool:
+    return isinstance(obj, np.ndarray) or (
+        hasattr(obj, "shape") and hasattr(obj, "dtype") and not _is_dataset(obj))
+
+
+def _numpy(item):
     try:
         import keras
 
@@ -51,108 +114,169 @@ def _as_numpy(item, name):
         return np.asarray(item)
 
 
-def _batches(data, name):
-    """The data as a list of numpy arrays (batches, or samples for an unbatched dataset)."""
-    if isinstance(data, (str, bytes, os.PathLike)):
-        raise ValueError(
-            f"`{name}` must be an array, an iterable of batches or a tf.data.Dataset; to read a "
-            f"file use cle.load_calibration(path, model). Received: {name}={data!r}"
-        )
-    if isinstance(data, np.ndarray) or (
-        hasattr(data, "shape") and hasattr(data, "dtype") and not _is_dataset(data)
-    ):
-        return [_as_numpy(data, name)]
-    if _is_dataset(data):
-        return [_as_numpy(item, name) for item in data.as_numpy_iterator()]
-    try:
-        iterator = iter(data)
-    except TypeError:
-        raise ValueError(
-            f"`{name}` must be an array, an iterable of batches or a tf.data.Dataset. "
-            f"Received: {name} of type {type(data).__name__}"
-        ) from None
-    return [_as_numpy(item, name) for item in iterator]
+class _Reader:
+    """Turns the accepted forms into batches: each a list with one array per model input."""
 
+    def __init__(self, signatures, name):
+        self.names = [n for n, _ in signatures]
+        self.shapes = [s for _, s in signatures]
+        self.name = name
 
-def check_calibration_data(model, data, name: str = "calibration_data",
-                           min_samples: int = 1) -> np.ndarray:
-    """``data`` as one float32 array ``(N, *input_shape)``, checked against ``model``'s input.
+    @property
+    def several(self):
+        return len(self.names) > 1
 
-    Args:
-        model: a ``keras.Model`` with one input.
-        data: an array ``(N, *input_shape)``, an iterable of such batches (or of ``(x, y)``
-            tuples), or a ``tf.data.Dataset`` (batched, or of single samples).
-        name: the argument's name in messages.
-        min_samples: the fewest samples accepted.
-
-    Returns:
-        A float32 numpy array holding every sample.
-
-    Raises:
-        ValueError: one line naming what the model expects and what was received: no
-            samples, fewer than ``min_samples``, a missing batch dimension, a wrong rank, size
-            or channel count, a non-numeric or integer dtype (inputs must be preprocessed
-            floats), or non-finite values.
-
-    Example:
-        >>> x = check_calibration_data(model, np.zeros((8, 224, 224, 3), np.float32))
-    """
-    shape, _ = input_signature(model)
-    expected = format_shape(shape)
-    parts = _batches(data, name)
-    name = name if " " in name else f"`{name}`"
-    checked = []
-    for k, part in enumerate(parts):
-        where = "" if len(parts) == 1 else f" (batch {k})"
-        if part.dtype.kind not in "fiu" or part.dtype == np.bool_:
+    def _from_dict(self, item):
+        missing = [n for n in self.names if n not in item]
+        if missing or len(item) != len(self.names):
             raise ValueError(
-                f"{name} must be numeric model inputs of shape {expected}. Received: "
-                f"dtype {part.dtype}{where}"
-            )
-        if part.dtype.kind in "iu":
+                f"`{self.name}` as a dict needs one array per model input, keyed by the input "
+                f"names {self.names}. Received: a dict with keys {sorted(map(str, item))}")
+        return [_numpy(item[n]) for n in self.names]
+
+    def _is_input_tuple(self, item):
+        """A tuple/list with one array per input (rank and fixed sizes as the inputs')."""
+        if not isinstance(item, (tuple, list)) or len(item) != len(self.names):
+            return False
+        return all(_is_array(a) and np.ndim(a) in (len(s), len(s) + 1)
+                   for a, s in zip(item, self.shapes))
+
+    def element(self, item):
+        """One batch (or one sample of an unbatched dataset) as a list of arrays."""
+        if isinstance(item, dict):
+            return self._from_dict(item)
+        if self.several:
+            if self._is_input_tuple(item):
+                return [_numpy(a) for a in item]
+            if isinstance(item, (tuple, list)) and item and (
+                    isinstance(item[0], dict) or self._is_input_tuple(item[0])):
+                return self.element(item[0])  # (x, y) as Keras' fit takes it
             raise ValueError(
-                f"{name} must be float model inputs, already preprocessed as the model expects "
-                f"(shape {expected}); integers look like raw images (for a folder of images, "
-                f"name a preprocessing). Received: dtype {part.dtype}{where}"
-            )
-        if part.ndim == len(shape) and _fits(part.shape, shape):
-            if _is_dataset(data):  # an unbatched dataset yields single samples
-                part = part[None]
-            else:
-                raise ValueError(
-                    f"{name} needs a batch dimension: the model expects {expected}. Received: "
-                    f"one sample of shape {part.shape}{where}; add one with x[None]"
-                )
-        if part.ndim != len(shape) + 1:
+                f"`{self.name}` must hold, for a model with {len(self.names)} inputs, a dict "
+                f"{{input name: array}} or a tuple of {len(self.names)} arrays (inputs "
+                f"{self.names}) per batch. Received: {type(item).__name__}")
+        if isinstance(item, (tuple, list)) and item and not np.isscalar(item[0]):
+            item = item[0]  # (x, y) or (x,) as Keras' fit takes them
+            if isinstance(item, dict):
+                return self._from_dict(item)
+        return [_numpy(item)]
+
+    def batches(self, data):
+        if isinstance(data, (str, bytes, os.PathLike)):
             raise ValueError(
-                f"{name} must be a batch of model inputs of shape {expected}. Received: "
-                f"shape {part.shape}{where}"
-            )
-        if not _fits(part.shape[1:], shape):
-            what = "channel count" if (
-                shape[-1] is not None and part.shape[-1] != shape[-1]
-                and _fits(part.shape[1:-1], shape[:-1])
-            ) else "shape"
+                f"`{self.name}` must be an array, an iterable of batches or a tf.data.Dataset; "
+                f"to read a file use cle.load_calibration(path, model). Received: "
+                f"{self.name}={data!r}")
+        if _is_array(data) or isinstance(data, dict) or self._is_input_tuple(data):
+            return [self.element(data)]
+        if _is_dataset(data):
+            return [self.element(item) for item in data.as_numpy_iterator()]
+        try:
+            iterator = iter(data)
+        except TypeError:
             raise ValueError(
-                f"{name} has the wrong {what}: the model expects {expected}. Received: shape "
-                f"{part.shape}{where}"
-            )
-        checked.append(part)
-    x = np.concatenate(checked, axis=0).astype(np.float32, copy=False) if checked else None
-    if x is None or len(x) == 0:
-        raise ValueError(f"{name} must hold at least {max(1, min_samples)} sample(s) of shape "
-                         f"{expected}. Received: none")
-    if len(x) < min_samples:
-        raise ValueError(f"{name} must hold at least {min_samples} samples of shape {expected}. "
-                         f"Received: {len(x)}")
-    bad = ~np.isfinite(x)
-    if bad.any():
-        raise ValueError(
-            f"{name} must be finite. Received: {int(bad.sum())} NaN or infinite values in "
-            f"{int(bad.reshape(len(x), -1).any(axis=1).sum())} of {len(x)} samples"
-        )
-    return x
+                f"`{self.name}` must be an array, an iterable of batches or a tf.data.Dataset. "
+                f"Received: {self.name} of type {type(data).__name__}") from None
+        return [self.element(item) for item in iterator]
 
 
 def _fits(got, want) -> bool:
     return len(got) == len(want) and all(w is None or g == w for g, w in zip(got, want))
+
+
+def _check_part(part, shape, label, where, unbatched):
+    """One array of one input, checked; with a batch dimension added for a dataset's sample."""
+    expected = format_shape(shape)
+    if part.dtype.kind not in "fiu" or part.dtype == np.bool_:
+        raise ValueError(f"{label} must be numeric model inputs of shape {expected}. Received: "
+                         f"dtype {part.dtype}{where}")
+    if part.dtype.kind in "iu":
+        raise ValueError(
+            f"{label} must be float model inputs, already preprocessed as the model expects "
+            f"(shape {expected}); integers look like raw images (for a folder of images, name "
+            f"a preprocessing). Received: dtype {part.dtype}{where}")
+    if part.ndim == len(shape) and _fits(part.shape, shape):
+        if not unbatched:
+            raise ValueError(
+                f"{label} needs a batch dimension: the model expects {expected}. Received: one "
+                f"sample of shape {part.shape}{where}; add one with x[None]")
+        part = part[None]
+    if part.ndim != len(shape) + 1:
+        raise ValueError(f"{label} must be a batch of model inputs of shape {expected}. "
+                         f"Received: shape {part.shape}{where}")
+    if not _fits(part.shape[1:], shape):
+        what = "channel count" if (
+            shape[-1] is not None and part.shape[-1] != shape[-1]
+            and _fits(part.shape[1:-1], shape[:-1])) else "shape"
+        raise ValueError(f"{label} has the wrong {what}: the model expects {expected}. "
+                         f"Received: shape {part.shape}{where}")
+    return part
+
+
+def check_calibration_data(model, data, name: str = "calibration_data",
+                           min_samples: int = 1) -> ModelInputs:
+    """``data`` as :class:`ModelInputs`, checked against ``model``'s inputs.
+
+    Args:
+        model: a ``keras.Model``.
+        data: the forms of the module docstring, or :class:`ModelInputs` already checked
+            against this model (returned as it is).
+        name: the argument's name in messages.
+        min_samples: the fewest samples accepted.
+
+    Returns:
+        :class:`ModelInputs` holding every sample (float32; the one copy of the data).
+
+    Raises:
+        ValueError: one line naming what the model expects and what was received: no
+            samples, fewer than ``min_samples``, a missing batch dimension, a wrong rank, size
+            or channel count, a missing input, inputs of different lengths, a non-numeric or
+            integer dtype (inputs must be preprocessed floats), or non-finite values.
+
+    Example:
+        >>> x = check_calibration_data(model, np.zeros((8, 224, 224, 3), np.float32))
+    """
+    signatures = input_signatures(model)
+    if isinstance(data, ModelInputs) and data.fits(model):
+        if len(data) < max(1, min_samples):
+            raise ValueError(f"`{name}` must hold at least {max(1, min_samples)} samples. "
+                             f"Received: {len(data)}")
+        return data
+    reader = _Reader(signatures, name if " " not in name else "calibration_data")
+    parts = reader.batches(data)
+    label = name if " " in name else f"`{name}`"
+    per_input = [[] for _ in signatures]
+    for k, batch in enumerate(parts):
+        where = "" if len(parts) == 1 else f" (batch {k})"
+        for i, ((input_name, shape), part) in enumerate(zip(signatures, batch)):
+            what = label if len(signatures) == 1 else f"{label} input '{input_name}'"
+            per_input[i].append(_check_part(part, shape, what, where, _is_dataset(data)))
+    return _joined(per_input, signatures, label, min_samples)
+
+
+def _joined(per_input, signatures, label, min_samples):
+    """The checked batches of each input joined into :class:`ModelInputs`, with the checks of
+    the whole: the count of samples, equal lengths and finite values."""
+    expected = " and ".join(format_shape(s) for _, s in signatures)
+    arrays = [np.concatenate(parts, axis=0).astype(np.float32, copy=False) if parts else None
+              for parts in per_input]
+    if arrays[0] is None or len(arrays[0]) == 0:
+        raise ValueError(f"{label} must hold at least {max(1, min_samples)} sample(s) of shape "
+                         f"{expected}. Received: none")
+    lengths = [len(a) for a in arrays]
+    if len(set(lengths)) > 1:
+        raise ValueError(f"{label} must hold as many samples of every input. Received: "
+                         + ", ".join(f"{n} for '{name}'"
+                                     for n, (name, _) in zip(lengths, signatures)))
+    if lengths[0] < min_samples:
+        raise ValueError(f"{label} must hold at least {min_samples} samples of shape {expected}. "
+                         f"Received: {lengths[0]}")
+    for a, (input_name, _) in zip(arrays, signatures):
+        bad = ~np.isfinite(a)
+        if bad.any():
+            where = "" if len(arrays) == 1 else f" of input '{input_name}'"
+            raise ValueError(
+                f"{label} must be finite. Received: {int(bad.sum())} NaN or infinite values in "
+                f"{int(bad.reshape(len(a), -1).any(axis=1).sum())} of {len(a)} samples{where}")
+    names, shapes = zip(*signatures)
+    return ModelInputs(tuple(arrays), tuple(names), tuple(shapes))

@@ -196,9 +196,10 @@ def convert_to_tflite_int8(model, representative_inputs, per_channel=True,
     followed by an INT8 ``MINIMUM``. The converter's logs are silenced.
 
     Args:
-        model: a ``keras.Model`` with one input and one output; it is not modified.
+        model: a Functional or Sequential ``keras.Model``; it is not modified.
         representative_inputs: array ``(N, *input_shape)`` of model inputs (preprocessed as for
-            ``model``) used for calibration.
+            ``model``) used for calibration; for a model with several inputs, a dict
+            ``{input name: array}`` or a tuple of arrays (the forms ``cle.quantize`` takes).
         per_channel: one weight scale per output channel (TF Lite's default) or, with False,
             one per weight tensor (the converter's ``_experimental_disable_per_channel``).
         num_calibration: use only the first ``num_calibration`` samples (None: all).
@@ -210,9 +211,8 @@ def convert_to_tflite_int8(model, representative_inputs, per_channel=True,
 
     Raises:
         TypeError: ``model`` is not a ``keras.Model``.
-        ValueError: the model has several inputs or outputs, ``representative_inputs`` is empty
-            or does not match the model's input shape, or ``per_channel``/``num_calibration``
-            is invalid.
+        ValueError: ``representative_inputs`` is empty or does not match the model's inputs,
+            or ``per_channel``/``num_calibration`` is invalid.
         Exception: whatever the TF Lite converter raises (e.g. an op without an INT8 builtin
             kernel); the converter's captured log is written to ``sys.stderr`` first.
         RuntimeError: the Keras backend is PyTorch, whose models TF Lite's converter cannot
@@ -223,9 +223,14 @@ def convert_to_tflite_int8(model, representative_inputs, per_channel=True,
         >>> y_int8 = run_tflite(content, x, batch_size=32)
     """
     check_model(model)
-    check_single_io(model, "convert_to_tflite_int8")
     per_channel = check_bool(per_channel, "per_channel")
-    x = check_inputs(representative_inputs, model.inputs[0].shape[1:], "representative_inputs")
+    if len(model.inputs) == 1:
+        x = check_inputs(representative_inputs, model.inputs[0].shape[1:],
+                         "representative_inputs")
+    else:
+        from cle._core.inputs import check_calibration_data
+
+        x = check_calibration_data(model, representative_inputs, "representative_inputs")
     if num_calibration is not None:
         if isinstance(num_calibration, bool) or not isinstance(
             num_calibration, (int, np.integer)
@@ -238,14 +243,14 @@ def convert_to_tflite_int8(model, representative_inputs, per_channel=True,
     if len(x) == 0:
         raise ValueError(
             "`representative_inputs` must hold at least one sample. "
-            f"Received: representative_inputs with shape {x.shape}"
+            f"Received: representative_inputs with {len(x)} samples"
         )
     check_tflite_backend("convert_to_tflite_int8")
     return _tflite.convert_int8(model, x, per_channel=per_channel, integer_io=integer_io)
 
 
-def run_tflite(tflite_model: bytes, inputs, batch_size=1) -> np.ndarray:
-    """Run a one-input, one-output TF Lite model on a batch of inputs.
+def run_tflite(tflite_model: bytes, inputs, batch_size=1):
+    """Run a TF Lite model on a batch of inputs.
 
     Uses LiteRT's interpreter (``ai_edge_litert.interpreter.Interpreter``) with its builtin
     kernels and without default delegates (no XNNPACK, so the INT8 kernels
@@ -257,16 +262,19 @@ def run_tflite(tflite_model: bytes, inputs, batch_size=1) -> np.ndarray:
     way.
 
     Args:
-        tflite_model: the flatbuffer, e.g. from :func:`convert_to_tflite_int8`.
-        inputs: array ``(N, *input_shape)``.
+        tflite_model: the flatbuffer, e.g. from :func:`convert_to_tflite_int8` or
+            :func:`cle.quantize`.
+        inputs: array ``(N, *input_shape)``; for a model with several inputs, a dict
+            ``{input name: array}`` or a tuple of arrays in the Keras model's input order.
         batch_size: samples per invocation, >= 1.
 
     Returns:
-        float32 array ``(N, *output_shape)``: the outputs of all samples, stacked.
+        float32 array ``(N, *output_shape)``: the outputs of all samples, stacked; for a model
+        with several outputs, a list of such arrays in the Keras model's output order.
 
     Raises:
-        ValueError: ``batch_size`` is not a positive integer, the model does not have exactly
-            one input and one output, or ``inputs`` does not match its input shape.
+        ValueError: ``batch_size`` is not a positive integer, or ``inputs`` does not match the
+            model's inputs.
     """
     if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or (
         batch_size < 1
@@ -277,10 +285,7 @@ def run_tflite(tflite_model: bytes, inputs, batch_size=1) -> np.ndarray:
     interp = interpreter(tflite_model)
     ins, outs = interp.get_input_details(), interp.get_output_details()
     if len(ins) != 1 or len(outs) != 1:
-        raise ValueError(
-            "run_tflite supports models with one input and one output. "
-            f"Received: a model with {len(ins)} inputs and {len(outs)} outputs"
-        )
+        return _run_several(tflite_model, interp, inputs, batch_size)
     inp, out = ins[0], outs[0]
     signature = inp.get("shape_signature", inp["shape"])
     x = check_inputs(inputs, [int(d) for d in signature[1:]], "inputs")
@@ -306,6 +311,36 @@ def run_tflite(tflite_model: bytes, inputs, batch_size=1) -> np.ndarray:
             y = (y.astype(np.float32) - zero) * np.float32(scale)
         results.append(np.array(y, dtype=np.float32))
     return np.concatenate(results, axis=0)
+
+
+def _run_several(tflite_model, interp, inputs, batch_size):
+    """:func:`run_tflite` for a model with several inputs or outputs."""
+    from cle._core.inputs import ModelInputs
+    from cle._measure.inference import input_name, run_all
+
+    details = sorted(interp.get_input_details(), key=lambda d: d["index"])
+    names = [input_name(d["name"]) for d in details]
+    if isinstance(inputs, dict):
+        missing = sorted(set(names) - set(inputs))
+        if missing or len(inputs) != len(names):
+            raise ValueError(f"`inputs` as a dict needs one array per model input, keyed by "
+                             f"{names}. Received: keys {sorted(inputs)}")
+        arrays = [inputs[n] for n in names]
+    elif isinstance(inputs, (tuple, list)) and len(inputs) == len(names):
+        arrays = list(inputs)
+    elif len(names) == 1:
+        arrays = [inputs]
+    else:
+        raise ValueError(f"`inputs` must be a dict or a tuple with one array per input "
+                         f"{names}. Received: {type(inputs).__name__}")
+    checked = [check_inputs(a, [int(d) for d in dt.get("shape_signature", dt["shape"])[1:]],
+                            f"inputs['{n}']") for a, dt, n in zip(arrays, details, names)]
+    if len({len(a) for a in checked}) > 1:
+        raise ValueError(f"`inputs` must hold as many samples of every input. Received: "
+                         f"{[len(a) for a in checked]}")
+    x = ModelInputs(tuple(checked), tuple(names), tuple(a.shape[1:] for a in checked))
+    ys = run_all(tflite_model, x, batch_size=int(batch_size))
+    return ys if len(ys) > 1 else ys[0]
 
 
 # ------------------------------------------------------------------------------- evaluate

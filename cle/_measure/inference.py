@@ -1,11 +1,12 @@
 """Running the models that :mod:`cle.quantization` and :mod:`cle.int8` compare: the Keras
-model's outputs in float64 (:func:`predict`) and LiteRT's interpreter for a ``.tflite``
-(:func:`interpreter`), with the weight quantization a flatbuffer holds
-(:func:`weight_quantization`)."""
+model's outputs in float64 (:func:`predict`, :func:`predict_all`), LiteRT's interpreter for a
+``.tflite`` (:func:`interpreter`, :func:`run_all` for any number of inputs and outputs), and
+the weight quantization a flatbuffer holds (:func:`weight_quantization`)."""
 
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
 
 import numpy as np
@@ -33,6 +34,97 @@ def predict(model, x):
     finally:
         tf_logger.setLevel(level)
     return np.asarray(y, dtype=np.float64)
+
+
+def predict_all(model, x) -> list[np.ndarray]:
+    """Every output of ``model`` on :class:`cle._core.inputs.ModelInputs` ``x``, as a list of
+    float64 arrays in the order of ``model.outputs``."""
+    tf_logger = logging.getLogger("tensorflow")
+    level = tf_logger.level
+    tf_logger.setLevel(logging.ERROR)
+    try:
+        y = model.predict(x.feed(), batch_size=KERAS_BATCH, verbose=0)
+    finally:
+        tf_logger.setLevel(level)
+    ys = y if isinstance(y, (list, tuple)) else [y]
+    return [np.asarray(a, dtype=np.float64) for a in ys]
+
+
+def input_name(tflite_name) -> str:
+    """The Keras input name of a TF Lite input tensor: its own name (a traced function) or
+    ``serving_default_<name>:0`` (Keras' export)."""
+    return re.sub(r"^serving_default_", "", re.sub(r":\d+$", "", str(tflite_name)))
+
+
+def input_details_by_name(interp, names) -> list[dict]:
+    """The interpreter's input details in the order of the model input ``names``: matched by
+    name (``name``, or ``serving_default_<name>:0`` as Keras' export writes it), else in the
+    order of the input tensors (the order of the model's inputs, as the converter writes
+    them)."""
+    details = interp.get_input_details()
+    found = {input_name(d["name"]): d for d in details}
+    if all(n in found for n in names):
+        return [found[n] for n in names]
+    if len(details) == len(names):  # the converter keeps the order of the model's inputs
+        return sorted(details, key=lambda d: d["index"])
+    raise RuntimeError(f"the TF Lite model's inputs {sorted(found)} are not the Keras model's "
+                       f"{list(names)}")
+
+
+def output_details_in_order(interp) -> list[dict]:
+    """The interpreter's output details in the order of the Keras model's outputs: the
+    converter names them ``Identity``, ``Identity_1``, ... (a traced function) or ``...:k``
+    (Keras' export), numbered in that order."""
+    details = interp.get_output_details()
+
+    def position(d):
+        m = re.search(r":(\d+)$", d["name"]) or re.fullmatch(r"Identity(?:_(\d+))?", d["name"])
+        return None if m is None else int(m.group(1) or 0)
+
+    positions = [position(d) for d in details]
+    if sorted(p for p in positions if p is not None) == list(range(len(details))):
+        return [d for _, d in sorted(zip(positions, details), key=lambda pd: pd[0])]
+    if len(details) == 1:
+        return details
+    raise RuntimeError("cannot tell which TF Lite output is which Keras output: "
+                       f"{[d['name'] for d in details]}")
+
+
+def _to_float(y, detail):
+    if np.dtype(detail["dtype"]) in (np.int8, np.uint8, np.int16):
+        scale, zero = detail["quantization"]
+        return (y.astype(np.float32) - zero) * np.float32(scale)
+    return np.array(y, dtype=np.float32)
+
+
+def _to_input(chunk, detail):
+    if np.dtype(detail["dtype"]) in (np.int8, np.uint8, np.int16):
+        scale, zero = detail["quantization"]
+        info = np.iinfo(detail["dtype"])
+        chunk = np.clip(np.round(chunk / scale) + zero, info.min, info.max)
+    return chunk.astype(detail["dtype"])
+
+
+def run_all(tflite_model, x, batch_size=TFLITE_BATCH) -> list[np.ndarray]:
+    """Every output of a ``.tflite`` on :class:`cle._core.inputs.ModelInputs` ``x`` (float
+    arrays in the Keras model's output order; integer inputs and outputs (de)quantized)."""
+    interp = interpreter(tflite_model)
+    ins = input_details_by_name(interp, x.names)
+    results, current = [], None
+    for start in range(0, len(x), int(batch_size)):
+        chunk = x[start: start + int(batch_size)]
+        shapes = tuple(a.shape for a in chunk.arrays)
+        if current != shapes:
+            for d, a in zip(ins, chunk.arrays):
+                interp.resize_tensor_input(d["index"], a.shape, strict=False)
+            interp.allocate_tensors()
+            current = shapes
+            outs = output_details_in_order(interp)
+        for d, a in zip(ins, chunk.arrays):
+            interp.set_tensor(d["index"], _to_input(a, d))
+        interp.invoke()
+        results.append([_to_float(interp.get_tensor(d["index"]), d) for d in outs])
+    return [np.concatenate(parts, axis=0) for parts in zip(*results)]
 
 
 def interpreter(tflite_model, num_threads=2, preserve_all_tensors=False):

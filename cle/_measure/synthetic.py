@@ -5,12 +5,17 @@ what real inputs did to it: each BN's moving mean μ and variance σ² are the s
 input over the training data. :func:`distill` starts from Gaussian noise and runs Adam on the
 inputs themselves so that, at every BN, the batch's per-channel mean and standard deviation
 match μ and σ (Cai et al. 2020, "ZeroQ"). The loss, per BN, is the mean over channels of
-``((m − μ)/σ)² + ((s − σ)/σ)²`` with ``s = sqrt(v + 1e-5)``; without that epsilon the
-gradient of a channel whose batch variance reaches 0 is infinite and the loss turns NaN.
+``((m − μ)/σ)² + ((s − σ)/σ)²`` with ``s = sqrt(v + 1e-5)`` and ``σ = sqrt(σ² + 1e-5)``;
+without that epsilon a channel whose variance is 0 divides by 0 and the loss turns NaN. A
+non-finite loss or input is an error, never a result.
+
+The batch norms are those of the model's own graph (:func:`cle._core.graph.graph_view`: a
+layer called once, at the top level; a loaded Sequential model's layers have several Keras
+nodes and are found all the same). A BN inside a nested sub-model is seen through its
+sub-model's output only. Several inputs are optimized together, each kept in its own range.
 
 Backends: TensorFlow (``tf.GradientTape``) and JAX (``jax.value_and_grad`` over the model's
-``stateless_call``). Only batch norms of the model's own graph are matched (a BN inside a
-nested sub-model is seen through its sub-model's output only).
+``stateless_call``).
 """
 
 from __future__ import annotations
@@ -21,10 +26,12 @@ from typing import Callable
 import keras
 import numpy as np
 
-from cle._core import keras_internals as internals
+from cle._core.graph import graph_view, inner_function
+from cle._core.inputs import ModelInputs, input_signatures
+from cle._measure.check import output_kinds
 
 EPS = 1e-5
-#: Weight of the cross-entropy term for classifiers, against the BN-statistics loss.
+#: Weight of the cross-entropy term for outputs of class scores, against the BN loss.
 CE_WEIGHT = 0.05
 STEPS, BATCH, LEARNING_RATE = 25, 20, 0.25
 #: Input ranges wider than this scale Adam's step by ``width / WIDE_RANGE``.
@@ -32,161 +39,195 @@ WIDE_RANGE = 8.0
 
 
 def batch_norms(model) -> list:
-    """The BatchNormalization layers of ``model``'s own graph, called once, in graph order,
-    whose input the model's inputs reach."""
-    out = []
-    for layer in model.layers:
-        if (isinstance(layer, keras.layers.BatchNormalization)
-                and len(internals.inbound_nodes(layer)) == 1):
-            out.append(layer)
-    return out
+    """``(bn layer, its input tensor)`` for the BatchNormalization layers of ``model``'s own
+    graph called once, in graph order (the tensors are the model's own symbolic tensors)."""
+    view = graph_view(model)
+    return [(c.layer, c.node.input_tensors[0]) for c in view.calls
+            if isinstance(c.layer, keras.layers.BatchNormalization) and not c.scope
+            and view.n_calls(c.layer) == 1]
 
 
-def _classifier(model):
-    """"logits" or "probabilities" for a model whose one output is a vector of class scores
-    (rank 2, more than one class), else None."""
-    out = model.outputs[0]
-    if len(model.outputs) != 1 or len(out.shape) != 2 or not (out.shape[-1] or 0) > 1:
-        return None
-    producer = internals.producer_of(out)
-    activation = getattr(producer, "activation", None)
-    name = getattr(activation, "__name__", "")
-    if name == "softmax" or isinstance(producer, keras.layers.Softmax) or (
-            isinstance(producer, keras.layers.Activation) and name == "softmax"):
-        return "probabilities"
-    return "logits"
+def _scored(model):
+    """``(output tensor, kind)`` of the outputs the cross-entropy pushes: vectors of class
+    scores (a segmentation map's per-pixel scores are left to the BN statistics)."""
+    function = inner_function(model)
+    return [(o, k) for o, k in zip(function.outputs, output_kinds(model))
+            if k != "values" and len(o.shape) == 2]
 
 
-def _feature_model(model, bns, classes):
-    outputs = [bn.input for bn in bns] + ([model.outputs[0]] if classes else [])
-    return keras.Model(model.inputs, outputs)
+def _feature_model(model, bns, scored):
+    function = inner_function(model)
+    return keras.Model(function.inputs, [t for _, t in bns] + [o for o, _ in scored])
 
 
 def _stats(bns):
     mus, sds, axes = [], [], []
-    for bn in bns:
-        mu = np.asarray(keras.ops.convert_to_numpy(bn.moving_mean), np.float32)
-        var = np.asarray(keras.ops.convert_to_numpy(bn.moving_variance), np.float32)
-        mus.append(mu)
+    for bn, _ in bns:
+        mu = np.asarray(keras.ops.convert_to_numpy(bn.moving_mean), np.float64)
+        var = np.asarray(keras.ops.convert_to_numpy(bn.moving_variance), np.float64)
+        if not (np.isfinite(mu).all() and np.isfinite(var).all() and (var >= 0).all()):
+            raise ValueError(
+                f"batch norm '{bn.name}' holds non-finite or negative moving statistics, which "
+                "cannot shape synthetic inputs; pass calibration data. Received: "
+                f"{int((~np.isfinite(mu)).sum() + (~np.isfinite(var)).sum())} non-finite, "
+                f"{int((var < 0).sum())} negative values")
+        mus.append(mu.astype(np.float32))
         sds.append(np.sqrt(var + EPS).astype(np.float32))
         axes.append(bn.axis if isinstance(bn.axis, int) else bn.axis[0])
     return mus, sds, axes
 
 
-def _objective(outs, mus, sds, axes, n_bn, targets, classes):
-    """BN-statistics loss, plus (for a classifier) cross-entropy towards ``targets``."""
+def _objective(outs, mus, sds, axes, targets, kinds):
+    """``(loss, BN-statistics loss)``: the BN loss plus, for each output of class scores,
+    cross-entropy towards ``targets``."""
     ops = keras.ops
-    total = 0.0
+    n_bn = len(mus)
+    bn_loss = 0.0
     for f, mu, sd, axis in zip(outs[:n_bn], mus, sds, axes):
         axis = axis % len(f.shape)
         reduce = tuple(i for i in range(len(f.shape)) if i != axis)
         mean = ops.mean(f, axis=reduce)
         std = ops.sqrt(ops.var(f, axis=reduce) + EPS)
-        total = total + ops.mean(ops.square((mean - mu) / sd) + ops.square((std - sd) / sd))
-    total = total / n_bn
-    if classes:
-        logits = outs[n_bn]
-        log_p = ops.log(ops.clip(logits, 1e-12, 1.0)) if classes == "probabilities" else \
-            ops.log_softmax(logits, axis=-1)
-        ce = -ops.mean(ops.sum(ops.one_hot(targets, ops.shape(logits)[-1]) * log_p, axis=-1))
+        bn_loss = bn_loss + ops.mean(ops.square((mean - mu) / sd) + ops.square((std - sd) / sd))
+    bn_loss = bn_loss / n_bn
+    total = bn_loss
+    for scores, kind in zip(outs[n_bn:], kinds):
+        classes = int(scores.shape[-1])
+        log_p = ops.log(ops.clip(scores, 1e-12, 1.0)) if kind == "probabilities" else \
+            ops.log_softmax(scores, axis=-1)
+        ce = -ops.mean(ops.sum(ops.one_hot(targets % classes, classes) * log_p, axis=-1))
         total = total + CE_WEIGHT * ce
-    return total
+    return total, bn_loss
+
+
+def _ranges(input_range, k):
+    """One ``(lo, hi)`` or None per input."""
+    if input_range is None:
+        return [None] * k
+    if len(input_range) == 2 and all(np.isscalar(v) for v in input_range):
+        return [(float(input_range[0]), float(input_range[1]))] * k
+    return [None if r is None else (float(r[0]), float(r[1])) for r in input_range]
+
+
+def _start(rng, b, shapes, clips):
+    xs = []
+    for shape, clip in zip(shapes, clips):
+        x = rng.standard_normal((b,) + shape).astype(np.float32)
+        if clip is not None:
+            x = np.clip(x * (clip[1] - clip[0]) / 4 + (clip[0] + clip[1]) / 2, *clip)
+        xs.append(x)
+    return xs
 
 
 def distill(model, n: int, steps: int = STEPS, batch_size: int = BATCH,
             learning_rate: float = LEARNING_RATE, input_range=None, seed: int = 0,
-            progress: Callable[[str], None] | None = None) -> tuple[np.ndarray, list]:
+            progress: Callable[[str], None] | None = None) -> tuple[ModelInputs, list]:
     """``n`` synthetic inputs whose statistics at every BN match its moving mean and variance.
 
-    For a classifier (one output of class scores) each input is also pushed towards a class of
-    its own (cross-entropy with weight :data:`CE_WEIGHT`, targets spread over the classes), so
-    the synthetic outputs span the confident range that real inputs give (DeepInversion,
-    Yin et al. 2020); BN statistics alone give logits far narrower than real ones.
+    For each vector of class scores (:func:`cle._measure.check.output_kinds`) each input is
+    also pushed towards a class of its own (cross-entropy with weight :data:`CE_WEIGHT`,
+    targets spread over the classes), so the synthetic outputs span the confident range that
+    real inputs give (DeepInversion, Yin et al. 2020); BN statistics alone give logits far
+    narrower than real ones.
 
     Args:
-        model: a ``keras.Model`` with one input of fixed shape and batch norms in its graph.
+        model: a ``keras.Model`` whose inputs have fixed shapes, with batch norms in its graph.
         n: how many inputs.
         steps: Adam steps per batch.
         batch_size: inputs optimized together (the BN statistics are matched per batch).
         learning_rate: Adam's step size on the inputs (scaled up for an input range wider
             than :data:`WIDE_RANGE`).
-        input_range: ``(lo, hi)`` the inputs are kept in (e.g. ``(-1, 1)`` for the ``tf``
-            preprocessing), or None.
+        input_range: ``(lo, hi)`` every input is kept in (e.g. ``(-1, 1)`` for the ``tf``
+            preprocessing), or one ``(lo, hi)`` or None per input, or None.
         seed: the starting noise and the target classes.
         progress: optional ``callable(str)``, told about every batch.
 
     Returns:
-        ``(inputs, losses)``: a float32 array ``(n, *input_shape)`` and the final loss of
-        each batch.
+        ``(inputs, losses)``: :class:`cle._core.inputs.ModelInputs` and each batch's final
+        BN-statistics loss (the cross-entropy term left out).
 
     Raises:
-        ValueError: the model has no batch norm to match, or an input size is not fixed.
-        RuntimeError: the backend is neither TensorFlow nor JAX.
+        ValueError: the model has no batch norm to match, one with non-finite statistics, or
+            an input size is not fixed.
+        RuntimeError: the backend is neither TensorFlow nor JAX, or the loss or an input
+            turned non-finite.
     """
     bns = batch_norms(model)
     if not bns:
         raise ValueError(
             f"model '{model.name}' has no BatchNormalization layer whose statistics could shape "
             "synthetic inputs; pass calibration data")
-    shape = tuple(model.inputs[0].shape[1:])
-    if any(d is None for d in shape):
-        raise ValueError(
-            f"synthetic inputs need a fixed input size. Received: model input (N, "
-            f"{', '.join('?' if d is None else str(d) for d in shape)})")
-    classes = _classifier(model)
-    features = _feature_model(model, bns, classes)
-    mus, sds, axes = _stats(bns)
-    clip = None if input_range is None else (float(input_range[0]), float(input_range[1]))
+    signatures = input_signatures(model)
+    for name, shape in signatures:
+        if any(d is None for d in shape):
+            raise ValueError(
+                f"synthetic inputs need a fixed input size. Received: model input '{name}' (N, "
+                f"{', '.join('?' if d is None else str(d) for d in shape)})")
+    shapes = [shape for _, shape in signatures]
+    scored = _scored(model)
+    clips = _ranges(input_range, len(shapes))
     # Inputs normalized to a few units take the step as it is; a wider range (0..255, caffe's
     # ±125) scales it, or 25 steps could not leave the starting noise.
-    lr = learning_rate * (1.0 if clip is None else max(1.0, (clip[1] - clip[0]) / WIDE_RANGE))
-    run = _step_function(features, mus, sds, axes, lr, len(bns), clip, classes)
+    lrs = [learning_rate * (1.0 if c is None else max(1.0, (c[1] - c[0]) / WIDE_RANGE))
+           for c in clips]
+    run = _step_function(_feature_model(model, bns, scored), _stats(bns), lrs, clips,
+                         [k for _, k in scored])
     rng = np.random.default_rng(seed)
-    n_classes = int(model.outputs[0].shape[-1]) if classes else 1
+    n_classes = max([int(o.shape[-1]) for o, _ in scored] or [1])
     targets = rng.permutation(max(n, n_classes))[:n] % n_classes
     out, losses = [], []
     start = time.perf_counter()
     for first in range(0, n, batch_size):
         b = min(batch_size, n - first)
-        x = rng.standard_normal((b,) + shape).astype(np.float32)
-        if clip is not None:
-            x = np.clip(x * (clip[1] - clip[0]) / 4 + (clip[0] + clip[1]) / 2, *clip)
-        x, value = run(x, steps, targets[first: first + b].astype(np.int32))
-        out.append(x)
+        xs, value = run(_start(rng, b, shapes, clips), steps,
+                        targets[first: first + b].astype(np.int32))
+        if not (np.isfinite(value) and all(np.isfinite(x).all() for x in xs)):
+            raise RuntimeError(
+                f"the distillation of synthetic inputs diverged (batch {first // batch_size + 1}"
+                f": loss {value}, non-finite inputs); no synthetic inputs. Pass calibration data")
+        out.append(xs)
         losses.append(value)
         if progress is not None:
             progress(f"synthesized {first + b} of {n} inputs (loss {value:.3g}, "
                      f"{time.perf_counter() - start:.0f} s)")
-    return np.concatenate(out, axis=0), losses
+    arrays = tuple(np.concatenate([xs[i] for xs in out], axis=0) for i in range(len(shapes)))
+    return ModelInputs(arrays, tuple(nm for nm, _ in signatures), tuple(shapes)), losses
 
 
-def _step_function(features, mus, sds, axes, lr, n_bn, clip, classes):
-    """``run(x, steps, targets) -> (x, loss)``: Adam on the inputs, on the backend's own
-    autodiff; ``clip`` = (lo, hi) projects the inputs into the input range after each step."""
+def _step_function(features, stats, lrs, clips, kinds):
+    """``run(xs, steps, targets) -> (xs, BN loss)``: Adam on the inputs, on the backend's own
+    autodiff; each input is projected into its range (``clips``) after each step."""
+    mus, sds, axes = stats
     backend = keras.backend.backend()
     b1, b2, eps = 0.9, 0.999, 1e-8
 
     def objective(outs, targets):
-        return _objective(list(outs), mus, sds, axes, n_bn, targets, classes)
+        return _objective(keras.tree.flatten(outs), mus, sds, axes, targets, kinds)
 
-    def adam(x, g, m, v, t):
-        m = b1 * m + (1 - b1) * g
-        v = b2 * v + (1 - b2) * g * g
-        x = x - lr * (m / (1 - b1**t)) / (keras.ops.sqrt(v / (1 - b2**t)) + eps)
-        if clip is not None:
-            x = keras.ops.clip(x, clip[0], clip[1])
-        return x, m, v
+    def feed(xs):
+        return xs[0] if len(xs) == 1 else xs
+
+    def adam(xs, gs, ms, vs, t):
+        new = []
+        for x, g, m, v, lr, clip in zip(xs, gs, ms, vs, lrs, clips):
+            m = b1 * m + (1 - b1) * g
+            v = b2 * v + (1 - b2) * g * g
+            x = x - lr * (m / (1 - b1**t)) / (keras.ops.sqrt(v / (1 - b2**t)) + eps)
+            if clip is not None:
+                x = keras.ops.clip(x, clip[0], clip[1])
+            new.append((x, m, v))
+        return [list(z) for z in zip(*new)]
 
     if backend == "tensorflow":
         import tensorflow as tf
 
         @tf.function(reduce_retracing=True)
-        def step(x, m, v, t, targets):
+        def step(xs, ms, vs, t, targets):
             with tf.GradientTape() as tape:
-                tape.watch(x)
-                value = objective(features(x, training=False), targets)
-            x, m, v = adam(x, tape.gradient(value, x), m, v, t)
-            return x, m, v, value
+                tape.watch(xs)
+                value, bn_loss = objective(features(feed(xs), training=False), targets)
+            xs, ms, vs = adam(xs, tape.gradient(value, xs), ms, vs, t)
+            return xs, ms, vs, bn_loss
 
     elif backend == "jax":
         import jax
@@ -194,32 +235,33 @@ def _step_function(features, mus, sds, axes, lr, n_bn, clip, classes):
         weights = ([v.value for v in features.trainable_variables],
                    [v.value for v in features.non_trainable_variables])
 
-        def loss_of(x, targets, weights):
-            outs, _ = features.stateless_call(weights[0], weights[1], x, training=False)
+        def loss_of(xs, targets, weights):
+            outs, _ = features.stateless_call(weights[0], weights[1], feed(xs), training=False)
             return objective(outs, targets)
 
-        grad = jax.value_and_grad(loss_of)
+        grad = jax.value_and_grad(loss_of, has_aux=True)
 
         @jax.jit
-        def jitted(x, m, v, t, targets, weights):  # weights as arguments, not constants
-            value, g = grad(x, targets, weights)
-            x, m, v = adam(x, g, m, v, t)
-            return x, m, v, value
+        def jitted(xs, ms, vs, t, targets, weights):  # weights as arguments, not constants
+            (_, bn_loss), gs = grad(xs, targets, weights)
+            xs, ms, vs = adam(xs, gs, ms, vs, t)
+            return xs, ms, vs, bn_loss
 
-        def step(x, m, v, t, targets):
-            return jitted(x, m, v, t, targets, weights)
+        def step(xs, ms, vs, t, targets):
+            return jitted(xs, ms, vs, t, targets, weights)
     else:
         raise RuntimeError(
             "synthetic calibration inputs need the TensorFlow or JAX backend (gradients with "
             f"respect to the inputs). Received: KERAS_BACKEND={backend}; pass calibration data")
 
-    def run(x, steps, targets):
-        x = keras.ops.convert_to_tensor(x)
-        m = keras.ops.zeros_like(x)
-        v = keras.ops.zeros_like(x)
+    def run(xs, steps, targets):
+        xs = [keras.ops.convert_to_tensor(x) for x in xs]
+        ms = [keras.ops.zeros_like(x) for x in xs]
+        vs = [keras.ops.zeros_like(x) for x in xs]
         targets = keras.ops.convert_to_tensor(targets)
         value = None
         for t in range(1, steps + 1):
-            x, m, v, value = step(x, m, v, keras.ops.convert_to_tensor(float(t)), targets)
-        return np.asarray(keras.ops.convert_to_numpy(x)), float(keras.ops.convert_to_numpy(value))
+            xs, ms, vs, value = step(xs, ms, vs, keras.ops.convert_to_tensor(float(t)), targets)
+        return ([np.asarray(keras.ops.convert_to_numpy(x)) for x in xs],
+                float(keras.ops.convert_to_numpy(value)))
     return run

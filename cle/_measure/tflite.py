@@ -32,8 +32,9 @@ import keras
 import numpy as np
 
 from cle._core import graph as _graph
+from cle._core.inputs import input_names
 from cle._measure import tflite_internals as internals
-from cle._measure.inference import interpreter
+from cle._measure.inference import input_details_by_name, interpreter
 
 # Values kept per tensor to choose its range (a uniform sample of all positions of all
 # inputs, plus the exact extremes).
@@ -129,9 +130,14 @@ def quiet():
 
 
 def _representative(x):
+    """The converter's representative dataset: one sample at a time, a list with one array
+    per input in the order of the model's inputs (:class:`cle._core.inputs.ModelInputs`, or
+    one array for a one-input model)."""
+    arrays = x.arrays if hasattr(x, "arrays") else (x,)
+
     def gen():
-        for i in range(len(x)):
-            yield [x[i: i + 1]]
+        for i in range(len(arrays[0])):
+            yield [a[i: i + 1] for a in arrays]
     return gen
 
 
@@ -149,12 +155,12 @@ def _from_model(model, keras_route=False):
     import tensorflow as tf
 
     if (keras_route or keras.backend.backend() != "tensorflow"
-            or _graph.inner_function(model) is None or len(model.inputs) != 1):
+            or _graph.inner_function(model) is None):
         return tf.lite.TFLiteConverter.from_keras_model(model)
-    spec = model.inputs[0]
-    call = tf.function(lambda t: model(t, training=False),
-                       input_signature=[tf.TensorSpec(spec.shape, spec.dtype,
-                                                      name=spec.name)])
+    specs = [tf.TensorSpec(t.shape, t.dtype, name=name)
+             for t, name in zip(model.inputs, input_names(model))]
+    call = tf.function(lambda *ts: model(ts[0] if len(ts) == 1 else list(ts), training=False),
+                       input_signature=specs)
     # The tf.function as the "trackable object": the converter freezes the function's
     # variables instead of saving the model as a SavedModel first.
     return tf.lite.TFLiteConverter.from_concrete_functions([call.get_concrete_function()],
@@ -281,6 +287,11 @@ def protected_indices(calibrated: bytes) -> tuple[set, set]:
     return protected, set(int(i) for i in graph.inputs)
 
 
+def output_indices(calibrated: bytes) -> set:
+    """The output tensors of the main subgraph."""
+    return set(int(i) for i in _object(calibrated).subgraphs[0].outputs)
+
+
 def with_ranges(calibrated: bytes, ranges: list[TensorRange]) -> bytes:
     """``calibrated`` with each listed tensor's min/max replaced by its ``lo``/``hi``."""
     obj = _object(calibrated)
@@ -292,13 +303,15 @@ def with_ranges(calibrated: bytes, ranges: list[TensorRange]) -> bytes:
     return internals.write_model(obj)
 
 
-def observe(calibrated: bytes, x: np.ndarray, indices, progress: Callable | None = None,
+def observe(calibrated: bytes, x, indices, progress: Callable | None = None,
             per_tensor=SAMPLE_PER_TENSOR, seed=0) -> dict[int, np.ndarray]:
-    """A uniform sample of the values each tensor of ``indices`` takes on ``x`` (float
-    interpreter, one input at a time), with each tensor's exact min and max included."""
+    """A uniform sample of the values each tensor of ``indices`` takes on ``x``
+    (:class:`cle._core.inputs.ModelInputs`; float interpreter, one sample at a time), with each
+    tensor's exact min and max included."""
     interp = interpreter(calibrated, preserve_all_tensors=True)
-    inp = interp.get_input_details()[0]
-    interp.resize_tensor_input(inp["index"], (1,) + x.shape[1:], strict=False)
+    ins = input_details_by_name(interp, x.names)
+    for d, a in zip(ins, x.arrays):
+        interp.resize_tensor_input(d["index"], (1,) + a.shape[1:], strict=False)
     interp.allocate_tensors()
     rng = np.random.default_rng(seed)
     per_input = max(1, per_tensor // len(x))
@@ -306,7 +319,8 @@ def observe(calibrated: bytes, x: np.ndarray, indices, progress: Callable | None
     lo = {i: np.inf for i in indices}
     hi = {i: -np.inf for i in indices}
     for k in range(len(x)):
-        interp.set_tensor(inp["index"], x[k: k + 1])
+        for d, a in zip(ins, x.arrays):
+            interp.set_tensor(d["index"], a[k: k + 1])
         interp.invoke()
         for i in indices:
             v = interp.get_tensor(i).ravel()

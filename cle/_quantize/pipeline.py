@@ -1,5 +1,7 @@
 """The implementation of :func:`cle.quantization.quantize` (the stages are documented in
-:mod:`cle.quantization`)."""
+:mod:`cle.quantization`). Each stage is a small function; :func:`quantize` checks everything
+at its door once (options, model, backend, data, input ranges) and hands the checked values
+down."""
 
 from __future__ import annotations
 
@@ -9,155 +11,63 @@ from typing import Any, Callable
 
 import numpy as np
 
+from cle._core.backend import check_runnable
+from cle._core.checks import check_model
+from cle._core.graph import graph_view
+from cle._core.inputs import ModelInputs, check_calibration_data, input_names
 from cle._measure import calibration as _calibration
+from cle._measure.calibration import input_range_of  # noqa: F401  (cle.quantization's)
+from cle._measure import check as _check
+from cle._measure import input_range as _input_range
 from cle._measure import synthetic as _synthetic
 from cle._measure import tflite
-from cle._measure import evaluation as Q
-from cle._core.checks import check_model, check_single_io
-from cle._core.inputs import check_calibration_data
-from cle._measure.inference import TFLITE_BATCH, predict
-from cle._transforms.equalize import equalize_model
+from cle._measure.inference import TFLITE_BATCH, input_name, predict_all, run_all
+from cle._quantize.options import QuantizeOptions
+from cle._quantize.report import QuantizeReport
+from cle._transforms.equalize import equalize_checked
+from cle._transforms.options import EqualizeOptions
 
-__all__ = ["QuantizeReport", "quantize"]
+__all__ = ["InputRangeUnknown", "QuantizeOptions", "QuantizeReport", "quantize"]
 
 #: The share of a tensor's values left outside its range on each side (``ranges="percentile"``).
 TAIL = 1e-4
 #: Share of the calibration data held out for the check (when at least 8 remain to calibrate).
 HOLDOUT = 0.25
-#: Synthetic inputs made without data: for calibration, and for the check.
-SYNTHETIC_CALIBRATION, SYNTHETIC_CHECK = 32, 8
-_RANGES = ("percentile", "minmax")
-_BIAS_CORRECTION = ("auto", "empirical", "analytic", "none")
+#: Without data, the calibration inputs: inputs distilled from the BN statistics and as many
+#: natural-image-like inputs across the input range; the check: other natural-image-like
+#: inputs, and inputs distilled apart (another seed, other batches).
+SYNTHETIC_CALIBRATION, SYNTHETIC_CHECK, DISTILLED_CHECK = 32, 32, 16
+#: A synthetic batch whose final BN-statistics loss is above this did not converge.
+CONVERGED_LOSS = 1.0
+#: A tail range narrower than this share of the min/max range keeps min/max (a tensor that is
+#: almost always 0, e.g. a rarely firing ReLU, would otherwise get a range of width 0).
+MIN_WIDTH = 1e-2
+
+
+class InputRangeUnknown(ValueError):
+    """Without data, the range of some input cannot be told from the model and was not
+    stated. ``unknown`` holds the :class:`cle._measure.input_range.InputRange` of each such
+    input (its ``source`` says why)."""
+
+    def __init__(self, model_name, unknown):
+        self.model_name, self.unknown = model_name, unknown
+        super().__init__(
+            f"cannot tell the input range of model '{model_name}' ({self.why()}); pass "
+            "input_range=(low, high) or calibration_data. Received: input_range=None, "
+            "calibration_data=None")
+
+    def why(self) -> str:
+        return "; ".join(f"input '{r.name}': {r.source}" for r in self.unknown)
 
 
 @dataclasses.dataclass
-class QuantizeReport:
-    """What :func:`quantize` did, and how close the INT8 model is to the float model.
+class _Inputs:
+    """The calibration inputs and the check's sets of inputs (``(what, inputs)``)."""
 
-    Attributes:
-        target: the INT8 target: ``per_channel``, ``weight_bits``, ``activation_bits``,
-            ``integer_io``.
-        calibration: "data" (the inputs given) or "synthetic" (distilled from the model).
-        n_calibration: inputs the activation ranges were calibrated on.
-        check_inputs: what the check ran on ("held-out calibration data", "synthetic inputs",
-            or "the calibration data" when too few were given to hold any out).
-        n_check: how many.
-        equalization: the :class:`cle.EqualizationReport` of the equalize stage.
-        bias_correction: the bias correction run ("empirical", "analytic" or "none").
-        ranges: every activation tensor's calibrated and chosen range
-            (:class:`cle._measure.tflite.TensorRange`); empty for 16-bit activations.
-        top1_agreement: share of check inputs whose top-1 class is the float model's.
-        sqnr_db: SQNR of the INT8 outputs against the float outputs, in dB.
-        plain: with ``compare=True``, the same two figures for the float model converted
-            straight (TF Lite's defaults, the same calibration inputs): what the user had.
-        synthesis_loss: without data, the final BN-statistics loss of each synthetic batch.
-        seconds: wall time of each stage.
-    """
-
-    target: dict
-    calibration: str
-    n_calibration: int
-    check_inputs: str
-    n_check: int
-    equalization: Any
-    bias_correction: str = "none"
-    ranges: list = dataclasses.field(default_factory=list)
-    top1_agreement: float = float("nan")
-    sqnr_db: float = float("nan")
-    plain: dict | None = None
-    synthesis_loss: list | None = None
-    seconds: dict = dataclasses.field(default_factory=dict)
-
-    def _range_lines(self):
-        narrowed = [r for r in self.ranges if r.how == "percentile"]
-        if not self.ranges:
-            return ["activation ranges: the converter's (16-bit activations)"]
-        if not narrowed:
-            return [f"activation ranges: min/max of {len(self.ranges)} tensors"]
-        ratios = np.array([(r.hi - r.lo) / max(r.calibrated[1] - r.calibrated[0], 1e-30)
-                           for r in narrowed])
-        return [f"activation ranges: {len(narrowed)} of {len(self.ranges)} tensors set to "
-                f"their 1e-4 tails (width {np.median(ratios):.2f}× the min/max range at the "
-                f"median, {ratios.min():.2f}× at the narrowest); the output, the logits "
-                "before a softmax keep min/max"
-                + (" (the input: the stated input range)"
-                   if any(r.how == "input range" for r in self.ranges) else "")]
-
-    def summary(self) -> str:
-        """The report on a few lines: each stage, what changed and why, and the check."""
-        t = self.target
-        lines = [
-            f"target: INT8 weights {'per-channel' if t['per_channel'] else 'per-tensor'}, "
-            f"{t['activation_bits']}-bit activations, "
-            f"{'int8' if t['integer_io'] else 'float32'} input/output",
-            f"calibration: {self.n_calibration} "
-            + ("inputs given" if self.calibration == "data" else
-               "synthetic inputs distilled from the model's batch-norm statistics"),
-        ]
-        lines += ["equalize: " + line for line in self.equalization.summary().splitlines()]
-        corrected = [r for r in self.equalization.bias_corrections if r.corrected]
-        lines.append(f"bias correction ({self.bias_correction}): {len(corrected)} layers "
-                     f"corrected, {len(self.equalization.bias_corrections) - len(corrected)} "
-                     "left (see the equalization report for why)")
-        lines += self._range_lines()
-        lines.append(f"check on {self.n_check} {self.check_inputs}: top-1 agreement "
-                     f"{self.top1_agreement:.1%}, SQNR {self.sqnr_db:.2f} dB")
-        if self.plain is not None:
-            lines.append(f"  the float model converted straight: top-1 agreement "
-                         f"{self.plain['top1_agreement']:.1%}, SQNR {self.plain['sqnr_db']:.2f} dB")
-        return "\n".join(lines)
-
-    __str__ = summary
-
-    def to_dict(self) -> dict:
-        """A JSON-ready dict (what ``cle quantize --report`` writes)."""
-        return {
-            "target": dict(self.target),
-            "calibration": self.calibration,
-            "bias_correction": self.bias_correction,
-            "n_calibration": self.n_calibration,
-            "check": {"inputs": self.check_inputs, "n": self.n_check,
-                      "top1_agreement": self.top1_agreement, "sqnr_db": self.sqnr_db},
-            "plain_conversion": self.plain,
-            "synthesis_loss": self.synthesis_loss,
-            "ranges": [{"tensor": r.name, "calibrated": list(r.calibrated),
-                        "chosen": [r.lo, r.hi], "how": r.how} for r in self.ranges],
-            "equalization": self.equalization.to_dict(),
-            "seconds": dict(self.seconds),
-        }
-
-
-def _check_options(per_channel, weight_bits, activation_bits, integer_io, bias_correction,
-                   ranges, compare, input_range):
-    for name, value in (("per_channel", per_channel), ("integer_io", integer_io),
-                        ("compare", compare)):
-        if not isinstance(value, (bool, np.bool_)):
-            raise ValueError(f"`{name}` must be True or False. Received: {name}={value!r}")
-    if weight_bits != 8 or isinstance(weight_bits, bool):
-        raise ValueError("TF Lite's converter writes 8-bit weights only. Received: "
-                         f"weight_bits={weight_bits!r}")
-    if activation_bits not in (8, 16) or isinstance(activation_bits, bool):
-        raise ValueError("TF Lite's converter quantizes activations to 8 or 16 bits (16x8 "
-                         f"mode). Received: activation_bits={activation_bits!r}")
-    if activation_bits == 16 and not per_channel:
-        raise ValueError("TF Lite's 16x8 mode quantizes weights per channel. Received: "
-                         "activation_bits=16 with per_channel=False")
-    if bias_correction not in _BIAS_CORRECTION:
-        raise ValueError(f"`bias_correction` must be one of {_BIAS_CORRECTION}. Received: "
-                         f"bias_correction={bias_correction!r}")
-    if ranges not in _RANGES:
-        raise ValueError(f"`ranges` must be one of {_RANGES}. Received: ranges={ranges!r}")
-    if input_range is not None:
-        try:
-            lo, hi = (float(v) for v in input_range)
-        except (TypeError, ValueError):
-            raise ValueError("`input_range` must be None or (low, high). Received: "
-                             f"input_range={input_range!r}") from None
-        if not (np.isfinite(lo) and np.isfinite(hi) and lo < hi):
-            raise ValueError(f"`input_range` must be finite with low < high. Received: "
-                             f"input_range={input_range!r}")
-        return lo, hi
-    return None
+    calibration: ModelInputs
+    checks: list
+    loss: list | None = None
+    what: str = "inputs given"
 
 
 def quantize(model, calibration_data=None, *, per_channel: bool = True, weight_bits: int = 8,
@@ -168,28 +78,30 @@ def quantize(model, calibration_data=None, *, per_channel: bool = True, weight_b
     """A full-INT8 TF Lite model of ``model``, as close to it as this library can make it.
 
     Args:
-        model: a Functional or Sequential ``keras.Model`` with one input and one output; it is
-            not modified.
+        model: a Functional or Sequential ``keras.Model`` (any number of inputs and outputs);
+            it is not modified.
         calibration_data: model inputs, preprocessed as the model expects: an array
-            ``(N, *input_shape)``, an iterable of batches or a ``tf.data.Dataset``
+            ``(N, *input_shape)``, an iterable of batches or a ``tf.data.Dataset``; for a
+            model with several inputs, a dict ``{input name: array}`` or a tuple of arrays
             (:func:`cle.load_calibration` reads ``.npy``/``.npz`` files and image folders).
             A quarter is held out for the check when at least 8 inputs remain to calibrate on.
-            None: synthetic inputs are distilled from the model's BN statistics.
+            None: no data (synthetic inputs distilled from the model's BN statistics, and
+            the input range found from the model, or ``input_range``).
         per_channel: one weight scale per output channel (TF Lite's default) or, with False,
             one per tensor; the scaling is chosen for it.
         weight_bits: 8 (what TF Lite's converter writes).
         activation_bits: 8, or 16 for TF Lite's 16x8 mode (per-channel weights only).
-        integer_io: int8 (int16 in 16x8 mode) model input and output instead of float32.
+        integer_io: int8 (int16 in 16x8 mode) model inputs and outputs instead of float32.
         bias_correction: "auto" (default): empirical with data, analytic without; or
             "empirical" (needs data), "analytic", "none".
         ranges: "percentile" (default): each activation tensor's range holds all but a
             :data:`TAIL` share of its values on each side; "minmax": the converter's own.
-        input_range: ``(low, high)`` of the model's inputs (e.g. ``(-1, 1)`` for the ``tf``
-            preprocessing); without data, synthetic inputs stay in it and the input tensor
-            gets it as its range. Ignored with data.
+        input_range: without data only: ``(low, high)`` of every input (e.g. ``(-1, 1)`` for
+            the ``tf`` preprocessing), or ``{input name: (low, high)}`` for some of them. An
+            input without a stated range gets the range its preprocessing layers or its
+            first batch norm's statistics say (:mod:`cle._measure.input_range`).
         compare: also convert the float model straight (TF Lite's defaults, the same
-            calibration inputs) and check it the same way: the report then says whether
-            this INT8 model is closer to the float model than what the converter alone gives.
+            calibration inputs) and check it the same way.
         seed: seed of the synthetic inputs.
         progress: optional ``callable(str)`` told about each stage.
 
@@ -198,159 +110,298 @@ def quantize(model, calibration_data=None, *, per_channel: bool = True, weight_b
 
     Raises:
         TypeError: ``model`` is not a ``keras.Model``.
-        ValueError: an option out of range, calibration data that does not fit the model's
-            input (one line naming what the model expects and what was received), a model
-            with several inputs or outputs, or a model without batch norms and without data.
-        RuntimeError: the PyTorch backend (TF Lite's converter cannot read its models).
+        ValueError: an option out of range or options that contradict each other,
+            calibration data that does not fit the model's inputs (one line naming what the
+            model expects and what was received), without data an input whose range the
+            model cannot tell and no ``input_range`` (:class:`InputRangeUnknown`), or a model
+            without batch norms and without data.
+        RuntimeError: the PyTorch backend (TF Lite's converter cannot read its models), or
+            non-finite synthetic inputs or outputs.
 
     Example:
         >>> content, report = cle.quantize(model, x_calibration)
         >>> print(report.summary())
     """
-    clock = time.perf_counter
+    opts = QuantizeOptions.from_call(
+        calibration_data, per_channel=per_channel, weight_bits=weight_bits,
+        activation_bits=activation_bits, integer_io=integer_io,
+        bias_correction=bias_correction, ranges=ranges, input_range=input_range,
+        compare=compare, seed=seed)
+    return quantize_checked(model, calibration_data, opts, progress)
+
+
+def quantize_checked(model, calibration_data, opts: QuantizeOptions, progress=None):
+    """:func:`quantize` with its options already made: the door, then the stages."""
     say = progress if progress is not None else (lambda message: None)
-    check_model(model)
-    check_single_io(model, "quantize")
-    input_range = _check_options(per_channel, weight_bits, activation_bits, integer_io,
-                                 bias_correction, ranges, compare, input_range)
-    tflite.check_tflite_backend("cle.quantize")
-    from cle._core.backend import check_runnable
-
-    check_runnable(model, "cle.quantize")
-    x = None
-    if calibration_data is not None:
-        x = check_calibration_data(model, calibration_data)
-    elif bias_correction == "empirical":
-        raise ValueError("bias_correction='empirical' needs calibration_data. Received: "
-                         "calibration_data=None")
+    view, x, input_ranges = _door(model, calibration_data, opts)
     seconds: dict[str, float] = {}
-
-    # Calibration and check inputs.
-    x_cal, x_check, check_inputs, loss = _calibration_inputs(x, model, input_range, seed, say,
-                                                             seconds)
-
-    # Equalize, for the target, with bias correction.
-    mode = bias_correction if bias_correction != "auto" else (
-        "empirical" if x is not None else "analytic")
-    start = clock()
-    say(f"equalizing (cross-layer scaling for {'per-channel' if per_channel else 'per-tensor'} "
-        f"INT8, {mode} bias correction)")
-    with_data = mode == "empirical" or x is not None
-    equalized, eq_report = equalize_model(
-        model, return_report=True, per_channel_weights=per_channel, weight_bits=weight_bits,
-        activation_bits=activation_bits, bias_correction=mode,
-        activation_ranges="calibration" if with_data else "bn",
-        calibration_data=x_cal if with_data else None)
-    seconds["equalize"] = clock() - start
-
-    # Ranges and conversion.
-    start = clock()
-    content, tensor_ranges = _convert(equalized, x_cal, per_channel, activation_bits, integer_io,
-                                      ranges, input_range if x is None else None, say)
-    seconds["convert"] = clock() - start
-
-    # Check.
-    start = clock()
-    say(f"checking the INT8 model on {len(x_check)} {check_inputs}")
-    reference = predict(model, x_check)
-    y = Q.run_tflite(content, x_check, batch_size=TFLITE_BATCH)
-    seconds["check"] = clock() - start
-    plain = None
-    if compare:
-        start = clock()
-        plain = _compare(model, x_cal, x_check, reference, per_channel, activation_bits, say)
-        seconds["compare"] = clock() - start
-    report = QuantizeReport(
-        target={"per_channel": bool(per_channel), "weight_bits": int(weight_bits),
-                "activation_bits": int(activation_bits), "integer_io": bool(integer_io)},
-        calibration="data" if x is not None else "synthetic",
-        n_calibration=len(x_cal), check_inputs=check_inputs, n_check=len(x_check),
-        equalization=eq_report, bias_correction=mode, ranges=tensor_ranges,
-        top1_agreement=Q.top1_agreement(reference, y), sqnr_db=Q.sqnr_db(reference, y),
-        plain=plain, synthesis_loss=loss, seconds=seconds)
-    return content, report
+    inputs = _calibration_inputs(model, x, input_ranges, opts, say, seconds)
+    equalized, eq_report = _timed(seconds, "equalize", _equalize, model, view, x, inputs,
+                                  opts, say)
+    content, tensor_ranges = _timed(seconds, "convert", _convert, equalized,
+                                    inputs.calibration, opts, input_ranges, say)
+    sets = _timed(seconds, "check", _check_model, model, content, inputs.checks, opts, say)
+    plain = (_timed(seconds, "compare", _compare, model, inputs, sets, opts, say)
+             if opts.compare else None)
+    return content, QuantizeReport(
+        target=opts.target, calibration="data" if x is not None else "synthetic",
+        n_calibration=len(inputs.calibration),
+        check_inputs=sets[0]["inputs"] if len(sets) == 1 else
+        "inputs the calibration never saw: " + " and ".join(c["inputs"] for c in sets),
+        n_check=sum(c["n"] for c in sets), equalization=eq_report,
+        bias_correction=opts.bias_mode, ranges=tensor_ranges,
+        input_ranges=[r.to_dict() for r in input_ranges] if x is None else [],
+        outputs=_lower(sets), check_sets=[_public(c) for c in sets], plain=plain,
+        calibration_inputs=inputs.what, synthesis_loss=inputs.loss,
+        warnings=_warnings(model, sets, inputs, input_ranges),
+        seconds=seconds, tail=TAIL)
 
 
-def _calibration_inputs(x, model, input_range, seed, say, seconds):
-    """``(x_cal, x_check, check_inputs, synthesis_loss)``: the data less a held-out part for
-    the check, or without data synthetic inputs distilled from the model's BN statistics."""
+def _timed(seconds, stage, fn, *args):
+    start = time.perf_counter()
+    try:
+        return fn(*args)
+    finally:
+        seconds[stage] = time.perf_counter() - start
+
+
+# ---------------------------------------------------------------------------- the door
+
+
+def _door(model, calibration_data, opts):
+    """Everything checked once, before any work: the model and its graph, the backend, the
+    data (one float32 copy) and, without data, every input's range. Returns
+    ``(view, x or None, input ranges or None)``."""
+    check_model(model)
+    view = graph_view(model)  # a clear error for a model whose graph cannot be read
+    tflite.check_tflite_backend("cle.quantize")
+    check_runnable(model, "cle.quantize")
+    if calibration_data is not None:
+        return view, check_calibration_data(model, calibration_data), None
+    return view, None, input_ranges_of(model, opts.input_range)
+
+
+def input_ranges_of(model, stated):
+    """Every input's range without data: ``stated`` (``(lo, hi)`` for all, or a dict by input
+    name), else found from the model.
+
+    Raises:
+        ValueError: ``stated`` names an input the model does not have.
+        InputRangeUnknown: an input's range can be neither found nor was stated.
+    """
+    names = input_names(model)
+    if isinstance(stated, dict):
+        unknown = sorted(set(stated) - set(names))
+        if unknown:
+            raise ValueError(f"input_range names inputs the model does not have: {unknown}; "
+                             f"its inputs are {names}. Received: input_range={stated!r}")
+    elif stated is not None:
+        stated = dict.fromkeys(names, stated)
+    stated = stated or {}
+    found = _input_range.infer_input_ranges(model)
+    out = []
+    for name, inferred in zip(names, found):
+        if name not in stated:
+            out.append(inferred)
+            continue
+        given = _input_range.InputRange(name, *stated[name], "stated")
+        if inferred.known and inferred.sure and _far(given, inferred):
+            given.note = (f"input '{name}': the stated range [{given.lo:.4g}, {given.hi:.4g}] "
+                          f"is not what the model says, [{inferred.lo:.4g}, {inferred.hi:.4g}] "
+                          f"({inferred.source}); a wrong input range wrecks the quantized "
+                          "model, check it")
+        out.append(given)
+    unknown = [r for r in out if not r.known]
+    if unknown:
+        raise InputRangeUnknown(model.name, unknown)
+    return out
+
+
+# ---------------------------------------------------------------------------- the stages
+
+
+def _calibration_inputs(model, x, input_ranges, opts, say, seconds) -> _Inputs:
+    """With data: the data less a held-out part for the check. Without data: inputs
+    distilled from the model's BN statistics and natural-image-like inputs across the input
+    ranges to calibrate on; to check on, other natural-image-like inputs and inputs distilled
+    apart, none of which the calibration saw."""
     if x is not None:
         x_cal, x_check = _calibration.split_holdout(x, HOLDOUT)
         if x_check is None:
-            return x_cal, x_cal, "the calibration data", None
-        return x_cal, x_check, "held-out calibration data", None
+            return _Inputs(x_cal, [("calibration inputs (the same: too few to hold out)",
+                                    x_cal)])
+        return _Inputs(x_cal, [("held-out calibration inputs", x_check)])
     start = time.perf_counter()
-    say(f"no calibration data: distilling {SYNTHETIC_CALIBRATION + SYNTHETIC_CHECK} "
-        "synthetic inputs from the model's batch-norm statistics")
-    xs, loss = _synthetic.distill(model, SYNTHETIC_CALIBRATION + SYNTHETIC_CHECK,
-                                  input_range=input_range, seed=seed, progress=say)
+    ranges = [(r.lo, r.hi) for r in input_ranges]
+    say(f"no calibration data: distilling {SYNTHETIC_CALIBRATION + DISTILLED_CHECK} synthetic "
+        "inputs from the model's batch-norm statistics, in the input range "
+        + ", ".join(f"[{lo:.4g}, {hi:.4g}]" for lo, hi in ranges))
+    distilled, loss = _synthetic.distill(model, SYNTHETIC_CALIBRATION, input_range=ranges,
+                                         seed=opts.seed, progress=say)
+    apart, loss_apart = _synthetic.distill(model, DISTILLED_CHECK, input_range=ranges,
+                                           seed=opts.seed + 1000, progress=say)
     seconds["synthesize"] = time.perf_counter() - start
-    return xs[:SYNTHETIC_CALIBRATION], xs[SYNTHETIC_CALIBRATION:], "synthetic inputs", loss
+    fields = _fields(distilled, input_ranges, SYNTHETIC_CHECK, opts.seed + 1)
+    calibration = ModelInputs(tuple(np.concatenate([a, b]) for a, b in
+                                    zip(distilled.arrays, fields.arrays)),
+                              distilled.names, distilled.shapes)
+    return _Inputs(calibration, [
+        ("natural-image-like inputs across the input range",
+         _fields(distilled, input_ranges, SYNTHETIC_CHECK, opts.seed + 2)),
+        ("inputs distilled apart from the calibration inputs", apart)], loss + loss_apart,
+        f"{len(distilled)} distilled from the model's batch-norm statistics and "
+        f"{len(fields)} natural-image-like inputs across the input range")
 
 
-def _convert(equalized, x_cal, per_channel, activation_bits, integer_io, ranges, input_range,
-             say):
+def _fields(like, input_ranges, n, seed):
+    """``n`` natural-image-like inputs across each input's range
+    (:func:`cle._measure.input_range.natural_inputs`)."""
+    return ModelInputs(tuple(_input_range.natural_inputs(n, shape, r, seed=seed)
+                             for shape, r in zip(like.shapes, input_ranges)),
+                       like.names, like.shapes)
+
+
+def _equalize(model, view, x, inputs, opts, say):
+    """``equalize_model`` for the target, with bias correction (empirical on the calibration
+    inputs with data, analytic without) and, with data, measured activation ranges."""
+    mode = opts.bias_mode
+    with_data = mode == "empirical" or x is not None
+    eq_opts = EqualizeOptions(
+        bias_correction=mode, weight_bits=opts.weight_bits,
+        per_channel_weights=opts.per_channel, activation_bits=opts.activation_bits,
+        activation_ranges="calibration" if with_data else "bn", has_data=with_data)
+    say(f"equalizing (cross-layer scaling for "
+        f"{'per-channel' if opts.per_channel else 'per-tensor'} INT8, {mode} bias correction)")
+    return equalize_checked(model, view, eq_opts, inputs.calibration if with_data else None)
+
+
+def _convert(equalized, x_cal, opts, input_ranges, say):
     """``(tflite bytes, tensor ranges)``: the converter's 16x8 mode, or its calibrate step,
     the chosen ranges written in, and its quantize step."""
-    if activation_bits == 16:
+    if opts.activation_bits == 16:
         say(f"converting (TF Lite 16x8, calibration on {len(x_cal)} inputs)")
-        return tflite.convert_int16(equalized, x_cal, integer_io=integer_io), []
+        return tflite.convert_int16(equalized, x_cal, integer_io=opts.integer_io), []
     say(f"calibrating activation ranges on {len(x_cal)} inputs")
     calibrated = tflite.calibrate(equalized, x_cal)
     tensor_ranges = tflite.ranges_of(calibrated)
-    if ranges == "percentile":
-        _choose_percentile_ranges(calibrated, x_cal, tensor_ranges, input_range, integer_io, say)
+    if opts.ranges == "percentile":
+        stated = {r.name: (r.lo, r.hi) for r in input_ranges} if input_ranges else {}
+        choose_percentile_ranges(calibrated, x_cal, tensor_ranges, stated, opts.integer_io,
+                                 say)
         calibrated = tflite.with_ranges(calibrated, tensor_ranges)
     say("quantizing")
-    return tflite.quantize_calibrated(calibrated, per_channel=per_channel,
-                                      integer_io=integer_io), tensor_ranges
+    return tflite.quantize_calibrated(calibrated, per_channel=opts.per_channel,
+                                      integer_io=opts.integer_io), tensor_ranges
 
 
-def _compare(model, x_cal, x_check, reference, per_channel, activation_bits, say):
+def _check_model(model, content, checks, opts, say):
+    """For each set of check inputs, ``{"inputs", "n", "reference", "test", "outputs"}``: the
+    float and quantized outputs and each output's :class:`cle._measure.check.OutputCheck`."""
+    what = "16x8" if opts.activation_bits == 16 else "INT8"
+    names, kinds = _check.output_names(model), _check.output_kinds(model)
+    sets = []
+    for label, x in checks:
+        say(f"checking the {what} model on {len(x)} {label}")
+        reference = predict_all(model, x)
+        y = run_all(content, x, batch_size=TFLITE_BATCH)
+        sets.append({"inputs": label, "n": len(x), "reference": reference, "test": y,
+                     "outputs": _check.check_outputs(reference, y, names, kinds)})
+    return sets
+
+
+def _lower(sets, key="outputs"):
+    """Per output, the figures of the set where its SQNR is the lowest (the check cannot
+    flatter: without data, each set of synthetic inputs is a guess of what real ones do)."""
+    return [min(per_set, key=lambda o: o.sqnr_db) for per_set in zip(*(c[key] for c in sets))]
+
+
+def _public(check_set):
+    return {"inputs": check_set["inputs"], "n": check_set["n"],
+            "outputs": check_set["outputs"]}
+
+
+def _compare(model, inputs, sets, opts, say):
     """The check's figures for the float model converted straight (TF Lite's defaults)."""
     say("converting the float model straight, for comparison")
-    straight = (tflite.convert_int16(model, x_cal) if activation_bits == 16 else
-                Q.convert_to_tflite_int8(model, x_cal, per_channel=per_channel))
-    y_plain = Q.run_tflite(straight, x_check, batch_size=TFLITE_BATCH)
-    return {"top1_agreement": Q.top1_agreement(reference, y_plain),
-            "sqnr_db": Q.sqnr_db(reference, y_plain)}
+    straight = (tflite.convert_int16(model, inputs.calibration) if opts.activation_bits == 16
+                else tflite.convert_int8(model, inputs.calibration,
+                                         per_channel=opts.per_channel))
+    names, kinds = _check.output_names(model), _check.output_kinds(model)
+    plain = [{"outputs": _check.check_outputs(
+        c["reference"], run_all(straight, x, batch_size=TFLITE_BATCH), names, kinds)}
+        for c, (_, x) in zip(sets, inputs.checks)]
+    outputs = _lower(plain)
+    return {"top1_agreement": outputs[0].top1_agreement, "sqnr_db": outputs[0].sqnr_db,
+            "outputs": outputs}
 
 
-#: A tail range narrower than this share of the min/max range keeps min/max (a tensor that is
-#: almost always 0, e.g. a rarely firing ReLU, would otherwise get a range of width 0).
-MIN_WIDTH = 1e-2
+def _far(a, b) -> bool:
+    """Whether two ranges differ by more than a convention's snap distance."""
+    wa, wb = a.hi - a.lo, b.hi - b.lo
+    return (abs(np.log(wa / wb)) + abs((a.hi + a.lo) / 2 - (b.hi + b.lo) / 2) / wb
+            > _input_range.SNAP_MAX)
 
 
-def _choose_percentile_ranges(calibrated, x, tensor_ranges, input_range, integer_io, say):
+def _warnings(model, sets, inputs, input_ranges):
+    """What makes the result or its figures doubtful, each a sentence."""
+    out = [f"input '{r.name}': its range is a guess ({r.source}); state it with input_range "
+           "or --input-range, or give calibration data" for r in input_ranges or ()
+           if not r.sure]
+    out += [r.note for r in input_ranges or () if r.note]
+    if inputs.loss is not None and max(inputs.loss) > CONVERGED_LOSS:
+        out.append(f"the distillation did not converge (final batch-norm loss "
+                   f"{max(inputs.loss):.3g}, above {CONVERGED_LOSS:g}): the synthetic inputs do "
+                   "not match the model's batch-norm statistics, so the activation ranges may "
+                   "be far from real inputs'; give calibration data")
+    names = _check.output_names(model)
+    if len(sets) == 1:  # held-out data: too few inputs, or halves that disagree
+        out += _check.rough_figures(sets[0]["reference"], sets[0]["test"], names, sets[0]["n"])
+    else:  # without data: the two sets of synthetic inputs that disagree
+        for a, b in zip(*(c["outputs"] for c in sets)):
+            if abs(a.sqnr_db - b.sqnr_db) > _check.DISAGREE_DB:
+                out.append(f"output '{a.name}': the check's two sets of synthetic inputs "
+                           f"disagree ({a.sqnr_db:.1f} dB on {sets[0]['inputs']}, "
+                           f"{b.sqnr_db:.1f} dB on {sets[1]['inputs']}): without real data "
+                           "the figure is rough; give calibration data to know it")
+    return out
+
+
+def choose_percentile_ranges(calibrated, x, tensor_ranges, stated, integer_io, say):
     """Set each tensor's ``lo``/``hi`` to its ``TAIL`` quantiles on ``x``. Kept at min/max: the
-    tensors that decide the output's top class (the output, and the logits before a softmax;
-    :func:`cle._measure.tflite.protected_indices`), the input tensor with ``integer_io`` (its range is
-    the int8 input's scale: real extremes must not clip); without data the input tensor takes
-    ``input_range`` when given; and a tensor whose tail range would be narrower than
-    :data:`MIN_WIDTH` of its min/max range. Every range includes 0, as the converter's do."""
+    tensors that decide an output (the outputs, and the logits before a softmax;
+    :func:`cle._measure.tflite.protected_indices`), an input tensor with ``integer_io`` (its
+    range is the int8 input's scale: real extremes must not clip); an input with a ``stated``
+    range (``{input name: (lo, hi)}``, without data) takes it; and a tensor whose tail range
+    would be narrower than :data:`MIN_WIDTH` of its min/max range keeps min/max. Every range
+    includes 0, as the converter's do."""
     say(f"measuring {len(tensor_ranges)} activation tensors")
     values = tflite.observe(calibrated, x, [r.index for r in tensor_ranges])
     protected, inputs = tflite.protected_indices(calibrated)
+    outputs = tflite.output_indices(calibrated)
     for r in tensor_ranges:
-        if r.index in inputs and input_range is not None:
-            r.lo, r.hi, r.how = min(input_range[0], 0.0), max(input_range[1], 0.0), "input range"
-            continue
-        if r.index in inputs and integer_io:
-            continue
-        if r.index in protected:
-            continue  # min/max: the largest outputs decide the top-1 class
-        lo, hi = np.quantile(values[r.index], [TAIL, 1.0 - TAIL])
-        # Within the calibrated range (the interpreter's sums may round differently), with 0.
-        lo = min(max(float(lo), r.calibrated[0]), 0.0)
-        hi = max(min(float(hi), r.calibrated[1]), 0.0)
-        if hi - lo < MIN_WIDTH * (r.calibrated[1] - r.calibrated[0]):
-            r.how = "min/max (sparse)"
-            continue
+        if r.index in inputs and input_name(r.name) in stated:
+            lo, hi = stated[input_name(r.name)]
+            r.lo, r.hi, r.how = min(lo, 0.0), max(hi, 0.0), "input range"
+        elif r.index in inputs and integer_io:
+            r.how = "min/max (integer input)"
+        elif r.index in protected:  # min/max: the largest outputs decide the top-1 class
+            r.how = "min/max (output)" if r.index in outputs else "min/max (decides an output)"
+        else:
+            _tail_range(r, values[r.index])
+
+
+def _tail_range(r, values):
+    lo, hi = np.quantile(values, [TAIL, 1.0 - TAIL])
+    # Within the calibrated range (the interpreter's sums may round differently), with 0.
+    lo = min(max(float(lo), r.calibrated[0]), 0.0)
+    hi = max(min(float(hi), r.calibrated[1]), 0.0)
+    if hi - lo < MIN_WIDTH * (r.calibrated[1] - r.calibrated[0]):
+        r.how = "min/max (sparse)"
+    else:
         r.lo, r.hi, r.how = lo, hi, "percentile"
 
 
-def load_calibration(path, model, preprocessing: str | None = None,
-                     limit: int | None = None) -> np.ndarray:
+def load_calibration(path, model, preprocessing: str | None = None, limit: int | None = None):
     """Calibration inputs for ``model`` from a ``.npy``/``.npz`` file or a folder of images.
 
     A folder's images are resized (shorter side) and center-cropped to the model's input
@@ -359,26 +410,19 @@ def load_calibration(path, model, preprocessing: str | None = None,
     ``"module:function"``.
 
     Args:
-        path: a ``.npy`` file, a ``.npz`` file (one array, or one named ``x``/``inputs``),
-            or a folder of images.
+        path: a ``.npy`` file; a ``.npz`` file with one array per model input named by the
+            input (for a one-input model also its one array, or the one named ``x`` /
+            ``inputs``); or a folder of images (one-input models).
         model: the ``keras.Model`` the inputs are for.
         preprocessing: for a folder of images (required there; refused for arrays).
         limit: read at most this many images.
 
     Returns:
-        A float32 array ``(N, *input_shape)``.
+        A float32 array ``(N, *input_shape)`` for a one-input model, else a dict
+        ``{input name: array}`` (what :func:`quantize` takes).
 
     Raises:
         ValueError: one line naming what was expected and what was received.
     """
-    return _calibration.load_calibration(path, model, preprocessing, limit)
-
-
-def input_range_of(preprocessing: str):
-    """The input range a named preprocessing gives to 0..255 images, or None."""
-    if preprocessing not in _calibration.PREPROCESSING:
-        return None
-    fn = _calibration.PREPROCESSING[preprocessing]
-    corners = fn(np.array([[[[0.0, 0.0, 0.0]], [[255.0, 255.0, 255.0]]]], np.float32))
-    return float(corners.min()), float(corners.max())
-
+    x = _calibration.load_calibration(path, model, preprocessing, limit)
+    return x.arrays[0] if len(x.arrays) == 1 else x.as_dict()

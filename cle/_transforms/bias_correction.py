@@ -34,7 +34,6 @@ __all__ = [
 logger = logging.getLogger("cle.bias_correction")
 
 _KINDS = ("conv", "depthwise", "dense")
-_BATCH = 32
 
 
 # ------------------------------------------------------------------------------- math
@@ -129,10 +128,9 @@ def _kernel_error(kernel, kind, bits, per_channel):
 
 
 def _check_data(model, data):
-    """A list of float32 numpy input batches of ``data``, checked against ``model``'s input
-    (:func:`cle._core.inputs.check_calibration_data`)."""
-    x = check_calibration_data(model, data)
-    return [x[i: i + _BATCH] for i in range(0, len(x), _BATCH)]
+    """``data`` checked against ``model``'s inputs (:func:`cle._core.inputs.check_calibration_data`:
+    data checked at a public function's door passes as it is)."""
+    return check_calibration_data(model, data)
 
 
 def _check_arguments(model, bn_stats, calibration_data, bits, per_channel, progress):
@@ -263,9 +261,9 @@ def _correct(model, bn_stats, calibration_data, bits, per_channel, progress):
         mode = "analytic"
     else:
         check_runnable(model, "empirical bias correction")
-        batches = _check_data(model, calibration_data)
+        x = _check_data(model, calibration_data)
         deltas = {id(call): (delta, "") for call, delta in
-                  empirical_pass(view, targets, batches, bits, per_channel, say)}
+                  empirical_pass(view, targets, x, bits, per_channel, say)}
         mode = "empirical"
     edits = {}
     for call in targets:
@@ -396,11 +394,10 @@ class EmpiricalCorrection:
         """Correct ``new_model``'s biases in place on the calibration inputs ``x`` (checked
         against the model); returns the records. Runs under :func:`gc_paused`, as
         :func:`correct_bias` does."""
-        batches = [x[i: i + _BATCH] for i in range(0, len(x), _BATCH)]
         new_view, new_call = rebuilt_view(view, new_model, clones, plan.bypass)
         by_new = {id(new_call[id(c)]): c for c in self.targets}
         for call, delta in empirical_pass(new_view, [new_call[id(c)] for c in self.targets],
-                                          batches, opts.weight_bits, opts.per_channel_weights,
+                                          x, opts.weight_bits, opts.per_channel_weights,
                                           progress or (lambda message: None)):
             bias = call.layer.bias
             bias.assign(keras.ops.convert_to_tensor(

@@ -17,9 +17,10 @@ from cle._transforms import bias_steps
 __all__ = ["empirical_pass", "quantized_kernel", "quantized_kernels", "weight_values"]
 
 
-def empirical_pass(view, plan, batches, bits, per_channel, say, min_uses=None):
+def empirical_pass(view, plan, data, bits, per_channel, say, min_uses=None):
     """Measure the corrections of the layers of ``plan`` in one forward pass over the
-    calibration ``batches``; yield ``(call, delta)`` for each as it is measured (its bias is
+    calibration ``data`` (:class:`cle._core.inputs.ModelInputs`, one array per model input);
+    yield ``(call, delta)`` for each as it is measured (its bias is
     to be corrected by ``−delta``): in the order of ``plan``, except that a compiled run of
     blocks on one branch of a graph is measured ahead of the calls of a parallel branch.
 
@@ -41,11 +42,6 @@ def empirical_pass(view, plan, batches, bits, per_channel, say, min_uses=None):
     compiled, both streams and the measurements in one function (:class:`cle._transforms.bias_steps.Steps`;
     ``min_uses`` defaults to :data:`cle._transforms.bias_steps.MIN_USES`); the other calls run eagerly.
     """
-    if len(view.inputs) != 1:
-        raise ValueError(
-            "Empirical bias correction needs a model with one input. "
-            f"Received: model '{view.model.name}' with {len(view.inputs)} inputs"
-        )
     needed, stack = set(), list(plan)
     while stack:
         call = stack.pop()
@@ -69,8 +65,10 @@ def empirical_pass(view, plan, batches, bits, per_channel, say, min_uses=None):
             say(f"[{targets[id(call)]}/{len(plan)}] {call.layer.name}: measuring its output "
                 "mean error")
 
-    x = keras.ops.convert_to_tensor(np.concatenate(batches))
-    live = {id(view.inputs[0]): (x, x)}  # id(Tensor) -> (float, quantized) values
+    live = {}  # id(Tensor) -> (float, quantized) values
+    for t, a in zip(view.inputs, data.arrays):
+        x = keras.ops.convert_to_tensor(a)
+        live[id(t)] = (x, x)
     done = set()  # ids of calls run by the compiled step of an earlier call
     for call in calls:
         if id(call) in done:

@@ -21,6 +21,7 @@ __all__ = [
     "CrossLayerScaling",
     "EqualizationReport",
     "HighBiasFold",
+    "equalize_checked",
     "equalize_model",
     "replace_relu6_with_clipped_relu",
     "replace_relu6_with_relu",
@@ -136,13 +137,21 @@ def equalize_model(model, relu6="bound", high_bias_fold="none", margin=3.0,
     if opts.wants_data:  # refuse before any work what this backend cannot run, or bad data
         check_runnable(model, opts.data_use)
         x = check_calibration_data(model, calibration_data)  # the one check, the one copy
+    new_model, report = equalize_checked(model, view, opts, x, progress)
+    return (new_model, report) if return_report else new_model
+
+
+def equalize_checked(model, view, opts: EqualizeOptions, x, progress=None):
+    """:func:`equalize_model` on what its door checked: ``view`` the model's graph view,
+    ``opts`` its options, ``x`` the :class:`cle._core.inputs.ModelInputs` they need (or None).
+    Returns ``(new_model, report)``."""
     plan = plan_equalization(model, view, opts, x, progress)
     corrections = empirical = None
-    if bias_correction != "none":
+    if opts.bias_correction != "none":
         # Imported here: a call without bias correction does not pay for loading it.
         from cle._transforms import bias_correction as correction
 
-        if bias_correction == "analytic":  # into the plan's edits, before the one rebuild
+        if opts.bias_correction == "analytic":  # into the plan's edits, before the rebuild
             corrections = correction.correct_in_plan(view, plan, opts)
         else:  # a bias for every target in the rebuild; the pass corrects them in place
             empirical = correction.EmpiricalCorrection.prepare(view, plan)
@@ -153,19 +162,19 @@ def equalize_model(model, relu6="bound", high_bias_fold="none", margin=3.0,
         folded=[FoldedPair(clones[id(m.target.layer)], m.bn_call.layer, m.bn_after)
                 for m in plan.matches],
         fold_skipped=plan.fold_skipped,
-        relu6=relu6,
+        relu6=opts.relu6,
         relu6_changed=plan.relu6_changed,
         sets=[set_info(links, scales, [clones[id(la)] for la in _layers(links)])
               for links, scales in plan.scaled],
         set_ends=[(c.layer.name, r) for c, r in plan.search.ends],
         bias_absorptions=plan.absorptions,
         scaling=plan.decisions,
-        objective=objective,
+        objective=opts.objective,
         layer_names=frozenset(n for c in view.calls for n in c.scope + (c.layer.name,)),
     )
     if corrections is not None:
         report.bias_corrections = corrections
-    return (new_model, report) if return_report else new_model
+    return new_model, report
 
 
 def _layers(links):

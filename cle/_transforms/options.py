@@ -73,6 +73,11 @@ class EqualizeOptions:
         if not float(self.margin) >= 0:
             raise ValueError(f"margin must be >= 0. Received: margin={self.margin!r}")
         check_choice("objective", self.objective, OBJECTIVES)
+        if self.activation_ranges == "calibration" and self.objective != "quantized":
+            raise ValueError(
+                "activation_ranges='calibration' is for objective='quantized' (the measured "
+                "ranges choose its scales). Received: activation_ranges='calibration', "
+                f"objective={self.objective!r}")
         self.target  # checks the bits and per_channel_weights
 
     @classmethod

@@ -22,7 +22,7 @@ from cle._transforms import scale_choice
 from cle._transforms import scaling as _scaling
 from cle._transforms.bn_match import find_matches, fold_plan
 from cle._transforms.sets import SetSearch, find_sets
-from cle._core.graph import GraphView
+from cle._core.graph import GraphView, inner_function
 from cle._core.layouts import channel_axis
 from cle._transforms.options import EqualizeOptions
 from cle._core.rebuild import LayerEdit
@@ -57,14 +57,19 @@ def _set_layers(links):
     return tuple(link.first.layer for link in links) + (links[-1].second.layer,)
 
 
-def pre_activation(link, folded_bns):
-    """The top-level layer whose output is the pre-activation of a link's junction (the last
-    BN that will be folded into layer1, else layer1 itself), or None if it is nested."""
+def _pre_activation_call(link, folded_bns):
     t = link.first.outputs[0]
     while len(t.consumers) == 1 and id(t.consumers[0].layer) in folded_bns:
         t = t.consumers[0].outputs[0]
     call = t.producer
-    return call.layer if not call.scope and len(call.outputs) == 1 else None
+    return call if not call.scope and len(call.outputs) == 1 else None
+
+
+def pre_activation(link, folded_bns):
+    """The top-level layer whose output is the pre-activation of a link's junction (the last
+    BN that will be folded into layer1, else layer1 itself), or None if it is nested."""
+    call = _pre_activation_call(link, folded_bns)
+    return None if call is None else call.layer
 
 
 def measure_junctions(model, search, matches, x, value, progress):
@@ -73,18 +78,20 @@ def measure_junctions(model, search, matches, x, value, progress):
     tensor; one streaming pass over the data."""
     folded = {id(m.bn_call.layer) for m in matches}
     links = [link for links in search.sets for link in links]
-    targets = [(link, pre_activation(link, folded)) for link in links]
-    targets = [(link, layer) for link, layer in targets if layer is not None]
+    targets = [(link, _pre_activation_call(link, folded)) for link in links]
+    targets = [(link, call) for link, call in targets if call is not None]
     if not targets:
         return {}
-    probe = keras.Model(model.inputs, [layer.output for _, layer in targets])
+    # The calls' own output tensors: a layer of a loaded Sequential model has several nodes.
+    probe = keras.Model(inner_function(model).inputs,
+                        [call.node.outputs[0] for _, call in targets])
     stats = [noise.SampleStats(*scale_choice.junction_kind(link, value)) for link, _ in targets]
     # Small batches: the probe returns every junction's whole activation at once.
     batches = [x[i: i + 8] for i in range(0, len(x), 8)]
     for b, batch in enumerate(batches):
         if progress is not None:
             progress(f"activation ranges: batch {b + 1}/{len(batches)}")
-        outs = probe([batch] if len(model.inputs) == 1 else batch, training=False)
+        outs = probe(list(batch.arrays), training=False)
         outs = outs if isinstance(outs, (list, tuple)) else [outs]
         for (link, _), st, out in zip(targets, stats, outs):
             out = keras.ops.convert_to_numpy(out)

@@ -1,0 +1,181 @@
+"""``cle quantize``: its option checks (before the model is loaded, through the library's
+own :class:`cle._quantize.options.QuantizeOptions`, so that the command line and
+:func:`cle.quantization.quantize` agree on every combination) and the command. Standard
+library only at import, like :mod:`cle.cli`."""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+
+from cle._cli.common import (
+    EXIT_OK, EXIT_USAGE, CliError, Session, check_graph, json_bytes, one_line, write_outputs,
+)
+
+__all__ = ["check_quantize_options", "cmd_quantize", "input_range_arg", "quantize_options"]
+
+
+def input_range_arg(text):
+    """``--input-range`` as ``(None, (lo, hi))`` for every input or ``(name, (lo, hi))``."""
+    import argparse
+
+    name, _, pair = text.rpartition("=")
+    try:
+        lo, hi = (float(v) for v in pair.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected LOW,HIGH or INPUT=LOW,HIGH (e.g. --input-range=-1,1); received "
+            f"{text!r}") from None
+    if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
+        raise argparse.ArgumentTypeError(f"expected LOW < HIGH; received {text!r}")
+    return name or None, (lo, hi)
+
+
+def _stated_range(args):
+    """The library's ``input_range`` from ``--input-range`` (repeatable) or a named
+    ``--preprocessing`` without data; contradictions are usage errors."""
+    given = args.input_range or []
+    named = {n: r for n, r in given if n is not None}
+    unnamed = [r for n, r in given if n is None]
+    if unnamed and (named or len(unnamed) > 1):
+        raise CliError("--input-range LOW,HIGH sets every input's range; give it once, or "
+                       "name each input (--input-range=NAME=LOW,HIGH)", EXIT_USAGE)
+    stated = unnamed[0] if unnamed else (named or None)
+    if args.preprocessing and not args.calibration:
+        from cle._measure.calibration import PREPROCESSING
+
+        if args.preprocessing not in PREPROCESSING:
+            if stated is None:
+                raise CliError(f"--preprocessing {args.preprocessing} gives no known input "
+                               "range for synthetic inputs; pass --input-range LOW,HIGH",
+                               EXIT_USAGE)
+            return stated
+        from cle._measure.calibration import input_range_of
+
+        implied = input_range_of(args.preprocessing)
+        if stated is not None and (named or any(
+                abs(a - b) > 1e-6 * max(1.0, abs(b)) for a, b in zip(stated, implied))):
+            shown = ", ".join(f"{n or 'every input'}: {lo:g},{hi:g}"
+                              for n, (lo, hi) in given)
+            raise CliError(f"--preprocessing {args.preprocessing} means the input range "
+                           f"{implied[0]:g},{implied[1]:g}, which contradicts --input-range "
+                           f"({shown}); give one of them", EXIT_USAGE)
+        return implied
+    return stated
+
+
+def quantize_options(args):
+    """The :class:`cle._quantize.options.QuantizeOptions` of the flags (a usage error if the
+    library refuses them)."""
+    from cle._quantize.options import QuantizeOptions
+
+    try:
+        return QuantizeOptions(
+            per_channel=args.per_channel, activation_bits=args.activation_bits,
+            integer_io=args.integer_io, bias_correction=args.bias_correction,
+            ranges=args.ranges, input_range=_stated_range(args), compare=args.compare,
+            has_data=bool(args.calibration))
+    except ValueError as exc:
+        raise CliError(one_line(exc), EXIT_USAGE) from exc
+
+
+def check_quantize_options(args):
+    """``cle quantize``'s usage errors, before the model is loaded, in the command line's
+    words; then the library's own check of the same options."""
+    data = args.calibration
+    if args.bias_correction == "empirical" and not data:
+        raise CliError("--bias-correction empirical needs --calibration; received no "
+                       "--calibration", EXIT_USAGE)
+    if args.activation_bits == 16 and not args.per_channel:
+        raise CliError("--activation-bits 16 (TF Lite's 16x8 mode) quantizes weights per "
+                       "channel; received --per-tensor", EXIT_USAGE)
+    if data and args.input_range:
+        raise CliError(f"--input-range is for synthetic inputs (no --calibration); received "
+                       f"--calibration {data}", EXIT_USAGE)
+    check_calibration_options(args)
+    args.options = quantize_options(args)
+
+
+def check_calibration_options(args):
+    """``--calibration``, ``--preprocessing`` and ``--limit`` together (every command that
+    reads calibration data)."""
+    data = getattr(args, "calibration", None)
+    preprocessing, limit = getattr(args, "preprocessing", None), getattr(args, "limit", None)
+    if data and not os.path.exists(data):
+        raise CliError(f"--calibration {data}: no such file or folder", EXIT_USAGE)
+    folder = bool(data) and os.path.isdir(data)
+    if folder and not preprocessing:
+        raise CliError(f"--calibration {data} is a folder of images: name its --preprocessing "
+                       "(tf, torch, caffe, raw or module:function)", EXIT_USAGE)
+    if data and not folder and preprocessing:
+        raise CliError(f"--preprocessing is for a folder of images; --calibration {data} is a "
+                       "file of inputs already preprocessed", EXIT_USAGE)
+    if limit is not None and not folder:
+        raise CliError("--limit is for a --calibration folder of images; received "
+                       f"--calibration {data or '(none)'}", EXIT_USAGE)
+    if preprocessing:
+        from cle._measure.calibration import preprocessing_function
+
+        try:
+            preprocessing_function(preprocessing)
+        except ValueError as exc:
+            raise CliError(f"--preprocessing: {one_line(exc)}", EXIT_USAGE) from exc
+
+
+def read_calibration(args, model):
+    """The ``--calibration`` inputs (None without), read by the one reader of calibration
+    files and checked against ``model`` (data that does not fit is a usage error)."""
+    if not getattr(args, "calibration", None):
+        return None
+    from cle._measure.calibration import load_calibration
+
+    try:
+        return load_calibration(args.calibration, model, getattr(args, "preprocessing", None),
+                                getattr(args, "limit", None))
+    except ValueError as exc:
+        message = one_line(exc)
+        if message.startswith(f"{args.calibration} "):  # the path is said once
+            raise CliError(f"--calibration {message}", EXIT_USAGE) from exc
+        raise CliError(f"--calibration {args.calibration}: {message}", EXIT_USAGE) from exc
+
+
+def _progress(message):
+    print(f"cle: {message}", file=sys.stderr, flush=True)
+
+
+def _run(args, model, calibration):
+    """The library's quantize on checked values; what the model cannot do is a usage error
+    in the command line's words."""
+    from cle._quantize.pipeline import InputRangeUnknown, quantize_checked
+
+    try:
+        return quantize_checked(model, calibration, args.options, _progress)
+    except InputRangeUnknown as exc:
+        raise CliError(f"{args.model}: cannot tell the input range of model "
+                       f"'{exc.model_name}' ({exc.why()}); pass --input-range=LOW,HIGH, "
+                       "--preprocessing NAME or --calibration PATH", EXIT_USAGE) from exc
+    except ValueError as exc:  # what the model cannot do (no BN without data, ...)
+        raise CliError(f"{args.model}: {one_line(exc)}", EXIT_USAGE) from exc
+
+
+def cmd_quantize(args) -> int:
+    with Session(args) as session:
+        model = session.load()
+        check_graph(args.model, model)
+        from cle._core.backend import channels_first_problem
+
+        problem = channels_first_problem(model)
+        if problem is not None:
+            raise CliError(f"{args.model}: cle quantize runs the model, but {problem}")
+        content, report = _run(args, model, read_calibration(args, model))
+        outputs = [(args.output, content)]
+        if args.report:
+            outputs.append((args.report, json_bytes(report.to_dict())))
+        write_outputs(outputs)
+    print(f"{args.model}: cle quantize")
+    for line in report.summary().splitlines():
+        print("  " + line)
+    for path, _ in outputs:
+        print(f"wrote {path}")
+    return EXIT_OK

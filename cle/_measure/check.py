@@ -1,0 +1,154 @@
+"""The check of a quantized model against the float model, output by output.
+
+Every output gets its SQNR against the float model's; an output of class scores also gets its
+top-1 agreement (the share of samples, or of pixels, whose highest score is the float
+model's). An output counts as class scores when it ends in a softmax (any rank, two classes
+or more) or when it is a vector of at least :data:`MIN_CLASSES` linear scores; anything else
+(a regression value, box coordinates, an image) gets its SQNR only, since the position of its
+largest entry means nothing.
+
+The figures come with what makes them rough: fewer than :data:`MIN_RELIABLE` inputs, or the
+two halves of the inputs disagreeing by more than :data:`DISAGREE_DB` in SQNR. Non-finite
+outputs are an error, never a figure.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import keras
+import numpy as np
+
+from cle._core import keras_internals as internals
+
+__all__ = ["MIN_CLASSES", "OutputCheck", "check_outputs", "output_kinds", "output_names",
+           "rough_figures"]
+
+#: A linear vector output with at least this many entries is taken for class logits.
+MIN_CLASSES = 10
+#: Fewer check inputs than this give rough figures (said in the report).
+MIN_RELIABLE = 16
+#: The two halves of the check inputs disagreeing by more SQNR than this: rough figures.
+DISAGREE_DB = 3.0
+
+
+def _activation_name(layer):
+    fn = getattr(layer, "activation", None)
+    return getattr(fn, "__name__", "") if fn is not None else ""
+
+
+def output_kinds(model) -> list[str]:
+    """``"probabilities"``, ``"logits"`` or ``"values"`` for each output of ``model``."""
+    kinds = []
+    for out in model.outputs:
+        shape = tuple(out.shape)
+        producer = internals.producer_of(out)
+        classes = shape[-1] if shape and shape[-1] is not None else 0
+        if classes >= 2 and (isinstance(producer, keras.layers.Softmax)
+                             or _activation_name(producer) == "softmax"):
+            kinds.append("probabilities")
+        elif len(shape) == 2 and classes >= MIN_CLASSES and _activation_name(producer) in (
+                "", "linear"):
+            kinds.append("logits")
+        else:
+            kinds.append("values")
+    return kinds
+
+
+def output_names(model) -> list[str]:
+    names = []
+    for k, out in enumerate(model.outputs):
+        producer = internals.producer_of(out)
+        names.append(getattr(producer, "name", None) or f"output {k}")
+    return names
+
+
+@dataclasses.dataclass
+class OutputCheck:
+    """The check's figures for one output.
+
+    Attributes:
+        name: the output (the layer that makes it).
+        kind: "probabilities", "logits" (class scores) or "values".
+        sqnr_db: SQNR of the quantized output against the float one, in dB.
+        top1_agreement: for class scores, the share of samples (or pixels) whose top class is
+            the float model's; NaN for other outputs.
+    """
+
+    name: str
+    kind: str
+    sqnr_db: float
+    top1_agreement: float = math.nan
+
+    @property
+    def class_scores(self) -> bool:
+        return self.kind != "values"
+
+    def text(self) -> str:
+        top1 = f"top-1 agreement {self.top1_agreement:.1%}, " if self.class_scores else ""
+        return f"{top1}SQNR {self.sqnr_db:.2f} dB"
+
+    def to_dict(self) -> dict:
+        return {"output": self.name, "kind": self.kind, "sqnr_db": self.sqnr_db,
+                "top1_agreement": None if not self.class_scores else self.top1_agreement}
+
+
+def _sqnr(ref, y):
+    noise = float(np.sum((ref - y) ** 2))
+    if noise == 0.0:
+        return math.inf
+    signal = float(np.sum(ref ** 2))
+    return 10.0 * math.log10(signal / noise) if signal > 0 else -math.inf
+
+
+def _top1(ref, y):
+    return float(np.mean(ref.argmax(axis=-1) == y.argmax(axis=-1)))
+
+
+def _finite(arrays, what):
+    for k, a in enumerate(arrays):
+        bad = ~np.isfinite(a)
+        if bad.any():
+            raise RuntimeError(
+                f"{what} are not finite ({int(bad.sum())} NaN or infinite values in output "
+                f"{k}): the check cannot give a figure")
+
+
+def check_outputs(reference, test, names, kinds) -> list[OutputCheck]:
+    """One :class:`OutputCheck` per output.
+
+    Args:
+        reference, test: lists of arrays ``(N, ...)``, one per output: the float model's and
+            the quantized model's outputs on the same inputs.
+        names, kinds: of each output (:func:`output_names`, :func:`output_kinds`).
+
+    Raises:
+        RuntimeError: an output is not finite.
+    """
+    _finite(reference, "the float model's outputs")
+    _finite(test, "the quantized model's outputs")
+    out = []
+    for ref, y, name, kind in zip(reference, test, names, kinds):
+        ref, y = np.asarray(ref, np.float64), np.asarray(y, np.float64)
+        top1 = _top1(ref, y) if kind != "values" else math.nan
+        out.append(OutputCheck(name, kind, _sqnr(ref, y), top1))
+    return out
+
+
+def rough_figures(reference, test, names, n) -> list[str]:
+    """Why the check's figures are rough (each a sentence), or nothing."""
+    why = []
+    if n < MIN_RELIABLE:
+        why.append(f"the check ran on {n} inputs only (fewer than {MIN_RELIABLE}): its "
+                   "figures are rough")
+        if n < 4:
+            return why
+    half = n // 2
+    for ref, y, name in zip(reference, test, names):
+        a = _sqnr(np.asarray(ref[:half], np.float64), np.asarray(y[:half], np.float64))
+        b = _sqnr(np.asarray(ref[half:], np.float64), np.asarray(y[half:], np.float64))
+        if math.isfinite(a) and math.isfinite(b) and abs(a - b) > DISAGREE_DB:
+            why.append(f"output '{name}': the two halves of the check inputs disagree "
+                       f"({a:.1f} dB against {b:.1f} dB): its figures are rough")
+    return why

@@ -1,0 +1,432 @@
+"""The range of a model's inputs, found from the model itself (no data).
+
+Quantizing without data needs the range the model's input tensor holds: it is the input's
+quantization range, and the synthetic inputs must stay in it. A model knows it in two ways,
+tried in this order for each input:
+
+1. **Preprocessing layers.** From the input, the chain of single-input, shape-keeping layers
+   without kernels (``Rescaling``, ``Normalization``, keras.applications' built-in
+   preprocessing, weightless elementwise operations) is probed numerically: with ``g`` the
+   longest prefix of the chain that is affine (``g(x1 + x2) + g(0) = g(x1) + g(x2)`` on random
+   inputs), ``b = g(0)`` and column ``c`` of ``A`` is ``g(e_c) − b`` (spatial means). Such a
+   chain exists to map pixel values to a normalized range, so each candidate input range
+   (0..255, [0, 1], [−1, 1]) is scored by what the chain makes of it: about unit scale around
+   0 (``|log(width / 2.5)| + max(0, |centre| − width/2) / width``). The best candidate is taken
+   when it scores :data:`PRE_MARGIN` better than the next.
+2. **The first batch norm** whose input depends on this input alone, when the path ``f`` to it
+   is affine (a ReLU on the way makes it "cannot tell"). Its moving mean is, per channel,
+   ``μ_o = h_o + Σ_c G[c, o] m_c`` (``h``, ``G``: spatial means of ``f(0)`` and of
+   ``f(e_c) − f(0)``, padding and stride included): a weighted least-squares fit gives the
+   input's per-channel mean ``m``. For the scale, the input is modelled as ``x = a·p + b_c``
+   with ``p`` pixels of natural images (:func:`natural_images`: ImageNet's mean and *pooled*
+   standard deviation, channel correlation 0.9, a 1/f amplitude spectrum): each channel's
+   moving variance gives ``a`` from ``σ²_o = a²·v_o + β_o`` (``v_o`` the variance of ``f``'s
+   linear part on the fields, ``β_o`` the spread of ``f(m)`` over positions); ``a`` is their
+   median in log space. The fitted range ``[min b, max(b + 255·a)]`` is then snapped to the
+   usual conventions (:data:`CONVENTIONS`) by ``|log(w / w_k)| + |c − c_k| / w_k`` (width,
+   centre), among the conventions that cover the fitted range (a convention narrower than
+   what the statistics say would clip real inputs): the nearest within :data:`SNAP_MAX`,
+   :data:`SNAP_MARGIN` ahead of the next; two close ones give their union, none the fitted
+   range widened by :data:`UNSURE_PAD` of its width (both "unsure").
+3. Neither: the range cannot be told.
+
+The pooled standard deviation matters: the familiar ImageNet std (0.229, 0.224, 0.225) is an
+average of per-image deviations and leaves out the variance between images, which a BN's
+moving variance includes; with it the fitted scale came out about 1.2× too large on both
+real ImageNet networks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import keras
+import numpy as np
+
+from cle._core.graph import graph_view, run_call
+from cle._core.inputs import input_names
+
+__all__ = ["CONVENTIONS", "InputRange", "bn_fit", "convention_range", "image_axis",
+           "infer_input_ranges", "natural_images", "natural_inputs", "snap"]
+
+#: Natural-image pixel statistics (ImageNet's, RGB 0..255): mean and *pooled* std.
+PIXEL_MEAN = np.array([0.485, 0.456, 0.406]) * 255.0
+PIXEL_STD = np.array([0.272, 0.264, 0.276]) * 255.0
+CHANNEL_CORRELATION = 0.9
+BETWEEN_IMAGE_SHARE = 0.25
+#: Candidate input ranges of a preprocessing chain, and the score margin to take the best.
+PRE_CANDIDATES = {"0..255": (0.0, 255.0), "[0, 1]": (0.0, 1.0), "[-1, 1]": (-1.0, 1.0)}
+PRE_MARGIN = 1.0
+_M, _S = np.array([0.485, 0.456, 0.406]), np.array([0.229, 0.224, 0.225])
+#: The conventions of keras.applications' preprocessing and others:
+#: ``x[..., c] = p[..., perm[c]] * scale[c] + offset[c]`` for RGB pixels ``p`` in 0..255.
+CONVENTIONS = {
+    "raw (0..255)": (np.ones(3), np.zeros(3), (0, 1, 2)),
+    "[0, 1]": (np.full(3, 1 / 255), np.zeros(3), (0, 1, 2)),
+    "tf ([-1, 1])": (np.full(3, 1 / 127.5), np.full(3, -1.0), (0, 1, 2)),
+    "torch (ImageNet mean/std)": (1 / (255 * _S), -_M / _S, (0, 1, 2)),
+    "caffe (BGR minus the ImageNet mean)": (np.ones(3), -np.array([103.939, 116.779, 123.68]),
+                                            (2, 1, 0)),
+}
+SNAP_MAX, SNAP_MARGIN = 0.6, 0.25
+#: How far (share of a convention's width) the fitted range may pass a convention's ends.
+COVER_TOL = 0.06
+UNSURE_PAD = 0.1
+#: Natural-image fields per variance estimate; their size when the input's is free.
+N_FIELDS, FREE_SIZE = 16, 64
+
+
+def convention_range(name) -> tuple[float, float]:
+    """``(lo, hi)`` a convention of :data:`CONVENTIONS` gives to pixels 0..255."""
+    s, o, _ = CONVENTIONS[name]
+    ends = np.stack([o, 255 * s + o])
+    return float(ends.min()), float(ends.max())
+
+
+@dataclasses.dataclass
+class InputRange:
+    """The range of one model input and where it came from.
+
+    Attributes:
+        name: the input's name.
+        lo, hi: the range (NaN when it cannot be told).
+        source: where it came from, in words (``"stated"``, ``"preprocessing layers ..."``,
+            ``"the first batch norm ..."``, or why it cannot be told).
+        sure: False for a guess the user should confirm (an unsure fit).
+        convention: the named convention it matches (a key of :data:`CONVENTIONS`, or of
+            :data:`PRE_CANDIDATES` for a preprocessing chain), else None.
+        note: a doubt about a stated range (the model says otherwise), else None.
+    """
+
+    name: str
+    lo: float
+    hi: float
+    source: str
+    sure: bool = True
+    convention: str | None = None
+    note: str | None = None
+
+    @property
+    def known(self) -> bool:
+        return bool(np.isfinite(self.lo) and np.isfinite(self.hi))
+
+    def to_dict(self) -> dict:
+        return {"input": self.name, "range": [self.lo, self.hi], "source": self.source,
+                "sure": self.sure, "convention": self.convention}
+
+
+# ---------------------------------------------------------------------- natural images
+
+
+def natural_images(n, height, width, channels=3, seed=0) -> np.ndarray:
+    """``(n, height, width, channels)`` Gaussian random fields with the second-order
+    statistics of natural images in pixel units (0..255 scale, not clipped): a 1/f amplitude
+    spectrum, channels correlated, a share of the variance between images, the pooled
+    ImageNet mean and std (one channel: their average)."""
+    rng = np.random.default_rng(seed)
+    fy = np.fft.fftfreq(height)[:, None]
+    fx = np.fft.fftfreq(width)[None, :]
+    f = np.sqrt(fx ** 2 + fy ** 2)
+    amp = np.where(f > 0, 1.0 / np.maximum(f, 1e-9), 0.0)
+    fields = np.fft.ifft2(np.fft.fft2(rng.standard_normal((n, channels, height, width))) * amp).real
+    fields /= fields.std()
+    dc = rng.standard_normal((n, channels, 1, 1))
+    fields = np.sqrt(1 - BETWEEN_IMAGE_SHARE) * fields + np.sqrt(BETWEEN_IMAGE_SHARE) * dc
+    corr = np.full((channels, channels), CHANNEL_CORRELATION) + (
+        1 - CHANNEL_CORRELATION) * np.eye(channels)
+    fields = np.einsum("ij,njhw->nhwi", np.linalg.cholesky(corr), fields)
+    fields = (fields - fields.mean(axis=(0, 1, 2))) / fields.std(axis=(0, 1, 2))
+    mean, std = _pixel_stats(channels)
+    return fields * std + mean
+
+
+def _pixel_stats(channels):
+    if channels == 3:
+        return PIXEL_MEAN, PIXEL_STD
+    return np.full(channels, PIXEL_MEAN.mean()), np.full(channels, PIXEL_STD.mean())
+
+
+def image_axis(shape) -> int | None:
+    """The channel axis (of a batch: -1 or 1) of an image-like sample shape (rank 3 with 1 or
+    3 channels), else None."""
+    if len(shape) != 3:
+        return None
+    if shape[-1] in (1, 3):
+        return -1
+    if shape[0] in (1, 3):
+        return 1
+    return None
+
+
+def _layout(shape, axis):
+    """``(height, width, channels)`` of an image-like sample shape."""
+    return (shape[0], shape[1], shape[2]) if axis == -1 else (shape[1], shape[2], shape[0])
+
+
+def _from_last(x, axis):
+    """A batch of channels-last images in the layout of ``axis``."""
+    return x if axis == -1 else np.moveaxis(x, -1, 1)
+
+
+def _concrete(shape):
+    return tuple(FREE_SIZE if d is None else int(d) for d in shape)
+
+
+def natural_inputs(n, shape, rng_info, seed=0) -> np.ndarray:
+    """``n`` float32 inputs of sample ``shape`` spread across an input's range: for an
+    image-like input, natural-image fields (clipped to 0..255) put through the input's named
+    convention, or mapped linearly onto ``[lo, hi]``; otherwise uniform in ``[lo, hi]``.
+
+    Args:
+        rng_info: an :class:`InputRange`, or ``(lo, hi)``.
+    """
+    if isinstance(rng_info, InputRange):
+        lo, hi, convention = rng_info.lo, rng_info.hi, rng_info.convention
+    else:
+        (lo, hi), convention = rng_info, None
+    shape = _concrete(shape)
+    axis = image_axis(shape)
+    if axis is None:
+        return np.random.default_rng(seed).uniform(lo, hi, (n,) + shape).astype(np.float32)
+    h, w, c = _layout(shape, axis)
+    p = np.clip(natural_images(n, h, w, c, seed=seed), 0.0, 255.0)
+    if convention in CONVENTIONS and c == 3:
+        s, o, perm = CONVENTIONS[convention]
+        x = p[..., list(perm)] * s + o
+    else:
+        x = lo + (hi - lo) * p / 255.0
+    return _from_last(np.clip(x, lo, hi), axis).astype(np.float32)
+
+
+# ------------------------------------------------------------------------- the graph
+
+
+class _Graph:
+    """The model's graph view, which inputs each tensor depends on, and eager evaluation of
+    any tensor from one input (layers called on values: no node is added to the model)."""
+
+    def __init__(self, model):
+        self.view = graph_view(model)
+        self.deps = {id(t): {i} for i, t in enumerate(self.view.inputs)}
+        for call in self.view.calls:
+            d = set().union(*(self.deps.get(id(t), set()) for t in call.inputs))
+            for t in call.outputs:
+                self.deps[id(t)] = d
+
+    def function(self, index, target):
+        """``f(x) -> target's value`` (float64 numpy) for values ``x`` of input ``index``."""
+        view, needed, stack = self.view, set(), [target.producer]
+        while stack:
+            call = stack.pop()
+            if call is not None and id(call) not in needed:
+                needed.add(id(call))
+                stack.extend(t.producer for t in call.inputs)
+        order = [c for c in view.calls if id(c) in needed]
+
+        def f(x):
+            values = {id(view.inputs[index]): keras.ops.convert_to_tensor(
+                np.asarray(x, np.float32))}
+            for call in order:
+                outs = run_call(call, [values[id(t)] for t in call.inputs])
+                values.update((id(t), v) for t, v in zip(call.outputs, outs))
+            return np.asarray(keras.ops.convert_to_numpy(values[id(target)]), np.float64)
+        return f
+
+
+def _is_affine(f, shape, rng, tol=1e-3):
+    """``(ok, error)``: ``f(x1 + x2) + f(0) = f(x1) + f(x2)`` on random inputs of scale 1 and
+    100, within ``tol`` of the output's size."""
+    f0 = f(np.zeros((1,) + shape))
+    worst = 0.0
+    for scale in (1.0, 100.0):
+        x1 = rng.standard_normal((2,) + shape) * scale + scale
+        x2 = rng.standard_normal((2,) + shape) * scale
+        rhs = f(x1) + f(x2)
+        lhs = f(x1 + x2) + f0
+        worst = max(worst, float(np.abs(lhs - rhs).max() / (np.abs(rhs - 2 * f0).max() + 1e-12)))
+    return worst < tol, worst
+
+
+def _channel_means(y, axis):
+    y = np.moveaxis(y, axis, -1)
+    return y.reshape(y.shape[0], -1, y.shape[-1]).mean(axis=1)
+
+
+def _constant_probes(f, shape, axis):
+    """``(h, G)``: spatial means of ``f(0)`` and of ``f(e_c) − f(0)`` per input channel."""
+    c = _layout(shape, axis)[2]
+    probes = np.zeros((c + 1,) + shape)
+    for i in range(c):
+        index = [i + 1] + [slice(None)] * len(shape)
+        index[axis] = i
+        probes[tuple(index)] = 1.0
+    return f(probes), c
+
+
+# ---------------------------------------------------------------- preprocessing chain
+
+
+def _is_preprocessing(call, tensor):
+    layer = call.layer
+    if call.scope or len(call.inputs) != 1 or len(call.outputs) != 1:
+        return False
+    if call.outputs[0].shape != tensor.shape:
+        return False
+    if isinstance(layer, keras.layers.Layer):
+        if isinstance(layer, (keras.layers.BatchNormalization, keras.layers.ZeroPadding2D)):
+            return False
+        if any(w.trainable for w in layer.weights) or hasattr(layer, "kernel"):
+            return isinstance(layer, keras.layers.Normalization)
+    return True
+
+
+def _chain(graph, index):
+    """The tensors that end each step of the preprocessing chain from input ``index``, and a
+    name for each step."""
+    t, ends, names = graph.view.inputs[index], [], []
+    while len(t.consumers) == 1 and _is_preprocessing(t.consumers[0], t):
+        call = t.consumers[0]
+        t = call.outputs[0]
+        ends.append(t)
+        names.append(f"{type(call.layer).__name__} '{call.layer.name}'")
+    return ends, names
+
+
+def _chain_score(A, b, lo, hi):
+    corners = np.stack([A @ np.full(A.shape[1], lo) + b, A @ np.full(A.shape[1], hi) + b])
+    out_lo, out_hi = corners.min(axis=0), corners.max(axis=0)
+    width = np.maximum(out_hi - out_lo, 1e-12)
+    centre = (out_hi + out_lo) / 2
+    s = np.abs(np.log(width / 2.5)) + np.maximum(0.0, np.abs(centre) - width / 2) / width
+    return float(np.mean(s))
+
+
+def _chain_answer(graph, index, shape, axis, name, rng):
+    ends, names = _chain(graph, index)
+    for k in range(len(ends), 0, -1):
+        f = graph.function(index, ends[k - 1])
+        if _is_affine(f, shape, rng)[0]:
+            break
+    else:
+        return None
+    y, c = _constant_probes(f, shape, axis)
+    means = _channel_means(y, axis)
+    b, A = means[0], (means[1:] - means[0]).T
+    if A.shape[0] != c or (np.allclose(A, np.eye(c), atol=1e-6) and np.allclose(b, 0, atol=1e-6)):
+        return None  # the identity, or a chain that changes the channels: says nothing
+    scores = {cand: _chain_score(A, b, *r) for cand, r in PRE_CANDIDATES.items()}
+    order = sorted(scores, key=scores.get)
+    if scores[order[1]] - scores[order[0]] < PRE_MARGIN:
+        return None
+    lo, hi = PRE_CANDIDATES[order[0]]
+    layers = " → ".join(names[:k])
+    return InputRange(name, lo, hi, f"its preprocessing layers ({layers}) expect {order[0]}",
+                      convention=order[0])
+
+
+# ---------------------------------------------------------------- first batch norm
+
+
+def _first_batch_norm(graph, index):
+    for call in graph.view.calls:
+        if (isinstance(call.layer, keras.layers.BatchNormalization)
+                and graph.view.n_calls(call.layer) == 1
+                and graph.deps.get(id(call.inputs[0])) == {index}):
+            return call
+    return None
+
+
+def bn_fit(graph, index, shape, axis, rng, seed=0):
+    """The fitted range of input ``index`` from its first batch norm (module docstring), as
+    ``(lo, hi, bn_name)``, or ``(None, why, bn_name)``."""
+    call = _first_batch_norm(graph, index)
+    if call is None:
+        return None, "no batch norm depends on this input alone", None
+    bn = call.layer
+    f = graph.function(index, call.inputs[0])
+    ok, err = _is_affine(f, shape, rng)
+    if not ok:
+        return None, (f"the path to its first batch norm '{bn.name}' is not linear (it "
+                      "passes an activation)"), bn.name
+    bn_axis = bn.axis if isinstance(bn.axis, int) else bn.axis[0]
+    mu = np.asarray(keras.ops.convert_to_numpy(bn.moving_mean), np.float64)
+    var = np.asarray(keras.ops.convert_to_numpy(bn.moving_variance), np.float64)
+    sd = np.sqrt(var + 1e-12)
+    y, c = _constant_probes(f, shape, axis)
+    means = _channel_means(y, bn_axis)
+    h, G = means[0], means[1:] - means[0]  # (C_out,), (C_in, C_out)
+    m, *_ = np.linalg.lstsq((G / sd).T, (mu - h) / sd, rcond=None)
+    h_, w_, _ = _layout(shape, axis)
+    p = natural_images(N_FIELDS, h_, w_, c, seed=seed)
+    p = _from_last(p - p.reshape(-1, c).mean(axis=0), axis)
+    v = _channel_var(f(p) - f(np.zeros((1,) + shape)), bn_axis)
+    m_img = np.broadcast_to(_from_last(m.reshape(1, 1, 1, -1), axis), (1,) + shape)
+    beta = _channel_var(f(m_img), bn_axis)
+    keep = (var - beta > 0) & (v > 1e-12 * max(v.max(), 1e-300))
+    if not keep.any():
+        return None, f"the statistics of batch norm '{bn.name}' say nothing of the input", bn.name
+    a = float(np.exp(np.median(0.5 * np.log((var[keep] - beta[keep]) / v[keep]))))
+    b = m - a * _pixel_stats(c)[0]
+    return (float(np.min(b)), float(np.max(b + 255.0 * a))), err, bn.name
+
+
+def _channel_var(y, axis):
+    y = np.moveaxis(y, axis, -1)
+    return y.reshape(-1, y.shape[-1]).var(axis=0)
+
+
+def snap(lo, hi, name, bn_name):
+    """The convention the fitted range ``[lo, hi]`` stands for (module docstring, step 2)."""
+    w, c = hi - lo, (hi + lo) / 2
+    d = {}
+    for k in CONVENTIONS:
+        lk, hk = convention_range(k)
+        wk = hk - lk
+        if lk <= lo + COVER_TOL * wk and hk >= hi - COVER_TOL * wk:  # covers the fit
+            d[k] = abs(np.log(w / wk)) + abs(c - (hk + lk) / 2) / wk
+    order = sorted(d, key=d.get)
+    where = f"the statistics of its first batch norm '{bn_name}'"
+    fit = f"[{lo:.3g}, {hi:.3g}]"
+    if order and d[order[0]] < SNAP_MAX:
+        close = [k for k in order if d[k] - d[order[0]] < SNAP_MARGIN]
+        if len(close) == 1:
+            lo_k, hi_k = convention_range(order[0])
+            return InputRange(name, lo_k, hi_k, f"{where} fit {fit}: the {order[0]} "
+                              "convention", convention=order[0])
+        ranges = [convention_range(k) for k in close]
+        return InputRange(name, min(r[0] for r in ranges), max(r[1] for r in ranges),
+                          f"{where} fit {fit}, between {' and '.join(close)}: their union",
+                          sure=False)
+    pad = UNSURE_PAD * w
+    return InputRange(name, lo - pad, hi + pad, f"{where} fit {fit}, no usual convention "
+                      f"close: widened by {UNSURE_PAD:.0%} on each side", sure=False)
+
+
+# ------------------------------------------------------------------------ the answer
+
+
+def infer_input_ranges(model, seed: int = 0) -> list[InputRange]:
+    """The range of each of ``model``'s inputs, found from the model alone (module docstring).
+
+    Returns:
+        One :class:`InputRange` per input, in the order of ``model.inputs``; one whose range
+        cannot be told has NaN ends and says why in ``source``.
+    """
+    graph = _Graph(model)
+    rng = np.random.default_rng(seed)
+    out = []
+    for index, (tensor, name) in enumerate(zip(graph.view.inputs, input_names(model))):
+        shape = _concrete(tensor.shape[1:])
+        axis = image_axis(shape)
+        if axis is None:
+            out.append(InputRange(name, np.nan, np.nan, "not an image input (sample shape "
+                                  f"{shape}) and no range stated", sure=False))
+            continue
+        answer = _chain_answer(graph, index, shape, axis, name, rng)
+        if answer is None:
+            fit, why, bn_name = bn_fit(graph, index, shape, axis, rng, seed)
+            answer = (snap(*fit, name, bn_name) if fit is not None else
+                      InputRange(name, np.nan, np.nan, f"no preprocessing layer, and {why}",
+                                 sure=False))
+        out.append(answer)
+    return out

@@ -1,0 +1,117 @@
+"""The options of :func:`cle.quantization.quantize`, checked once, in one place, by the
+library and the command line alike (``cle quantize`` builds them from its flags before the
+model is loaded). Standard library only: the command line checks them before importing
+NumPy or Keras."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import numbers
+from typing import Any
+
+__all__ = ["BIAS_CORRECTIONS", "QuantizeOptions", "RANGES"]
+
+RANGES = ("percentile", "minmax")
+BIAS_CORRECTIONS = ("auto", "empirical", "analytic", "none")
+
+
+def _is_bool(value) -> bool:
+    return isinstance(value, bool) or type(value).__name__ == "bool_"
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, numbers.Integral) and not _is_bool(value)
+
+
+def _pair(value, what):
+    try:
+        lo, hi = (float(v) for v in value)
+    except (TypeError, ValueError):
+        raise ValueError(f"`input_range` must be None, (low, high) or {{input name: (low, "
+                         f"high)}}. Received: {what}={value!r}") from None
+    if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
+        raise ValueError(f"`input_range` must be finite with low < high. Received: "
+                         f"{what}={value!r}")
+    return lo, hi
+
+
+def normalize_input_range(value):
+    """None, ``(lo, hi)`` for every input, or ``{name: (lo, hi)}`` (tuples of floats)."""
+    if value is None:
+        return None
+    if isinstance(value, dict):
+        if not value:
+            raise ValueError("`input_range` as a dict must name at least one input. Received: "
+                             "input_range={}")
+        return {str(k): _pair(v, f"input_range[{k!r}]") for k, v in value.items()}
+    return _pair(value, "input_range")
+
+
+@dataclasses.dataclass(frozen=True)
+class QuantizeOptions:
+    """Every option of :func:`cle.quantization.quantize` but the model, the data and
+    ``progress``, validated when made (``ValueError`` naming the option and echoing what was
+    received). ``has_data`` says whether calibration data comes with them: it is needed for
+    ``bias_correction="empirical"``, and ``input_range`` is for runs without it.
+    """
+
+    per_channel: bool = True
+    weight_bits: int = 8
+    activation_bits: int = 8
+    integer_io: bool = False
+    bias_correction: str = "auto"
+    ranges: str = "percentile"
+    input_range: Any = None
+    compare: bool = False
+    seed: int = 0
+    has_data: bool = False
+
+    def __post_init__(self):
+        for name in ("per_channel", "integer_io", "compare"):
+            if not _is_bool(getattr(self, name)):
+                raise ValueError(f"`{name}` must be True or False. Received: "
+                                 f"{name}={getattr(self, name)!r}")
+        if not _is_int(self.weight_bits) or self.weight_bits != 8:
+            raise ValueError("TF Lite's converter writes 8-bit weights only. Received: "
+                             f"weight_bits={self.weight_bits!r}")
+        if not _is_int(self.activation_bits) or self.activation_bits not in (8, 16):
+            raise ValueError("TF Lite's converter quantizes activations to 8 or 16 bits (16x8 "
+                             f"mode). Received: activation_bits={self.activation_bits!r}")
+        if self.activation_bits == 16 and not self.per_channel:
+            raise ValueError("TF Lite's 16x8 mode quantizes weights per channel. Received: "
+                             "activation_bits=16 with per_channel=False")
+        if self.bias_correction not in BIAS_CORRECTIONS:
+            raise ValueError(f"`bias_correction` must be one of {BIAS_CORRECTIONS}. Received: "
+                             f"bias_correction={self.bias_correction!r}")
+        if self.ranges not in RANGES:
+            raise ValueError(f"`ranges` must be one of {RANGES}. Received: "
+                             f"ranges={self.ranges!r}")
+        if not _is_int(self.seed):
+            raise ValueError(f"`seed` must be an integer. Received: seed={self.seed!r}")
+        object.__setattr__(self, "input_range", normalize_input_range(self.input_range))
+        if self.bias_correction == "empirical" and not self.has_data:
+            raise ValueError("bias_correction='empirical' needs calibration_data. Received: "
+                             "calibration_data=None")
+        if self.input_range is not None and self.has_data:
+            raise ValueError(
+                "input_range is for quantizing without data (the input range of the synthetic "
+                "inputs); with calibration_data the data sets it. Received: "
+                f"input_range={self.input_range!r} with calibration_data")
+
+    @classmethod
+    def from_call(cls, calibration_data=None, **options) -> QuantizeOptions:
+        return cls(**options, has_data=calibration_data is not None)
+
+    @property
+    def bias_mode(self) -> str:
+        """The bias correction that runs: "auto" is empirical with data, analytic without."""
+        if self.bias_correction != "auto":
+            return self.bias_correction
+        return "empirical" if self.has_data else "analytic"
+
+    @property
+    def target(self) -> dict:
+        return {"per_channel": bool(self.per_channel), "weight_bits": int(self.weight_bits),
+                "activation_bits": int(self.activation_bits),
+                "integer_io": bool(self.integer_io)}

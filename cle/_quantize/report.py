@@ -1,0 +1,196 @@
+"""What :func:`cle.quantization.quantize` did and what its check measured:
+:class:`QuantizeReport`, its summary and its JSON form."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import numpy as np
+
+__all__ = ["QuantizeReport"]
+
+
+@dataclasses.dataclass
+class QuantizeReport:
+    """What :func:`quantize` did, and how close the INT8 model is to the float model.
+
+    Attributes:
+        target: the INT8 target: ``per_channel``, ``weight_bits``, ``activation_bits``,
+            ``integer_io``.
+        calibration: "data" (the inputs given) or "synthetic" (no real data was seen).
+        n_calibration: inputs the activation ranges were calibrated on.
+        calibration_inputs: what they are (without data: how many were distilled from the
+            model's batch-norm statistics, how many are natural-image-like inputs).
+        check_inputs: what the check ran on: "held-out calibration inputs", "calibration
+            inputs" (too few were given to hold any out), or without data "synthetic
+            natural-image-like inputs across the input range" (inputs the distillation did
+            not shape).
+        n_check: how many.
+        equalization: the :class:`cle.EqualizationReport` of the equalize stage.
+        bias_correction: the bias correction run ("empirical", "analytic" or "none").
+        ranges: every activation tensor's calibrated and chosen range
+            (:class:`cle._measure.tflite.TensorRange`); empty for 16-bit activations.
+        input_ranges: without data, each input's range and where it came from (stated,
+            the model's preprocessing layers, or its first batch norm's statistics), as
+            dicts; with data, empty (the data sets the input's range).
+        outputs: the check of each output (:class:`cle._measure.check.OutputCheck`): SQNR,
+            and top-1 agreement for class scores; without data, per output the figures of
+            the check set where its SQNR is the lowest.
+        check_sets: each set of check inputs, ``{"inputs", "n", "outputs"}``: with data the
+            held-out inputs; without data natural-image-like inputs across the input range
+            and inputs distilled apart from the calibration inputs (no real data was seen).
+        top1_agreement: the first output's top-1 agreement (NaN when it is not class scores).
+        sqnr_db: the first output's SQNR against the float output, in dB.
+        plain: with ``compare=True``, the same figures for the float model converted straight
+            (TF Lite's defaults, the same calibration inputs): what the user had, as
+            ``{"top1_agreement", "sqnr_db"}`` of the first output and ``"outputs"``.
+        synthesis_loss: without data, the final BN-statistics loss of each synthetic batch.
+        warnings: what makes the result or its figures doubtful (an input range that is a
+            guess, a distillation that did not converge, rough check figures).
+        seconds: wall time of each stage.
+    """
+
+    target: dict
+    calibration: str
+    n_calibration: int
+    check_inputs: str
+    n_check: int
+    equalization: Any
+    calibration_inputs: str = "inputs given"
+    bias_correction: str = "none"
+    ranges: list = dataclasses.field(default_factory=list)
+    input_ranges: list = dataclasses.field(default_factory=list)
+    outputs: list = dataclasses.field(default_factory=list)
+    check_sets: list = dataclasses.field(default_factory=list)
+    plain: dict | None = None
+    synthesis_loss: list | None = None
+    warnings: list = dataclasses.field(default_factory=list)
+    seconds: dict = dataclasses.field(default_factory=dict)
+    tail: float = 1e-4
+
+    @property
+    def top1_agreement(self) -> float:
+        return self.outputs[0].top1_agreement if self.outputs else math.nan
+
+    @property
+    def sqnr_db(self) -> float:
+        return self.outputs[0].sqnr_db if self.outputs else math.nan
+
+    def _range_lines(self):
+        if not self.ranges:
+            return ["activation ranges: the converter's (16-bit activations)"]
+        narrowed = [r for r in self.ranges if r.how == "percentile"]
+        if not narrowed:
+            return [f"activation ranges: min/max of {len(self.ranges)} tensors"]
+        ratios = np.array([(r.hi - r.lo) / max(r.calibrated[1] - r.calibrated[0], 1e-30)
+                           for r in narrowed])
+        kept = ["the model's outputs"]
+        if any(r.how == "min/max (decides an output)" for r in self.ranges):
+            kept.append("the logits before a softmax")
+        line = (f"activation ranges: {len(narrowed)} of {len(self.ranges)} tensors set to their "
+                f"{self.tail:g} tails (width {np.median(ratios):.2f}× the min/max range at the "
+                f"median, {ratios.min():.2f}× at the narrowest); {' and '.join(kept)} keep "
+                "min/max")
+        if any(r.how == "input range" for r in self.ranges):
+            line += "; the inputs take their input range"
+        return [line]
+
+    def _calibration_line(self):
+        if self.calibration == "data":
+            given = self.n_calibration + (self.n_check if self.check_inputs.startswith(
+                "held-out") else 0)
+            held = (f": {self.n_calibration} to calibrate, {self.n_check} held out for the "
+                    "check" if given > self.n_calibration else " (too few to hold any out)")
+            return f"calibration: {given} inputs given{held}"
+        loss = (f" (distillation: final batch-norm loss {max(self.synthesis_loss):.3g})"
+                if self.synthesis_loss else "")
+        return (f"calibration: no real data; {self.n_calibration} synthetic inputs, "
+                f"{self.calibration_inputs}{loss}")
+
+    def _input_lines(self):
+        return [f"input '{r['input']}': range [{r['range'][0]:.4g}, {r['range'][1]:.4g}], "
+                f"{r['source']}" for r in self.input_ranges]
+
+    def _check_lines(self):
+        if len(self.check_sets) > 1:
+            lines = ["check on inputs the calibration never saw (no real data was seen); the "
+                     "figures of each output are the lower of:"]
+            for c in self.check_sets:
+                lines += _figure_lines(f"  {c['n']} {c['inputs']}", c["outputs"], "  ")
+        else:
+            what = f"check on {self.n_check} {self.check_inputs}"
+            if self.calibration != "data":
+                what += " (no real data was seen)"
+            lines = _figure_lines(what, self.outputs, "")
+        if self.plain is not None:
+            lines += _figure_lines("  the float model converted straight", self.plain["outputs"],
+                                   "  ")
+        return lines
+
+    def summary(self) -> str:
+        """The report on a few lines: each stage, what changed and why, the check, and the
+        warnings."""
+        t = self.target
+        lines = [
+            f"target: INT{t['weight_bits']} weights "
+            f"{'per-channel' if t['per_channel'] else 'per-tensor'}, "
+            f"{t['activation_bits']}-bit activations, "
+            f"{('int16' if t['activation_bits'] == 16 else 'int8') if t['integer_io'] else 'float32'}"
+            " input/output",
+            self._calibration_line(),
+        ]
+        lines += self._input_lines()
+        lines += ["equalize: " + line for line in self.equalization.summary().splitlines()]
+        corrected = [r for r in self.equalization.bias_corrections if r.corrected]
+        lines.append(f"bias correction ({self.bias_correction}): {len(corrected)} layers "
+                     f"corrected, {len(self.equalization.bias_corrections) - len(corrected)} "
+                     "left (see the equalization report for why)")
+        lines += self._range_lines()
+        lines += self._check_lines()
+        lines += [f"warning: {w}" for w in self.warnings]
+        return "\n".join(lines)
+
+    __str__ = summary
+
+    def to_dict(self) -> dict:
+        """A JSON-ready dict (what ``cle quantize --report`` writes)."""
+        plain = None if self.plain is None else {
+            "top1_agreement": _json_float(self.plain["top1_agreement"]),
+            "sqnr_db": self.plain["sqnr_db"],
+            "outputs": [o.to_dict() for o in self.plain["outputs"]]}
+        return {
+            "target": dict(self.target),
+            "calibration": self.calibration,
+            "calibration_inputs": self.calibration_inputs,
+            "real_data": self.calibration == "data",
+            "bias_correction": self.bias_correction,
+            "n_calibration": self.n_calibration,
+            "input_ranges": [dict(r) for r in self.input_ranges],
+            "check": {"inputs": self.check_inputs, "n": self.n_check,
+                      "top1_agreement": _json_float(self.top1_agreement),
+                      "sqnr_db": self.sqnr_db,
+                      "outputs": [o.to_dict() for o in self.outputs],
+                      "sets": [{"inputs": c["inputs"], "n": c["n"],
+                                "outputs": [o.to_dict() for o in c["outputs"]]}
+                               for c in self.check_sets]},
+            "plain_conversion": plain,
+            "synthesis_loss": self.synthesis_loss,
+            "warnings": list(self.warnings),
+            "ranges": [{"tensor": r.name, "calibrated": list(r.calibrated),
+                        "chosen": [r.lo, r.hi], "how": r.how} for r in self.ranges],
+            "equalization": self.equalization.to_dict(),
+            "seconds": dict(self.seconds),
+        }
+
+
+def _figure_lines(head, outputs, indent):
+    """``head: figures`` for one output, else ``head:`` and a line per output."""
+    if len(outputs) == 1:
+        return [f"{head}: {outputs[0].text()}"]
+    return [f"{head}:"] + [f"{indent}  output '{o.name}': {o.text()}" for o in outputs]
+
+
+def _json_float(value):
+    return None if isinstance(value, float) and math.isnan(value) else value

@@ -1,0 +1,100 @@
+"""The input range found from the model itself (cle._measure.input_range), on the zoo of user
+models (tests/_zoo.py: BN statistics measured on real crops of each model's convention, as
+training leaves them, saved and loaded back): its preprocessing layers, or its first batch
+norm's statistics snapped to a convention that covers them; "cannot tell" otherwise."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import _zoo
+from cle._measure import input_range as IR
+
+from conftest import no_tflite_on_torch
+
+pytestmark = no_tflite_on_torch  # the zoo's models run on TensorFlow and JAX
+
+SIZE = 64  # small crops: the builds take seconds (the zoo fixture's default size)
+
+
+@pytest.mark.parametrize("name, source", [
+    ("rescale255_cnn", "its preprocessing layers (Rescaling 'rescale') expect 0..255"),
+    ("normalization_cnn", "its preprocessing layers (Normalization 'imagenet_normalization') "
+                          "expect 0..255"),
+    ("unit_cnn", "the [0, 1] convention"),
+    ("tf_cnn", "the tf ([-1, 1]) convention"),
+    ("torch_cnn", "the torch (ImageNet mean/std) convention"),
+    ("caffe_vgg_bn", "the caffe (BGR minus the ImageNet mean) convention"),
+    ("raw_cnn", "the raw (0..255) convention"),
+    ("sequential_tf", "the tf ([-1, 1]) convention"),  # a loaded Sequential: several nodes
+])
+def test_each_convention_is_found(zoo, name, source):
+    (found,) = IR.infer_input_ranges(zoo(name))
+    lo, hi = _zoo.true_input_ranges(name)[0]
+    assert (found.lo, found.hi) == pytest.approx((lo, hi), abs=1e-4 * (hi - lo))
+    assert found.sure and found.source.endswith(source), found.source
+
+
+def test_each_input_of_a_two_input_model(zoo):
+    found = IR.infer_input_ranges(zoo("two_input"))
+    assert [r.name for r in found] == ["view", "thumb"]
+    assert [(r.lo, r.hi) for r in found] == [(0.0, 255.0), (-1.0, 1.0)]
+    assert "Rescaling 'rescale'" in found[0].source and "'b_stem_bn'" in found[1].source
+
+
+def test_a_nonlinear_path_to_the_first_batch_norm_cannot_tell(zoo):
+    (found,) = IR.infer_input_ranges(zoo("late_bn_cnn"))
+    assert not found.known and not found.sure
+    assert found.source.startswith("no preprocessing layer, and the path to its first batch "
+                                   "norm '")
+    assert found.source.endswith("is not linear (it passes an activation)")
+
+
+def _low_contrast(p):
+    p = np.asarray(p, np.float32)
+    m = p.mean(axis=(1, 2, 3), keepdims=True)
+    return m + 0.5 * (p - m)
+
+
+def _dark(p):
+    return 0.45 * np.asarray(p, np.float32)
+
+
+@pytest.mark.parametrize("transform", [_low_contrast, _dark], ids=["low contrast", "dark"])
+def test_never_a_convention_narrower_than_the_statistics(zoo, transform):
+    """A torch model trained on low-contrast (or dark) images: in torch units its inputs look
+    like tf's [-1, 1] in width, and the nearest convention by width, tf, would clip them (it
+    did, before the rule that a convention must cover the fit). The answer covers the bulk of
+    the data (its 2-98 % range; the fit knows the spread, not the tails) and is no wider than
+    1.6 times all of it; it is marked unsure."""
+    model = zoo("torch_cnn", SIZE, transform=transform, tag=transform.__name__)
+    (found,) = IR.infer_input_ranges(model)
+    x = _zoo.inputs("torch_cnn", 64, seed=_zoo.BUILD_SEED, size=SIZE, transform=transform)
+    lo, hi = np.quantile(x, [0.02, 0.98])
+    assert found.lo <= lo and found.hi >= hi, (found, lo, hi)
+    assert found.hi - found.lo < 1.6 * np.ptp(np.quantile(x, [1e-3, 1 - 1e-3])), found
+    assert not found.sure and "no usual convention close" in found.source
+
+
+def test_snap_takes_only_conventions_that_cover_the_fit():
+    tf = IR.snap(-1.08, 0.97, "x", "bn")  # a tf model's fit: within the tolerance
+    assert (tf.lo, tf.hi, tf.sure) == (-1.0, 1.0, True)
+    wide = IR.snap(-1.35, 1.36, "x", "bn")  # nearest by width is tf, which does not cover it
+    assert (wide.lo, wide.hi) == pytest.approx((-1.35 - 0.271, 1.36 + 0.271)) and not wide.sure
+    dark = IR.snap(-2.09, 0.01, "x", "bn")  # centred far from every convention
+    assert not dark.sure and dark.lo < -2.09 and dark.hi > 0.01
+
+
+def test_natural_inputs_follow_the_convention():
+    x = IR.natural_inputs(16, (32, 32, 3), IR.InputRange("x", -123.68, 151.061, "",
+                                                        convention="caffe (BGR minus the "
+                                                                   "ImageNet mean)"))
+    assert x.shape == (16, 32, 32, 3) and x.dtype == np.float32
+    # BGR minus the mean: each channel's own range, within the union.
+    assert x[..., 0].min() >= -103.94 - 1e-3 and x[..., 2].min() >= -123.68 - 1e-3
+    assert x[..., 0].max() <= 255 - 103.939 + 1e-3
+    y = IR.natural_inputs(8, (5,), (-3.0, 2.0))  # not an image: uniform in the range
+    assert y.shape == (8, 5) and y.min() >= -3 and y.max() <= 2
+    z = IR.natural_inputs(4, (3, 16, 16), (0.0, 1.0))  # channels first
+    assert z.shape == (4, 3, 16, 16) and 0 <= z.min() and z.max() <= 1

@@ -1,0 +1,498 @@
+"""cle.quantize that knows what it does not know (issue #26) and checks once at its door
+(issue #28): the check itself pinned (each test names the deliberate bug it catches), models
+with several inputs and outputs, calibration data in every accepted form through every path
+that takes it, the input range found from the model or a refusal, and non-finite values as
+errors, never results."""
+
+from __future__ import annotations
+
+import math
+
+import keras
+import numpy as np
+import pytest
+from keras import layers as L
+
+import cle
+from cle import quantization as Q
+from cle._core import inputs as _inputs
+from cle._core.inputs import check_calibration_data, input_names
+from cle._measure import check as C
+from cle._measure import synthetic as _synthetic
+from cle._measure import tflite
+from cle._measure.inference import input_name
+from cle._quantize import pipeline
+
+from conftest import BACKEND, no_tflite_on_torch, randomize_batch_norms
+
+pytestmark = no_tflite_on_torch
+
+
+def _net(seed=0):
+    keras.utils.set_random_seed(seed)
+    inp = keras.Input((16, 16, 3), name="image")
+    x = L.ReLU(6.0)(L.BatchNormalization(name="bn1")(L.Conv2D(8, 3, padding="same",
+                                                              name="c1")(inp)))
+    x = L.ReLU()(L.BatchNormalization(name="bn2")(L.Conv2D(16, 3, strides=2, name="c2")(x)))
+    out = L.Dense(10, name="logits")(L.GlobalAveragePooling2D()(x))
+    model = keras.Model(inp, out, name="net")
+    randomize_batch_norms(model, seed=seed, deep=True)
+    return model
+
+
+@pytest.fixture(scope="module")
+def net():
+    return _net()
+
+
+@pytest.fixture(scope="module")
+def data():
+    return np.random.default_rng(1).uniform(-1, 1, (40, 16, 16, 3)).astype(np.float32)
+
+
+# ------------------------------------------------------------- the check, pinned
+
+
+def test_compare_gives_the_plain_conversions_own_figures(net, data):
+    """Bug caught: `compare`'s plain figure computed from the INT8 model's own output."""
+    content, report = cle.quantize(net, data, compare=True)
+    x_cal, x_check = data[:30], data[30:]
+    plain = Q.convert_to_tflite_int8(net, x_cal)  # the converter's defaults, same calibration
+    ref = net.predict(x_check, verbose=0)
+    y = Q.run_tflite(plain, x_check)
+    assert report.plain["sqnr_db"] == pytest.approx(Q.sqnr_db(ref, y), abs=1e-4)
+    assert report.plain["top1_agreement"] == Q.top1_agreement(ref, y)
+    ours = Q.run_tflite(content, x_check)
+    assert report.sqnr_db == pytest.approx(Q.sqnr_db(ref, ours), abs=1e-4)
+    assert abs(report.plain["sqnr_db"] - report.sqnr_db) > 0.1  # two different models
+    assert "the float model converted straight: top-1 agreement" in report.summary()
+
+
+def test_percentile_ranges_leave_out_the_documented_tail(net, data, monkeypatch):
+    """Bug caught: the tail share changed (1e-4 -> 1e-2) while the docs say 1e-4. The share
+    of each tensor's measured values left outside its chosen range, summed over all tensors,
+    is what a 1e-4 tail on each side gives."""
+    documented = 1e-4  # docs/design.md, docs/quantize_int8.md
+    seen = {}
+    observe = tflite.observe
+
+    def spy(calibrated, x, indices, *args, **kwargs):
+        seen.update(observe(calibrated, x, indices, *args, **kwargs))
+        return seen
+
+    monkeypatch.setattr(tflite, "observe", spy)
+    _, report = cle.quantize(net, data, bias_correction="none")
+    narrowed = [r for r in report.ranges if r.how == "percentile"]
+    assert len(narrowed) >= 3
+    outside = total = 0
+    for r in narrowed:
+        v = seen[r.index]
+        below, above = int((v < r.lo).sum()), int((v > r.hi).sum())
+        assert below <= documented * len(v) + 2 and above <= documented * len(v) + 2, r
+        outside, total = outside + below + above, total + len(v)
+    assert 0.2 * documented <= outside / total <= 2.5 * documented
+    assert f"their {documented:g} tails" in report.summary()
+
+
+def test_held_out_inputs_never_reach_the_calibration(net, data):
+    """Bug caught: the held-out quarter leaking into calibration (the check would then not
+    be on unseen inputs). The held-out inputs here are 20 times larger: none of their
+    values may reach the calibrated input range or the empirical bias correction."""
+    x = data.copy()
+    x[30:] *= 20.0
+    _, report = cle.quantize(net, x)
+    (first,) = [r for r in report.ranges if input_name(r.name) == input_names(net)[0]]
+    assert first.calibrated == pytest.approx((float(x[:30].min()), float(x[:30].max())),
+                                             abs=1e-6)
+    _, clean = cle.quantize(net, np.concatenate([x[:30], data[30:]]))
+    assert [r.calibrated for r in report.ranges] == [r.calibrated for r in clean.ranges]
+    assert report.n_calibration == 30 and report.n_check == 10
+
+
+def _dead_channel_net():
+    """A model whose first BN has a channel with moving variance 0 (a dead channel, as
+    trained networks have)."""
+    model = _net(seed=2)
+    bn = model.get_layer("bn1")
+    var = keras.ops.convert_to_numpy(bn.moving_variance).copy()
+    var[3] = 0.0
+    bn.moving_variance.assign(var)
+    return model
+
+
+def test_a_zero_variance_channel_distills_finite_inputs():
+    """Bug caught: the distillation's epsilon dropped (a channel with variance 0 divides by
+    0: NaN synthetic inputs, a broken model reported as a result)."""
+    model = _dead_channel_net()
+    x, losses = _synthetic.distill(model, 8, steps=5, input_range=(-1.0, 1.0))
+    assert np.isfinite(x.arrays[0]).all() and np.isfinite(losses).all()
+    content, report = cle.quantize(model, input_range=(-1.0, 1.0))
+    assert math.isfinite(report.sqnr_db) and report.sqnr_db > 5
+
+
+def test_non_finite_distillation_is_an_error(monkeypatch):
+    """Without the epsilon the loss turns non-finite: an error, never synthetic inputs."""
+    monkeypatch.setattr(_synthetic, "EPS", 0.0)
+    with pytest.raises(RuntimeError, match=r"the distillation of synthetic inputs diverged"):
+        cle.quantize(_dead_channel_net(), input_range=(-1.0, 1.0))
+    bad = _net(seed=3)
+    var = keras.ops.convert_to_numpy(bad.get_layer("bn2").moving_variance).copy()
+    var[0] = np.nan
+    bad.get_layer("bn2").moving_variance.assign(var)
+    with pytest.raises(ValueError, match=r"batch norm 'bn2' holds non-finite or negative moving "
+                                         r"statistics.*Received: 1 non-finite"):
+        _synthetic.distill(bad, 4)
+
+
+def test_non_finite_outputs_are_an_error():
+    ref = [np.ones((4, 3))]
+    with pytest.raises(RuntimeError, match=r"the quantized model's outputs are not finite"):
+        C.check_outputs(ref, [np.full((4, 3), np.nan)], ["y"], ["values"])
+
+
+def test_figures_from_few_or_disagreeing_inputs_are_called_rough():
+    rng = np.random.default_rng(0)
+    ref = rng.normal(size=(8, 10))
+    assert C.rough_figures([ref], [ref * 1.001], ["y"], 8) == [
+        "the check ran on 8 inputs only (fewer than 16): its figures are rough"]
+    ref = rng.normal(size=(32, 10))
+    y = ref.copy()
+    y[16:] += rng.normal(scale=0.3, size=(16, 10))  # the second half is much noisier
+    y[:16] += rng.normal(scale=0.01, size=(16, 10))
+    (why,) = C.rough_figures([ref], [y], ["y"], 32)
+    assert why.startswith("output 'y': the two halves of the check inputs disagree")
+
+
+# ------------------------------------------------------------- outputs and inputs
+
+
+def test_output_kinds_take_top1_for_class_scores_only():
+    inp = keras.Input((8,))
+    outs = [L.Dense(10, name="logits")(inp), L.Dense(4, name="boxes")(inp),
+            L.Dense(3, activation="softmax", name="probs")(inp), L.Dense(1, name="value")(inp),
+            L.Dense(12, activation="sigmoid", name="tags")(inp)]
+    model = keras.Model(inp, outs)
+    assert C.output_kinds(model) == ["logits", "values", "probabilities", "values", "values"]
+    assert C.output_names(model) == ["logits", "boxes", "probs", "value", "tags"]
+
+
+def test_two_outputs_each_checked_and_protected(zoo):
+    """A detection-like head (class scores, 4 box values): each output gets its own check
+    (top-1 for the scores only) and keeps its min/max range, with data and without."""
+    model = zoo("two_output", 48)
+    import _zoo
+
+    x = _zoo.inputs("two_output", 24, seed=_zoo.BUILD_SEED, size=48)
+    for data in (x, None):
+        content, report = cle.quantize(model, data)
+        assert [(o.name, o.kind) for o in report.outputs] == [("scores", "logits"),
+                                                              ("boxes", "values")]
+        assert math.isnan(report.outputs[1].top1_agreement)
+        assert all(o.sqnr_db > 10 for o in report.outputs), report.summary()
+        kept = [r for r in report.ranges if r.how == "min/max (output)"]
+        assert len(kept) == 2
+        text = report.summary()
+        assert "output 'scores': top-1 agreement" in text and "output 'boxes': SQNR" in text
+        assert "output 'boxes': top-1" not in text
+        if data is not None:  # the figures are the held-out inputs' (recomputed, public API)
+            ref = model.predict(x[18:], verbose=0)
+            got = Q.run_tflite(content, x[18:], batch_size=4)
+            assert isinstance(got, list) and [g.shape for g in got] == [r.shape for r in ref]
+            assert [Q.sqnr_db(r, g) for r, g in zip(ref, got)] == pytest.approx(
+                [o.sqnr_db for o in report.outputs], abs=1e-4)
+            assert report.outputs[0].top1_agreement == Q.top1_agreement(ref[0], got[0])
+
+
+def test_a_one_value_output_prints_no_top1(zoo):
+    import _zoo
+
+    model = zoo("regression_cnn", 48)
+    _, report = cle.quantize(model, _zoo.inputs("regression_cnn", 12, size=48))
+    assert report.outputs[0].kind == "values" and "top-1" not in report.summary()
+    assert report.to_dict()["check"]["top1_agreement"] is None
+
+
+def _forms(model, x):
+    """The same calibration data in every accepted form: dict, tuple, one-shot generator of
+    batches, list of batches, tf.data.Dataset (TensorFlow)."""
+    names = input_names(model)
+    forms = {"dict": dict(zip(names, x)), "tuple": tuple(x),
+             "generator": (tuple(a[i: i + 5] for a in x) for i in range(0, len(x[0]), 5)),
+             "batches": [dict(zip(names, (a[i: i + 7] for a in x)))
+                         for i in range(0, len(x[0]), 7)]}
+    if BACKEND == "tensorflow":
+        import tensorflow as tf
+
+        forms["dataset"] = tf.data.Dataset.from_tensor_slices(tuple(x)).batch(6)
+    return forms
+
+
+def test_two_inputs_in_every_form(zoo):
+    """Calibration data for a two-input model as a dict, a tuple, a one-shot generator, a list
+    of batches or a tf.data.Dataset: the same checked inputs; quantized from the generator
+    with data, and without data with one input's range stated and the other's found."""
+    import _zoo
+
+    model = zoo("two_input", 48)
+    x = _zoo.inputs("two_input", 24, seed=_zoo.BUILD_SEED, size=48)
+    for form, data in _forms(model, x).items():
+        got = check_calibration_data(model, data)
+        assert got.names == ("view", "thumb"), form
+        for a, b in zip(got.arrays, x):
+            np.testing.assert_array_equal(a, b)
+    names = input_names(model)
+    gen = (dict(zip(names, (a[i: i + 5] for a in x))) for i in range(0, 24, 5))
+    content, report = cle.quantize(model, gen)
+    assert (report.n_calibration, report.n_check) == (18, 6)
+    assert content == cle.quantize(model, tuple(x))[0]
+    _, nodata = cle.quantize(model, input_range={"view": (0.0, 255.0)})
+    assert [(r["input"], r["range"]) for r in nodata.input_ranges] == [
+        ("view", [0.0, 255.0]), ("thumb", [-1.0, 1.0])]
+    assert nodata.input_ranges[0]["source"] == "stated"
+    assert nodata.input_ranges[1]["source"].startswith("the statistics of its first batch norm")
+    assert nodata.outputs[0].sqnr_db > 10
+
+
+def test_calibration_data_is_checked_once_per_call(net, data, monkeypatch):
+    """One float32 copy per public call: the data is read and joined once at the door, and
+    every later stage takes the checked value as it is."""
+    calls = []
+    joined = _inputs._joined
+
+    def count(*args):
+        calls.append(1)
+        return joined(*args)
+
+    monkeypatch.setattr(_inputs, "_joined", count)
+    cle.quantize(net, data)
+    assert len(calls) == 1
+    calls.clear()
+    cle.equalize_model(net, bias_correction="empirical", activation_ranges="calibration",
+                       calibration_data=data)
+    assert len(calls) == 1
+
+
+def test_a_one_shot_generator_reaches_every_path_that_takes_data(net, data):
+    """A generator can be read once; every public path that takes calibration data checks it
+    once at its door, so a generator gives what the array gives."""
+
+    def gen():
+        return (data[i: i + 8] for i in range(0, len(data), 8))
+
+    kwargs = dict(bias_correction="empirical", activation_ranges="calibration")
+    x_test = data[:4]
+    want = cle.equalize_model(net, calibration_data=data, **kwargs).predict(x_test, verbose=0)
+    got = cle.equalize_model(net, calibration_data=gen(), **kwargs).predict(x_test, verbose=0)
+    np.testing.assert_array_equal(got, want)
+    want = cle.correct_bias(net, calibration_data=data).predict(x_test, verbose=0)
+    got = cle.correct_bias(net, calibration_data=gen()).predict(x_test, verbose=0)
+    np.testing.assert_array_equal(got, want)
+    assert cle.quantize(net, gen())[0] == cle.quantize(net, data)[0]
+    if BACKEND == "tensorflow":
+        import tensorflow as tf
+
+        ds = tf.data.Dataset.from_tensor_slices(data).batch(8)
+        got = cle.equalize_model(net, calibration_data=ds, **kwargs).predict(x_test, verbose=0)
+        np.testing.assert_array_equal(got, cle.equalize_model(
+            net, calibration_data=data, **kwargs).predict(x_test, verbose=0))
+
+
+def test_multi_input_data_refused_with_one_line(zoo):
+    import _zoo
+
+    model = zoo("two_input", 48)
+    a, b = _zoo.inputs("two_input", 4, size=48)
+    with pytest.raises(ValueError, match=r"as a dict needs one array per model input, keyed by "
+                                         r"the input names \['view', 'thumb'\]"):
+        check_calibration_data(model, {"view": a})
+    with pytest.raises(ValueError, match=r"input 'thumb' has the wrong shape: the model expects "
+                                         r"\(N, 24, 24, 3\)\. Received: shape \(4, 48, 48, 3\)"):
+        check_calibration_data(model, (a, a))
+    with pytest.raises(ValueError, match=r"as many samples of every input\. Received: 4 for "
+                                         r"'view', 3 for 'thumb'"):
+        check_calibration_data(model, (a, b[:3]))
+    with pytest.raises(ValueError, match=r"for a model with 2 inputs, a dict"):
+        check_calibration_data(model, a)
+
+
+# ------------------------------------------------------------- the input range
+
+
+def test_a_model_that_cannot_tell_its_range_is_refused_before_any_work(zoo, monkeypatch):
+    def fail(*args, **kwargs):
+        raise AssertionError("work started")
+
+    monkeypatch.setattr(_synthetic, "distill", fail)
+    monkeypatch.setattr(pipeline, "equalize_checked", fail)
+    with pytest.raises(pipeline.InputRangeUnknown, match=(
+            r"^cannot tell the input range of model 'late_bn_cnn' \(input 'image': no "
+            r"preprocessing layer, and the path to its first batch norm '.*' is not linear "
+            r"\(it passes an activation\)\); pass input_range=\(low, high\) or "
+            r"calibration_data\. Received: input_range=None, calibration_data=None$")):
+        cle.quantize(zoo("late_bn_cnn"))
+
+
+def test_a_loaded_sequential_model_quantizes_without_data(zoo):
+    """A Sequential model loaded from .keras has several Keras nodes per layer: its batch
+    norms are found all the same (once refused: 'has no BatchNormalization layer')."""
+    model = zoo("sequential_tf", 48)
+    assert isinstance(model, keras.Sequential)
+    assert len(_synthetic.batch_norms(model)) == 3
+    _, report = cle.quantize(model)
+    assert report.input_ranges[0]["range"] == [-1.0, 1.0]
+    assert report.outputs[0].sqnr_db > 10
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"input_range": {"nope": (0, 1)}}, r"input_range names inputs the model does not have: "
+                                        r"\['nope'\]; its inputs are \['image'\]"),
+    ({"input_range": (0, 1), "calibration_data": "data"}, r"input_range is for quantizing "
+                                                          r"without data"),
+    ({"input_range": {}}, r"must name at least one input"),
+])
+def test_input_range_misuse_refused(net, data, kwargs, message):
+    if kwargs.get("calibration_data") == "data":
+        kwargs = dict(kwargs, calibration_data=data)
+    with pytest.raises(ValueError, match=message):
+        cle.quantize(net, **kwargs)
+
+
+# ------------------------------------------------------------- the command line
+
+
+def _agree(argv, library, tmp_path, command="quantize"):
+    """``(cli refuses, library refuses)`` for the same options: the command line's checks
+    before loading anything, and the library's own."""
+    from cle._cli import main as cli_main
+    from cle._cli.common import CliError
+
+    args = cli_main.build_parser().parse_args([command, str(tmp_path / "m.keras")] + (
+        ["-o", str(tmp_path / ("m.tflite" if command == "quantize" else "o.keras"))]
+        if command != "inspect" else []) + argv)
+    try:
+        cli_main._check_option_combinations(args)
+        cli = False
+    except CliError as exc:
+        assert exc.code == 2
+        cli = True
+    try:
+        library()
+        lib = False
+    except ValueError:
+        lib = True
+    return cli, lib
+
+
+def test_the_command_line_and_the_library_agree_on_every_quantize_combination(tmp_path):
+    import itertools
+
+    from cle._quantize.options import QuantizeOptions
+
+    np.save(tmp_path / "c.npy", np.zeros((2, 4), np.float32))
+    for per_channel, bits, bias, data, rng, io in itertools.product(
+            (True, False), (8, 16), ("auto", "empirical", "analytic", "none"), (False, True),
+            (None, (-1.0, 1.0)), (False, True)):
+        argv = ["--activation-bits", str(bits), "--bias-correction", bias]
+        argv += [] if per_channel else ["--per-tensor"]
+        argv += ["--calibration", str(tmp_path / "c.npy")] if data else []
+        argv += [f"--input-range={rng[0]},{rng[1]}"] if rng else []
+        argv += ["--integer-io"] if io else []
+        cli, lib = _agree(argv, lambda: QuantizeOptions.from_call(
+            "data" if data else None, per_channel=per_channel, activation_bits=bits,
+            bias_correction=bias, input_range=rng, integer_io=io), tmp_path)
+        assert cli == lib, argv
+
+
+def test_the_command_line_and_the_library_agree_on_every_equalize_combination(tmp_path):
+    import itertools
+
+    from cle._transforms.options import EqualizeOptions
+
+    np.save(tmp_path / "c.npy", np.zeros((2, 4), np.float32))
+    for command, bias, ranges, objective, data in itertools.product(
+            ("equalize", "inspect"), ("none", "analytic", "empirical"), ("bn", "calibration"),
+            ("quantized", "weights"), (False, True)):
+        argv = ["--bias-correction", bias, "--activation-ranges", ranges,
+                "--objective", objective]
+        argv += ["--calibration", str(tmp_path / "c.npy")] if data else []
+        cli, lib = _agree(argv, lambda: EqualizeOptions.from_call(
+            "data" if data else None, bias_correction=bias, activation_ranges=ranges,
+            objective=objective), tmp_path, command)
+        assert cli == lib, (command, argv)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--preprocessing", "tf", "--input-range=0,1"],
+     r"--preprocessing tf means the input range -1,1, which contradicts --input-range "
+     r"\(every input: 0,1\); give one of them"),
+    (["--input-range=0,1", "--input-range=view=0,255"],
+     r"--input-range LOW,HIGH sets every input's range; give it once"),
+    (["--input-range=a=1,0"], r"expected LOW < HIGH"),
+])
+def test_contradictory_input_ranges_refused(tmp_path, capsys, argv, message):
+    from cle import cli
+
+    (tmp_path / "m.keras").write_bytes(b"")
+    import zipfile
+
+    with zipfile.ZipFile(tmp_path / "m.keras", "w") as z:
+        z.writestr("x", "y")
+    code = cli.main(["quantize", str(tmp_path / "m.keras"), "-o", str(tmp_path / "m.tflite"),
+                     *argv])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and err[0].startswith("cle: error: ")
+    import re
+
+    assert re.search(message, err[0]), err[0]
+
+
+def test_cli_quantize_without_data_says_what_it_found_or_refuses(zoo, tmp_path, capsys):
+    """`cle quantize m.keras -o m.tflite` with no flag: the input range found and where from,
+    the check on inputs the distillation did not shape, 'no real data'; a model that cannot
+    tell its range is refused in one line naming the three options."""
+    from cle import cli
+
+    zoo("two_input", 48).save(tmp_path / "two.keras")
+    names = input_names(zoo("two_input", 48))
+    import _zoo
+
+    x = _zoo.inputs("two_input", 12, size=48)
+    np.savez(tmp_path / "c.npz", **dict(zip(names, x)))
+    code = cli.main(["quantize", str(tmp_path / "two.keras"), "-o", str(tmp_path / "a.tflite"),
+                     "--calibration", str(tmp_path / "c.npz")])
+    out = capsys.readouterr().out
+    assert code == 0 and "calibration: 12 inputs given: 9 to calibrate, 3 held out" in out
+    np.savez(tmp_path / "bad.npz", view=x[0])
+    code = cli.main(["quantize", str(tmp_path / "two.keras"), "-o", str(tmp_path / "b.tflite"),
+                     "--calibration", str(tmp_path / "bad.npz")])
+    err = capsys.readouterr().err
+    assert code == 2 and "must hold one array per model input, named ['view', 'thumb']" in err
+    zoo("late_bn_cnn").save(tmp_path / "late.keras")
+    code = cli.main(["quantize", str(tmp_path / "late.keras"), "-o", str(tmp_path / "c.tflite")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1
+    assert err[0].endswith("pass --input-range=LOW,HIGH, --preprocessing NAME or --calibration "
+                           "PATH")
+    assert not (tmp_path / "c.tflite").exists()
+
+
+def test_cli_equalize_reads_calibration_with_the_same_reader(zoo, tmp_path, capsys):
+    """`cle equalize --calibration` reads what `cle quantize` reads (.npz included); data that
+    does not fit is exit 2."""
+    from cle import cli
+
+    model = zoo("unit_cnn", 48)
+    model.save(tmp_path / "m.keras")
+    import _zoo
+
+    x = _zoo.inputs("unit_cnn", 8, size=48)
+    np.savez(tmp_path / "c.npz", **{input_names(model)[0]: x})
+    np.save(tmp_path / "bad.npy", x[:, :, :, :2])
+    code = cli.main(["equalize", str(tmp_path / "m.keras"), "-o", str(tmp_path / "e.keras"),
+                     "--bias-correction", "empirical", "--calibration", str(tmp_path / "c.npz")])
+    assert code == 0, capsys.readouterr().err
+    capsys.readouterr()
+    code = cli.main(["equalize", str(tmp_path / "m.keras"), "-o", str(tmp_path / "f.keras"),
+                     "--bias-correction", "empirical", "--calibration", str(tmp_path / "bad.npy")])
+    err = capsys.readouterr().err
+    assert code == 2 and "has the wrong channel count" in err
