@@ -1,4 +1,5 @@
-"""The ``cle`` commands (``fold``, ``equalize``, ``quantize``, ``inspect``, ``demo``): each
+"""The ``cle`` commands (``fold``, ``equalize``, ``quantize``, ``analyze``, ``inspect``,
+``demo``): each
 ``cmd_*`` takes the parsed arguments of :func:`cle.cli.build_parser`, runs, prints its summary and
 returns the exit status. Standard library only at import, like :mod:`cle.cli`."""
 
@@ -218,6 +219,51 @@ def cmd_quantize(args) -> int:
         write_outputs(outputs)
     print(f"{args.model}: cle quantize")
     for line in report.summary().splitlines():
+        print("  " + line)
+    for path, _ in outputs:
+        print(f"wrote {path}")
+    return EXIT_OK
+
+
+def cmd_analyze(args) -> int:
+    with Session(args) as session:
+        model = session.load()
+        check_graph(args.model, model)
+        from cle._core.checks import check_single_io
+
+        try:
+            check_single_io(model, "cle analyze")
+        except ValueError as exc:
+            raise CliError(f"{args.model}: {one_line(exc)}", EXIT_USAGE) from exc
+        from cle._core.backend import channels_first_problem
+
+        problem = channels_first_problem(model)
+        if problem is not None:
+            raise CliError(f"{args.model}: cle analyze runs the model, but {problem}")
+        calibration = _quantize_calibration(args, model)
+        from cle import analysis
+
+        try:
+            report = analysis.analyze(
+                model, calibration, per_channel=args.per_channel, integer_io=args.integer_io,
+                bias_correction=args.bias_correction, ranges=args.ranges,
+                input_range=_input_range(args), layer_inputs=args.layer_inputs,
+                progress=_quantize_progress)
+        except ValueError as exc:  # what the model cannot do (no BN without data, ...)
+            raise CliError(f"{args.model}: {one_line(exc)}", EXIT_USAGE) from exc
+        outputs = []
+        if args.report:
+            outputs.append((args.report, json_bytes(report.to_dict())))
+        if args.plot:
+            from cle._quantize.analysis_plot import render
+
+            outputs.append((args.plot, render(report, args.worst,
+                                              f"{os.path.basename(args.model)}: where the "
+                                              "INT8 error comes from, layer by layer")))
+        if outputs:
+            write_outputs(outputs)
+    print(f"{args.model}: cle analyze")
+    for line in report.summary(args.worst).splitlines():
         print("  " + line)
     for path, _ in outputs:
         print(f"wrote {path}")

@@ -207,6 +207,74 @@ def quantize(model, calibration_data=None, *, per_channel: bool = True, weight_b
         >>> content, report = cle.quantize(model, x_calibration)
         >>> print(report.summary())
     """
+    say = progress if progress is not None else (lambda message: None)
+    build = build_int8(model, calibration_data, per_channel=per_channel,
+                       weight_bits=weight_bits, activation_bits=activation_bits,
+                       integer_io=integer_io, bias_correction=bias_correction, ranges=ranges,
+                       input_range=input_range, compare=compare, seed=seed, progress=progress)
+    x_cal, x_check, check_inputs = build.x_cal, build.x_check, build.check_inputs
+    content, seconds, mode = build.content, build.seconds, build.bias_correction
+
+    # Check.
+    start = time.perf_counter()
+    say(f"checking the INT8 model on {len(x_check)} {check_inputs}")
+    reference = predict(model, x_check)
+    y = Q.run_tflite(content, x_check, batch_size=TFLITE_BATCH)
+    seconds["check"] = time.perf_counter() - start
+    plain = None
+    if compare:
+        start = time.perf_counter()
+        plain = _compare(model, x_cal, x_check, reference, per_channel, activation_bits, say)
+        seconds["compare"] = time.perf_counter() - start
+    report = QuantizeReport(
+        target={"per_channel": bool(per_channel), "weight_bits": int(weight_bits),
+                "activation_bits": int(activation_bits), "integer_io": bool(integer_io)},
+        calibration=build.calibration, n_calibration=len(x_cal), check_inputs=check_inputs,
+        n_check=len(x_check), equalization=build.equalization, bias_correction=mode,
+        ranges=build.ranges, top1_agreement=Q.top1_agreement(reference, y),
+        sqnr_db=Q.sqnr_db(reference, y), plain=plain, synthesis_loss=build.synthesis_loss,
+        seconds=seconds)
+    return content, report
+
+
+@dataclasses.dataclass
+class Int8Build:
+    """What :func:`quantize` builds before its check, for the routes that go on from there
+    (``cle.analyze``).
+
+    Attributes:
+        x_cal, x_check: the calibration inputs and the check inputs (:func:`quantize`'s
+            ``n_calibration`` and ``n_check``); ``check_inputs`` says what the latter are.
+        calibration: "data" or "synthetic"; ``synthesis_loss`` as in :class:`QuantizeReport`.
+        bias_correction: the bias correction run.
+        equalized, equalization: the equalized float model and its report.
+        calibrated: the float flatbuffer with the chosen ranges written in (what the quantize
+            step read; None in 16x8 mode, which the converter runs in one step).
+        ranges: every activation tensor's :class:`cle._measure.tflite.TensorRange`.
+        content: the ``.tflite``.
+        seconds: wall time of each stage.
+    """
+
+    x_cal: Any
+    x_check: Any
+    check_inputs: str
+    calibration: str
+    synthesis_loss: list | None
+    bias_correction: str
+    equalized: Any
+    equalization: Any
+    calibrated: bytes | None
+    ranges: list
+    content: bytes
+    seconds: dict
+
+
+def build_int8(model, calibration_data=None, *, per_channel=True, weight_bits=8,
+               activation_bits=8, integer_io=False, bias_correction="auto",
+               ranges="percentile", input_range=None, compare=False, seed=0,
+               progress=None) -> Int8Build:
+    """:func:`quantize`'s checks and stages up to the ``.tflite``, without its check (the
+    arguments are :func:`quantize`'s)."""
     clock = time.perf_counter
     say = progress if progress is not None else (lambda message: None)
     check_model(model)
@@ -245,30 +313,13 @@ def quantize(model, calibration_data=None, *, per_channel: bool = True, weight_b
 
     # Ranges and conversion.
     start = clock()
-    content, tensor_ranges = _convert(equalized, x_cal, per_channel, activation_bits, integer_io,
-                                      ranges, input_range if x is None else None, say)
+    content, tensor_ranges, calibrated = _convert(
+        equalized, x_cal, per_channel, activation_bits, integer_io, ranges,
+        input_range if x is None else None, say)
     seconds["convert"] = clock() - start
-
-    # Check.
-    start = clock()
-    say(f"checking the INT8 model on {len(x_check)} {check_inputs}")
-    reference = predict(model, x_check)
-    y = Q.run_tflite(content, x_check, batch_size=TFLITE_BATCH)
-    seconds["check"] = clock() - start
-    plain = None
-    if compare:
-        start = clock()
-        plain = _compare(model, x_cal, x_check, reference, per_channel, activation_bits, say)
-        seconds["compare"] = clock() - start
-    report = QuantizeReport(
-        target={"per_channel": bool(per_channel), "weight_bits": int(weight_bits),
-                "activation_bits": int(activation_bits), "integer_io": bool(integer_io)},
-        calibration="data" if x is not None else "synthetic",
-        n_calibration=len(x_cal), check_inputs=check_inputs, n_check=len(x_check),
-        equalization=eq_report, bias_correction=mode, ranges=tensor_ranges,
-        top1_agreement=Q.top1_agreement(reference, y), sqnr_db=Q.sqnr_db(reference, y),
-        plain=plain, synthesis_loss=loss, seconds=seconds)
-    return content, report
+    return Int8Build(x_cal, x_check, check_inputs, "data" if x is not None else "synthetic",
+                     loss, mode, equalized, eq_report, calibrated, tensor_ranges, content,
+                     seconds)
 
 
 def _calibration_inputs(x, model, input_range, seed, say, seconds):
@@ -290,11 +341,12 @@ def _calibration_inputs(x, model, input_range, seed, say, seconds):
 
 def _convert(equalized, x_cal, per_channel, activation_bits, integer_io, ranges, input_range,
              say):
-    """``(tflite bytes, tensor ranges)``: the converter's 16x8 mode, or its calibrate step,
-    the chosen ranges written in, and its quantize step."""
+    """``(tflite bytes, tensor ranges, calibrated flatbuffer)``: the converter's 16x8 mode
+    (no calibrated flatbuffer), or its calibrate step, the chosen ranges written in, and its
+    quantize step."""
     if activation_bits == 16:
         say(f"converting (TF Lite 16x8, calibration on {len(x_cal)} inputs)")
-        return tflite.convert_int16(equalized, x_cal, integer_io=integer_io), []
+        return tflite.convert_int16(equalized, x_cal, integer_io=integer_io), [], None
     say(f"calibrating activation ranges on {len(x_cal)} inputs")
     calibrated = tflite.calibrate(equalized, x_cal)
     tensor_ranges = tflite.ranges_of(calibrated)
@@ -303,7 +355,7 @@ def _convert(equalized, x_cal, per_channel, activation_bits, integer_io, ranges,
         calibrated = tflite.with_ranges(calibrated, tensor_ranges)
     say("quantizing")
     return tflite.quantize_calibrated(calibrated, per_channel=per_channel,
-                                      integer_io=integer_io), tensor_ranges
+                                      integer_io=integer_io), tensor_ranges, calibrated
 
 
 def _compare(model, x_cal, x_check, reference, per_channel, activation_bits, say):
