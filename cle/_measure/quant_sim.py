@@ -292,10 +292,10 @@ def _exact(f: FlatGraph, q: FlatGraph, op, qop, u) -> bool:
     return bool(reads) and all(_same(q.params(b), q.params(u)) for b in reads)
 
 
-def build(float_content: bytes, int8_content: bytes) -> QuantSim:
+def build(float_content: bytes, int8_content: bytes, watch=()) -> QuantSim:
     """The switchable simulation of ``int8_content`` on ``float_content`` (see the module
-    docstring). Every activation tensor with a switch, and every model output, is
-    readable."""
+    docstring). Every activation tensor with a switch, every model output and the float
+    model's tensors in ``watch`` are readable."""
     f, q = FlatGraph(float_content), FlatGraph(int8_content)
     alignment = align(f, q)
     work = FlatGraph(float_content)  # the copy that is edited
@@ -341,15 +341,15 @@ def build(float_content: bytes, int8_content: bytes) -> QuantSim:
             masks.append(mask)
         for t in op.outputs:
             activation(t, op.index)
-    return _finish(ed, work, f, alignment, switches, masks, current)
+    return _finish(ed, work, f, alignment, switches, masks, current, watch)
 
 
-def _finish(ed, work, f, alignment, switches, masks, current) -> QuantSim:
+def _finish(ed, work, f, alignment, switches, masks, current, watch) -> QuantSim:
     graph = ed.graph
     graph.operators = ed.pending
     graph.inputs = np.array(list(work.inputs) + masks, np.int32)
     readable = {t: current[t] for t in current}
-    for t in f.outputs:
+    for t in list(f.outputs) + list(watch):
         readable.setdefault(t, t)
     order = list(readable)
     graph.outputs = np.array([readable[t] for t in order], np.int32)

@@ -66,7 +66,8 @@ def analyze(model, calibration_data=None, *, per_channel: bool = True,
     say(f"pairing the model's layers with the .tflite's tensors on {min(PROBE_INPUTS, len(x_layer))}"
         " inputs")
     lmap = map_layers(build.equalized, build.calibrated, x_layer[:PROBE_INPUTS])
-    sim = quant_sim.build(build.calibrated, build.content)
+    sim = quant_sim.build(build.calibrated, build.content,
+                          watch=[e.tensor for e in lmap.entries])
     entries = _with_switches([_input_entry(model, sim)] + lmap.entries, lmap.owner, sim)
     seconds["map"] = time.perf_counter() - start
 
