@@ -66,6 +66,8 @@ class Switch:
             (-1 for a model input).
         params: ``(scales, zero_points, axis)`` of the INT8 tensor (activation switches).
         requantize: an operator's own requantization of its input.
+        alternative: 0 for the INT8 model's own quantization; ``k`` for the ``k``-th
+            alternative given to :func:`build` for the tensor (switch one of them at a time).
     """
 
     index: int
@@ -74,6 +76,7 @@ class Switch:
     op: int
     params: tuple | None = None
     requantize: bool = False
+    alternative: int = 0
 
 
 class _Editor:
@@ -204,10 +207,13 @@ def _rank_mask(editor: _Editor, like: int, k: int) -> int:
     return editor.tensor(like, f"cle_switch_{k}", shape=(1,) + (1,) * (rank - 1))
 
 
-def _quantize_switch(ed: _Editor, t: int, params, k: int) -> tuple[int, int]:
-    """Emit ``t + m·(dq(q(t)) − t)``, the quantization in float operators that XNNPACK runs
-    (``q(t) = clamp(round(t / s), −128 − z, 127 − z)``, ``dq(q) = q · s``: the int8 value less
-    its zero point); returns ``(switched tensor, mask input)``."""
+def _quantize_switch(ed: _Editor, t: int, params, k: int, base: int | None = None
+                     ) -> tuple[int, int]:
+    """Emit ``base + m·(dq(q(t)) − t)`` (``base`` defaults to ``t``), the quantization in float
+    operators that XNNPACK runs (``q(t) = clamp(round(t / s), −128 − z, 127 − z)``,
+    ``dq(q) = q · s``: the int8 value less its zero point); returns ``(switched tensor, mask
+    input)``."""
+    base = t if base is None else base
     scale, zero = float(params[0][0]), int(params[1][0])
     mask = _rank_mask(ed, t, k)
     name = f"cle_sim_{k}"
@@ -221,7 +227,7 @@ def _quantize_switch(ed: _Editor, t: int, params, k: int) -> tuple[int, int]:
     ed.pending += [ed.arithmetic("MUL", t, consts[0], a), ed.op("ROUND", [a], [r]),
                    ed.minmax("MAXIMUM", r, consts[1], lo), ed.minmax("MINIMUM", lo, consts[2], hi),
                    ed.arithmetic("MUL", hi, consts[3], dq), ed.arithmetic("SUB", dq, t, err),
-                   ed.arithmetic("MUL", err, mask, em), ed.arithmetic("ADD", t, em, out)]
+                   ed.arithmetic("MUL", err, mask, em), ed.arithmetic("ADD", base, em, out)]
     return out, mask
 
 
@@ -292,10 +298,13 @@ def _exact(f: FlatGraph, q: FlatGraph, op, qop, u) -> bool:
     return bool(reads) and all(_same(q.params(b), q.params(u)) for b in reads)
 
 
-def build(float_content: bytes, int8_content: bytes, watch=()) -> QuantSim:
+def build(float_content: bytes, int8_content: bytes, watch=(), alternatives=None) -> QuantSim:
     """The switchable simulation of ``int8_content`` on ``float_content`` (see the module
     docstring). Every activation tensor with a switch, every model output and the float
-    model's tensors in ``watch`` are readable."""
+    model's tensors in ``watch`` are readable. ``alternatives``: float tensor -> list of
+    other ``(scales, zero_points, axis)`` to quantize it with, each under a switch of its own
+    (an activation range to try in its place)."""
+    alternatives = alternatives or {}
     f, q = FlatGraph(float_content), FlatGraph(int8_content)
     alignment = align(f, q)
     work = FlatGraph(float_content)  # the copy that is edited
@@ -321,6 +330,11 @@ def build(float_content: bytes, int8_content: bytes, watch=()) -> QuantSim:
         if u is not None and f.type(t) == FLOAT32 and q.params(u) is not None:
             kind = "weight" if t in weights_kind else "activation"
             current[t] = switch(t, op, kind, q.params(u))
+            for j, params in enumerate(alternatives.get(t, ()), 1):
+                k = len(switches)
+                current[t], mask = _quantize_switch(ed, t, params, k, base=current[t])
+                switches.append(Switch(k, kind, t, op, params, alternative=j))
+                masks.append(mask)
 
     for t in f.inputs:
         activation(t, -1)

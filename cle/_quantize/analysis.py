@@ -127,7 +127,8 @@ class _Measure:
         n_e = len(entries)
         self.entry_of = np.array([owner.get(s.op, -1) + 1 if s.op >= 0 else 0
                                   for s in sim.switches], np.int64)
-        kinds = np.array([s.kind for s in sim.switches])
+        kinds = np.array([s.kind if s.alternative == 0 else "alternative"
+                          for s in sim.switches])
         self.output = sim.float_graph.outputs[0]
         plan = []  # (input, what, entry)
         for i in range(len(x)):

@@ -253,6 +253,8 @@ class Int8Build:
         ranges: every activation tensor's :class:`cle._measure.tflite.TensorRange`.
         content: the ``.tflite``.
         seconds: wall time of each stage.
+        values: with ``keep_values``, the values each activation tensor took on ``x_cal``
+            (a sample, by tensor index; None with ``ranges="minmax"``).
     """
 
     x_cal: Any
@@ -267,14 +269,15 @@ class Int8Build:
     ranges: list
     content: bytes
     seconds: dict
+    values: dict | None = None
 
 
 def build_int8(model, calibration_data=None, *, per_channel=True, weight_bits=8,
                activation_bits=8, integer_io=False, bias_correction="auto",
                ranges="percentile", input_range=None, compare=False, seed=0,
-               progress=None) -> Int8Build:
+               progress=None, keep_values=False) -> Int8Build:
     """:func:`quantize`'s checks and stages up to the ``.tflite``, without its check (the
-    arguments are :func:`quantize`'s)."""
+    arguments are :func:`quantize`'s; ``keep_values`` keeps the sampled activation values)."""
     clock = time.perf_counter
     say = progress if progress is not None else (lambda message: None)
     check_model(model)
@@ -313,13 +316,13 @@ def build_int8(model, calibration_data=None, *, per_channel=True, weight_bits=8,
 
     # Ranges and conversion.
     start = clock()
-    content, tensor_ranges, calibrated = _convert(
+    content, tensor_ranges, calibrated, values = _convert(
         equalized, x_cal, per_channel, activation_bits, integer_io, ranges,
         input_range if x is None else None, say)
     seconds["convert"] = clock() - start
     return Int8Build(x_cal, x_check, check_inputs, "data" if x is not None else "synthetic",
                      loss, mode, equalized, eq_report, calibrated, tensor_ranges, content,
-                     seconds)
+                     seconds, values if keep_values else None)
 
 
 def _calibration_inputs(x, model, input_range, seed, say, seconds):
@@ -341,21 +344,24 @@ def _calibration_inputs(x, model, input_range, seed, say, seconds):
 
 def _convert(equalized, x_cal, per_channel, activation_bits, integer_io, ranges, input_range,
              say):
-    """``(tflite bytes, tensor ranges, calibrated flatbuffer)``: the converter's 16x8 mode
-    (no calibrated flatbuffer), or its calibrate step, the chosen ranges written in, and its
-    quantize step."""
+    """``(tflite bytes, tensor ranges, calibrated flatbuffer, sampled values)``: the
+    converter's 16x8 mode (no calibrated flatbuffer), or its calibrate step, the chosen ranges
+    written in, and its quantize step; the values each tensor took on ``x_cal`` (a sample, as
+    :func:`cle._measure.tflite.observe` keeps it) when the ranges were chosen from them."""
+    values = None
     if activation_bits == 16:
         say(f"converting (TF Lite 16x8, calibration on {len(x_cal)} inputs)")
-        return tflite.convert_int16(equalized, x_cal, integer_io=integer_io), [], None
+        return tflite.convert_int16(equalized, x_cal, integer_io=integer_io), [], None, values
     say(f"calibrating activation ranges on {len(x_cal)} inputs")
     calibrated = tflite.calibrate(equalized, x_cal)
     tensor_ranges = tflite.ranges_of(calibrated)
     if ranges == "percentile":
-        _choose_percentile_ranges(calibrated, x_cal, tensor_ranges, input_range, integer_io, say)
+        values = _choose_percentile_ranges(calibrated, x_cal, tensor_ranges, input_range,
+                                           integer_io, say)
         calibrated = tflite.with_ranges(calibrated, tensor_ranges)
     say("quantizing")
     return tflite.quantize_calibrated(calibrated, per_channel=per_channel,
-                                      integer_io=integer_io), tensor_ranges, calibrated
+                                      integer_io=integer_io), tensor_ranges, calibrated, values
 
 
 def _compare(model, x_cal, x_check, reference, per_channel, activation_bits, say):
@@ -399,6 +405,7 @@ def _choose_percentile_ranges(calibrated, x, tensor_ranges, input_range, integer
             r.how = "min/max (sparse)"
             continue
         r.lo, r.hi, r.how = lo, hi, "percentile"
+    return values
 
 
 def load_calibration(path, model, preprocessing: str | None = None,
