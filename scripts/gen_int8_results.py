@@ -28,13 +28,12 @@ the share of crops whose top-1 class equals the float model's (one crop is 0.4 p
 
 ``--fit`` measures, on the first calibration set (64 crops, seed 1), the pre-activation of every
 junction whose folded BN the data-free model reads, and compares it with what
-``cle._math.noise.junction_from_bn`` predicts from that BN's γ, β (docs/quantization_aware_scaling.md).
+the noise model (``junction_from_bn``) predicts from that BN's γ, β (docs/quantization_aware_scaling.md).
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import sys
@@ -48,6 +47,7 @@ import numpy as np  # noqa: E402
 import cle  # noqa: E402
 from cle import pretrained as P  # noqa: E402
 from cle import quantization as Q  # noqa: E402
+from cle._measure import studies  # noqa: E402
 
 NETS = {
     # name: (title, builder, preprocessing, input size)
@@ -145,22 +145,6 @@ SWEEP = [
 ]
 
 
-@contextlib.contextmanager
-def _qnoise_settings(settings, **functions):
-    """``cle._math.noise``'s module constants (and functions) set to ``settings`` for a while."""
-    from cle._math import noise
-
-    settings = {**settings, **functions}
-    saved = {k: getattr(noise, k) for k in settings}
-    try:
-        for k, v in settings.items():
-            setattr(noise, k, v)
-        yield
-    finally:
-        for k, v in saved.items():
-            setattr(noise, k, v)
-
-
 def sweep(net, log=print):
     """Per-channel TFLite INT8 of ``equalize_model()`` under each :data:`SWEEP` setting."""
     model, x, calib, ref = _setup(net)
@@ -171,7 +155,7 @@ def sweep(net, log=print):
     rows = [("BN folding only", None, tflite(cle.fold_all_batch_norms(model)[1]))]
     log(json.dumps(rows[-1]))
     for label, settings in SWEEP:
-        with _qnoise_settings(settings):
+        with studies.noise_settings(settings):
             m, report = cle.equalize_model(model, return_report=True)
         rows.append((label, sum(d.scaled for d in report.scaling), tflite(m)))
         log(json.dumps(rows[-1]))
@@ -236,123 +220,19 @@ FIT_MODELS = [
 FIT_SCALES = ("certain", "default", "nagel")
 #: The crops the fit measures on: the first calibration set of the tables.
 FIT_CROPS, FIT_SEED = CALIB_CROPS, CALIB_SEEDS[0]
-_CAPPED = ("relu6", "clipped")
-
-
-def _fit_decisions(plan, matches, edits, model, scales):
-    """The pipeline's per-set decisions (:func:`cle._transforms.plan.decide_sets`) for the scales named
-    ``scales`` (see :data:`FIT_SCALES`)."""
-    from cle._math import noise
-    from cle._transforms.options import EqualizeOptions
-    from cle._transforms.plan import decide_sets
-    from cle._transforms.scaling import PlannedWeights
-
-    if scales == "nagel":
-        def choose(w, junctions, target, extra=(), min_gain_db=0.0):  # Nagel's: the one extra
-            return noise.Choice([np.where(np.isfinite(e) & (e > 0), e, 1.0) for e in extra[0]],
-                                  1.0, 0.0, None, 1.0)
-        settings = _qnoise_settings({}, choose_scales=choose)
-    else:
-        settings = _qnoise_settings({**dict(FIT_MODELS)[scales], "MIN_GAIN_DB": 0.0})
-    with settings:
-        return decide_sets(model, plan, matches, PlannedWeights(edits), EqualizeOptions(),
-                           None, None)[0]
 
 
 def fit(net, log=print):
     """One row per junction of a scaling set whose folded BN the data-free model reads: the
     BN's prediction against the pre-activation measured on :data:`FIT_CROPS` crops, and for
     the capped junctions the per-tensor range of each :data:`FIT_MODELS` model against the
-    measured one, before and after each :data:`FIT_SCALES` scaling."""
-    import keras
-    from scipy.stats import norm
-
-    from cle._math import noise
-    from cle._transforms import scale_choice
-    from cle._transforms.bn_match import find_matches, fold_plan
-    from cle._transforms.sets import find_sets
-    from cle._core.graph import graph_view
-    from cle._core.layouts import channel_axis
-    from cle._transforms.plan import pre_activation
-    from cle._transforms.scaling import PlannedWeights
-    from cle._core.weights import gamma_beta
-
+    measured one, before and after each :data:`FIT_SCALES` scaling
+    (:func:`cle._measure.studies.junction_study`)."""
     t = time.perf_counter()
     _, build, prep, size = NETS[net]
     model = build()
     x = prep(P.sample_images(FIT_CROPS, size=size, seed=FIT_SEED))
-    # The sets as equalize_model() plans them (relu6="bound"), on the model before folding.
-    view = graph_view(model)
-    matches, _ = find_matches(view)
-    edits, _ = fold_plan(matches)
-    folded = {id(m.bn_call.layer) for m in matches}
-    plan = find_sets(view, "bound", transparent=folded)
-    bns = {id(m.target.layer): gamma_beta(m.bn_call.layer) for m in matches if m.bn_after}
-    value = PlannedWeights(edits).exact
-    links = [(i, k, link, pre_activation(link, folded))
-             for i, links in enumerate(plan.sets) for k, link in enumerate(links)
-             if id(link.first.layer) in bns]
-    links = [row for row in links if row[3] is not None]
-    # Per channel of each pre-activation: max, min, sum, sum of squares, count.
-    probe = keras.Model(model.inputs, [pre.output for *_, pre in links])
-    acc = [None] * len(links)
-    for b in range(0, len(x), 8):
-        for n, ((_, _, link, _), out) in enumerate(zip(links, probe(x[b: b + 8], training=False))):
-            out = keras.ops.convert_to_numpy(out).astype(np.float64)
-            axis = channel_axis(link.first.layer, out.ndim)
-            v = np.moveaxis(out, axis, -1).reshape(-1, out.shape[axis])
-            got = [v.max(axis=0), v.min(axis=0), v.sum(axis=0), np.square(v).sum(axis=0), len(v)]
-            if acc[n] is None:
-                acc[n] = got
-            else:
-                acc[n] = [np.maximum(acc[n][0], got[0]), np.minimum(acc[n][1], got[1])] + [
-                    a + g for a, g in zip(acc[n][2:], got[2:])]
-    decisions = {name: _fit_decisions(plan, matches, edits, model, name) for name in FIT_SCALES}
-    rows = []
-    for (i, k, link, _), (hi, lo, s1, s2, count) in zip(links, acc):
-        gamma, beta = bns[id(link.first.layer)]
-        gamma = np.abs(gamma)
-        kind, cap = scale_choice.junction_kind(link, value)
-        positions = scale_choice._positions(link)
-        # The model's maxima are of as many values as the library assumes it calibrates on.
-        values = positions * noise.ASSUMED_CALIBRATION_SAMPLES
-        z = noise.tail_z(values)
-        mean = s1 / count
-        std = np.sqrt(np.maximum(s2 / count - mean ** 2, 0.0))
-        ok = gamma > 1e-6 * gamma.max()
-        top = (hi - beta) / np.where(ok, gamma, 1.0)  # the measured top, in the BN's σ
-        live = ok & (top > 0)
-        logs = np.log(top[live] / z)
-        bb = float(beta[ok] @ beta[ok])
-        row = {
-            "set": i, "junction": k, "layer": link.first.layer.name,
-            "producer": ("depthwise" if isinstance(link.first.layer, keras.layers.DepthwiseConv2D)
-                         else "conv"),
-            "kind": kind, "positions": positions, "channels": int(len(beta)),
-            "std_over_gamma": float(np.median(std[ok] / gamma[ok])),
-            # Least-squares slope of the mean on β over the channels; None when β is about 0
-            # against γ (a linear bottleneck's BN), where it says nothing.
-            "mean_over_beta": (float(mean[ok] @ beta[ok]) / bb
-                               if bb >= 0.01 * float(gamma[ok] @ gamma[ok]) else None),
-            "max_measured": float(hi.max()),
-            "max_laplace": float(np.max(beta + z * gamma)),
-            "max_normal": float(np.max(beta + norm.isf(1.0 / values) * gamma)),
-            "log_offset": float(logs.mean()), "log_scatter": float(logs.std()),
-        }
-        if kind in _CAPPED:
-            scales = {"before": np.ones_like(beta)}
-            scales.update({name: d[i].scales[k] for name, d in decisions.items() if d[i].scaled})
-            # What the converter calibrates: only hi, lo and the cap enter the range.
-            capv = np.broadcast_to(np.asarray(cap, dtype=np.float64), beta.shape).copy()
-            measured = noise.Junction(hi, lo, kind, capv, *[np.zeros_like(beta)] * 3)
-            ranges = {"measured": {n: noise.tensor_range(measured, s)[0] for n, s in scales.items()}}
-            for label, settings in FIT_MODELS:
-                with _qnoise_settings(settings):
-                    j = noise.junction_from_bn(gamma, beta, kind, cap, positions)
-                ranges[label] = {n: noise.tensor_range(j, s)[0] for n, s in scales.items()}
-            row["ranges"] = ranges
-        rows.append(row)
-    rows = _rounded(rows)
+    rows = _rounded(studies.junction_study(model, x, FIT_SCALES, FIT_MODELS))
     log(json.dumps({"net": net, "junctions": len(rows),
                     "capped": sum("ranges" in r for r in rows),
                     "seconds": round(time.perf_counter() - t, 1)}))
@@ -372,11 +252,9 @@ def _rounded(v, digits=6):
 
 def _fit_meta():
     """What the fit's rows depend on besides the networks (saved with them)."""
-    from cle._math import noise
-
     return {"crops": FIT_CROPS, "seed": FIT_SEED,
-            "calibration_samples": noise.ASSUMED_CALIBRATION_SAMPLES,
-            "models": {label: {k: settings.get(k, getattr(noise, k)) for k in
+            "calibration_samples": studies.noise_constant("ASSUMED_CALIBRATION_SAMPLES"),
+            "models": {label: {k: settings.get(k, studies.noise_constant(k)) for k in
                                ("RANGE_LOG_SPREAD", "RANGE_LOG_BIAS", "RANGE_DRAWS")}
                        for label, settings in FIT_MODELS}}
 

@@ -33,13 +33,10 @@ import time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import numpy as np  # noqa: E402
 
 import cle  # noqa: E402
 from cle import pretrained as P  # noqa: E402
 from _docblocks import cpu_name  # noqa: E402
-from cle import int8  # noqa: E402
-from cle._measure import tflite
 from cle import quantization as Q  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -48,7 +45,7 @@ EVAL_CROPS, CALIB_CROPS = 256, 64
 NETS = {
     # name: (title, builder, preprocessing, size, input range of the preprocessing, how named)
     "mobilenet_v2": ("MobileNetV2", P.mobilenet_v2_imagenet, P.preprocess_imagenet, 224,
-                     int8.input_range_of("torch"), "`--preprocessing torch`"),
+                     Q.input_range_of("torch"), "`--preprocessing torch`"),
     "efficientnet_lite1": ("EfficientNet-Lite1", P.efficientnet_lite1_imagenet,
                            P.preprocess_efficientnet_lite, P.LITE1_INPUT_SIZE,
                            (-1.0, 1.0), "`--input-range=-1,1`"),
@@ -71,8 +68,9 @@ def measure(net):
         key = "per_channel" if per_channel else "per_tensor"
         rows = {}
         start = time.perf_counter()
-        # What a user does: TFLiteConverter.from_keras_model (the SavedModel route).
-        content = tflite.convert_int8(model, x_cal, per_channel=per_channel, keras_route=True)
+        # The float model straight into TF Lite's converter (the same flatbuffer as
+        # TFLiteConverter.from_keras_model gives: tests/test_quantize.py checks both routes).
+        content = Q.convert_to_tflite_int8(model, x_cal, per_channel=per_channel)
         rows["plain"] = {"seconds": time.perf_counter() - start,
                          **_metrics(ref, Q.run_tflite(content, x_eval, batch_size=32))}
         print(net, key, "plain", rows["plain"], flush=True)

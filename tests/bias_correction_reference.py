@@ -12,9 +12,46 @@ import warnings
 import keras
 import numpy as np
 
-from cle._transforms import bias_correction as BCI
 from cle._core.graph import graph_view
-from cle._core.layouts import channel_axis, layout_of
+from cle._core.layouts import channel_axis, kernel_layers, kernel_specs, layout_of, read_weight
+from cle._core.rebuild import LayerEdit, rebuild
+from cle._transforms import bias_correction as BCI
+from cle._transforms.bias_pass import quantized_kernel
+
+
+def _probe(layer, kernel, in_shape):
+    """A copy of ``layer`` (same strides, padding, groups...) computing ``kernel ∗ x`` only
+    (no bias, no activation)."""
+    config = layer.get_config()
+    config.update(use_bias=False, activation="linear", name=f"{layer.name}_bias_probe",
+                  trainable=False)
+    for key in ("kernel_regularizer", "activity_regularizer", "kernel_constraint"):
+        config.pop(key, None)
+    probe = type(layer).from_config(config)
+    probe.build(in_shape)
+    probe.kernel.assign(keras.ops.convert_to_tensor(kernel, dtype=probe.kernel.dtype))
+    return probe
+
+
+
+
+def _quantized_copy(model, bits, per_channel):
+    """``rebuild(model)`` with every kernel quantized as :func:`fake_quantize_weights` does."""
+    qmodel, qclones = rebuild(model)
+    for qlayer in kernel_layers(qmodel):
+        for attr, axis, depthwise in kernel_specs(qlayer):
+            var = getattr(qlayer, attr)
+            var.assign(quantized_kernel(var, bits, per_channel, axis, depthwise))
+    return qmodel, qclones
+
+
+def _with_zero_biases(model, calls):
+    """``model`` rebuilt with a zero bias in the layer of each of ``calls`` that has none."""
+    edits = {id(c.layer): LayerEdit(config={"use_bias": True},
+                                    variables={"bias": np.zeros(_n_out(c))},
+                                    keep=tuple(layout_of(c.layer).kernel_attrs))
+             for c in calls if not c.layer.use_bias}
+    return rebuild(model, edits=edits)
 
 
 def _quiet_call(fn, x):
@@ -31,7 +68,7 @@ def _measure(model, layer, qmodel, qlayer, call, batches, eps):
     sub_q = keras.Model(qmodel.inputs, qlayer.input)
     w = np.asarray(keras.ops.convert_to_numpy(layer.kernel), dtype=np.float64)
     in_shape = call.inputs[0].shape
-    probe_f, probe_q = BCI._probe(layer, w, in_shape), BCI._probe(layer, w + eps, in_shape)
+    probe_f, probe_q = _probe(layer, w, in_shape), _probe(layer, w + eps, in_shape)
     axis = channel_axis(layer, len(call.outputs[0].shape))
     total, count, scale = None, 0, 0.0
     for x in batches:
@@ -56,17 +93,17 @@ def empirical_deltas(model, calibration_data, bits=8, per_channel=False):
     ``scale`` is the mean ``|W ∗ x|`` of the layer's float kernel-only output (largest over
     the batches)."""
     view = graph_view(model)
-    plan = [c for c in view.calls
-            if layout_of(c.layer) is not None and not BCI._target_reason(view, c)]
+    plan = [c for c in view.calls if layout_of(c.layer) is not None
+            and not BCI._target_reason(view, c, lambda la: read_weight(la.kernel))]
     batches = BCI._check_data(model, calibration_data)
-    new_model, clones = BCI._corrected_model(
-        model, plan, {id(c): np.zeros(_n_out(c)) for c in plan})  # every layer with a bias
-    qmodel, qclones = BCI._quantized_copy(new_model, bits, per_channel)
+    new_model, clones = _with_zero_biases(model, plan)  # every layer with a bias
+    qmodel, qclones = _quantized_copy(new_model, bits, per_channel)
     deltas = {}
     for call in plan:
         layer = call.layer
         qlayer = qclones[id(clones[id(layer)])]
-        eps = BCI._kernel_error(layer, layout_of(layer).kind, bits, per_channel)
+        eps = BCI._kernel_error(read_weight(layer.kernel), layout_of(layer).kind, bits,
+                                per_channel)
         delta, scale = _measure(model, layer, qmodel, qlayer, call, batches, eps)
         bias = qlayer.bias
         new_bias = np.asarray(keras.ops.convert_to_numpy(bias), np.float64) - delta

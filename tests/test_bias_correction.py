@@ -10,8 +10,10 @@ import pytest
 
 import cle
 from cle import bias_correction as BC
+from cle._core.graph import graph_view
+from cle._core.layouts import layout_of, read_weight
 from cle._transforms import bias_correction as BCI
-from cle._transforms import bias_steps
+from cle._transforms import bias_pass, bias_steps
 from cle.quantization import fake_quantize_weights, quantize_kernel
 from conftest import real_mobilenet_v2
 
@@ -415,10 +417,10 @@ def test_empirical_branches_match_reference_and_leave_input_untouched():
     assert {la.name: len(la._inbound_nodes) for la in model.layers} == n_nodes
     assert all(len(la._inbound_nodes) == n_nodes[la.name] for la in corrected.layers)
     # the pass on its own: the same corrections, one per planned call, in order
-    view = BC.graph_view(model)
-    plan = [c for c in view.calls if BC.layout_of(c.layer) is not None]
+    view = graph_view(model)
+    plan = [c for c in view.calls if layout_of(c.layer) is not None]
     deltas = {}
-    for call, d in BCI._empirical_pass(view, plan, [x], 4, False, lambda m: None):
+    for call, d in bias_pass.empirical_pass(view, plan, [x], 4, False, lambda m: None):
         deltas[call.layer.name] = d
     assert list(deltas) == [c.layer.name for c in plan]
     for r in records:
@@ -464,10 +466,11 @@ def _needs_compiler():
 
 
 def _pass_deltas(model, x, bits=8, per_channel=False, min_uses=None):
-    view = BC.graph_view(model)
+    view = graph_view(model)
     plan = [c for c in view.calls
-            if BC.layout_of(c.layer) is not None and not BCI._target_reason(view, c)]
-    return {c.layer.name: d for c, d in BCI._empirical_pass(view, plan, [x], bits, per_channel,
+            if layout_of(c.layer) is not None
+            and not BCI._target_reason(view, c, lambda la: read_weight(la.kernel))]
+    return {c.layer.name: d for c, d in bias_pass.empirical_pass(view, plan, [x], bits, per_channel,
                                                            lambda m: None, min_uses)}
 
 
@@ -534,8 +537,8 @@ def test_deep_chain_compiles_by_default_and_matches_the_eager_pass(compiled_unit
 def test_units_are_runs_of_up_to_UNIT_segments_else_segments_else_calls():
     _needs_compiler()
     model, _ = _chain(2 * bias_steps.UNIT + 6)
-    view = BC.graph_view(model)
-    plan = [c for c in view.calls if BC.layout_of(c.layer) is not None]
+    view = graph_view(model)
+    plan = [c for c in view.calls if layout_of(c.layer) is not None]
     calls = view.calls
     uses = {}
     for call in calls:

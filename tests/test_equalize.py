@@ -410,8 +410,10 @@ def _count_calls(monkeypatch, module_attr):
     import importlib
 
     seen, wrapped = [], 0
-    for name in ("cle.cross_layer_equalization", "cle._transforms.plan", "cle._transforms.stepwise", "cle._transforms.relu6",
-                 "cle.batch_norm_fold", "cle.bias_correction", "cle._transforms.sets", "cle._core.graph"):
+    for name in ("cle._transforms.equalize", "cle._transforms.plan", "cle._transforms.stepwise",
+                 "cle._transforms.relu6", "cle._transforms.bn_fold",
+                 "cle._transforms.bias_correction", "cle._transforms.sets", "cle._core.graph",
+                 "cle._core.rebuild"):
         module = importlib.import_module(name)
         fn = getattr(module, module_attr, None)
         if fn is None:
@@ -454,16 +456,98 @@ def test_equalize_model_views_the_model_once_and_searches_sets_once(monkeypatch,
         assert max_rel_error(model, new, x) <= RTOL
 
 
-def test_analytic_bias_correction_views_only_the_new_model_again(monkeypatch):
-    """Bias correction walks the model it corrects (the new one, in place): that is the only
-    other view."""
+@pytest.mark.parametrize("mode", ["analytic", "empirical"])
+@pytest.mark.parametrize("relu6", ["bound", "replace"])
+def test_bias_correction_plans_in_the_one_view_and_the_one_rebuild(monkeypatch, mode, relu6):
+    """Bias correction is part of the one plan: the input model is viewed once, the new model
+    built once (a layer that gets a bias gets it in that rebuild), and the corrected model is
+    what the standalone correct_bias makes of the equalized model."""
+    inp = keras.Input((8, 8, 3))
+    x = keras.layers.Conv2D(8, 3, padding="same", use_bias=False, name="c1")(inp)
+    x = keras.layers.ReLU(6.0, name="r1")(keras.layers.BatchNormalization(name="b1")(x))
+    x = keras.layers.DepthwiseConv2D(3, padding="same", use_bias=False, name="dw")(x)
+    x = keras.layers.ReLU(6.0, name="r2")(keras.layers.BatchNormalization(name="b2")(x))
+    x = keras.layers.Conv2D(6, 1, use_bias=False, name="c2")(x)  # no BN: gets a new bias
+    model = randomize_batch_norms(keras.Model(inp, x))
+    data = np.random.default_rng(1).normal(size=(8, 8, 8, 3)).astype("float32")
+    views = _count_calls(monkeypatch, "graph_view")
+    rebuilds = _count_calls(monkeypatch, "rebuild")
+    options = dict(relu6=relu6, objective="weights", bias_correction=mode)
+    if mode == "empirical":
+        options["calibration_data"] = data
+    new, report = cle.equalize_model(model, return_report=True, **options)
+    assert views == [model] and rebuilds == [model]
+    records = {r.layer: r for r in report.bias_corrections}
+    assert records["c2"].corrected and records["c2"].added_bias and new.get_layer("c2").use_bias
+    monkeypatch.undo()
+    # the same corrections as correcting the equalized model afterwards, as before
+    plain = cle.equalize_model(model, relu6=relu6, objective="weights")
+    stats = cle.bn_stats_from_report(cle.equalize_model(model, relu6=relu6, objective="weights",
+                                                        return_report=True)[1])
+    want, want_records = cle.correct_bias(
+        plain, **({"bn_stats": {k.name: v for k, v in stats.items()}} if mode == "analytic"
+                  else {"calibration_data": data}),
+        bits=8, per_channel=True, return_report=True)
+    assert [str(r) for r in report.bias_corrections] == [str(r) for r in want_records]
+    for layer in want.layers:
+        for a, b in zip(layer.get_weights(), new.get_layer(layer.name).get_weights()):
+            np.testing.assert_array_equal(a, b)
+
+
+def _structure(view):
+    """Each call of a view as (layer name, input producers' layer names, consumers' names)."""
+    def name(call):
+        return None if call is None else call.layer.name
+    return [(c.layer.name, tuple(name(t.producer) for t in c.inputs),
+             tuple(tuple(name(u) for u in t.consumers) for t in c.outputs)) for c in view.calls]
+
+
+def test_rebuilt_view_is_the_view_of_the_rebuilt_model():
+    """The view empirical bias correction walks is derived from the input model's view and the
+    rebuild (no second reading of the new model's graph); it must be what reading it gives:
+    bypassed BNs, ReLU6 turned into ClippedReLUs (replaced or split out of a layer), a nested
+    sub-model and a shared layer included."""
+    from cle._core.graph import graph_view, rebuilt_view
+    from cle._core.rebuild import rebuild
+    from cle._transforms.options import EqualizeOptions
+    from cle._transforms.plan import plan_equalization
+
+    inner_in = keras.Input((8, 8, 8))
+    h = keras.layers.Conv2D(8, 1, name="inner_conv")(inner_in)
+    inner = keras.Model(inner_in, keras.layers.BatchNormalization(name="inner_bn")(h),
+                        name="inner")
+    inp = keras.Input((8, 8, 3), name="x")
+    x = keras.layers.Conv2D(8, 3, padding="same", name="c1")(inp)
+    x = keras.layers.ReLU(6.0, name="r1")(keras.layers.BatchNormalization(name="b1")(x))
+    x = keras.layers.DepthwiseConv2D(3, padding="same", activation="relu6", name="dw")(x)
+    x = keras.layers.Conv2D(8, 1, name="c2")(x)
+    shared = keras.layers.ReLU(name="shared")
+    y = shared(inner(x))
+    z = shared(keras.layers.Conv2D(8, 1, name="c3")(x))
+    model = randomize_batch_norms(keras.Model(inp, keras.layers.Add(name="add")([y, z])))
+    view = graph_view(model)
+    for relu6 in ("bound", "replace"):
+        plan = plan_equalization(model, view, EqualizeOptions(relu6=relu6, objective="weights"))
+        new, clones = rebuild(model, edits=plan.edits, bypass=plan.bypass)
+        derived, new_call = rebuilt_view(view, new, clones, plan.bypass)
+        assert _structure(derived) == _structure(graph_view(new)), relu6
+        assert all(new_call[id(c)].layer is clones[id(c.layer)] for c in view.calls
+                   if id(c.layer) not in plan.bypass)
+        assert [t.output_of != [] for t in derived.calls[-1].outputs] == [True]
+
+
+def test_a_one_shot_generator_serves_every_use_of_the_calibration_data():
+    """The data is read once, at the door: a generator (used up by one reading) serves both the
+    measured activation ranges and empirical bias correction, and gives what the array gives."""
     inp = keras.Input((8, 8, 3))
     x = keras.layers.Conv2D(8, 3, padding="same", use_bias=False)(inp)
-    x = keras.layers.ReLU()(keras.layers.BatchNormalization()(x))
+    x = keras.layers.ReLU(6.0)(keras.layers.BatchNormalization()(x))
     x = keras.layers.Conv2D(6, 1)(x)
     model = randomize_batch_norms(keras.Model(inp, x))
-    views = _count_calls(monkeypatch, "graph_view")
-    searches = _count_calls(monkeypatch, "find_sets")
-    new = cle.equalize_model(model, bias_correction="analytic")
-    assert views == [model, new]
-    assert len(searches) == 1
+    data = np.random.default_rng(2).normal(size=(12, 8, 8, 3)).astype("float32")
+    options = dict(bias_correction="empirical", activation_ranges="calibration")
+    want = cle.equalize_model(model, calibration_data=data, **options)
+    got = cle.equalize_model(model, calibration_data=(data[i: i + 4] for i in range(0, 12, 4)),
+                             **options)
+    for a, b in zip(want.get_weights(), got.get_weights()):
+        np.testing.assert_array_equal(a, b)

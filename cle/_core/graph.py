@@ -28,7 +28,7 @@ import keras
 from cle._core import keras_internals as internals
 
 __all__ = ["Call", "GraphView", "Tensor", "graph_view", "inner_function", "is_plain_call",
-           "local_view", "run_call", "takes_training"]
+           "local_view", "rebuilt_view", "run_call", "takes_training"]
 
 
 @dataclasses.dataclass(eq=False)
@@ -268,6 +268,8 @@ def is_plain_call(call: Call) -> bool:
     (``mask=None``, which Keras records for layers that support masking)."""
     if not call.is_layer or len(call.inputs) != 1 or len(call.outputs) != 1:
         return False
+    if call.node is None:  # a call a rebuild made (see rebuilt_view): layer(x)
+        return True
     arguments = call.node.arguments
     return (len(arguments.args) == 1 and arguments.args[0] is call.node.input_tensors[0]
             and all(v is None or k == "training" for k, v in arguments.kwargs.items()))
@@ -283,11 +285,67 @@ def run_call(call: Call, values: list, layer=None, training: bool = False) -> li
     """
     layer = call.layer if layer is None else layer
     node = call.node
-    tensors = {id(kt): v for kt, v in zip(node.input_tensors, values)}
-    args, kwargs = node.arguments.fill_in(tensors)
+    if node is None:  # a call a rebuild made (see rebuilt_view): layer(x)
+        args, kwargs = [values[0]], {}
+    else:
+        tensors = {id(kt): v for kt, v in zip(node.input_tensors, values)}
+        args, kwargs = node.arguments.fill_in(tensors)
     if takes_training(layer):
         kwargs["training"] = training
     return keras.tree.flatten(layer(*args, **kwargs))
+
+
+def rebuilt_view(view: GraphView, model, clones, bypass=()) -> tuple[GraphView, dict]:
+    """``(view of model, {id(call of view): its call in that view})``: the view of ``model``,
+    the model a rebuild made from ``view.model``, derived from
+    ``view`` and the rebuild's clone map (nothing of ``model``'s graph is read): every call of
+    ``view`` with its layer's clone, calls of bypassed layers (``bypass``: ids of old layers)
+    left out with their output read as their first input, and a call of each layer inserted
+    after a clone (``clones.inserted``). A call of an inserted layer, or of one that replaced
+    an old layer (``clones.replaced``), is ``layer(x)`` on its first input (``node`` None).
+    """
+    tensors: dict[int, Tensor] = {}
+
+    def tensor(old: Tensor) -> Tensor:
+        if id(old) not in tensors:
+            tensors[id(old)] = Tensor(None, old.shape, output_of=list(old.output_of))
+        return tensors[id(old)]
+
+    def add_call(layer, inputs, shapes, scope, kwargs, node):
+        call = Call(layer=layer, inputs=inputs, outputs=[Tensor(None, s) for s in shapes],
+                    kwargs=kwargs, index=len(calls), scope=scope, node=node)
+        for t in inputs:
+            t.consumers.append(call)
+        for t in call.outputs:
+            t.producer = call
+        calls.append(call)
+        calls_of.setdefault(id(layer), []).append(call)
+        return call
+
+    calls: list[Call] = []
+    calls_of: dict[int, list[Call]] = {}
+    new_call: dict[int, Call] = {}
+    inputs = [tensor(t) for t in view.inputs]
+    for old in view.calls:
+        if id(old.layer) in bypass:
+            new_in = tensor(old.inputs[0])
+            new_in.output_of += old.outputs[0].output_of
+            tensors[id(old.outputs[0])] = new_in
+            continue
+        layer = clones.get(id(old.layer), old.layer)
+        node = None if id(layer) in clones.replaced else old.node
+        call = new_call[id(old)] = add_call(
+            layer, [tensor(t) for t in old.inputs], [t.shape for t in old.outputs], old.scope,
+            old.kwargs if node is not None else {}, node)
+        after = clones.inserted.get(id(layer))
+        if after is not None:
+            call = add_call(after, list(call.outputs), [old.outputs[0].shape], old.scope, {},
+                            None)
+        for t_old, t_new in zip(old.outputs, call.outputs):
+            t_new.output_of = list(t_old.output_of)
+            tensors[id(t_old)] = t_new
+    return GraphView(model=model, calls=calls, calls_of=calls_of, hidden_batch_norms=[],
+                     inputs=inputs), new_call
 
 
 def local_view(layers, depth: int = 64) -> GraphView:

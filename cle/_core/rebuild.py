@@ -24,7 +24,7 @@ import numpy as np
 from cle._core import keras_internals as internals
 from cle._core.graph import inner_function
 
-__all__ = ["LayerEdit", "gc_paused", "own_configs", "rebuild"]
+__all__ = ["CloneMap", "LayerEdit", "gc_paused", "own_configs", "rebuild"]
 
 
 @dataclasses.dataclass
@@ -82,6 +82,22 @@ def _new_input(tensor):
     )
 
 
+class CloneMap(dict):
+    """``id(old layer) -> new layer`` for every layer a rebuild cloned (a bypassed layer maps to
+    itself: it is not in the new model), and what else the rebuild did to the graph:
+
+    Attributes:
+        inserted: ``id(new layer) -> layer`` applied to its output (``LayerEdit.insert_after``).
+        replaced: ids of new layers that took an old one's place (``LayerEdit.replace``) and
+            are called on the old call's first argument only.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.inserted: dict[int, Any] = {}
+        self.replaced: set[int] = set()
+
+
 _ZEROS = keras.initializers.Zeros()
 
 
@@ -106,9 +122,10 @@ class _Rebuilder:
     def __init__(self, edits, bypass):
         self.edits = edits
         self.bypass = bypass
-        self.clones: dict[int, Any] = {}
-        self.replaced: set[int] = set()  # ids of new layers called on the first argument only
-        self.inserted: dict[int, Any] = {}  # id(new layer) -> layer applied to its output
+        self.clones = CloneMap()
+        # ids of new layers called on the first argument only; id(new layer) -> the layer
+        # applied to its output
+        self.replaced, self.inserted = self.clones.replaced, self.clones.inserted
         self.pairs: list[tuple[Any, Any]] = []  # (old layer, new layer) needing weights
         self.deferred: list[tuple[Any, dict]] = []  # (new layer, its real initializers)
         self.made: list[tuple[Any, dict]] = []  # (layer a replace/insert_after made, values)
@@ -279,8 +296,8 @@ def rebuild(model, edits=None, bypass=()):
         bypass: ids of single-input layers to remove; their output is replaced by their input.
 
     Returns:
-        ``(new_model, clones)``: the new model (the input model is not modified) and
-        ``id(old layer) -> new layer`` for every layer that was cloned.
+        ``(new_model, clones)``: the new model (the input model is not modified) and the
+        :class:`CloneMap` ``id(old layer) -> new layer`` of every layer that was cloned.
     """
     builder = _Rebuilder(edits or {}, set(bypass))
     with gc_paused(), own_configs():

@@ -10,18 +10,17 @@ from typing import Any
 import keras
 import numpy as np
 
-from cle._transforms import bias_steps
 from cle._core.backend import check_runnable
-from cle._transforms.bias_stats import (
-    analytic_mean, bn_stats_from_folded_pairs, bn_stats_from_report, expected_clipped_normal,
-    expected_relu_normal, normalize_stats)
+from cle._core.graph import graph_view, rebuilt_view
 from cle._core.inputs import check_calibration_data
-from cle._core.graph import graph_view, run_call
-from cle._core.layouts import (
-    bias_on_wrong_axis, layout_of, read_weight, untouchable_reason)
+from cle._core.layouts import bias_on_wrong_axis, layout_of, read_weight, untouchable_reason
 from cle._core.rebuild import LayerEdit, gc_paused, rebuild
-from cle._core.layouts import kernel_layers, kernel_specs
+from cle._core.weights import gamma_beta
 from cle._math.kernel_quant import quantize_kernel
+from cle._transforms.bias_pass import empirical_pass
+from cle._transforms.bias_stats import (
+    Semantics, analytic_mean, bn_stats_from_folded_pairs, bn_stats_from_report,
+    expected_clipped_normal, expected_relu_normal, normalize_stats)
 
 __all__ = [
     "BiasCorrectionRecord",
@@ -92,16 +91,21 @@ class BiasCorrectionRecord:
 # ----------------------------------------------------------------------------- checks
 
 
-def _in_channels(layer, kind):
-    k = keras.ops.convert_to_numpy(layer.kernel)
+def _in_channels(kernel, kind, groups):
     if kind == "dense":
-        return k.shape[0]
+        return kernel.shape[0]
     if kind == "depthwise":
-        return k.shape[-2]
-    return k.shape[-2] * int(getattr(layer, "groups", 1) or 1)
+        return kernel.shape[-2]
+    return kernel.shape[-2] * groups
 
 
-def _target_reason(view, call):
+def _groups(layer):
+    return int(getattr(layer, "groups", 1) or 1)
+
+
+def _target_reason(view, call, kernel_of):
+    """Why the layer of ``call`` is not corrected, or None; ``kernel_of(layer)``: the kernel
+    the layer will have."""
     layer = call.layer
     layout = layout_of(layer)
     reason = untouchable_reason(layer, view.n_calls(layer))
@@ -113,13 +117,13 @@ def _target_reason(view, call):
     reason = bias_on_wrong_axis(layer, call.outputs[0].shape)
     if reason:
         return reason
-    if not np.isfinite(keras.ops.convert_to_numpy(layer.kernel)).all():
+    if not np.isfinite(kernel_of(layer)).all():
         return "its kernel is not finite"
     return None
 
 
-def _kernel_error(layer, kind, bits, per_channel):
-    w = np.asarray(keras.ops.convert_to_numpy(layer.kernel), dtype=np.float64)
+def _kernel_error(kernel, kind, bits, per_channel):
+    w = np.asarray(kernel, dtype=np.float64)
     axis = -1 if per_channel else None  # the output-channel axis of these three kinds
     return quantize_kernel(w, bits, axis, kind == "depthwise") - w
 
@@ -131,33 +135,77 @@ def _check_data(model, data):
     return [x[i: i + _BATCH] for i in range(0, len(x), _BATCH)]
 
 
+def _check_arguments(model, bn_stats, calibration_data, bits, per_channel, progress):
+    if not isinstance(model, keras.Model):
+        raise TypeError(f"Expected a keras.Model. Received: model of type {type(model).__name__}")
+    if (bn_stats is None) == (calibration_data is None):
+        raise ValueError("Give exactly one of `bn_stats` (analytic) and `calibration_data` "
+                         "(empirical).")
+    if progress is not None and not callable(progress):
+        raise ValueError(f"`progress` must be None or a callable. Received: {progress!r}")
+    quantize_kernel(np.zeros(1), bits)  # validates bits
+    if not isinstance(per_channel, (bool, np.bool_)):
+        raise TypeError(f"`per_channel` must be True or False. Received: {per_channel!r}")
+
 
 # ------------------------------------------------------------------------------- main
 
 
-def _corrected_model(model, plan, deltas, in_place=False):
-    """``model`` with the bias ``b`` of the layer of every call of ``plan`` replaced by
-    ``b − delta`` (``deltas``: ``id(call) -> delta``, float64; a layer without a bias gets
-    one). A :func:`rebuild` of ``model``, whose bias values are written once, as the new model
-    is made; with ``in_place``, if every such layer has a bias already, ``model`` itself,
-    corrected. Returns ``(model, clones)`` as :func:`rebuild` does (``clones`` is None in
-    place)."""
-    def new_bias(layer, delta):  # in float64; cast once, to the variable's dtype, when set
-        return (read_weight(layer.bias).astype(np.float64) if layer.use_bias else 0.0) - delta
+def _targets(view, kernel_of):
+    """``(calls, records, targets)``: the calls of layers with a layout in graph order, a
+    skip record for each that is not corrected, and the calls that are."""
+    calls = [c for c in view.calls if layout_of(c.layer) is not None]
+    records: dict[int, BiasCorrectionRecord] = {}
+    targets = []
+    for call in calls:
+        reason = _target_reason(view, call, kernel_of)
+        if reason:
+            records[id(call)] = BiasCorrectionRecord(call.layer.name, "skipped", reason=reason)
+        else:
+            targets.append(call)
+    return calls, records, targets
 
-    if in_place and all(call.layer.use_bias for call in plan):
-        for call in plan:
-            bias = call.layer.bias
-            bias.assign(keras.ops.convert_to_tensor(new_bias(call.layer, deltas[id(call)]),
-                                                    dtype=bias.dtype))
-        return model, None
-    edits = {}
-    for call in plan:
+
+def _analytic_deltas(targets, sem, kernel_of, bits, per_channel, records):
+    """``{id(call): (delta, note)}`` for every target whose expected input ``sem`` gives; a
+    skip record in ``records`` for the others."""
+    deltas = {}
+    for call in targets:
         layer = call.layer
-        edits[id(layer)] = LayerEdit(config={} if layer.use_bias else {"use_bias": True},
-                                     variables={"bias": new_bias(layer, deltas[id(call)])},
-                                     keep=tuple(layout_of(layer).kernel_attrs))
-    return rebuild(model, edits=edits)
+        kind = layout_of(layer).kind
+        kernel = kernel_of(layer)
+        result, reason = analytic_mean(call, sem)
+        if result is not None and result[0].shape[0] != _in_channels(kernel, kind,
+                                                                     _groups(layer)):
+            result, reason = None, (f"the statistics have {result[0].shape[0]} channels, the "
+                                    f"layer reads {_in_channels(kernel, kind, _groups(layer))}")
+        if result is None:
+            records[id(call)] = BiasCorrectionRecord(layer.name, "skipped", reason=reason)
+            continue
+        mean_x, note = result
+        eps = _kernel_error(kernel, kind, bits, per_channel)
+        deltas[id(call)] = (_bias_delta(kind, eps, mean_x, _groups(layer)), note)
+    return deltas
+
+
+def _corrected_bias(bias, delta):
+    """``bias − delta`` in float64 (``bias`` None: the layer had none); cast once, to the
+    variable's dtype, when it is assigned."""
+    return (0.0 if bias is None else np.asarray(bias, dtype=np.float64)) - delta
+
+
+def _ordered(calls, records):
+    ordered = [records[id(c)] for c in calls]
+    for rec in ordered:
+        if not rec.corrected:
+            logger.info("bias of '%s' not corrected: %s", rec.layer, rec.reason)
+    return ordered
+
+
+def _record(layer, mode, delta, note, added_bias):
+    return BiasCorrectionRecord(layer.name, mode,
+                                float(np.max(np.abs(delta))) if delta.size else 0.0,
+                                note=note, added_bias=added_bias)
 
 
 def correct_bias(model, bn_stats=None, calibration_data=None, bits=8, per_channel=False,
@@ -191,270 +239,173 @@ def correct_bias(model, bn_stats=None, calibration_data=None, bits=8, per_channe
         TypeError: ``model`` is not a ``keras.Model``.
         ValueError: bad arguments.
     """
-    new_model, records, _ = _correct(model, bn_stats, calibration_data, bits, per_channel,
-                                     progress, in_place=False)
+    new_model, records = _correct(model, bn_stats, calibration_data, bits, per_channel,
+                                  progress)
     return (new_model, records) if return_report else new_model
 
 
-def correct_bias_in_place(model, report, bn_stats, calibration_data, bits, per_channel,
-                          progress):
-    """Bias correction of a model the caller owns (one :func:`cle.equalize_model` has just
-    built): corrected in place, or, if a corrected layer needs a bias added, rebuilt once with
-    ``report``'s layers pointed at the new model's (through the rebuild's clone map).
-
-    Returns:
-        ``(model, records)``.
-    """
-    new_model, records, clones = _correct(
-        model, bn_stats, calibration_data, bits, per_channel, progress, in_place=True)
-    if clones is not None:
-        report.folded = [type(p)(clones[id(p.layer)], p.bn, p.bn_after) for p in report.folded]
-        for info in report.sets:
-            for pair in info.cls_pair_info_list:
-                pair.layer1, pair.layer2 = clones[id(pair.layer1)], clones[id(pair.layer2)]
-    return new_model, records
-
-
 @gc_paused()
-def _correct(model, bn_stats, calibration_data, bits, per_channel, progress, in_place):
-    """:func:`correct_bias`: ``(new model, records, clones or None)``. Runs under
+def _correct(model, bn_stats, calibration_data, bits, per_channel, progress):
+    """:func:`correct_bias`: ``(new model, records)``, the new model built once. Runs under
     :func:`gc_paused` (building and walking a deep model pays for full collections over the
     input model's objects)."""
-    if not isinstance(model, keras.Model):
-        raise TypeError(f"Expected a keras.Model. Received: model of type {type(model).__name__}")
-    if (bn_stats is None) == (calibration_data is None):
-        raise ValueError("Give exactly one of `bn_stats` (analytic) and `calibration_data` "
-                         "(empirical).")
-    if progress is not None and not callable(progress):
-        raise ValueError(f"`progress` must be None or a callable. Received: {progress!r}")
+    _check_arguments(model, bn_stats, calibration_data, bits, per_channel, progress)
     say = progress or (lambda message: None)
-    quantize_kernel(np.zeros(1), bits)  # validates bits
-    if not isinstance(per_channel, (bool, np.bool_)):
-        raise TypeError(f"`per_channel` must be True or False. Received: {per_channel!r}")
     view = graph_view(model)
-    calls = [c for c in view.calls if layout_of(c.layer) is not None]
-    records: dict[int, BiasCorrectionRecord] = {}
-    plan = []  # (call, kind) of layers to correct
-    for call in calls:
-        reason = _target_reason(view, call)
-        if reason:
-            records[id(call)] = BiasCorrectionRecord(call.layer.name, "skipped", reason=reason)
-        else:
-            plan.append(call)
 
-    analytic = {}
+    def kernel_of(layer):
+        return read_weight(layer.kernel)
+
+    calls, records, targets = _targets(view, kernel_of)
     if bn_stats is not None:
-        stats = normalize_stats(bn_stats)
-        keep = []
-        for call in plan:
-            kind = layout_of(call.layer).kind
-            result, reason = analytic_mean(call, stats)
-            if result is not None and result[0].shape[0] != _in_channels(call.layer, kind):
-                result, reason = None, (f"the statistics have {result[0].shape[0]} channels, "
-                                        f"the layer reads {_in_channels(call.layer, kind)}")
-            if result is None:
-                records[id(call)] = BiasCorrectionRecord(call.layer.name, "skipped",
-                                                         reason=reason)
-                continue
-            analytic[id(call)] = result
-            keep.append(call)
-        plan = keep
-        calibration = None
+        deltas = _analytic_deltas(targets, Semantics(normalize_stats(bn_stats)), kernel_of,
+                                  bits, per_channel, records)
+        mode = "analytic"
     else:
         check_runnable(model, "empirical bias correction")
-        calibration = _check_data(model, calibration_data)
-
-    deltas = {}
-    for call, delta, mode, note in _measure(view, plan, analytic, calibration, bits,
-                                            per_channel, say):
-        deltas[id(call)] = delta
-        records[id(call)] = _record(call.layer, mode, delta, note, not call.layer.use_bias)
-    new_model, clones = _corrected_model(model, plan, deltas, in_place)
-    ordered = [records[id(c)] for c in calls]
-    for rec in ordered:
-        if not rec.corrected:
-            logger.info("bias of '%s' not corrected: %s", rec.layer, rec.reason)
-    return new_model, ordered, clones
-
-
-def _measure(view, plan, analytic, calibration, bits, per_channel, say):
-    """Yield ``(call, delta, mode, note)`` for every call of ``plan``, in order: its bias is
-    to be corrected by ``−delta``, measured analytically (``analytic``:
-    ``id(call) -> (E[x], note)``) or with the ``calibration`` batches."""
-    if calibration is None:
-        for call in plan:
-            layer = call.layer
-            kind = layout_of(layer).kind
-            mean_x, note = analytic[id(call)]
-            eps = _kernel_error(layer, kind, bits, per_channel)
-            delta = _bias_delta(kind, eps, mean_x, int(getattr(layer, "groups", 1) or 1))
-            yield call, delta, "analytic", note
-    else:
-        for call, delta in _empirical_pass(view, plan, calibration, bits, per_channel, say):
-            yield call, delta, "empirical", ""
-
-
-def _probe(layer, kernel, in_shape):
-    """A copy of ``layer`` (same strides, padding, groups...) computing ``kernel ∗ x`` only
-    (no bias, no activation)."""
-    config = layer.get_config()
-    config.update(use_bias=False, activation="linear", name=f"{layer.name}_bias_probe",
-                  trainable=False)
-    for key in ("kernel_regularizer", "activity_regularizer", "kernel_constraint"):
-        config.pop(key, None)
-    probe = type(layer).from_config(config)
-    probe.build(in_shape)
-    probe.kernel.assign(keras.ops.convert_to_tensor(kernel, dtype=probe.kernel.dtype))
-    return probe
-
-
-def _record(layer, mode, delta, note, added_bias):
-    return BiasCorrectionRecord(layer.name, mode,
-                                float(np.max(np.abs(delta))) if delta.size else 0.0,
-                                note=note, added_bias=added_bias)
-
-
-def _empirical_pass(view, plan, batches, bits, per_channel, say, min_uses=None):
-    """Measure the corrections of the layers of ``plan`` in one forward pass over the
-    calibration ``batches``; yield ``(call, delta)`` for each as it is measured (its bias is
-    to be corrected by ``−delta``): in the order of ``plan``, except that a compiled run of
-    blocks on one branch of a graph is measured ahead of the calls of a parallel branch.
-
-    Two streams of activations go through the graph of ``view`` (the input model) call by
-    call in topological order, on all the calibration data at once: ``f``, the float model,
-    and ``q``, the model with every kernel quantized as :func:`cle.fake_quantize_weights`
-    does and with the corrections measured so far. On reaching a layer of ``plan``,
-    ``delta = E[W_q ∗ x_q + b] − E[W ∗ x_f + b]`` per output channel (mean over samples and
-    positions, padded borders included; the same as the difference of the kernel-only
-    outputs) is subtracted from the layer's ``q`` output before its activation, which is what
-    the corrected bias ``b − delta`` computes. Activations are not quantized.
-
-    The model is never modified: quantized kernels are values handed to the layers in a
-    ``keras.StatelessScope``, and a layer's pre-activation output comes from a private copy
-    of it (:mod:`cle._transforms.bias_steps`). Calls add no node to any model; a tensor is freed once its
-    last consumer ran, and calls that lead to no layer of ``plan`` are not run. Once the
-    streams have parted (at the first layer with weights), calls of a kind that occurs at
-    least ``min_uses`` times (a convolution and its ReLU, or a run of such blocks) run
-    compiled, both streams and the measurements in one function (:class:`cle._transforms.bias_steps.Steps`;
-    ``min_uses`` defaults to :data:`cle._transforms.bias_steps.MIN_USES`); the other calls run eagerly.
-    """
-    if len(view.inputs) != 1:
-        raise ValueError(
-            "Empirical bias correction needs a model with one input. "
-            f"Received: model '{view.model.name}' with {len(view.inputs)} inputs"
-        )
-    needed, stack = set(), list(plan)
-    while stack:
-        call = stack.pop()
-        if id(call) not in needed:
-            needed.add(id(call))
-            stack.extend(t.producer for t in call.inputs if t.producer is not None)
-    calls = [c for c in view.calls if id(c) in needed]
-    uses: dict[int, int] = {}
-    for call in calls:
-        for t in call.inputs:
-            uses[id(t)] = uses.get(id(t), 0) + 1
-    targets = {id(call): k for k, call in enumerate(plan, start=1)}
-    steps = bias_steps.Steps(calls, targets, uses,
-                         bias_steps.MIN_USES if min_uses is None else min_uses)
-
-    announced = set()
-
-    def announce(call):
-        if id(call) in targets and id(call) not in announced:
-            announced.add(id(call))
-            say(f"[{targets[id(call)]}/{len(plan)}] {call.layer.name}: measuring its output "
-                "mean error")
-
-    x = keras.ops.convert_to_tensor(np.concatenate(batches))
-    live = {id(view.inputs[0]): (x, x)}  # id(Tensor) -> (float, quantized) values
-    done = set()  # ids of calls run by the compiled step of an earlier call
-    for call in calls:
-        if id(call) in done:
+        batches = _check_data(model, calibration_data)
+        deltas = {id(call): (delta, "") for call, delta in
+                  empirical_pass(view, targets, batches, bits, per_channel, say)}
+        mode = "empirical"
+    edits = {}
+    for call in targets:
+        if id(call) not in deltas:
             continue
-        xf, xq = (list(v) for v in zip(*(live[id(t)] for t in call.inputs)))
         layer = call.layer
-        k = targets.get(id(call))
-        parted = not all(a is b for a, b in zip(xf, xq))
-        out, unit, heads = None, [call], [call]
-        compiled = steps.get(call, xf[0]) if parted or k is not None else None
-        if compiled is not None:
-            step, unit, heads = compiled
-            for head in heads:
-                announce(head)
-            # Each layer's weights and, for the quantized stream, its kernels quantized (its
-            # bias is not corrected yet: the pass corrects it after its call).
-            out = step([(_weight_values(h.layer), _weight_values(h.layer, bits, per_channel))
-                        for h in heads], xf[0], xq[0])
-        announce(call)
-        if out is None and k is not None:
-            unit = heads = [call]
-            out = steps.target(call, xf[0])(
-                [(_weight_values(layer), _weight_values(layer, bits, per_channel))],
-                xf[0], xq[0])
-        if out is not None:
-            done.update(id(c) for c in unit[1:])
-            outs = [tuple(out[:2])]
-            deltas = [np.asarray(keras.ops.convert_to_numpy(d), dtype=np.float64)
-                      for d in out[2]]
-        else:
-            out_f = run_call(call, xf)
-            if not parted and not getattr(layer, "weights", None):
-                out_q = out_f  # same inputs, no weights: the streams have not parted yet
-            else:
-                with keras.StatelessScope(state_mapping=_quantized_kernels(layer, bits,
-                                                                           per_channel)):
-                    out_q = run_call(call, xq)
-            outs = list(zip(out_f, out_q))
-        for t in call.inputs:
-            uses[id(t)] -= 1
-            if uses[id(t)] == 0:
-                live.pop(id(t), None)
-        for t, pair in zip(unit[-1].outputs, outs):
-            if uses.get(id(t), 0):
-                live[id(t)] = pair
-        if out is not None:
-            yield from zip((h for h in heads if id(h) in targets), deltas)
+        delta, note = deltas[id(call)]
+        records[id(call)] = _record(layer, mode, delta, note, not layer.use_bias)
+        bias = read_weight(layer.bias) if layer.use_bias else None
+        edits[id(layer)] = LayerEdit(config={} if layer.use_bias else {"use_bias": True},
+                                     variables={"bias": _corrected_bias(bias, delta)},
+                                     keep=tuple(layout_of(layer).kernel_attrs))
+    new_model, _ = rebuild(model, edits=edits)
+    return new_model, _ordered(calls, records)
 
 
-def _quantized_kernels(layer, bits, per_channel):
-    """``[(kernel variable, its quantized value)]`` for every kernel of ``layer`` (its
-    sub-layers included)."""
-    if not getattr(layer, "weights", None):
-        return []
-    return [(getattr(qlayer, attr), _quantized_kernel(getattr(qlayer, attr), bits,
-                                                      per_channel, axis, depthwise))
-            for qlayer in ([layer] if layout_of(layer) is not None else [])
-            + kernel_layers(layer)
-            for attr, axis, depthwise in kernel_specs(qlayer)]
+# ----------------------------------------------------- inside equalize_model's one plan
 
 
-def _weight_values(layer, bits=None, per_channel=False):
-    """The values of ``layer.weights``, in order; with ``bits``, its kernels quantized as
-    :func:`cle.fake_quantize_weights` quantizes them."""
-    values = {id(w): w.value for w in layer.weights}
-    if bits is not None:
-        values.update((id(var), q) for var, q in _quantized_kernels(layer, bits, per_channel))
-    return [values[id(w)] for w in layer.weights]
+def planned_semantics(plan) -> Semantics:
+    """What the walk of analytic correction reads on the input model's view, as
+    :func:`cle.equalize_model`'s plan leaves the model: the statistics of each layer a BN is
+    folded backward into, divided by the scale factor of the set where it is the first layer
+    (``γ/s, β/s``; not for a layer that gave bias away by high-bias folding, as
+    :func:`bn_stats_from_report`), folded BNs passed through, ReLU6 clips as planned."""
+    scale = {id(link.first.layer): np.asarray(s) for links, scales in plan.scaled
+             for link, s in zip(links, scales)}
+    absorbed = {r.layer1 for r in plan.absorptions if r.absorbed}
+    folded = {}  # the last BN folded backward into a layer describes its output
+    for m in plan.matches:
+        if m.bn_after:
+            folded[id(m.target.layer)] = (m.target.layer, m.bn_call.layer)
+    stats = {}
+    for key, (layer, bn) in folded.items():
+        if layer.name in absorbed:
+            logger.info("no statistics for '%s': high-bias folding moved part of its bias",
+                        layer.name)
+            continue
+        gamma, beta = gamma_beta(bn)
+        s = scale.get(key, 1.0)
+        stats[layer.name] = (gamma / s, beta / s)
+    return Semantics(stats, frozenset(plan.bypass), dict(plan.clips))
 
 
-def _quantized_kernel(var, bits, per_channel, axis, depthwise):
-    """The kernel variable ``var`` quantized, as a tensor of its dtype."""
-    return keras.ops.convert_to_tensor(
-        quantize_kernel(read_weight(var), bits, axis if per_channel else None, depthwise),
-        dtype=var.dtype)
+def _planned_kernel(plan, layer):
+    """The kernel ``layer`` will have in the new model (the plan's values, in its dtype)."""
+    edit = plan.edits.get(id(layer))
+    if edit is None or not edit.sets_weights:
+        return read_weight(layer.kernel)
+    return edit.new_values(np.dtype(layer.kernel.dtype))["kernel"]
 
 
-def _quantize_kernels(layers, bits, per_channel):
-    """Quantize every kernel of ``layers`` in place."""
-    for qlayer in layers:
-        for attr, axis, depthwise in kernel_specs(qlayer):
-            var = getattr(qlayer, attr)
-            var.assign(_quantized_kernel(var, bits, per_channel, axis, depthwise))
+def _out_channels(kernel, kind):
+    return kernel.shape[-2] * kernel.shape[-1] if kind == "depthwise" else kernel.shape[-1]
 
 
-def _quantized_copy(model, bits, per_channel):
-    """``rebuild(model)`` with every kernel quantized as :func:`fake_quantize_weights` does."""
-    qmodel, qclones = rebuild(model)
-    _quantize_kernels(kernel_layers(qmodel), bits, per_channel)
-    return qmodel, qclones
+def _had_bias(plan, layer) -> bool:
+    """Whether ``layer`` has a bias in the new model before correction (a fold may add one)."""
+    edit = plan.edits.get(id(layer))
+    if edit is not None and "use_bias" in edit.config:
+        return bool(edit.config["use_bias"])
+    return bool(getattr(layer, "use_bias", False))
+
+
+def _with_bias(plan, layer, delta):
+    """Write ``bias − delta`` into the plan's edit of ``layer`` (a zero bias first where the
+    layer has none)."""
+    edit = plan.edits.get(id(layer)) or LayerEdit()
+    attrs = tuple(layout_of(layer).kernel_attrs) + (("bias",) if _had_bias(plan, layer) else ())
+    planned = edit.new_values if edit.sets_weights else None
+
+    def compute(dtype=None):
+        values = dict(planned(dtype)) if planned is not None else {
+            attr: read_weight(getattr(layer, attr)) for attr in attrs}
+        values["bias"] = _corrected_bias(values.get("bias"), delta)
+        return values
+
+    plan.edits[id(layer)] = dataclasses.replace(
+        edit, config={**edit.config, "use_bias": True}, variables={}, compute=compute, keep=())
+
+
+def correct_in_plan(view, plan, opts):
+    """Analytic bias correction of :func:`cle.equalize_model`, computed on the input model's
+    ``view`` from the planned weights and written into ``plan.edits`` before the one
+    rebuild. Returns the records."""
+    def kernel_of(layer):
+        return _planned_kernel(plan, layer)
+
+    calls, records, targets = _targets(view, kernel_of)
+    deltas = _analytic_deltas(targets, planned_semantics(plan), kernel_of, opts.weight_bits,
+                              opts.per_channel_weights, records)
+    for call in targets:
+        if id(call) in deltas:
+            delta, note = deltas[id(call)]
+            records[id(call)] = _record(call.layer, "analytic", delta, note,
+                                        not _had_bias(plan, call.layer))
+            _with_bias(plan, call.layer, delta)
+    return _ordered(calls, records)
+
+
+@dataclasses.dataclass
+class EmpiricalCorrection:
+    """Empirical bias correction inside :func:`cle.equalize_model`: the targets are chosen on
+    the input model's view and given a bias in the plan (zero where they have none:
+    :meth:`prepare`), so that after the one rebuild the pass corrects the new model in place
+    (:meth:`run`), walking the view of the new model derived from the input model's
+    (:func:`cle._core.graph.rebuilt_view`)."""
+
+    calls: list
+    records: dict
+    targets: list
+    added: set  # ids of target layers that had no bias
+
+    @classmethod
+    def prepare(cls, view, plan):
+        calls, records, targets = _targets(view, lambda layer: _planned_kernel(plan, layer))
+        added = set()
+        for call in targets:
+            layer = call.layer
+            if not _had_bias(plan, layer):
+                added.add(id(layer))
+                kernel = _planned_kernel(plan, layer)
+                _with_bias(plan, layer, np.zeros(_out_channels(kernel, layout_of(layer).kind)))
+        return cls(calls, records, targets, added)
+
+    @gc_paused()
+    def run(self, view, plan, new_model, clones, x, opts, progress):
+        """Correct ``new_model``'s biases in place on the calibration inputs ``x`` (checked
+        against the model); returns the records. Runs under :func:`gc_paused`, as
+        :func:`correct_bias` does."""
+        batches = [x[i: i + _BATCH] for i in range(0, len(x), _BATCH)]
+        new_view, new_call = rebuilt_view(view, new_model, clones, plan.bypass)
+        by_new = {id(new_call[id(c)]): c for c in self.targets}
+        for call, delta in empirical_pass(new_view, [new_call[id(c)] for c in self.targets],
+                                          batches, opts.weight_bits, opts.per_channel_weights,
+                                          progress or (lambda message: None)):
+            bias = call.layer.bias
+            bias.assign(keras.ops.convert_to_tensor(
+                _corrected_bias(read_weight(bias), delta), dtype=bias.dtype))
+            old = by_new[id(call)]
+            self.records[id(old)] = _record(old.layer, "empirical", delta, "",
+                                            id(old.layer) in self.added)
+        return _ordered(self.calls, self.records)

@@ -8,6 +8,7 @@ Public names are re-exported by :mod:`cle.bias_correction`.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 import keras
@@ -19,6 +20,7 @@ from cle._core.semantics import activation_clip, clip_of
 from cle._core.weights import gamma_beta
 
 __all__ = [
+    "Semantics",
     "analytic_mean",
     "bn_stats_from_folded_pairs",
     "bn_stats_from_report",
@@ -146,21 +148,56 @@ class _Skip(Exception):
     pass
 
 
+@dataclasses.dataclass
+class Semantics:
+    """What the walk back from a layer's input takes each call of the view to compute.
+
+    By default the layers as they are. :func:`cle.equalize_model` corrects biases on the view of
+    the input model with what its plan will make of it: folded BNs pass their input through
+    (``bypassed``), and each ReLU6 the plan bounds or replaces has the clip it will have
+    (``clips``: per-channel caps of its ClippedReLU, or a plain ReLU's ``(0, inf)``).
+
+    Attributes:
+        stats: ``{layer name: (γ, β)}`` of the pre-activation output of a layer.
+        bypassed: ids of layers whose calls pass their first input through.
+        clips: ``{id(layer): (lo, hi)}``: the clip of a standalone activation layer, or of a
+            layer's fused activation, in place of what the layer says.
+    """
+
+    stats: dict
+    bypassed: frozenset = frozenset()
+    clips: dict = dataclasses.field(default_factory=dict)
+
+    def fused_clip(self, layer):
+        """The clip of ``layer``'s fused activation, or None if it is not a clip."""
+        if id(layer) in self.clips:
+            return self.clips[id(layer)]
+        return activation_clip(layer.activation)
+
+    def clip(self, layer):
+        """The clip ``layer`` applies (a capped ReLU), or None."""
+        if id(layer) in self.clips:
+            return self.clips[id(layer)]
+        return clip_of(layer)
+
+
 _MERGE = (L.Add, L.Average, L.Concatenate)
 
 
 def analytic_mean(call, stats):
-    """((E[x] per input channel of ``call``, note), "") or (None, reason)."""
+    """((E[x] per input channel of ``call``, note), "") or (None, reason); ``stats``: a
+    :class:`Semantics`, or ``{layer name: (γ, β)}`` for the layers as they are."""
+    sem = stats if isinstance(stats, Semantics) else Semantics(stats)
     notes = []
     try:
-        mean = _tensor_mean(call.inputs[0], stats, notes,
+        mean = _tensor_mean(call.inputs[0], sem, notes,
                             allow_flatten=layout_of(call.layer).kind == "dense")
     except _Skip as skip:
         return None, str(skip)
     return (mean, "; ".join(dict.fromkeys(notes))), ""
 
 
-def _tensor_mean(x, stats, notes, allow_flatten=False, depth=0):
+def _tensor_mean(x, sem, notes, allow_flatten=False, depth=0):
     """Per-channel mean of tensor ``x`` of the view, or raise :class:`_Skip`.
 
     Walks back through pass-through layers and (capped) ReLUs to a layer with statistics
@@ -179,10 +216,13 @@ def _tensor_mean(x, stats, notes, allow_flatten=False, depth=0):
                         if depth == 0 and not ops else
                         "a model input lies on its input path; its statistics are unknown")
         layer = p.layer
-        if layer.name in stats:
-            gamma, beta = stats[layer.name]
+        if id(layer) in sem.bypassed:
+            x = p.inputs[0]
+            continue
+        if layer.name in sem.stats:
+            gamma, beta = sem.stats[layer.name]
             if layout_of(layer) is not None:
-                clip = activation_clip(layer.activation)
+                clip = sem.fused_clip(layer)
                 if clip is None:
                     raise _Skip(f"'{layer.name}' applies activation "
                                 f"'{keras.activations.serialize(layer.activation)}'")
@@ -197,12 +237,12 @@ def _tensor_mean(x, stats, notes, allow_flatten=False, depth=0):
             raise _Skip(f"no statistics for the output of '{layer.name}' (no batch norm "
                         "folded backward into it)")
         if p.kind in _MERGE:  # a layer, or an op such as ``x + y`` (see _graph.Call.kind)
-            mean = _merge_mean(p, x, ops, stats, notes, depth)
+            mean = _merge_mean(p, x, ops, sem, notes, depth)
             break
         if len(p.inputs) != 1:
             raise _Skip(f"its input comes from '{layer.name}' ({type(layer).__name__}) "
                         "with several inputs")
-        clip = clip_of(layer)
+        clip = sem.clip(layer)
         if clip is not None:
             ops.append(("clip",) + clip)
         elif type(layer) in _EXACT_PASS:
@@ -220,7 +260,7 @@ def _tensor_mean(x, stats, notes, allow_flatten=False, depth=0):
     return _along_path(ops, mean, gamma, beta)
 
 
-def _merge_mean(p, x, ops, stats, notes, depth):
+def _merge_mean(p, x, ops, sem, notes, depth):
     """The mean of the output of a merge call ``p`` (Add, Average, channel Concatenate):
     the sum, average or concatenation of its inputs' means."""
     layer = p.layer
@@ -229,7 +269,7 @@ def _merge_mean(p, x, ops, stats, notes, depth):
                     "distribution of its output is not modelled")
     if type(layer) is L.Concatenate and layer.axis not in (-1, len(x.shape) - 1):
         raise _Skip(f"'{layer.name}' concatenates along axis {layer.axis}, not channels")
-    parts = [_tensor_mean(t, stats, notes, depth=depth + 1) for t in p.inputs]
+    parts = [_tensor_mean(t, sem, notes, depth=depth + 1) for t in p.inputs]
     if type(layer) is L.Concatenate:
         mean = np.concatenate(parts)
     else:

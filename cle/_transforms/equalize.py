@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
-from cle._transforms.stepwise import BiasAbsorption, ClsSetInfo, CrossLayerScaling, HighBiasFold, set_info
 from cle._core.backend import check_runnable
 from cle._core.graph import graph_view
+from cle._core.inputs import check_calibration_data
+from cle._core.rebuild import rebuild
+from cle._transforms.bn_fold import FoldedPair
 from cle._transforms.options import EqualizeOptions
 from cle._transforms.plan import plan_equalization
-from cle._core.rebuild import rebuild
 from cle._transforms.relu6 import relu6_rebuild
 from cle._transforms.report import EqualizationReport
-from cle._transforms.bn_fold import FoldedPair
+from cle._transforms.stepwise import (
+    BiasAbsorption, ClsSetInfo, CrossLayerScaling, HighBiasFold, set_info,
+)
 
 __all__ = [
     "BiasAbsorption",
@@ -129,10 +132,23 @@ def equalize_model(model, relu6="bound", high_bias_fold="none", margin=3.0,
         per_channel_weights=per_channel_weights, objective=objective,
         activation_bits=activation_bits, activation_ranges=activation_ranges)
     view = graph_view(model)
-    if opts.wants_data:  # refuse before any work a model this backend cannot run here
+    x = None
+    if opts.wants_data:  # refuse before any work what this backend cannot run, or bad data
         check_runnable(model, opts.data_use)
-    plan = plan_equalization(model, view, opts, calibration_data, progress)
+        x = check_calibration_data(model, calibration_data)  # the one check, the one copy
+    plan = plan_equalization(model, view, opts, x, progress)
+    corrections = empirical = None
+    if bias_correction != "none":
+        # Imported here: a call without bias correction does not pay for loading it.
+        from cle._transforms import bias_correction as correction
+
+        if bias_correction == "analytic":  # into the plan's edits, before the one rebuild
+            corrections = correction.correct_in_plan(view, plan, opts)
+        else:  # a bias for every target in the rebuild; the pass corrects them in place
+            empirical = correction.EmpiricalCorrection.prepare(view, plan)
     new_model, clones = rebuild(model, edits=plan.edits, bypass=plan.bypass)
+    if empirical is not None:
+        corrections = empirical.run(view, plan, new_model, clones, x, opts, progress)
     report = EqualizationReport(
         folded=[FoldedPair(clones[id(m.target.layer)], m.bn_call.layer, m.bn_after)
                 for m in plan.matches],
@@ -147,15 +163,8 @@ def equalize_model(model, relu6="bound", high_bias_fold="none", margin=3.0,
         objective=objective,
         layer_names=frozenset(n for c in view.calls for n in c.scope + (c.layer.name,)),
     )
-    if bias_correction != "none":
-        # Imported here: a call without bias correction does not pay for loading it.
-        from cle._transforms.bias_correction import bn_stats_from_report, correct_bias_in_place
-
-        # new_model is private here: its biases are corrected in place.
-        new_model, report.bias_corrections = correct_bias_in_place(
-            new_model, report,
-            bn_stats_from_report(report) if bias_correction == "analytic" else None,
-            calibration_data, weight_bits, per_channel_weights, progress)
+    if corrections is not None:
+        report.bias_corrections = corrections
     return (new_model, report) if return_report else new_model
 
 

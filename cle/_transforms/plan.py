@@ -48,6 +48,9 @@ class EqualizePlan:
     relu6_changed: list[str]
     edits: dict
     bypass: set
+    # id(layer) -> (lo, hi): the clip each changed ReLU6 will apply (a standalone one, or a
+    # layer's fused one): per-channel ClippedReLU caps, or a ReLU's (0, inf)
+    clips: dict = dataclasses.field(default_factory=dict)
 
 
 def _set_layers(links):
@@ -64,11 +67,10 @@ def pre_activation(link, folded_bns):
     return call.layer if not call.scope and len(call.outputs) == 1 else None
 
 
-def measure_junctions(model, search, matches, data, value, progress):
-    """``{id(link.first): Junction}`` measured on ``data`` for every link of the search whose
-    pre-activation is a top-level tensor; one streaming pass over the data."""
-    from cle._core.inputs import check_calibration_data
-
+def measure_junctions(model, search, matches, x, value, progress):
+    """``{id(link.first): Junction}`` measured on ``x`` (calibration inputs, already checked
+    against the model) for every link of the search whose pre-activation is a top-level
+    tensor; one streaming pass over the data."""
     folded = {id(m.bn_call.layer) for m in matches}
     links = [link for links in search.sets for link in links]
     targets = [(link, pre_activation(link, folded)) for link in links]
@@ -78,7 +80,6 @@ def measure_junctions(model, search, matches, data, value, progress):
     probe = keras.Model(model.inputs, [layer.output for _, layer in targets])
     stats = [noise.SampleStats(*scale_choice.junction_kind(link, value)) for link, _ in targets]
     # Small batches: the probe returns every junction's whole activation at once.
-    x = check_calibration_data(model, data)
     batches = [x[i: i + 8] for i in range(0, len(x), 8)]
     for b, batch in enumerate(batches):
         if progress is not None:
@@ -150,17 +151,21 @@ def _relu6_edits(view, scaled, planned, mode):
         targets = [t for t in all_relu6(view) if id(t[0]) in on_links]
     else:
         targets = []
-    edits, changed = {}, []
+    edits, changed, clips = {}, [], {}
     for layer, kind, axis in targets:
         caps = planned.vector(
             layer, _scaling.CAPS if kind == "standalone" else _scaling.FUSED_CAPS)
         edits[id(layer)] = relu6_edit(layer, kind, mode, axis, caps)
         changed.append(changed_name(layer, kind))
-    return edits, changed
+        clips[id(layer)] = (0.0, np.inf if mode == "replace" else
+                            6.0 if caps is None else np.asarray(caps, dtype=np.float64))
+    return edits, changed, clips
 
 
-def plan_equalization(model, view: GraphView, opts: EqualizeOptions, data=None,
+def plan_equalization(model, view: GraphView, opts: EqualizeOptions, x=None,
                       progress=None) -> EqualizePlan:
+    """Every decision of :func:`cle.equalize_model` on the input model's ``view``, as edits
+    for one rebuild; ``x``: the calibration inputs, checked against the model, or None."""
     matches, fold_skipped = find_matches(view)
     fold_edits, bypass = fold_plan(matches)
     # The sets as they will be after folding and ReLU6 handling.
@@ -169,13 +174,13 @@ def plan_equalization(model, view: GraphView, opts: EqualizeOptions, data=None,
         logger.info("no scaling set starts at '%s': %s", call.layer.name, reason)
     planned = _scaling.PlannedWeights(fold_edits)
     decisions, scaled = decide_sets(model, search, matches, planned, opts,
-                                    data if opts.activation_ranges == "calibration" else None,
+                                    x if opts.activation_ranges == "calibration" else None,
                                     progress)
     absorptions = []
     if opts.high_bias_fold != "none":
         absorptions = _fold_high_biases(scaled, matches, planned, opts)
     edits = {k: dataclasses.replace(e) for k, e in fold_edits.items()}
-    relu6, changed = _relu6_edits(view, scaled, planned, opts.relu6)
+    relu6, changed, clips = _relu6_edits(view, scaled, planned, opts.relu6)
     for key, layer in planned.layers.items():
         if key in relu6 and relu6[key].replace is not None:
             continue  # a standalone ReLU6: its ClippedReLU takes the caps
@@ -186,4 +191,4 @@ def plan_equalization(model, view: GraphView, opts: EqualizeOptions, data=None,
     for key, edit in relu6.items():
         merge(edits, key, edit)
     return EqualizePlan(matches, fold_skipped, search, decisions, scaled, absorptions, changed,
-                        edits, bypass)
+                        edits, bypass, clips)

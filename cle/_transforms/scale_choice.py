@@ -165,7 +165,7 @@ def _out_sumsq(kernel, layer):
     return (flat ** 2).sum(axis=0), flat.shape[0]
 
 
-def _positions(link: Link) -> int:
+def positions(link: Link) -> int:
     shape = link.first.outputs[0].shape
     axis = 1 if getattr(link.first.layer, "data_format", None) == "channels_first" else -1
     dims = [d for i, d in enumerate(shape[1:], start=1) if i != axis % len(shape)]
@@ -249,7 +249,7 @@ def decide_set(links, value, bn_stats, target, activation_stats=None):
             return ScalingDecision(names, False, "quantized", reason=(
                 f"no activation statistics for the output of '{layer.name}' (no folded "
                 "BatchNormalization after it; pass calibration data to measure them)"))
-        junctions.append(_qnoise.junction_from_bn(stats[0], stats[1], kind, cap, _positions(link)))
+        junctions.append(_qnoise.junction_from_bn(stats[0], stats[1], kind, cap, positions(link)))
     first_stats = bn_stats.get(id(layers[0]))
     if first_stats is None:
         first_stats = (np.sqrt(junctions[0].mean_sq), np.zeros_like(junctions[0].mean_sq))
