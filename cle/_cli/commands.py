@@ -210,7 +210,7 @@ def cmd_quantize(args) -> int:
                 activation_bits=args.activation_bits, integer_io=args.integer_io,
                 bias_correction=args.bias_correction, ranges=args.ranges,
                 input_range=_input_range(args), compare=args.compare,
-                progress=_quantize_progress)
+                progress=_quantize_progress, tune=args.tune)
         except ValueError as exc:  # what the model cannot do (no BN without data, ...)
             raise CliError(f"{args.model}: {one_line(exc)}", EXIT_USAGE) from exc
         outputs = [(args.output, content)]

@@ -121,6 +121,11 @@ def _check_quantize_options(args):
     if getattr(args, "activation_bits", 8) == 16 and not args.per_channel:
         raise CliError("--activation-bits 16 (TF Lite's 16x8 mode) quantizes weights per "
                        "channel; received --per-tensor", EXIT_USAGE)
+    tune = getattr(args, "tune", False)
+    if tune and (args.activation_bits != 8 or args.ranges != "percentile"):
+        raise CliError("--tune chooses among 8-bit activation ranges measured on the "
+                       f"calibration data; received --activation-bits {args.activation_bits} "
+                       f"--ranges {args.ranges}", EXIT_USAGE)
     if data and args.input_range is not None:
         raise CliError(f"--input-range is for synthetic inputs (no --calibration); received "
                        f"--calibration {data}", EXIT_USAGE)
@@ -361,6 +366,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--compare", action="store_true",
                    help="also convert the float model straight and check it the same way "
                         "(one more conversion)")
+    p.add_argument("--tune", action="store_true",
+                   help="choose the ranges of the activation tensors that add most to the "
+                        "output's error among their 1e-4 tails, min/max, least-MSE and "
+                        "narrower tails, where that measures better on held-out calibration "
+                        "inputs (half of them; the other half checks); see docs/analyze.md")
     p.add_argument("--report", metavar="JSON", help="write the QuantizeReport as JSON")
     p.set_defaults(func=cmd_quantize)
 
