@@ -17,7 +17,7 @@ import numpy as np
 
 from cle._measure import tflite_internals as internals
 
-__all__ = ["Alignment", "FlatGraph", "Op", "align", "dequantize"]
+__all__ = ["Alignment", "FlatGraph", "Op", "align", "dequantize", "with_constants"]
 
 # TensorType codes of TF Lite's schema.
 FLOAT32, INT32, INT8 = 0, 2, 9
@@ -218,3 +218,18 @@ def align(f: FlatGraph, q: FlatGraph) -> Alignment:
                     f"Received: INT8 operator {j}")
             requantized.append((i, p, b))
     return Alignment(op_of, tensor_of, int8_of, requantized)
+
+
+def with_constants(content: bytes, values: dict) -> bytes:
+    """``content`` with the constant tensors of ``values`` (tensor index -> array of the
+    tensor's shape and type) holding the new values."""
+    graph = FlatGraph(content)
+    for t, value in values.items():
+        tensor = graph.graph.tensors[t]
+        old = graph.constant(t)
+        if old is None or old.shape != np.shape(value):
+            raise ValueError(f"Tensor {t} ('{graph.name(t)}') is not a constant of shape "
+                             f"{np.shape(value)}. Received: {None if old is None else old.shape}")
+        data = np.ascontiguousarray(np.asarray(value, old.dtype)).tobytes()
+        graph.model.buffers[tensor.buffer].data = np.frombuffer(data, np.uint8)
+    return internals.write_model(graph.model)

@@ -158,7 +158,9 @@ class QuantSim:
         content: the float flatbuffer.
         switches: every switch, in the order of the columns of a switch matrix.
         readable: float model tensor -> position among the simulation's outputs of the
-            tensor's value in the simulation (switched where it has a switch).
+            tensor's value in the simulation (switched where it has a switch); with
+            ``pre_activations``, also ``("pre", operator)`` for the sum of each operator with
+            weights before its activation (its weight error added where switched on).
         float_graph: the float model's :class:`FlatGraph`; ``alignment``: its pairing with
             the INT8 model.
     """
@@ -280,6 +282,7 @@ def _weight_branch(ed: _Editor, f, q, op, qop, k: int):
                    ed.arithmetic("ADD", pre, scaled, summed)]
     if fused:
         ed.pending.append(ed.op(_FUSED[fused], [summed], [out]))
+    ed.pre[op.index] = summed
     return mask
 
 
@@ -298,18 +301,20 @@ def _exact(f: FlatGraph, q: FlatGraph, op, qop, u) -> bool:
     return bool(reads) and all(_same(q.params(b), q.params(u)) for b in reads)
 
 
-def build(float_content: bytes, int8_content: bytes, watch=(), alternatives=None) -> QuantSim:
+def build(float_content: bytes, int8_content: bytes, watch=(), alternatives=None,
+          pre_activations=False) -> QuantSim:
     """The switchable simulation of ``int8_content`` on ``float_content`` (see the module
     docstring). Every activation tensor with a switch, every model output and the float
     model's tensors in ``watch`` are readable. ``alternatives``: float tensor -> list of
     other ``(scales, zero_points, axis)`` to quantize it with, each under a switch of its own
-    (an activation range to try in its place)."""
+    (an activation range to try in its place). ``pre_activations`` makes each operator's
+    sum before its activation readable too."""
     alternatives = alternatives or {}
     f, q = FlatGraph(float_content), FlatGraph(int8_content)
     alignment = align(f, q)
     work = FlatGraph(float_content)  # the copy that is edited
     ed = _Editor(work.model)
-    ed.pending = []
+    ed.pending, ed.pre = [], {}
     weights_kind = f.constant_derived()
     switches, masks, current = [], [], {}
     requant = {}
@@ -355,16 +360,18 @@ def build(float_content: bytes, int8_content: bytes, watch=(), alternatives=None
             masks.append(mask)
         for t in op.outputs:
             activation(t, op.index)
-    return _finish(ed, work, f, alignment, switches, masks, current, watch)
+    return _finish(ed, work, f, alignment, switches, masks, current, watch, pre_activations)
 
 
-def _finish(ed, work, f, alignment, switches, masks, current, watch) -> QuantSim:
+def _finish(ed, work, f, alignment, switches, masks, current, watch, pre) -> QuantSim:
     graph = ed.graph
     graph.operators = ed.pending
     graph.inputs = np.array(list(work.inputs) + masks, np.int32)
     readable = {t: current[t] for t in current}
     for t in list(f.outputs) + list(watch):
         readable.setdefault(t, t)
+    if pre:
+        readable.update({("pre", op): t for op, t in ed.pre.items()})
     order = list(readable)
     graph.outputs = np.array([readable[t] for t in order], np.int32)
     content = internals.write_model(ed.model)

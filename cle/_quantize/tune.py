@@ -24,7 +24,7 @@ import numpy as np
 
 from cle._measure import evaluation as Q
 from cle._measure import quant_sim, tflite
-from cle._measure.flatgraph import FlatGraph, align
+from cle._measure.flatgraph import FlatGraph, align, with_constants
 from cle._measure.inference import TFLITE_BATCH, predict
 from cle._measure.layer_map import map_layers
 from cle._quantize.ranges import mse_range, tail_range
@@ -41,6 +41,9 @@ RANK_INPUTS, CHOICE_INPUTS = 2, 4
 #: alone, and narrower tails (which the output measured better than both on MobileNetV2's
 #: worst tensors).
 KINDS = ("min/max", "least MSE", "1e-3 tails", "1e-2 tails")
+#: Calibration inputs the bias correction measures the mean error of each layer's input
+#: quantization on.
+BIAS_INPUTS = 2
 
 
 @dataclasses.dataclass
@@ -54,8 +57,10 @@ class TuneReport:
             alone quantized, after over before).
         before, after: ``top1_agreement`` and ``sqnr_db`` of the untuned and tuned models on
             the tuning inputs.
-        kept: whether the tuned model is the one written; ``reason`` says why (not).
+        kept: whether the tuned ranges are the ones written; ``reason`` says why (not).
         seconds: wall time.
+        bias: the bias correction tried after the ranges: ``layers`` corrected, ``kept``,
+            ``reason``, ``before``/``after`` on the tuning inputs.
     """
 
     inputs: str
@@ -67,10 +72,14 @@ class TuneReport:
     kept: bool
     reason: str
     seconds: float = 0.0
+    bias: dict | None = None
 
     def lines(self) -> list[str]:
         out = [f"tuning ({self.inputs}, {self.n}): {self.tried} tensors' ranges tried, "
                f"{len(self.changes)} changed; {self.reason}"]
+        if self.bias is not None:
+            out.append(f"  bias correction for the quantization of each layer's inputs: "
+                       f"{self.bias['layers']} layers; {self.bias['reason']}")
         for t, before, after, ratio in self.changes:
             out.append(f"  {t}: {before['low']:.3g}..{before['high']:.3g} ({before['how']}) -> "
                        f"{after['low']:.3g}..{after['high']:.3g} ({after['how']}), its error "
@@ -82,7 +91,7 @@ class TuneReport:
                 "changes": [{"tensor": t, "before": b, "after": a, "error_ratio": r}
                             for t, b, a, r in self.changes],
                 "before": self.before, "after": self.after, "kept": self.kept,
-                "reason": self.reason, "seconds": self.seconds}
+                "reason": self.reason, "bias": self.bias, "seconds": self.seconds}
 
 
 def _fixed(build, integer_io) -> set:
@@ -179,13 +188,106 @@ def tune_ranges(build, model, x_tune, inputs: str, per_channel: bool, integer_io
                     min(CHOICE_INPUTS, len(x_tune)))
     ranges, changes = _choose(build, kinds, top, energy, _names(build, x_tune, f))
     report = TuneReport(inputs, len(x_tune), len(top), changes, {}, None, False, "")
-    content = build.content
+    content, calibrated = build.content, build.calibrated
     if changes:
-        content, report = _check(build, model, x_tune, ranges, report, per_channel, integer_io)
+        content, calibrated, report = _check(build, model, x_tune, ranges, report, per_channel,
+                                             integer_io)
     else:
         report.reason = "no other range measured better"
+    content = _tune_biases(build, model, x_tune, calibrated, content, report, per_channel,
+                           integer_io, say)
     report.seconds = time.perf_counter() - start
     return (content, ranges if report.kept else build.ranges, report)
+
+
+def _figures(model_outputs, content, x):
+    y = Q.run_tflite(content, x, batch_size=TFLITE_BATCH)
+    return {"top1_agreement": Q.top1_agreement(model_outputs, y),
+            "sqnr_db": Q.sqnr_db(model_outputs, y)}
+
+
+def _better(before, after) -> bool:
+    return (after["sqnr_db"] > before["sqnr_db"]
+            and after["top1_agreement"] >= before["top1_agreement"])
+
+
+def _verdict(before, after, better) -> str:
+    return (f"{'kept' if better else 'not kept'}: SQNR {after['sqnr_db'] - before['sqnr_db']:+.2f} "
+            f"dB, top-1 agreement {before['top1_agreement']:.1%} -> "
+            f"{after['top1_agreement']:.1%} on the tuning inputs")
+
+
+def _tune_biases(build, model, x_tune, calibrated, content, report, per_channel, integer_io,
+                 say):
+    """Correct every bias for the INT8 model's mean error at its layer's pre-activation
+    (measured on calibration inputs); keep it if it checks better on the tuning inputs."""
+    x = build.x_cal[:BIAS_INPUTS]
+    say(f"tuning: bias correction for the error of each layer's input quantization, measured "
+        f"on {len(x)} calibration inputs")
+    new_calibrated, new_content, layers = correct_biases(calibrated, content, x, per_channel,
+                                                         integer_io)
+    reference = predict(model, x_tune)
+    before, after = _figures(reference, content, x_tune), _figures(reference, new_content, x_tune)
+    better = layers > 0 and _better(before, after)
+    report.bias = {"layers": layers, "kept": better, "reason": _verdict(before, after, better),
+                   "before": before, "after": after}
+    return new_content if better else content
+
+
+def correct_biases(calibrated, content, x, per_channel, integer_io):
+    """``(calibrated, content, layers)``: each operator's bias less the mean, per output
+    channel, of the error the quantization of its inputs alone (their range and rounding, on
+    float values, the rest in float) leaves at its pre-activation on ``x``. The weights' own
+    error is not corrected again: the float model already carries its bias correction."""
+    sim = quant_sim.build(calibrated, content, pre_activations=True)
+    f = sim.float_graph
+    reads = {}
+    for key in sim.readable:
+        if not isinstance(key, tuple):
+            continue
+        op = f.ops[key[1]]
+        b_at = quant_sim.WEIGHT_OPS[op.kind][1]
+        if b_at >= len(op.inputs) or op.inputs[b_at] < 0 or f.constant(op.inputs[b_at]) is None:
+            continue
+        feeds = {t for t in op.inputs if t >= 0}
+        switches = [s.index for s in sim.switches if s.kind == "activation" and not s.alternative
+                    and ((s.tensor in feeds and not s.requantize)
+                         or (s.requantize and s.op == op.index))]
+        if switches:
+            reads[key] = (op.inputs[b_at], switches)
+    deltas = _mean_errors(sim, x, reads)
+    values = {t: f.constant(t) - deltas[key] for key, (t, _) in reads.items()}
+    calibrated = with_constants(calibrated, values)
+    content = tflite.quantize_calibrated(calibrated, per_channel=per_channel,
+                                         integer_io=integer_io)
+    return calibrated, content, len(values)
+
+
+def _mean_errors(sim, x, reads) -> dict:
+    """Per key of ``reads`` (``("pre", op) -> (bias tensor, switches)``): the mean over
+    samples and positions, per channel, of the pre-activation with those switches alone on
+    less its value with every switch off."""
+    keys = list(reads)
+    plan = [(i, key) for i in range(len(x)) for key in [None] + keys]
+    masks = np.zeros((len(plan), len(sim.switches)), np.float32)
+    for r, (_, key) in enumerate(plan):
+        if key is not None:
+            masks[r, reads[key][1]] = 1.0
+    sums, counts, off = {}, dict.fromkeys(keys, 0), {}
+
+    def consume(start, stop, read):
+        for r in range(start, stop):
+            i, key = plan[r]
+            if key is None:
+                off[i] = {k: read(k)[r - start].astype(np.float64) for k in keys}
+                continue
+            v = read(key)[r - start].astype(np.float64)
+            d = (v - off[i][key]).reshape(-1, v.shape[-1])
+            sums[key] = sums.get(key, 0.0) + d.sum(axis=0)
+            counts[key] += d.shape[0]
+
+    sim.run(x, np.array([p[0] for p in plan]), masks, consume)
+    return {key: (sums[key] / counts[key]).astype(np.float32) for key in keys}
 
 
 def _names(build, x, f) -> dict:
@@ -226,19 +328,10 @@ def _check(build, model, x, ranges, report, per_channel, integer_io):
     content = tflite.quantize_calibrated(calibrated, per_channel=per_channel,
                                          integer_io=integer_io)
     reference = predict(model, x)
-    figures = []
-    for c in (build.content, content):
-        y = Q.run_tflite(c, x, batch_size=TFLITE_BATCH)
-        figures.append({"top1_agreement": Q.top1_agreement(reference, y),
-                        "sqnr_db": Q.sqnr_db(reference, y)})
-    report.before, report.after = figures
-    better = (figures[1]["sqnr_db"] > figures[0]["sqnr_db"]
-              and figures[1]["top1_agreement"] >= figures[0]["top1_agreement"])
-    report.kept = better
-    gain = figures[1]["sqnr_db"] - figures[0]["sqnr_db"]
-    report.reason = (f"kept: SQNR {gain:+.2f} dB, top-1 agreement "
-                     f"{figures[0]['top1_agreement']:.1%} -> {figures[1]['top1_agreement']:.1%}"
-                     if better else
-                     f"not kept: the tuned model measured SQNR {gain:+.2f} dB, top-1 agreement "
-                     f"{figures[0]['top1_agreement']:.1%} -> {figures[1]['top1_agreement']:.1%}")
-    return (content if better else build.content), report
+    report.before = _figures(reference, build.content, x)
+    report.after = _figures(reference, content, x)
+    report.kept = _better(report.before, report.after)
+    report.reason = _verdict(report.before, report.after, report.kept)
+    if report.kept:
+        return content, calibrated, report
+    return build.content, build.calibrated, report
