@@ -351,6 +351,9 @@ def test_tuning_fixes_the_badly_ranged_layer_on_inputs_it_never_saw():
     assert json.loads(json.dumps(report.to_dict()))["tuning"]["kept"] is True
 
 
+@pytest.mark.skipif(BACKEND == "jax", reason="JAX's export adds each bias as an operator of its "
+                    "own: the correction of an operator's bias input has none to correct there "
+                    "(tuning reports it); runs on TensorFlow")
 def test_bias_correction_removes_the_mean_error_of_the_input_quantization(build, data):
     """The first layer's pre-activation in the corrected model, its input alone quantized,
     against the uncorrected float model: the mean error per channel the correction measured

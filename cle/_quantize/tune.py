@@ -226,6 +226,12 @@ def _tune_biases(build, model, x_tune, calibrated, content, report, per_channel,
         f"on {len(x)} calibration inputs")
     new_calibrated, new_content, layers = correct_biases(calibrated, content, x, per_channel,
                                                          integer_io)
+    if layers == 0:
+        report.bias = {"layers": 0, "kept": False, "before": None, "after": None,
+                       "reason": "no operator with weights has a bias input to correct (the "
+                                 "converter of a JAX model adds each bias as an operator of "
+                                 "its own)"}
+        return content
     reference = predict(model, x_tune)
     before, after = _figures(reference, content, x_tune), _figures(reference, new_content, x_tune)
     better = layers > 0 and _better(before, after)
