@@ -29,6 +29,8 @@ __version__ = "0.1.0.dev0"
 
 # Public name -> module that defines it (loaded on first access).
 _EXPORTS = {
+    "AnalysisReport": "cle.analysis",
+    "analyze": "cle.analysis",
     "BatchNormFoldReport": "cle.batch_norm_fold",
     "QuantizeReport": "cle.quantization",
     "quantize": "cle.quantization",
@@ -69,7 +71,7 @@ __all__ = sorted(_EXPORTS) + ["custom_objects", "load_model"]
 
 
 #: Public submodules, also loaded on first access (``cle.quantization.evaluate``).
-_SUBMODULES = ("batch_norm_fold", "bias_correction", "cli", "cross_layer_equalization", "demo",
+_SUBMODULES = ("analysis", "batch_norm_fold", "bias_correction", "cli", "cross_layer_equalization", "demo",
                "layers", "pretrained", "quantization", "training_fold")
 
 

@@ -20,7 +20,7 @@ import cle
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # The public modules, as sectioned in docs/api.md.
-MODULES = ("batch_norm_fold", "cross_layer_equalization", "bias_correction", "layers",
+MODULES = ("analysis", "batch_norm_fold", "cross_layer_equalization", "bias_correction", "layers",
            "quantization", "training_fold", "pretrained")
 
 # The fused training layers share their BN options (those of keras.layers.BatchNormalization).
@@ -75,8 +75,14 @@ DEFAULTS = {
     "quantization.quantize": {
         "calibration_data": None, "per_channel": True, "weight_bits": 8, "activation_bits": 8,
         "integer_io": False, "bias_correction": "auto", "ranges": "percentile",
-        "input_range": None, "compare": False, "seed": 0, "progress": None},
+        "input_range": None, "compare": False, "seed": 0, "progress": None, "tune": False},
     "quantization.load_calibration": {"preprocessing": None, "limit": None},
+    # cle.analysis
+    "analysis.analyze": {
+        "calibration_data": None, "per_channel": True, "integer_io": False,
+        "bias_correction": "auto", "ranges": "percentile", "input_range": None, "seed": 0,
+        "layer_inputs": 4, "progress": None},
+    "analysis.plot": {"n": 5, "title": None, "note": None},
     "quantization.input_range_of": {},
     "quantization.quantize_kernel": {"bits": 8, "axis": None, "depthwise": False},
     "quantization.fake_quantize_weights": {"bits": 8, "per_channel": False},

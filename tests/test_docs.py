@@ -151,13 +151,13 @@ def test_readme_command_lines_run(tiny_model, tmp_path, monkeypatch):
         if line.startswith("cle ")]
     assert "cle demo" in commands  # run by tests/test_cli.py::test_run_demo (16 photos)
     commands.remove("cle demo")
-    assert len(commands) == 5
+    assert len(commands) == 6
     for command in commands:
         out = io.StringIO()
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
             assert cli.main(shlex.split(command)[1:]) == 0, (command, out.getvalue())
-    assert sorted(os.listdir(tmp_path)) == ["eq.keras", "folded.keras", "inputs.npy",
-                                            "model.keras", "model_int8.tflite",
+    assert sorted(os.listdir(tmp_path)) == ["analysis.png", "eq.keras", "folded.keras",
+                                            "inputs.npy", "model.keras", "model_int8.tflite",
                                             "model_nodata.tflite", "report.json"]
 
 

@@ -1,5 +1,5 @@
-"""The ``cle`` commands (``fold``, ``equalize``, ``inspect``, ``demo``; ``quantize`` is in
-:mod:`cle._cli.quantize`): each ``cmd_*`` takes the parsed arguments of
+"""The ``cle`` commands (``fold``, ``equalize``, ``inspect``, ``demo``; ``quantize`` and
+``analyze`` are in :mod:`cle._cli.quantize`): each ``cmd_*`` takes the parsed arguments of
 :func:`cle.cli.build_parser`, runs, prints its summary and returns the exit status. Standard
 library only at import, like :mod:`cle.cli`."""
 

@@ -9,7 +9,8 @@ import traceback
 
 from cle._cli.commands import cmd_demo, cmd_equalize, cmd_fold, cmd_inspect
 from cle._cli.quantize import (
-    check_calibration_options, check_quantize_options, cmd_quantize, input_range_arg,
+    check_calibration_options, check_quantize_options, cmd_analyze, cmd_quantize,
+    input_range_arg,
 )
 from cle._cli.commands import inspect_lines  # noqa: F401  (cle.cli.inspect_lines)
 from cle._cli.common import (
@@ -90,7 +91,7 @@ def _after_keras_import():
 
 def _check_option_combinations(args):
     """Usage errors between options, before anything is loaded."""
-    if getattr(args, "command", None) == "quantize":
+    if getattr(args, "command", None) in ("quantize", "analyze"):
         return check_quantize_options(args)
     if not hasattr(args, "bias_correction"):
         return
@@ -160,6 +161,44 @@ def _positive_int(text):
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {text}")
     return value
+
+
+def _analyze_options(p):
+    """``cle analyze``'s options: ``cle quantize``'s, with --report and --plot."""
+    p.add_argument("--calibration", metavar="PATH",
+                   help="calibration inputs, as for cle quantize (a quarter is held out and "
+                        "the analysis runs on it); without it: synthetic inputs, as cle "
+                        "quantize makes them (the analysis runs on its check's synthetic "
+                        "inputs, which the calibration never saw)")
+    p.add_argument("--preprocessing", metavar="NAME",
+                   help="for a folder of images (tf, torch, caffe, raw or module:function); "
+                        "without --calibration it states the input range")
+    p.add_argument("--input-range", type=input_range_arg, action="append",
+                   metavar="[INPUT=]LOW,HIGH",
+                   help="without --calibration: the input range (as for cle quantize; write "
+                        "it with '=': --input-range=-1,1). Default: found from the model")
+    p.add_argument("--limit", type=_positive_int, metavar="N",
+                   help="read at most N images from a --calibration folder")
+    p.add_argument("--per-tensor", dest="per_channel", action="store_false",
+                   help="INT8 per-tensor weights (default: per-channel, TF Lite's default)")
+    p.add_argument("--integer-io", action="store_true",
+                   help="int8 model input and output (default: float32)")
+    p.add_argument("--bias-correction", choices=("auto", "empirical", "analytic", "none"),
+                   default="auto",
+                   help="auto (default): empirical with --calibration, analytic without")
+    p.add_argument("--ranges", choices=("percentile", "minmax"), default="percentile",
+                   help="activation ranges: percentile (default: each tensor's 1e-4 tails) or "
+                        "minmax (the converter's own)")
+    p.add_argument("--layer-inputs", type=_positive_int, default=4, metavar="N",
+                   help="check inputs the per-layer runs use (default 4; each costs one run "
+                        "of the model per layer)")
+    p.add_argument("--worst", type=_positive_int, default=5, metavar="N",
+                   help="how many of the worst layers to print and name in the picture "
+                        "(default 5)")
+    p.add_argument("--report", metavar="JSON",
+                   help="write every layer's figures as JSON (AnalysisReport.to_dict())")
+    p.add_argument("--plot", metavar="PNG",
+                   help="write the per-layer picture (needs matplotlib)")
 
 
 _EPILOG = """\
@@ -311,8 +350,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--compare", action="store_true",
                    help="also convert the float model straight and check it the same way "
                         "(one more conversion)")
+    p.add_argument("--tune", action="store_true",
+                   help="choose the ranges of the activation tensors that add most to the "
+                        "output's error among their 1e-4 tails, min/max, least-MSE and "
+                        "narrower tails, where that measures better on inputs the check does "
+                        "not use (half of the held-out ones; without --calibration the "
+                        "synthetic calibration inputs); one-input, one-output models; see "
+                        "docs/analyze.md")
     p.add_argument("--report", metavar="JSON", help="write the QuantizeReport as JSON")
     p.set_defaults(func=cmd_quantize)
+
+    p = sub.add_parser("analyze", help="where the INT8 error comes from, layer by layer",
+                       description="Build the .tflite `cle quantize` writes with the same "
+                                   "options and measure, for every layer of the model: its "
+                                   "output's SQNR in the INT8 model, with its weights alone "
+                                   "and its activations alone quantized, its output's range "
+                                   "and how it was chosen, and its share of the output's "
+                                   "error. Prints the worst layers with the reason.",
+                       epilog=_EPILOG)
+    model_args(p)
+    _analyze_options(p)
+    p.set_defaults(func=cmd_analyze)
 
     p = sub.add_parser("inspect", help="show what equalize would fold, scale and absorb",
                        description="Show, without writing anything, what `cle equalize` with "
@@ -368,6 +426,8 @@ def _precheck(args):
         check_output_path(args.output, tflite=args.command == "quantize")
     if getattr(args, "report", None):
         check_parent_dir(args.report, "--report")
+    if getattr(args, "plot", None):
+        _check_plot(args)
     _check_not_input(args)
     _check_option_combinations(args)
     path = getattr(args, "custom_objects", None)
@@ -380,6 +440,25 @@ def _precheck(args):
     out = getattr(args, "out", None)
     if out is not None and os.path.exists(out) and not os.path.isdir(out):
         raise CliError(f"--out {out}: not a directory", EXIT_USAGE)
+
+
+def _check_plot(args):
+    """--plot: a .png path cle can write, not another output or the model, and matplotlib."""
+    import importlib.util
+
+    from cle._core.files import same_file
+
+    if not args.plot.lower().endswith(".png"):
+        raise CliError(f"--plot {args.plot}: the picture's file name must end in .png",
+                       EXIT_USAGE)
+    check_parent_dir(args.plot, "--plot")
+    for option, other in (("IN", args.model), ("--report", getattr(args, "report", None))):
+        if other and same_file(args.plot, other):
+            raise CliError(f"--plot {args.plot} is also {option}; choose another file name",
+                           EXIT_USAGE)
+    if importlib.util.find_spec("matplotlib") is None:
+        raise CliError(f"--plot {args.plot} needs matplotlib: pip install matplotlib",
+                       EXIT_USAGE)
 
 
 def _error(message: str):

@@ -1,7 +1,7 @@
-"""``cle quantize``: its option checks (before the model is loaded, through the library's
-own :class:`cle._quantize.options.QuantizeOptions`, so that the command line and
-:func:`cle.quantization.quantize` agree on every combination) and the command. Standard
-library only at import, like :mod:`cle.cli`."""
+"""``cle quantize`` and ``cle analyze``: their option checks (before the model is loaded,
+through the library's own :class:`cle._quantize.options.QuantizeOptions`, so that the command
+line and :func:`cle.quantization.quantize` / :func:`cle.analysis.analyze` agree on every
+combination) and the commands. Standard library only at import, like :mod:`cle.cli`."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from cle._cli.common import (
     EXIT_OK, EXIT_USAGE, CliError, Session, check_graph, json_bytes, one_line, write_outputs,
 )
 
-__all__ = ["check_quantize_options", "cmd_quantize", "input_range_arg", "quantize_options"]
+__all__ = ["check_quantize_options", "cmd_analyze", "cmd_quantize", "input_range_arg",
+           "quantize_options"]
 
 
 def input_range_arg(text):
@@ -72,24 +73,29 @@ def quantize_options(args):
 
     try:
         return QuantizeOptions(
-            per_channel=args.per_channel, activation_bits=args.activation_bits,
+            per_channel=args.per_channel, activation_bits=getattr(args, "activation_bits", 8),
             integer_io=args.integer_io, bias_correction=args.bias_correction,
-            ranges=args.ranges, input_range=_stated_range(args), compare=args.compare,
+            ranges=args.ranges, input_range=_stated_range(args),
+            compare=getattr(args, "compare", False), tune=getattr(args, "tune", False),
             has_data=bool(args.calibration))
     except ValueError as exc:
         raise CliError(one_line(exc), EXIT_USAGE) from exc
 
 
 def check_quantize_options(args):
-    """``cle quantize``'s usage errors, before the model is loaded, in the command line's
-    words; then the library's own check of the same options."""
-    data = args.calibration
+    """``cle quantize``'s and ``cle analyze``'s usage errors, before the model is loaded, in
+    the command line's words; then the library's own check of the same options."""
+    data, bits = args.calibration, getattr(args, "activation_bits", 8)
     if args.bias_correction == "empirical" and not data:
         raise CliError("--bias-correction empirical needs --calibration; received no "
                        "--calibration", EXIT_USAGE)
-    if args.activation_bits == 16 and not args.per_channel:
+    if bits == 16 and not args.per_channel:
         raise CliError("--activation-bits 16 (TF Lite's 16x8 mode) quantizes weights per "
                        "channel; received --per-tensor", EXIT_USAGE)
+    if getattr(args, "tune", False) and (bits != 8 or args.ranges != "percentile"):
+        raise CliError("--tune chooses among 8-bit activation ranges measured on the "
+                       f"calibration data; received --activation-bits {bits} --ranges "
+                       f"{args.ranges}", EXIT_USAGE)
     if data and args.input_range:
         raise CliError(f"--input-range is for synthetic inputs (no --calibration); received "
                        f"--calibration {data}", EXIT_USAGE)
@@ -144,12 +150,17 @@ def _progress(message):
     print(f"cle: {message}", file=sys.stderr, flush=True)
 
 
-def _run(args, model, calibration):
-    """The library's quantize on checked values; what the model cannot do is a usage error
-    in the command line's words."""
+def _run(args, model, calibration, analyze=False):
+    """The library's quantize (or analyze) on checked values; what the model cannot do is a
+    usage error in the command line's words."""
     from cle._quantize.pipeline import InputRangeUnknown, quantize_checked
 
     try:
+        if analyze:
+            from cle._quantize.analysis import analyze_checked
+
+            return analyze_checked(model, calibration, args.options, args.layer_inputs,
+                                   _progress)
         return quantize_checked(model, calibration, args.options, _progress)
     except InputRangeUnknown as exc:
         raise CliError(f"{args.model}: cannot tell the input range of model "
@@ -159,15 +170,19 @@ def _run(args, model, calibration):
         raise CliError(f"{args.model}: {one_line(exc)}", EXIT_USAGE) from exc
 
 
+def _runnable(args, model, command):
+    check_graph(args.model, model)
+    from cle._core.backend import channels_first_problem
+
+    problem = channels_first_problem(model)
+    if problem is not None:
+        raise CliError(f"{args.model}: {command} runs the model, but {problem}")
+
+
 def cmd_quantize(args) -> int:
     with Session(args) as session:
         model = session.load()
-        check_graph(args.model, model)
-        from cle._core.backend import channels_first_problem
-
-        problem = channels_first_problem(model)
-        if problem is not None:
-            raise CliError(f"{args.model}: cle quantize runs the model, but {problem}")
+        _runnable(args, model, "cle quantize")
         content, report = _run(args, model, read_calibration(args, model))
         outputs = [(args.output, content)]
         if args.report:
@@ -175,6 +190,30 @@ def cmd_quantize(args) -> int:
         write_outputs(outputs)
     print(f"{args.model}: cle quantize")
     for line in report.summary().splitlines():
+        print("  " + line)
+    for path, _ in outputs:
+        print(f"wrote {path}")
+    return EXIT_OK
+
+
+def cmd_analyze(args) -> int:
+    with Session(args) as session:
+        model = session.load()
+        _runnable(args, model, "cle analyze")
+        report = _run(args, model, read_calibration(args, model), analyze=True)
+        outputs = []
+        if args.report:
+            outputs.append((args.report, json_bytes(report.to_dict())))
+        if args.plot:
+            from cle._quantize.analysis_plot import render
+
+            outputs.append((args.plot, render(report, args.worst,
+                                              f"{os.path.basename(args.model)}: where the "
+                                              "INT8 error comes from, layer by layer")))
+        if outputs:
+            write_outputs(outputs)
+    print(f"{args.model}: cle analyze")
+    for line in report.summary(args.worst).splitlines():
         print("  " + line)
     for path, _ in outputs:
         print(f"wrote {path}")

@@ -65,10 +65,11 @@ class QuantizeOptions:
     input_range: Any = None
     compare: bool = False
     seed: int = 0
+    tune: bool = False
     has_data: bool = False
 
     def __post_init__(self):
-        for name in ("per_channel", "integer_io", "compare"):
+        for name in ("per_channel", "integer_io", "compare", "tune"):
             if not _is_bool(getattr(self, name)):
                 raise ValueError(f"`{name}` must be True or False. Received: "
                                  f"{name}={getattr(self, name)!r}")
@@ -86,6 +87,11 @@ class QuantizeOptions:
                              f"bias_correction={self.bias_correction!r}")
         if self.ranges not in RANGES:
             raise ValueError(f"`ranges` must be one of {RANGES}. Received: "
+                             f"ranges={self.ranges!r}")
+        if self.tune and (self.activation_bits != 8 or self.ranges != "percentile"):
+            raise ValueError("tune=True chooses 8-bit activation ranges among those measured on "
+                             "the calibration data (ranges='percentile'). Received: tune=True "
+                             f"with activation_bits={self.activation_bits!r}, "
                              f"ranges={self.ranges!r}")
         if not _is_int(self.seed):
             raise ValueError(f"`seed` must be an integer. Received: seed={self.seed!r}")

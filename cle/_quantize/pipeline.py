@@ -14,23 +14,26 @@ import numpy as np
 from cle._core.backend import check_runnable
 from cle._core.checks import check_model
 from cle._core.graph import graph_view
-from cle._core.inputs import ModelInputs, check_calibration_data, input_names
+from cle._core.inputs import ModelInputs, check_calibration_data
 from cle._measure import calibration as _calibration
 from cle._measure.calibration import input_range_of  # noqa: F401  (cle.quantization's)
 from cle._measure import check as _check
 from cle._measure import input_range as _input_range
 from cle._measure import synthetic as _synthetic
 from cle._measure import tflite
-from cle._measure.inference import TFLITE_BATCH, input_name, predict_all, run_all
+from cle._measure.inference import TFLITE_BATCH, predict_all, run_all
+from cle._quantize import tune as _tune
+from cle._quantize.input_ranges import InputRangeUnknown, input_ranges_of
 from cle._quantize.options import QuantizeOptions
+from cle._quantize.ranges import MIN_WIDTH, TAIL, choose_percentile_ranges  # noqa: F401
 from cle._quantize.report import QuantizeReport
 from cle._transforms.equalize import equalize_checked
 from cle._transforms.options import EqualizeOptions
 
-__all__ = ["InputRangeUnknown", "QuantizeOptions", "QuantizeReport", "quantize"]
+__all__ = ["InputRangeUnknown", "Int8Build", "QuantizeOptions", "QuantizeReport",
+           "build_checked", "check_build", "check_label", "check_sets", "input_ranges_of",
+           "lower", "quantize", "quantize_checked"]
 
-#: The share of a tensor's values left outside its range on each side (``ranges="percentile"``).
-TAIL = 1e-4
 #: Share of the calibration data held out for the check (when at least 8 remain to calibrate).
 HOLDOUT = 0.25
 #: Without data, the calibration inputs: inputs distilled from the BN statistics and as many
@@ -39,25 +42,6 @@ HOLDOUT = 0.25
 SYNTHETIC_CALIBRATION, SYNTHETIC_CHECK, DISTILLED_CHECK = 32, 32, 16
 #: A synthetic batch whose final BN-statistics loss is above this did not converge.
 CONVERGED_LOSS = 1.0
-#: A tail range narrower than this share of the min/max range keeps min/max (a tensor that is
-#: almost always 0, e.g. a rarely firing ReLU, would otherwise get a range of width 0).
-MIN_WIDTH = 1e-2
-
-
-class InputRangeUnknown(ValueError):
-    """Without data, the range of some input cannot be told from the model and was not
-    stated. ``unknown`` holds the :class:`cle._measure.input_range.InputRange` of each such
-    input (its ``source`` says why)."""
-
-    def __init__(self, model_name, unknown):
-        self.model_name, self.unknown = model_name, unknown
-        super().__init__(
-            f"cannot tell the input range of model '{model_name}' ({self.why()}); pass "
-            "input_range=(low, high) or calibration_data. Received: input_range=None, "
-            "calibration_data=None")
-
-    def why(self) -> str:
-        return "; ".join(f"input '{r.name}': {r.source}" for r in self.unknown)
 
 
 @dataclasses.dataclass
@@ -74,7 +58,8 @@ def quantize(model, calibration_data=None, *, per_channel: bool = True, weight_b
              activation_bits: int = 8, integer_io: bool = False,
              bias_correction: str = "auto", ranges: str = "percentile",
              input_range=None, compare: bool = False, seed: int = 0,
-             progress: Callable[[str], Any] | None = None) -> tuple[bytes, QuantizeReport]:
+             progress: Callable[[str], Any] | None = None,
+             tune: bool = False) -> tuple[bytes, QuantizeReport]:
     """A full-INT8 TF Lite model of ``model``, as close to it as this library can make it.
 
     Args:
@@ -104,6 +89,13 @@ def quantize(model, calibration_data=None, *, per_channel: bool = True, weight_b
             calibration inputs) and check it the same way.
         seed: seed of the synthetic inputs.
         progress: optional ``callable(str)`` told about each stage.
+        tune: choose the ranges of the activation tensors that add most to the output's
+            error among their 1e-4 tails, min/max, least-MSE range and narrower tails, where
+            the choice measures better (:mod:`cle._quantize.tune`), then a bias correction
+            for the error of each layer's input quantization, kept where it measures better.
+            With data, half of the held-out inputs tune and the other half check; without
+            data, the synthetic calibration inputs tune and the check's sets (which tuning
+            never saw) check. Models with one input and one output only.
 
     Returns:
         ``(tflite_bytes, report)``: the ``.tflite`` flatbuffer and a :class:`QuantizeReport`.
@@ -113,8 +105,9 @@ def quantize(model, calibration_data=None, *, per_channel: bool = True, weight_b
         ValueError: an option out of range or options that contradict each other,
             calibration data that does not fit the model's inputs (one line naming what the
             model expects and what was received), without data an input whose range the
-            model cannot tell and no ``input_range`` (:class:`InputRangeUnknown`), or a model
-            without batch norms and without data.
+            model cannot tell and no ``input_range`` (:class:`InputRangeUnknown`), a model
+            without batch norms and without data, or ``tune=True`` with several inputs or
+            outputs, 16-bit activations or ``ranges="minmax"``.
         RuntimeError: the PyTorch backend (TF Lite's converter cannot read its models), or
             non-finite synthetic inputs or outputs.
 
@@ -126,35 +119,115 @@ def quantize(model, calibration_data=None, *, per_channel: bool = True, weight_b
         calibration_data, per_channel=per_channel, weight_bits=weight_bits,
         activation_bits=activation_bits, integer_io=integer_io,
         bias_correction=bias_correction, ranges=ranges, input_range=input_range,
-        compare=compare, seed=seed)
+        compare=compare, seed=seed, tune=tune)
     return quantize_checked(model, calibration_data, opts, progress)
 
 
 def quantize_checked(model, calibration_data, opts: QuantizeOptions, progress=None):
-    """:func:`quantize` with its options already made: the door, then the stages."""
+    """:func:`quantize` with its options already made: the door and the stages up to the
+    ``.tflite`` (:func:`build_checked`), the tuning if asked for, then the check
+    (:func:`check_build`)."""
     say = progress if progress is not None else (lambda message: None)
-    view, x, input_ranges = _door(model, calibration_data, opts)
+    build = build_checked(model, calibration_data, opts, say,
+                          "cle.quantize(tune=True)" if opts.tune else None)
+    if opts.tune:
+        _timed(build.seconds, "tune", _tune.tune_build, build, model, say)
+    return build.content, check_build(model, build, say)
+
+
+@dataclasses.dataclass
+class Int8Build:
+    """What :func:`quantize` builds before its check, for the routes that go on from there
+    (the tuning, ``cle.analyze``).
+
+    Attributes:
+        opts: the checked :class:`QuantizeOptions`.
+        inputs: the calibration inputs (``inputs.calibration``, a
+            :class:`cle._core.inputs.ModelInputs`) and the check's sets
+            (``inputs.checks``, ``(what, inputs)``), ``inputs.loss`` and ``inputs.what``.
+        calibration: "data" or "synthetic".
+        input_ranges: without data, every input's
+            :class:`cle._measure.input_range.InputRange`; with data None.
+        equalized, equalization: the equalized float model and its report.
+        calibrated: the float flatbuffer with the chosen ranges written in (what the quantize
+            step read; None in 16x8 mode, which the converter runs in one step).
+        ranges: every activation tensor's :class:`cle._measure.tflite.TensorRange`.
+        content: the ``.tflite``.
+        seconds: wall time of each stage.
+        values: with ``tune``, the values each activation tensor took on the calibration
+            inputs (a sample, by tensor index; None with ``ranges="minmax"``).
+        tuning: after the tuning, its :class:`cle._quantize.tune.TuneReport`.
+    """
+
+    opts: QuantizeOptions
+    inputs: Any
+    calibration: str
+    input_ranges: list | None
+    equalized: Any
+    equalization: Any
+    calibrated: bytes | None
+    ranges: list
+    content: bytes
+    seconds: dict
+    values: dict | None = None
+    tuning: Any = None
+
+
+def build_checked(model, calibration_data, opts: QuantizeOptions, say,
+                  single_io: str | None = None) -> Int8Build:
+    """The door and :func:`quantize`'s stages up to the ``.tflite``, without its check.
+    ``single_io`` names the route (``"cle.analyze"``, ...) that takes models with one input
+    and one output only: others are refused at the door."""
+    view, x, input_ranges = _door(model, calibration_data, opts, single_io)
     seconds: dict[str, float] = {}
     inputs = _calibration_inputs(model, x, input_ranges, opts, say, seconds)
     equalized, eq_report = _timed(seconds, "equalize", _equalize, model, view, x, inputs,
                                   opts, say)
-    content, tensor_ranges = _timed(seconds, "convert", _convert, equalized,
-                                    inputs.calibration, opts, input_ranges, say)
-    sets = _timed(seconds, "check", _check_model, model, content, inputs.checks, opts, say)
+    content, tensor_ranges, calibrated, values = _timed(
+        seconds, "convert", _convert, equalized, inputs.calibration, opts, input_ranges, say)
+    return Int8Build(opts, inputs, "data" if x is not None else "synthetic", input_ranges,
+                     equalized, eq_report, calibrated, tensor_ranges, content, seconds,
+                     values if opts.tune else None)
+
+
+def check_sets(model, build: Int8Build, say) -> list:
+    """The check of the build's ``.tflite`` on each of its sets of check inputs (see
+    :func:`_check_model`), timed as the "check" stage."""
+    return _timed(build.seconds, "check", _check_model, model, build.content,
+                  build.inputs.checks, build.opts, say)
+
+
+def lower(sets) -> list:
+    """Per output, the figures of the check set where its SQNR is the lowest."""
+    return _lower(sets)
+
+
+def check_label(sets) -> str:
+    """What the check ran on, in words (the report's ``check_inputs``)."""
+    return sets[0]["inputs"] if len(sets) == 1 else (
+        "inputs the calibration never saw: " + " and ".join(c["inputs"] for c in sets))
+
+
+def check_build(model, build: Int8Build, say) -> QuantizeReport:
+    """The check of the build's ``.tflite`` (and, with ``compare``, of the float model
+    converted straight), and the :class:`QuantizeReport`."""
+    opts, inputs, seconds = build.opts, build.inputs, build.seconds
+    sets = check_sets(model, build, say)
     plain = (_timed(seconds, "compare", _compare, model, inputs, sets, opts, say)
              if opts.compare else None)
-    return content, QuantizeReport(
-        target=opts.target, calibration="data" if x is not None else "synthetic",
+    data = build.calibration == "data"
+    return QuantizeReport(
+        target=opts.target, calibration=build.calibration,
         n_calibration=len(inputs.calibration),
-        check_inputs=sets[0]["inputs"] if len(sets) == 1 else
-        "inputs the calibration never saw: " + " and ".join(c["inputs"] for c in sets),
-        n_check=sum(c["n"] for c in sets), equalization=eq_report,
-        bias_correction=opts.bias_mode, ranges=tensor_ranges,
-        input_ranges=[r.to_dict() for r in input_ranges] if x is None else [],
+        check_inputs=check_label(sets), n_check=sum(c["n"] for c in sets),
+        equalization=build.equalization,
+        bias_correction=opts.bias_mode, ranges=build.ranges,
+        input_ranges=[] if data else [r.to_dict() for r in build.input_ranges],
         outputs=_lower(sets), check_sets=[_public(c) for c in sets], plain=plain,
         calibration_inputs=inputs.what, synthesis_loss=inputs.loss,
-        warnings=_warnings(model, sets, inputs, input_ranges),
-        seconds=seconds, tail=TAIL)
+        warnings=_warnings(model, sets, inputs, build.input_ranges) + (
+            build.tuning.warnings() if build.tuning is not None else []),
+        seconds=seconds, tail=TAIL, tuning=build.tuning)
 
 
 def _timed(seconds, stage, fn, *args):
@@ -168,53 +241,23 @@ def _timed(seconds, stage, fn, *args):
 # ---------------------------------------------------------------------------- the door
 
 
-def _door(model, calibration_data, opts):
-    """Everything checked once, before any work: the model and its graph, the backend, the
-    data (one float32 copy) and, without data, every input's range. Returns
-    ``(view, x or None, input ranges or None)``."""
+def _door(model, calibration_data, opts, single_io=None):
+    """Everything checked once, before any work: the model and its graph (with
+    ``single_io``, one input and one output), the backend, the data (one float32 copy) and,
+    without data, every input's range. Returns ``(view, x or None, input ranges or None)``."""
     check_model(model)
+    if single_io is not None and (len(model.inputs) != 1 or len(model.outputs) != 1):
+        raise ValueError(
+            f"{single_io} supports models with one input and one output so far (several "
+            "inputs or outputs are not supported there yet; cle.quantize without tuning takes "
+            f"them). Received: model '{model.name}' with {len(model.inputs)} inputs and "
+            f"{len(model.outputs)} outputs")
     view = graph_view(model)  # a clear error for a model whose graph cannot be read
     tflite.check_tflite_backend("cle.quantize")
     check_runnable(model, "cle.quantize")
     if calibration_data is not None:
         return view, check_calibration_data(model, calibration_data), None
     return view, None, input_ranges_of(model, opts.input_range)
-
-
-def input_ranges_of(model, stated):
-    """Every input's range without data: ``stated`` (``(lo, hi)`` for all, or a dict by input
-    name), else found from the model.
-
-    Raises:
-        ValueError: ``stated`` names an input the model does not have.
-        InputRangeUnknown: an input's range can be neither found nor was stated.
-    """
-    names = input_names(model)
-    if isinstance(stated, dict):
-        unknown = sorted(set(stated) - set(names))
-        if unknown:
-            raise ValueError(f"input_range names inputs the model does not have: {unknown}; "
-                             f"its inputs are {names}. Received: input_range={stated!r}")
-    elif stated is not None:
-        stated = dict.fromkeys(names, stated)
-    stated = stated or {}
-    found = _input_range.infer_input_ranges(model)
-    out = []
-    for name, inferred in zip(names, found):
-        if name not in stated:
-            out.append(inferred)
-            continue
-        given = _input_range.InputRange(name, *stated[name], "stated")
-        if inferred.known and inferred.sure and _far(given, inferred):
-            given.note = (f"input '{name}': the stated range [{given.lo:.4g}, {given.hi:.4g}] "
-                          f"is not what the model says, [{inferred.lo:.4g}, {inferred.hi:.4g}] "
-                          f"({inferred.source}); a wrong input range wrecks the quantized "
-                          "model, check it")
-        out.append(given)
-    unknown = [r for r in out if not r.known]
-    if unknown:
-        raise InputRangeUnknown(model.name, unknown)
-    return out
 
 
 # ---------------------------------------------------------------------------- the stages
@@ -276,22 +319,26 @@ def _equalize(model, view, x, inputs, opts, say):
 
 
 def _convert(equalized, x_cal, opts, input_ranges, say):
-    """``(tflite bytes, tensor ranges)``: the converter's 16x8 mode, or its calibrate step,
-    the chosen ranges written in, and its quantize step."""
+    """``(tflite bytes, tensor ranges, calibrated flatbuffer, sampled values)``: the
+    converter's 16x8 mode (no calibrated flatbuffer), or its calibrate step, the chosen ranges
+    written in, and its quantize step; the values each tensor took on ``x_cal`` when the
+    ranges were chosen from them."""
     if opts.activation_bits == 16:
         say(f"converting (TF Lite 16x8, calibration on {len(x_cal)} inputs)")
-        return tflite.convert_int16(equalized, x_cal, integer_io=opts.integer_io), []
+        return (tflite.convert_int16(equalized, x_cal, integer_io=opts.integer_io), [], None,
+                None)
     say(f"calibrating activation ranges on {len(x_cal)} inputs")
     calibrated = tflite.calibrate(equalized, x_cal)
-    tensor_ranges = tflite.ranges_of(calibrated)
+    tensor_ranges, values = tflite.ranges_of(calibrated), None
     if opts.ranges == "percentile":
         stated = {r.name: (r.lo, r.hi) for r in input_ranges} if input_ranges else {}
-        choose_percentile_ranges(calibrated, x_cal, tensor_ranges, stated, opts.integer_io,
-                                 say)
+        values = choose_percentile_ranges(calibrated, x_cal, tensor_ranges, stated,
+                                          opts.integer_io, say)
         calibrated = tflite.with_ranges(calibrated, tensor_ranges)
     say("quantizing")
-    return tflite.quantize_calibrated(calibrated, per_channel=opts.per_channel,
-                                      integer_io=opts.integer_io), tensor_ranges
+    return (tflite.quantize_calibrated(calibrated, per_channel=opts.per_channel,
+                                       integer_io=opts.integer_io), tensor_ranges, calibrated,
+            values)
 
 
 def _check_model(model, content, checks, opts, say):
@@ -335,13 +382,6 @@ def _compare(model, inputs, sets, opts, say):
             "outputs": outputs}
 
 
-def _far(a, b) -> bool:
-    """Whether two ranges differ by more than a convention's snap distance."""
-    wa, wb = a.hi - a.lo, b.hi - b.lo
-    return (abs(np.log(wa / wb)) + abs((a.hi + a.lo) / 2 - (b.hi + b.lo) / 2) / wb
-            > _input_range.SNAP_MAX)
-
-
 def _warnings(model, sets, inputs, input_ranges):
     """What makes the result or its figures doubtful, each a sentence."""
     out = [f"input '{r.name}': its range is a guess ({r.source}); state it with input_range "
@@ -364,41 +404,6 @@ def _warnings(model, sets, inputs, input_ranges):
                            f"{b.sqnr_db:.1f} dB on {sets[1]['inputs']}): without real data "
                            "the figure is rough; give calibration data to know it")
     return out
-
-
-def choose_percentile_ranges(calibrated, x, tensor_ranges, stated, integer_io, say):
-    """Set each tensor's ``lo``/``hi`` to its ``TAIL`` quantiles on ``x``. Kept at min/max: the
-    tensors that decide an output (the outputs, and the logits before a softmax;
-    :func:`cle._measure.tflite.protected_indices`), an input tensor with ``integer_io`` (its
-    range is the int8 input's scale: real extremes must not clip); an input with a ``stated``
-    range (``{input name: (lo, hi)}``, without data) takes it; and a tensor whose tail range
-    would be narrower than :data:`MIN_WIDTH` of its min/max range keeps min/max. Every range
-    includes 0, as the converter's do."""
-    say(f"measuring {len(tensor_ranges)} activation tensors")
-    values = tflite.observe(calibrated, x, [r.index for r in tensor_ranges])
-    protected, inputs = tflite.protected_indices(calibrated)
-    outputs = tflite.output_indices(calibrated)
-    for r in tensor_ranges:
-        if r.index in inputs and input_name(r.name) in stated:
-            lo, hi = stated[input_name(r.name)]
-            r.lo, r.hi, r.how = min(lo, 0.0), max(hi, 0.0), "input range"
-        elif r.index in inputs and integer_io:
-            r.how = "min/max (integer input)"
-        elif r.index in protected:  # min/max: the largest outputs decide the top-1 class
-            r.how = "min/max (output)" if r.index in outputs else "min/max (decides an output)"
-        else:
-            _tail_range(r, values[r.index])
-
-
-def _tail_range(r, values):
-    lo, hi = np.quantile(values, [TAIL, 1.0 - TAIL])
-    # Within the calibrated range (the interpreter's sums may round differently), with 0.
-    lo = min(max(float(lo), r.calibrated[0]), 0.0)
-    hi = max(min(float(hi), r.calibrated[1]), 0.0)
-    if hi - lo < MIN_WIDTH * (r.calibrated[1] - r.calibrated[0]):
-        r.how = "min/max (sparse)"
-    else:
-        r.lo, r.hi, r.how = lo, hi, "percentile"
 
 
 def load_calibration(path, model, preprocessing: str | None = None, limit: int | None = None):

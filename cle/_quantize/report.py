@@ -50,6 +50,7 @@ class QuantizeReport:
         warnings: what makes the result or its figures doubtful (an input range that is a
             guess, a distillation that did not converge, rough check figures).
         seconds: wall time of each stage.
+        tuning: with ``tune=True``, the :class:`cle._quantize.tune.TuneReport`.
     """
 
     target: dict
@@ -69,6 +70,7 @@ class QuantizeReport:
     warnings: list = dataclasses.field(default_factory=list)
     seconds: dict = dataclasses.field(default_factory=dict)
     tail: float = 1e-4
+    tuning: Any = None
 
     @property
     def top1_agreement(self) -> float:
@@ -99,10 +101,14 @@ class QuantizeReport:
 
     def _calibration_line(self):
         if self.calibration == "data":
-            given = self.n_calibration + (self.n_check if self.check_inputs.startswith(
+            tuned = (self.tuning.n if self.tuning is not None and self.tuning.held_out
+                     else 0)
+            given = self.n_calibration + tuned + (self.n_check if self.check_inputs.startswith(
                 "held-out") else 0)
-            held = (f": {self.n_calibration} to calibrate, {self.n_check} held out for the "
-                    "check" if given > self.n_calibration else " (too few to hold any out)")
+            held = (f": {self.n_calibration} to calibrate, "
+                    + (f"{tuned} held out to tune, " if tuned else "")
+                    + f"{self.n_check} held out for the check"
+                    if given > self.n_calibration else " (too few to hold any out)")
             return f"calibration: {given} inputs given{held}"
         loss = (f" (distillation: final batch-norm loss {max(self.synthesis_loss):.3g})"
                 if self.synthesis_loss else "")
@@ -148,6 +154,8 @@ class QuantizeReport:
                      f"corrected, {len(self.equalization.bias_corrections) - len(corrected)} "
                      "left (see the equalization report for why)")
         lines += self._range_lines()
+        if self.tuning is not None:
+            lines += self.tuning.lines()
         lines += self._check_lines()
         lines += [f"warning: {w}" for w in self.warnings]
         return "\n".join(lines)
@@ -181,6 +189,7 @@ class QuantizeReport:
             "ranges": [{"tensor": r.name, "calibrated": list(r.calibrated),
                         "chosen": [r.lo, r.hi], "how": r.how} for r in self.ranges],
             "equalization": self.equalization.to_dict(),
+            "tuning": self.tuning.to_dict() if self.tuning is not None else None,
             "seconds": dict(self.seconds),
         }
 

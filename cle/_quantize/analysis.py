@@ -1,0 +1,274 @@
+"""The implementation of :func:`cle.analysis.analyze` (documented in :mod:`cle.analysis`).
+
+It builds the ``.tflite`` :func:`cle.quantize` would write (through its door and the same
+stages, :func:`cle._quantize.pipeline.build_checked`; models with one input and one output),
+pairs every Keras layer with its operators and tensors in it
+(:func:`cle._measure.layer_map.map_layers`), and measures on the check inputs:
+
+* the INT8 model itself, every tensor kept: each layer's output against the float model's;
+* the switchable simulation of the INT8 model (:mod:`cle._measure.quant_sim`), one run per
+  layer with that layer's weights alone quantized and one with its activations alone, the
+  rest of the network in float: the layer's own output against float (the layer's weight and
+  activation SQNR) and the model's output against float (what the layer adds to the
+  output's error);
+* the check's own figures: the ``.tflite`` against the Keras model, top-1 agreement and SQNR,
+  on the same inputs as :func:`cle.quantize`'s check (without data, the lower of its two sets
+  of synthetic inputs the calibration never saw; the per-layer runs use that set).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+from cle._measure import quant_sim
+from cle._measure.flatgraph import FlatGraph, dequantize
+from cle._measure.inference import interpreter
+from cle._measure.layer_map import Entry, map_layers
+from cle._quantize import analysis_stats as describe
+from cle._quantize.analysis_report import AnalysisReport, LayerReport
+from cle._quantize.options import QuantizeOptions
+from cle._quantize.pipeline import build_checked, check_label, check_sets, lower
+
+__all__ = ["analyze"]
+
+#: Check inputs the per-layer runs use (each costs one run of the simulation per layer).
+LAYER_INPUTS = 4
+#: Inputs the Keras layers are paired with the flatbuffer's tensors on.
+PROBE_INPUTS = 2
+#: Rows of the simulation per invocation.
+SIM_BATCH = 16
+
+
+def analyze(model, calibration_data=None, *, per_channel: bool = True,
+            integer_io: bool = False, bias_correction: str = "auto",
+            ranges: str = "percentile", input_range=None, seed: int = 0,
+            layer_inputs: int = LAYER_INPUTS,
+            progress: Callable[[str], Any] | None = None) -> AnalysisReport:
+    """Where the INT8 error of ``model`` comes from, layer by layer (see :mod:`cle.analysis`)."""
+    opts = QuantizeOptions.from_call(
+        calibration_data, per_channel=per_channel, integer_io=integer_io,
+        bias_correction=bias_correction, ranges=ranges, input_range=input_range, seed=seed)
+    return analyze_checked(model, calibration_data, opts, layer_inputs, progress)
+
+
+def analyze_checked(model, calibration_data, opts: QuantizeOptions,
+                    layer_inputs: int = LAYER_INPUTS, progress=None) -> AnalysisReport:
+    """:func:`analyze` with :func:`cle.quantize`'s options already made (``cle analyze``)."""
+    say = progress if progress is not None else (lambda message: None)
+    if isinstance(layer_inputs, bool) or not isinstance(layer_inputs, (int, np.integer)) or (
+            layer_inputs < 1):
+        raise ValueError("`layer_inputs` must be a positive integer. Received: "
+                         f"layer_inputs={layer_inputs!r}")
+    if opts.activation_bits != 8 or opts.tune or opts.compare:
+        raise ValueError("cle.analyze analyses the INT8 model cle.quantize writes with 8-bit "
+                         "activations, untuned, without a comparison. Received: "
+                         f"activation_bits={opts.activation_bits}, tune={opts.tune}, "
+                         f"compare={opts.compare}")
+    build = build_checked(model, calibration_data, opts, say, "cle.analyze")
+    sets = check_sets(model, build, say)
+    output = lower(sets)[0]
+    worst = min(range(len(sets)), key=lambda k: sets[k]["outputs"][0].sqnr_db)
+    x_check = build.inputs.checks[worst][1].arrays[0]
+    seconds = build.seconds
+    start = time.perf_counter()
+    x_layer = x_check[: min(int(layer_inputs), len(x_check))]
+    say(f"pairing the model's layers with the .tflite's tensors on {min(PROBE_INPUTS, len(x_layer))}"
+        " inputs")
+    lmap = map_layers(build.equalized, build.calibrated, x_layer[:PROBE_INPUTS])
+    sim = quant_sim.build(build.calibrated, build.content,
+                          watch=[e.tensor for e in lmap.entries])
+    entries = _with_switches([_input_entry(model, sim)] + lmap.entries, lmap.owner, sim)
+    seconds["map"] = time.perf_counter() - start
+
+    start = time.perf_counter()
+    measured = _Measure(sim, entries, lmap.owner, x_layer)
+    say(f"measuring {len(entries)} layers on {len(x_layer)} inputs "
+        f"({len(measured.rows)} runs of the simulated INT8 model)")
+    sim.run(x_layer, measured.rows, measured.masks, measured.consume, batch=SIM_BATCH)
+    measured.real(build.content)
+    seconds["layers"] = time.perf_counter() - start
+
+    return AnalysisReport(
+        target={"per_channel": bool(opts.per_channel), "integer_io": bool(opts.integer_io)},
+        calibration=build.calibration, n_calibration=len(build.inputs.calibration),
+        check_inputs=check_label(sets), n_check=sum(c["n"] for c in sets),
+        n_layer_inputs=len(x_layer), layer_inputs=sets[worst]["inputs"],
+        calibration_inputs=build.inputs.what, bias_correction=opts.bias_mode,
+        output={"top1_agreement": output.top1_agreement, "sqnr_db": output.sqnr_db},
+        layers=_layers(entries, measured, build, sim), unmatched=list(lmap.unmatched),
+        simulation=measured.summary(), tflite=build.content, seconds=seconds,
+        equalization=build.equalization)
+
+
+def _input_entry(model, sim) -> Entry:
+    """The model input's own quantization, named after its ``InputLayer``."""
+    import keras
+
+    names = [layer.name for layer in model.layers if isinstance(layer, keras.layers.InputLayer)]
+    name = names[0] if names else "input"
+    return Entry(name, [name], "InputLayer", sim.float_graph.inputs[0])
+
+
+def _with_switches(entries, owner, sim) -> list[Entry]:
+    """The entries that own a quantization (a layer the INT8 model computes exactly, such as
+    zero padding at its input's scale, has none); ``owner`` is renumbered in place."""
+    owned = {owner.get(s.op, -1) + 1 if s.op >= 0 else 0 for s in sim.switches}
+    keep = [k for k in range(len(entries)) if k in owned]
+    new = {old - 1: k - 1 for k, old in enumerate(keep)}
+    for op, e in list(owner.items()):
+        owner[op] = new.get(e, -1) if e in new else _nearest(e, new)
+    return [entries[k] for k in keep]
+
+
+def _nearest(e, new) -> int:
+    """An operator of a dropped entry counts for the kept entry before it."""
+    before = [old for old in new if old < e]
+    return new[max(before)] if before else -1
+
+
+class _Measure:
+    """The simulation's rows (per input: all switches off, all on, then each entry's weights
+    alone and activations alone) and what they measure."""
+
+    def __init__(self, sim, entries, owner, x):
+        self.sim, self.entries, self.x = sim, entries, x
+        n_e = len(entries)
+        self.entry_of = np.array([owner.get(s.op, -1) + 1 if s.op >= 0 else 0
+                                  for s in sim.switches], np.int64)
+        kinds = np.array([s.kind if s.alternative == 0 else "alternative"
+                          for s in sim.switches])
+        self.output = sim.float_graph.outputs[0]
+        plan = []  # (input, what, entry)
+        for i in range(len(x)):
+            plan += [(i, "off", -1), (i, "on", -1)]
+            for e in range(n_e):
+                for what in ("weight", "activation"):
+                    if np.any((self.entry_of == e) & (kinds == what)):
+                        plan.append((i, what, e))
+        self.plan = plan
+        self.rows = np.array([p[0] for p in plan], np.int64)
+        self.masks = np.zeros((len(plan), len(sim.switches)), np.float32)
+        for r, (i, what, e) in enumerate(plan):
+            if what == "on":
+                self.masks[r] = 1.0
+            elif what != "off":
+                self.masks[r] = (self.entry_of == e) & (kinds == what)
+        self.ref: dict = {}
+        z = np.zeros(n_e)
+        self.signal, self.sim_noise, self.real_noise = z.copy(), z.copy(), z.copy()
+        self.local = {"weight": z.copy(), "activation": z.copy()}
+        self.out = {"weight": z.copy(), "activation": z.copy()}
+        self.out_signal = self.out_on = 0.0
+        self.stats = [describe.Accumulator() for _ in entries]
+
+    def consume(self, start, stop, read):
+        cache = {}
+
+        def get(t):
+            if t not in cache:
+                cache[t] = read(t)
+            return cache[t]
+
+        for r in range(start, stop):
+            i, what, e = self.plan[r]
+            b = r - start
+            y = get(self.output)[b].astype(np.float64)
+            if what == "off":
+                self.ref[i] = {"out": y}
+                self.out_signal += float(np.sum(y ** 2))
+                for k, entry in enumerate(self.entries):
+                    v = get(entry.tensor)[b]
+                    self.ref[i][k] = v
+                    self.signal[k] += float(np.sum(v.astype(np.float64) ** 2))
+                    self.stats[k].add(v, self._params(k))
+                continue
+            if what == "on":
+                self.out_on += _energy(y, self.ref[i]["out"])
+                for k, entry in enumerate(self.entries):
+                    self.sim_noise[k] += _energy(get(entry.tensor)[b], self.ref[i][k])
+                continue
+            self.local[what][e] += _energy(get(self.entries[e].tensor)[b], self.ref[i][e])
+            self.out[what][e] += _energy(y, self.ref[i]["out"])
+
+    def _params(self, k):
+        """The INT8 quantization of entry ``k``'s output tensor (None: not quantized)."""
+        t = self.entries[k].tensor
+        for s in self.sim.switches:
+            if s.tensor == t and s.params is not None and not s.requantize:
+                return s.params
+        return None
+
+    def real(self, content):
+        """Each entry's output in the INT8 model itself against the float values."""
+        interp = interpreter(content, preserve_all_tensors=True)
+        inp = interp.get_input_details()[0]
+        interp.resize_tensor_input(inp["index"], (1,) + self.x.shape[1:], strict=False)
+        interp.allocate_tensors()
+        int8_of = self.sim.alignment.int8_of
+        q = FlatGraph(content)
+        for i in range(len(self.x)):
+            interp.set_tensor(inp["index"], self.x[i: i + 1])
+            interp.invoke()
+            for k, entry in enumerate(self.entries):
+                u = int8_of.get(entry.tensor)
+                if u is None or q.params(u) is None:
+                    self.real_noise[k] = np.nan
+                    continue
+                v = dequantize(interp.get_tensor(u), q.params(u))[0]
+                self.real_noise[k] += _energy(v, self.ref[i][k])
+        self.ref = {}
+
+    def summary(self) -> dict:
+        total = float(sum(self.out["weight"]) + sum(self.out["activation"]))
+        return {"output_sqnr_db": _db(self.out_signal, self.out_on),
+                "sum_of_layers_share": total / self.out_on if self.out_on > 0 else np.nan,
+                "n_runs": int(len(self.plan))}
+
+
+def _energy(a, b) -> float:
+    d = np.asarray(a, np.float64) - np.asarray(b, np.float64)
+    return float(np.sum(d * d))
+
+
+def _db(signal, noise) -> float:
+    if noise <= 0:
+        return float("inf")
+    if signal <= 0:
+        return float("-inf")
+    return 10.0 * float(np.log10(signal / noise))
+
+
+def _layers(entries, m: _Measure, build, sim) -> list[LayerReport]:
+    ranges = {r.index: r for r in build.ranges}
+    protected = describe.protected_tensors(build.calibrated)
+    folded = {}
+    for pair in build.equalization.folded:
+        folded.setdefault(pair.layer.name, []).append(pair.bn.name)
+    added = m.out["weight"] + m.out["activation"]
+    total = float(np.sum(added))
+    out = []
+    for k, entry in enumerate(entries):
+        has = {what: bool(np.any((m.entry_of == k) & np.array(
+            [s.kind == what for s in sim.switches]))) for what in ("weight", "activation")}
+        names = list(entry.layers)
+        for name in entry.layers:
+            names += [f"{bn} (folded)" for bn in folded.get(name, [])]
+        r = ranges.get(entry.tensor)
+        out.append(LayerReport(
+            name=entry.name, layers=names, kind=entry.kind, depth=k,
+            sqnr_db=_db(m.signal[k], m.real_noise[k]),
+            weight_sqnr_db=_db(m.signal[k], m.local["weight"][k]) if has["weight"] else None,
+            activation_sqnr_db=(_db(m.signal[k], m.local["activation"][k])
+                                if has["activation"] else None),
+            simulated_sqnr_db=_db(m.signal[k], m.sim_noise[k]),
+            output_sqnr_db=_db(m.out_signal, added[k]),
+            share=float(added[k] / total) if total > 0 else 0.0,
+            weight_share=float(m.out["weight"][k] / total) if total > 0 else 0.0,
+            activation_share=float(m.out["activation"][k] / total) if total > 0 else 0.0,
+            range=describe.range_of(r, m.stats[k], protected),
+            stats=m.stats[k].summary(),
+            weights=describe.weights_of(sim.float_graph, entry.ops)))
+    return out

@@ -1,0 +1,70 @@
+"""Every input's range without data (:func:`input_ranges_of`): stated, or found from the model
+(:mod:`cle._measure.input_range`), or :class:`InputRangeUnknown`."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from cle._core.inputs import input_names
+from cle._measure import input_range as _input_range
+
+__all__ = ["InputRangeUnknown", "input_ranges_of"]
+
+
+class InputRangeUnknown(ValueError):
+    """Without data, the range of some input cannot be told from the model and was not
+    stated. ``unknown`` holds the :class:`cle._measure.input_range.InputRange` of each such
+    input (its ``source`` says why)."""
+
+    def __init__(self, model_name, unknown):
+        self.model_name, self.unknown = model_name, unknown
+        super().__init__(
+            f"cannot tell the input range of model '{model_name}' ({self.why()}); pass "
+            "input_range=(low, high) or calibration_data. Received: input_range=None, "
+            "calibration_data=None")
+
+    def why(self) -> str:
+        return "; ".join(f"input '{r.name}': {r.source}" for r in self.unknown)
+
+
+def input_ranges_of(model, stated):
+    """Every input's range without data: ``stated`` (``(lo, hi)`` for all, or a dict by input
+    name), else found from the model.
+
+    Raises:
+        ValueError: ``stated`` names an input the model does not have.
+        InputRangeUnknown: an input's range can be neither found nor was stated.
+    """
+    names = input_names(model)
+    if isinstance(stated, dict):
+        unknown = sorted(set(stated) - set(names))
+        if unknown:
+            raise ValueError(f"input_range names inputs the model does not have: {unknown}; "
+                             f"its inputs are {names}. Received: input_range={stated!r}")
+    elif stated is not None:
+        stated = dict.fromkeys(names, stated)
+    stated = stated or {}
+    found = _input_range.infer_input_ranges(model)
+    out = []
+    for name, inferred in zip(names, found):
+        if name not in stated:
+            out.append(inferred)
+            continue
+        given = _input_range.InputRange(name, *stated[name], "stated")
+        if inferred.known and inferred.sure and _far(given, inferred):
+            given.note = (f"input '{name}': the stated range [{given.lo:.4g}, {given.hi:.4g}] "
+                          f"is not what the model says, [{inferred.lo:.4g}, {inferred.hi:.4g}] "
+                          f"({inferred.source}); a wrong input range wrecks the quantized "
+                          "model, check it")
+        out.append(given)
+    unknown = [r for r in out if not r.known]
+    if unknown:
+        raise InputRangeUnknown(model.name, unknown)
+    return out
+
+
+def _far(a, b) -> bool:
+    """Whether two ranges differ by more than a convention's snap distance."""
+    wa, wb = a.hi - a.lo, b.hi - b.lo
+    return (abs(np.log(wa / wb)) + abs((a.hi + a.lo) / 2 - (b.hi + b.lo) / 2) / wb
+            > _input_range.SNAP_MAX)

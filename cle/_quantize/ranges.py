@@ -1,0 +1,86 @@
+"""Activation ranges chosen from a tensor's sampled values: its tails (what ``cle.quantize``
+writes, :data:`TAIL` on each side; :func:`choose_percentile_ranges` sets them for a whole
+flatbuffer) and the range of least quantization MSE (one of the ranges ``tune=True``
+tries)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from cle._measure import tflite
+from cle._measure.inference import input_name
+
+__all__ = ["MIN_WIDTH", "TAIL", "choose_percentile_ranges", "mse_range", "tail_range"]
+
+#: The share of a tensor's values left outside its range on each side (``ranges="percentile"``).
+TAIL = 1e-4
+#: A tail range narrower than this share of the min/max range keeps min/max (a tensor that is
+#: almost always 0, e.g. a rarely firing ReLU, would otherwise get a range of width 0).
+MIN_WIDTH = 1e-2
+#: Values of a tensor's sample the MSE search uses.
+MSE_SAMPLE = 1 << 18
+_GRID = np.linspace(0.05, 1.0, 39)
+
+
+def tail_range(values, calibrated, tail: float = TAIL):
+    """``(low, high)``: the ``tail`` and ``1 - tail`` quantiles of ``values``, within the
+    calibrated min/max (the interpreter's sums may round differently) and with 0 inside; None
+    when that is narrower than :data:`MIN_WIDTH` of the min/max range."""
+    lo, hi = np.quantile(values, [tail, 1.0 - tail])
+    lo = min(max(float(lo), calibrated[0]), 0.0)
+    hi = max(min(float(hi), calibrated[1]), 0.0)
+    if hi - lo < MIN_WIDTH * (calibrated[1] - calibrated[0]):
+        return None
+    return lo, hi
+
+
+def mse_range(values, low: float, high: float) -> tuple[float, float]:
+    """The range, a shrinking of ``[low, high]`` (both ends by the same factor, 0 kept inside),
+    whose asymmetric int8 quantization of ``values`` has the least mean squared error."""
+    v = np.asarray(values, np.float64)
+    if v.size > MSE_SAMPLE:
+        v = v[np.random.default_rng(0).integers(0, v.size, MSE_SAMPLE)]
+    low, high = min(low, 0.0), max(high, 0.0)
+    best, pick = np.inf, (low, high)
+    for a in _GRID:
+        lo, hi = a * low, a * high
+        if hi - lo <= 0:
+            continue
+        scale = (hi - lo) / 255.0
+        zero = np.clip(np.round(-128 - lo / scale), -128, 127)
+        dq = (np.clip(np.round(v / scale) + zero, -128, 127) - zero) * scale
+        err = float(np.mean((dq - v) ** 2))
+        if err < best:
+            best, pick = err, (lo, hi)
+    return pick
+
+
+def choose_percentile_ranges(calibrated, x, tensor_ranges, stated, integer_io, say):
+    """Set each tensor's ``lo``/``hi`` to its :data:`TAIL` quantiles on ``x``, and return the
+    values each tensor took (a sample, by tensor index, as
+    :func:`cle._measure.tflite.observe` keeps it). Kept at min/max: the tensors that decide an
+    output (the outputs, and the logits before a softmax;
+    :func:`cle._measure.tflite.protected_indices`), an input tensor with ``integer_io`` (its
+    range is the int8 input's scale: real extremes must not clip); an input with a ``stated``
+    range (``{input name: (lo, hi)}``, without data) takes it; and a tensor whose tail range
+    would be narrower than :data:`MIN_WIDTH` of its min/max range keeps min/max. Every range
+    includes 0, as the converter's do."""
+    say(f"measuring {len(tensor_ranges)} activation tensors")
+    values = tflite.observe(calibrated, x, [r.index for r in tensor_ranges])
+    protected, inputs = tflite.protected_indices(calibrated)
+    outputs = tflite.output_indices(calibrated)
+    for r in tensor_ranges:
+        if r.index in inputs and input_name(r.name) in stated:
+            lo, hi = stated[input_name(r.name)]
+            r.lo, r.hi, r.how = min(lo, 0.0), max(hi, 0.0), "input range"
+        elif r.index in inputs and integer_io:
+            r.how = "min/max (integer input)"
+        elif r.index in protected:  # min/max: the largest outputs decide the top-1 class
+            r.how = "min/max (output)" if r.index in outputs else "min/max (decides an output)"
+        else:
+            picked = tail_range(values[r.index], r.calibrated, TAIL)
+            if picked is None:
+                r.how = "min/max (sparse)"
+            else:
+                r.lo, r.hi, r.how = picked[0], picked[1], "percentile"
+    return values
