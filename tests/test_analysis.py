@@ -298,6 +298,7 @@ def _two_outputs():
                        name="two_heads")
 
 
+@not_on_jax
 @pytest.mark.parametrize("run", ["analyze", "tune"])
 def test_several_outputs_are_refused_at_the_door(run, monkeypatch):
     """Analysis and tuning take one input and one output: another model is refused before
