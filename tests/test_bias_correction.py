@@ -680,11 +680,19 @@ def test_empirical_nested_sub_model():
     assert errors[1] < 1e-5 * np.abs(y).mean() < errors[0] / 100
 
 
-def test_empirical_needs_one_input():
+def test_empirical_takes_several_inputs():
     a, b = keras.Input((4,), name="a"), keras.Input((4,), name="b")
     model = keras.Model([a, b], L.Dense(2, name="d")(L.Add(name="add")([a, b])))
-    with pytest.raises(ValueError, match="one input"):
+    with pytest.raises(ValueError, match=r"2 inputs, a dict .* \(inputs \['a', 'b'\]\)"):
         BC.correct_bias(model, calibration_data=np.zeros((4, 4), "float32"))
+    rng = np.random.default_rng(0)
+    x = tuple(rng.normal(1.0, 1.0, (64, 4)).astype("float32") for _ in range(2))
+    corrected, records = BC.correct_bias(model, calibration_data=x, bits=4, return_report=True)
+    assert [(r.layer, r.mode) for r in records] == [("d", "empirical")]
+    y = model.predict(x, verbose=0)
+    errors = [np.abs((fake_quantize_weights(m, 4).predict(x, verbose=0) - y).mean(axis=0)).max()
+              for m in (model, corrected)]
+    assert errors[1] < 1e-5 * np.abs(y).mean() < errors[0] / 100
 
 
 def test_analytic_three_conv_net_via_folded_pairs():
