@@ -16,6 +16,7 @@ from cle._measure import evaluation as Q
 from cle._core.checks import check_model, check_single_io
 from cle._core.inputs import check_calibration_data
 from cle._measure.inference import TFLITE_BATCH, predict
+from cle._quantize import weight_stages
 from cle._transforms.equalize import equalize_model
 
 __all__ = ["QuantizeReport", "quantize"]
@@ -35,15 +36,17 @@ class QuantizeReport:
     """What :func:`quantize` did, and how close the INT8 model is to the float model.
 
     Attributes:
-        target: the INT8 target: ``per_channel``, ``weight_bits``, ``activation_bits``,
-            ``integer_io``.
+        target: the target: ``per_channel``, ``weight_bits``, ``activation_bits``,
+            ``integer_io``, ``rounding`` (the method ``rounding="auto"`` resolved to).
         calibration: "data" (the inputs given) or "synthetic" (distilled from the model).
         n_calibration: inputs the activation ranges were calibrated on.
         check_inputs: what the check ran on ("held-out calibration data", "synthetic inputs",
             or "the calibration data" when too few were given to hold any out).
         n_check: how many.
         equalization: the :class:`cle.EqualizationReport` of the equalize stage.
-        bias_correction: the bias correction run ("empirical", "analytic" or "none").
+        bias_correction: the bias correction run ("empirical", "analytic", "none", or
+            "rounding": the rounding stage's, each rounded layer's bias taking its mean
+            output error away).
         ranges: every activation tensor's calibrated and chosen range
             (:class:`cle._measure.tflite.TensorRange`); empty for 16-bit activations.
         top1_agreement: share of check inputs whose top-1 class is the float model's.
@@ -51,6 +54,11 @@ class QuantizeReport:
         plain: with ``compare=True``, the same two figures for the float model converted
             straight (TF Lite's defaults, the same calibration inputs): what the user had.
         synthesis_loss: without data, the final BN-statistics loss of each synthetic batch.
+        rounding: the :class:`cle._quantize.rounding.RoundingReport` of the rounding stage
+            (None when the converter rounds: 8 bits, ``rounding="nearest"``).
+        weights: how each weight tensor of the ``.tflite`` is stored and why
+            (:class:`cle._measure.weight_store.StoredWeight`).
+        size: the ``.tflite``'s size in bytes.
         seconds: wall time of each stage.
     """
 
@@ -66,6 +74,9 @@ class QuantizeReport:
     sqnr_db: float = float("nan")
     plain: dict | None = None
     synthesis_loss: list | None = None
+    rounding: Any = None
+    weights: list = dataclasses.field(default_factory=list)
+    size: int = 0
     seconds: dict = dataclasses.field(default_factory=dict)
 
     def _range_lines(self):
@@ -87,7 +98,8 @@ class QuantizeReport:
         """The report on a few lines: each stage, what changed and why, and the check."""
         t = self.target
         lines = [
-            f"target: INT8 weights {'per-channel' if t['per_channel'] else 'per-tensor'}, "
+            f"target: INT{t['weight_bits']} weights "
+            f"{'per-channel' if t['per_channel'] else 'per-tensor'}, "
             f"{t['activation_bits']}-bit activations, "
             f"{'int8' if t['integer_io'] else 'float32'} input/output",
             f"calibration: {self.n_calibration} "
@@ -96,10 +108,17 @@ class QuantizeReport:
         ]
         lines += ["equalize: " + line for line in self.equalization.summary().splitlines()]
         corrected = [r for r in self.equalization.bias_corrections if r.corrected]
-        lines.append(f"bias correction ({self.bias_correction}): {len(corrected)} layers "
-                     f"corrected, {len(self.equalization.bias_corrections) - len(corrected)} "
-                     "left (see the equalization report for why)")
+        if self.bias_correction == "rounding":
+            lines.append("bias correction (rounding): each rounded layer's bias takes its mean "
+                         "output error away")
+        else:
+            lines.append(f"bias correction ({self.bias_correction}): {len(corrected)} layers "
+                         f"corrected, {len(self.equalization.bias_corrections) - len(corrected)}"
+                         " left (see the equalization report for why)")
+        if self.rounding is not None:
+            lines += self.rounding.summary_lines()
         lines += self._range_lines()
+        lines += weight_stages.storage_lines(self.weights, self.size, t["weight_bits"])
         lines.append(f"check on {self.n_check} {self.check_inputs}: top-1 agreement "
                      f"{self.top1_agreement:.1%}, SQNR {self.sqnr_db:.2f} dB")
         if self.plain is not None:
@@ -123,6 +142,9 @@ class QuantizeReport:
             "ranges": [{"tensor": r.name, "calibrated": list(r.calibrated),
                         "chosen": [r.lo, r.hi], "how": r.how} for r in self.ranges],
             "equalization": self.equalization.to_dict(),
+            "rounding": None if self.rounding is None else self.rounding.to_dict(),
+            "weights": [w.to_dict() for w in self.weights],
+            "size": self.size,
             "seconds": dict(self.seconds),
         }
 
@@ -133,9 +155,6 @@ def _check_options(per_channel, weight_bits, activation_bits, integer_io, bias_c
                         ("compare", compare)):
         if not isinstance(value, (bool, np.bool_)):
             raise ValueError(f"`{name}` must be True or False. Received: {name}={value!r}")
-    if weight_bits != 8 or isinstance(weight_bits, bool):
-        raise ValueError("TF Lite's converter writes 8-bit weights only. Received: "
-                         f"weight_bits={weight_bits!r}")
     if activation_bits not in (8, 16) or isinstance(activation_bits, bool):
         raise ValueError("TF Lite's converter quantizes activations to 8 or 16 bits (16x8 "
                          f"mode). Received: activation_bits={activation_bits!r}")
@@ -164,8 +183,10 @@ def quantize(model, calibration_data=None, *, per_channel: bool = True, weight_b
              activation_bits: int = 8, integer_io: bool = False,
              bias_correction: str = "auto", ranges: str = "percentile",
              input_range=None, compare: bool = False, seed: int = 0,
+             rounding: str = "auto",
              progress: Callable[[str], Any] | None = None) -> tuple[bytes, QuantizeReport]:
-    """A full-INT8 TF Lite model of ``model``, as close to it as this library can make it.
+    """A full-integer TF Lite model of ``model`` (8-bit activations and 8- or 4-bit weights),
+    as close to it as this library can make it.
 
     Args:
         model: a Functional or Sequential ``keras.Model`` with one input and one output; it is
@@ -177,7 +198,10 @@ def quantize(model, calibration_data=None, *, per_channel: bool = True, weight_b
             None: synthetic inputs are distilled from the model's BN statistics.
         per_channel: one weight scale per output channel (TF Lite's default) or, with False,
             one per tensor; the scaling is chosen for it.
-        weight_bits: 8 (what TF Lite's converter writes).
+        weight_bits: 8, or 4: INT4 weights (W4A8) for every Conv2D, DepthwiseConv2D and Dense
+            layer (packed two per byte in the ``.tflite``, where LiteRT runs them; the
+            report's ``weights`` says per layer what was stored how and why a layer stays
+            8-bit).
         activation_bits: 8, or 16 for TF Lite's 16x8 mode (per-channel weights only).
         integer_io: int8 (int16 in 16x8 mode) model input and output instead of float32.
         bias_correction: "auto" (default): empirical with data, analytic without; or
@@ -191,6 +215,12 @@ def quantize(model, calibration_data=None, *, per_channel: bool = True, weight_b
             calibration inputs) and check it the same way: the report then says whether
             this INT8 model is closer to the float model than what the converter alone gives.
         seed: seed of the synthetic inputs.
+        rounding: how kernels are rounded onto their grid: "nearest" (what TF Lite's
+            converter does), "gptq" (layer by layer for the layer's output on the
+            calibration inputs, or without data on the synthetic ones; each layer's bias
+            takes its mean output error away), "adaround" (the same aim, learned; slower), or
+            "auto" (default): "gptq" at 4 bits, "nearest" at 8 (chosen by measurement:
+            docs/quantize_w4.md).
         progress: optional ``callable(str)`` told about each stage.
 
     Returns:
@@ -213,6 +243,8 @@ def quantize(model, calibration_data=None, *, per_channel: bool = True, weight_b
     check_single_io(model, "quantize")
     input_range = _check_options(per_channel, weight_bits, activation_bits, integer_io,
                                  bias_correction, ranges, compare, input_range)
+    method = weight_stages.check_weight_options(weight_bits, activation_bits, rounding,
+                                                bias_correction)
     tflite.check_tflite_backend("cle.quantize")
     from cle._core.backend import check_runnable
 
@@ -232,9 +264,10 @@ def quantize(model, calibration_data=None, *, per_channel: bool = True, weight_b
     # Equalize, for the target, with bias correction.
     mode = bias_correction if bias_correction != "auto" else (
         "empirical" if x is not None else "analytic")
+    mode = weight_stages.equalize_bias_mode(method, mode)
     start = clock()
     say(f"equalizing (cross-layer scaling for {'per-channel' if per_channel else 'per-tensor'} "
-        f"INT8, {mode} bias correction)")
+        f"INT{weight_bits}, {mode} bias correction)")
     with_data = mode == "empirical" or x is not None
     equalized, eq_report = equalize_model(
         model, return_report=True, per_channel_weights=per_channel, weight_bits=weight_bits,
@@ -243,15 +276,26 @@ def quantize(model, calibration_data=None, *, per_channel: bool = True, weight_b
         calibration_data=x_cal if with_data else None)
     seconds["equalize"] = clock() - start
 
+    # Rounding, for the output.
+    start = clock()
+    rounded, entries = weight_stages.round_stage(
+        equalized, x_cal, weight_bits, per_channel, method, bias_correction,
+        "calibration inputs" if x is not None else "synthetic inputs", say)
+    if rounded is not None:
+        seconds["rounding"] = clock() - start
+        if method != "nearest" and bias_correction != "none":
+            mode = "rounding"
+
     # Ranges and conversion.
     start = clock()
     content, tensor_ranges = _convert(equalized, x_cal, per_channel, activation_bits, integer_io,
                                       ranges, input_range if x is None else None, say)
+    content, stored = weight_stages.store_stage(content, entries, say)
     seconds["convert"] = clock() - start
 
     # Check.
     start = clock()
-    say(f"checking the INT8 model on {len(x_check)} {check_inputs}")
+    say(f"checking the quantized model on {len(x_check)} {check_inputs}")
     reference = predict(model, x_check)
     y = Q.run_tflite(content, x_check, batch_size=TFLITE_BATCH)
     seconds["check"] = clock() - start
@@ -262,12 +306,14 @@ def quantize(model, calibration_data=None, *, per_channel: bool = True, weight_b
         seconds["compare"] = clock() - start
     report = QuantizeReport(
         target={"per_channel": bool(per_channel), "weight_bits": int(weight_bits),
-                "activation_bits": int(activation_bits), "integer_io": bool(integer_io)},
+                "activation_bits": int(activation_bits), "integer_io": bool(integer_io),
+                "rounding": method},
         calibration="data" if x is not None else "synthetic",
         n_calibration=len(x_cal), check_inputs=check_inputs, n_check=len(x_check),
         equalization=eq_report, bias_correction=mode, ranges=tensor_ranges,
         top1_agreement=Q.top1_agreement(reference, y), sqnr_db=Q.sqnr_db(reference, y),
-        plain=plain, synthesis_loss=loss, seconds=seconds)
+        plain=plain, synthesis_loss=loss, rounding=rounded, weights=stored, size=len(content),
+        seconds=seconds)
     return content, report
 
 
