@@ -206,6 +206,7 @@ def cmd_quantize(args) -> int:
         try:
             content, report = quantize(
                 model, calibration, per_channel=args.per_channel,
+                weight_bits=args.weight_bits, rounding=args.rounding,
                 activation_bits=args.activation_bits, integer_io=args.integer_io,
                 bias_correction=args.bias_correction, ranges=args.ranges,
                 input_range=_input_range(args), compare=args.compare,

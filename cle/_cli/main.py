@@ -119,6 +119,7 @@ def _check_quantize_options(args):
     if args.activation_bits == 16 and not args.per_channel:
         raise CliError("--activation-bits 16 (TF Lite's 16x8 mode) quantizes weights per "
                        "channel; received --per-tensor", EXIT_USAGE)
+    _check_weight_flags(args)
     if data and args.input_range is not None:
         raise CliError(f"--input-range is for synthetic inputs (no --calibration); received "
                        f"--calibration {data}", EXIT_USAGE)
@@ -144,6 +145,27 @@ def _check_quantize_options(args):
         if not data and not args.input_range and ":" in args.preprocessing:
             raise CliError(f"--preprocessing {args.preprocessing} gives no known input range "
                            "for synthetic inputs; pass --input-range LOW,HIGH", EXIT_USAGE)
+
+
+def _check_weight_flags(args):
+    """``--weight-bits`` and ``--rounding`` against the other flags (the library's checks,
+    in the flags' words)."""
+    from cle._quantize.weight_options import AUTO_ROUNDING
+
+    method = AUTO_ROUNDING[args.weight_bits] if args.rounding == "auto" else args.rounding
+    if args.weight_bits == 4 and args.activation_bits != 8:
+        raise CliError("--weight-bits 4 goes with 8-bit activations (W4A8): TF Lite's 16x8 "
+                       f"mode has 8-bit weights; received --activation-bits "
+                       f"{args.activation_bits}", EXIT_USAGE)
+    if method != "nearest" and args.activation_bits == 16:
+        raise CliError(f"--rounding {method} is for 8-bit activations (TF Lite's 16x8 mode is "
+                       "converted in one step); received --activation-bits 16", EXIT_USAGE)
+    if method != "nearest" and args.bias_correction in ("analytic", "empirical"):
+        raise CliError(f"--rounding {method} sets the bias of every layer it rounds; use "
+                       "--bias-correction auto, or none to leave biases as they are; received "
+                       f"--bias-correction {args.bias_correction}"
+                       + (f" with --weight-bits {args.weight_bits}" if args.rounding == "auto"
+                          else ""), EXIT_USAGE)
 
 
 # ---------------------------------------------------------------------------- parser
@@ -282,9 +304,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="write the full report (EqualizationReport.to_dict()) as JSON")
     p.set_defaults(func=cmd_equalize)
 
-    p = sub.add_parser("quantize", help="a full-INT8 .tflite, checked against the float model",
+    p = sub.add_parser("quantize", help="a full-integer .tflite (INT8 or INT4 weights), "
+                                        "checked against the float model",
                        description="Run cle.quantize: BN folding, cross-layer scaling for the "
-                                   "INT8 target, bias correction, activation ranges from "
+                                   "target, bias correction, the kernels rounded for their "
+                                   "outputs (--rounding), activation ranges from "
                                    "--calibration (or, without it, from synthetic inputs "
                                    "distilled from the model's batch-norm statistics), TF "
                                    "Lite's converter, and a check of the .tflite against the "
@@ -310,7 +334,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=_positive_int, metavar="N",
                    help="read at most N images from a --calibration folder")
     p.add_argument("--per-tensor", dest="per_channel", action="store_false",
-                   help="INT8 per-tensor weights (default: per-channel, TF Lite's default)")
+                   help="per-tensor weights (default: per-channel, TF Lite's default)")
+    p.add_argument("--weight-bits", type=int, choices=(4, 8), default=8,
+                   help="8 (default) or 4: INT4 weights (W4A8) for Conv2D, DepthwiseConv2D "
+                        "and Dense layers, stored packed in the .tflite where LiteRT runs them")
+    p.add_argument("--rounding", choices=("auto", "nearest", "gptq", "adaround"),
+                   default="auto",
+                   help="how kernels are rounded onto their grid: nearest (TF Lite's way), "
+                        "gptq (layer by layer for the layer's output, on --calibration or the "
+                        "synthetic inputs), adaround (the same aim, learned; slower); auto "
+                        "(default): gptq at 4 bits, nearest at 8")
     p.add_argument("--activation-bits", type=int, choices=(8, 16), default=8,
                    help="8 (default) or 16 (TF Lite's 16x8 mode)")
     p.add_argument("--integer-io", action="store_true",
