@@ -17,7 +17,7 @@ import dataclasses
 
 import numpy as np
 
-__all__ = ["Geometry", "moments"]
+__all__ = ["Geometry", "moments", "numpy_gram"]
 
 #: Rows of patches multiplied at once (float32 products, float64 sums).
 CHUNK = 8192
@@ -66,16 +66,15 @@ def _positions(geometry, shape, max_positions, rng):
     return image, row, col
 
 
-def _patches(x, geometry, where):
-    """``(P, taps, C)`` float32 patches of the channels-last input ``x`` at positions
-    ``where``, taps in the kernel's ``(kh, kw)`` order, zeros where a tap falls in the
-    padding."""
+def _taps(x, geometry, where):
+    """Each tap of the patches of the channels-last input ``x`` at positions ``where``, in
+    the kernel's ``(kh, kw)`` order: ``(P, C)`` float32 arrays, zeros where the tap falls in
+    the padding."""
     image, row, col = where
-    _, h, w, c = x.shape
+    _, h, w, _ = x.shape
     _, ph = geometry.out_size(h, 0)
     _, pw = geometry.out_size(w, 1)
     kh, kw = geometry.kernel
-    out = np.empty((image.size, kh * kw, c), np.float32)
     for i in range(kh):
         yy = row * geometry.strides[0] + i * geometry.dilation[0] - ph
         for j in range(kw):
@@ -84,53 +83,88 @@ def _patches(x, geometry, where):
             tap = x[image, np.clip(yy, 0, h - 1), np.clip(xx, 0, w - 1)]
             if not valid.all():
                 tap[~valid] = 0.0
-            out[:, i * kw + j] = tap
+            yield tap
+
+
+def _problems(x, geometry, where):
+    """The patches as one matrix per problem: ``[(P, D)]`` for a convolution (one per group)
+    or a dense layer; ``(C, taps, P)`` for a depthwise convolution (one problem per channel,
+    positions along the last axis, which keeps each product's rows contiguous)."""
+    n = where[0].size
+    kh, kw = geometry.kernel
+    c = x.shape[-1]
+    if geometry.kind == "depthwise":
+        out = np.empty((c, kh * kw, n), np.float32)
+        for t, tap in enumerate(_taps(x, geometry, where)):
+            out[:, t, :] = np.ascontiguousarray(tap.T)  # (a strided .T write is slow)
+        return out
+    out = np.empty((n, kh * kw, c), np.float32)
+    for t, tap in enumerate(_taps(x, geometry, where)):
+        out[:, t, :] = tap
+    g = geometry.groups
+    if g == 1:
+        return [out.reshape(n, -1)]
+    out = out.reshape(n, kh * kw, g, c // g)
+    return [np.ascontiguousarray(out[:, :, k, :]).reshape(n, -1) for k in range(g)]
+
+
+def _augmented(prod, sum_a, sum_b, n, bias):
+    """``E[ã b̃ᵀ]`` from ``Σ a bᵀ`` ``(B, D, D)``, ``Σ a``, ``Σ b`` ``(B, D)`` over ``n``."""
+    n_b, d, _ = prod.shape
+    out = np.zeros((n_b, d + bias, d + bias))
+    out[:, :d, :d] = prod
+    if bias:
+        out[:, :d, d] = sum_a
+        out[:, d, :d] = sum_b
+        out[:, d, d] = n
+    return out / max(n, 1)
+
+
+def numpy_gram(a, b):
+    """``aᵀ b`` of two ``(P, D)`` arrays, or ``a bᵀ`` per problem of two ``(B, D, P)``
+    arrays (the products :func:`moments` needs), as float64: float32 products of
+    :data:`CHUNK` positions at a time, summed in float64."""
+    n = a.shape[0] if a.ndim == 2 else a.shape[2]
+    out = None
+    for start in range(0, n, CHUNK):
+        if a.ndim == 2:
+            part = a[start:start + CHUNK].T @ b[start:start + CHUNK]
+        else:
+            part = np.matmul(a[:, :, start:start + CHUNK],
+                             np.swapaxes(b[:, :, start:start + CHUNK], 1, 2))
+        out = part.astype(np.float64) if out is None else out + part
     return out
 
 
-def _problems(patches, geometry):
-    """The patches as ``(B, P, D)``: one problem for a convolution or dense layer, one per
-    group for a grouped convolution, one per channel for a depthwise convolution."""
-    p, taps, c = patches.shape
-    if geometry.kind == "depthwise":
-        return np.ascontiguousarray(patches.transpose(2, 0, 1))  # (C, P, taps)
-    g = geometry.groups
-    if g == 1:
-        return patches.reshape(1, p, taps * c)
-    return np.ascontiguousarray(
-        patches.reshape(p, taps, g, c // g).transpose(2, 0, 1, 3).reshape(g, p, taps * c // g))
+def _second_moment(a, b, bias, gram):
+    """``E[ã b̃ᵀ]`` per problem of :func:`_problems`' output, ``ã = [a, 1]`` with ``bias``."""
+    if isinstance(a, np.ndarray):  # depthwise (C, taps, P)
+        return _augmented(np.asarray(gram(a, b), np.float64), a.sum(axis=2, dtype=np.float64),
+                          b.sum(axis=2, dtype=np.float64), a.shape[2], bias)
+    prod = np.stack([np.asarray(gram(ak, bk), np.float64) for ak, bk in zip(a, b)])
+    return _augmented(prod, np.stack([ak.sum(axis=0, dtype=np.float64) for ak in a]),
+                      np.stack([bk.sum(axis=0, dtype=np.float64) for bk in b]), a[0].shape[0],
+                      bias)
 
 
-def _second_moment(a, b, bias):
-    """``E[ã b̃ᵀ]`` over axis 1 of ``(B, P, D)`` arrays, ``ã = [a, 1]`` with ``bias``."""
-    n_b, p, d = a.shape
-    out = np.zeros((n_b, d + bias, d + bias))
-    for start in range(0, p, CHUNK):
-        ca, cb = a[:, start:start + CHUNK], b[:, start:start + CHUNK]
-        out[:, :d, :d] += np.matmul(np.swapaxes(ca, 1, 2), cb, dtype=np.float32)
-        if bias:
-            out[:, :d, d] += ca.sum(axis=1, dtype=np.float64)
-            out[:, d, :d] += cb.sum(axis=1, dtype=np.float64)
-    if bias:
-        out[:, d, d] = p
-    return out / max(p, 1)
-
-
-def moments(x_q, x_f, geometry: Geometry, bias: bool, max_positions=None, seed=0):
+def moments(x_q, x_f, geometry: Geometry, bias: bool, max_positions=None, seed=0,
+            gram=numpy_gram):
     """``(H, G)``, each ``(B, D + bias, D + bias)``: ``H = E[p̃_q p̃_qᵀ]`` over the layer's
     input patches in the quantized stream ``x_q`` and ``G = E[p̃_q p̃_fᵀ]`` crossing them
     with the float stream ``x_f`` (``G is H`` when ``x_f is x_q``), ``p̃ = [p, 1]`` with
     ``bias``. Inputs are channels-last: ``(N, H, W, C)`` for convolutions, ``(..., D)`` for
-    dense layers (every leading position is a sample)."""
+    dense layers (every leading position is a sample). ``gram`` computes the products (the
+    caller may hand them to another linear algebra library: :func:`numpy_gram`'s
+    contract)."""
     rng = np.random.default_rng(seed)
     same = x_f is x_q
     if geometry.kind == "dense":
         d = x_q.shape[-1]
         x_q, x_f = (np.reshape(v, (-1, 1, 1, d)) for v in (x_q, x_f))
     where = _positions(geometry, x_q.shape, max_positions, rng)
-    a = _problems(_patches(np.asarray(x_q, np.float32), geometry, where), geometry)
-    H = _second_moment(a, a, bias)
+    a = _problems(np.asarray(x_q, np.float32), geometry, where)
+    H = _second_moment(a, a, bias, gram)
     if same:
         return H, H
-    b = _problems(_patches(np.asarray(x_f, np.float32), geometry, where), geometry)
-    return H, _second_moment(a, b, bias)
+    b = _problems(np.asarray(x_f, np.float32), geometry, where)
+    return H, _second_moment(a, b, bias, gram)
