@@ -37,7 +37,7 @@ def _net(seed=0):
     x = L.BatchNormalization(name="bn2")(x)
     x = L.ReLU(name="r2")(x)
     x = L.Conv2D(10, 1, groups=2, name="grouped")(x)
-    x = L.Conv2DTranspose(4, 3, strides=2, padding="same", name="up")(x)
+    x = L.Conv2DTranspose(4, 3, padding="same", name="up")(x)
     x = L.GlobalAveragePooling2D(name="gap")(x)
     out = L.Dense(7, name="logits")(x)
     model = keras.Model(inp, out, name="w4net")
@@ -190,7 +190,8 @@ def test_quantize_w4a8(net, data):
     assert json.loads(json.dumps(d))["rounding"]["layers"][0]["layer"] == "c1"
     assert {w["layer"]: w["storage"] for w in d["weights"]}["dw"] == "INT4"
     x_check = data[30:]
-    y = Q.run_tflite(content, x_check)
+    # In batches of 32 as the check ran it: LiteRT's outputs at batch 1 differ in the last bits.
+    y = Q.run_tflite(content, x_check, batch_size=32)
     ref = net.predict(x_check, verbose=0)
     assert report.sqnr_db == pytest.approx(Q.sqnr_db(ref, y), abs=1e-6)
     assert "seconds" in d and "rounding" in d["seconds"]
