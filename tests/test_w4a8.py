@@ -25,12 +25,27 @@ from conftest import no_tflite_on_torch, randomize_batch_norms, real_mobilenet_v
 pytestmark = no_tflite_on_torch
 
 
+#: The transposed convolution's weight as stored: TF Lite's converter writes a TRANSPOSE_CONV
+#: from TensorFlow, a CONV_2D (an unnamed weight the rounding did not round) from JAX.
+UP = ("up", ("TRANSPOSE_CONV", "INT8")) if keras.backend.backend() == "tensorflow" else (
+    "", ("CONV_2D", "INT8"))
+
+
+#: Whole cle.quantize runs beyond the one JAX's conversion route needs (each converts anew, and
+#: JAX compiles every new shape): the same arithmetic as on TensorFlow.
+NOT_ON_JAX = pytest.mark.skipif(
+    keras.backend.backend() == "jax",
+    reason="skipped on JAX to keep CI within budget: more whole cle.quantize runs, the same "
+           "arithmetic as test_quantize_w4a8 on JAX; runs on TensorFlow")
+
+
 def _net(seed=0):
-    """conv(3x3, 9 inputs x 5 outputs: odd element counts)-BN-ReLU6 → depthwise(x2) → grouped
-    conv → transposed conv → pool → dense."""
+    """conv(3x1 over 3 channels, 9 inputs x 5 outputs: odd element counts)-BN-ReLU6 →
+    depthwise(x2) → grouped conv → transposed conv → pool → dense. (A convolution of one
+    input channel would be a DEPTHWISE_CONV_2D when converted from JAX.)"""
     keras.utils.set_random_seed(seed)
-    inp = keras.Input((10, 10, 1))
-    x = L.Conv2D(5, 3, padding="same", name="c1")(inp)
+    inp = keras.Input((10, 10, 3))
+    x = L.Conv2D(5, (3, 1), padding="same", name="c1")(inp)
     x = L.BatchNormalization(name="bn1")(x)
     x = L.ReLU(6.0, name="r1")(x)
     x = L.DepthwiseConv2D(3, padding="same", depth_multiplier=2, name="dw")(x)
@@ -52,7 +67,7 @@ def net():
 
 @pytest.fixture(scope="module")
 def data():
-    return np.random.default_rng(1).normal(size=(40, 10, 10, 1)).astype(np.float32)
+    return np.random.default_rng(1).normal(size=(40, 10, 10, 3)).astype(np.float32)
 
 
 @pytest.fixture(scope="module")
@@ -101,7 +116,7 @@ def test_int4_tensors_as_litert_reads_them(rounded, per_channel):
     obj, graph = _model_tensors(w4)
     kinds = {w.layer: (w.op, w.storage) for w in stored}
     assert kinds == {"c1": ("CONV_2D", "INT4"), "dw": ("DEPTHWISE_CONV_2D", "INT4"),
-                     "grouped": ("CONV_2D", "INT4"), "up": ("TRANSPOSE_CONV", "INT8"),
+                     "grouped": ("CONV_2D", "INT4"), UP[0]: UP[1],
                      "logits": ("FULLY_CONNECTED", "INT4")}
     by_type = {s.storage: s for s in stored}
     assert all(s.per_channel == per_channel for s in stored)
@@ -158,19 +173,27 @@ def test_a_kernel_off_its_grid_is_refused(rounded):
 
 def test_transpose_conv_stays_int8_with_its_reason(rounded):
     _, _, stored, _ = rounded[True]
-    up = [s for s in stored if s.layer == "up"]
-    assert len(up) == 1 and up[0].storage == "INT8" and not up[0].rounded
-    assert "TRANSPOSE_CONV takes INT8 weights only" in up[0].reason
+    up = [s for s in stored if s.layer == UP[0]]
+    assert len(up) == 1 and (up[0].op, up[0].storage) == UP[1] and not up[0].rounded
+    assert up[0].reason.startswith(W.NO_INT4["TRANSPOSE_CONV"] if UP[0] else
+                                   "not rounded by cle: 8 bits")
 
 
 # -------------------------------------------------------------------------- cle.quantize
 
 
-def test_quantize_w4a8(net, data):
-    """W4A8 with GPTQ: every Conv2D/DepthwiseConv2D/Dense kernel stored INT4, the report says
-    per layer what the rounding did, and the file is the one the check measured."""
+@pytest.fixture(scope="module")
+def w4(net, data):
+    """``(content, report, progress messages)`` of ``cle.quantize(net, data, weight_bits=4)``."""
     messages = []
     content, report = cle.quantize(net, data, weight_bits=4, progress=messages.append)
+    return content, report, messages
+
+
+def test_quantize_w4a8(net, data, w4):
+    """W4A8 with GPTQ: every Conv2D/DepthwiseConv2D/Dense kernel stored INT4, the report says
+    per layer what the rounding did, and the file is the one the check measured."""
+    content, report, messages = w4
     assert report.target["weight_bits"] == 4 and report.target["rounding"] == "gptq"
     assert report.bias_correction == "rounding"
     layers = [r.layer for r in report.rounding.layers]
@@ -180,11 +203,11 @@ def test_quantize_w4a8(net, data):
         f"rounding [{k}/4] {r.line()}" for k, r in enumerate(report.rounding.layers, 1)]
     assert report.rounding.kept == [("up", pytest.approx(report.rounding.kept[0][1]))]
     assert {w.layer: w.storage for w in report.weights} == {
-        "c1": "INT4", "dw": "INT4", "grouped": "INT4", "up": "INT8", "logits": "INT4"}
+        "c1": "INT4", "dw": "INT4", "grouped": "INT4", UP[0]: "INT8", "logits": "INT4"}
     text = report.summary()
     assert "target: INT4 weights per-channel" in text
     assert "rounding (gptq): 4 layers on their 4-bit per-channel grid" in text
-    assert "up: INT8, LiteRT's TRANSPOSE_CONV takes INT8 weights only" in text
+    assert f"{UP[0] or 'CONV_2D'}: INT8, " in text
     assert report.size == len(content)
     d = report.to_dict()
     assert json.loads(json.dumps(d))["rounding"]["layers"][0]["layer"] == "c1"
@@ -197,19 +220,25 @@ def test_quantize_w4a8(net, data):
     assert "seconds" in d and "rounding" in d["seconds"]
 
 
-def test_gptq_beats_nearest_at_4_bits(net, data):
+@NOT_ON_JAX
+def test_gptq_beats_nearest_at_4_bits(net, data, w4):
     """On held-out inputs, 4-bit kernels rounded for the output are far closer to the float
     model than kernels rounded to nearest (with the empirical bias correction of the equalize
     stage)."""
     _, nearest = cle.quantize(net, data, weight_bits=4, rounding="nearest")
-    _, gptq = cle.quantize(net, data, weight_bits=4)
+    gptq = w4[1]
     assert nearest.rounding.method == "nearest" and nearest.bias_correction == "empirical"
     assert gptq.sqnr_db > nearest.sqnr_db + 6
 
 
+@NOT_ON_JAX
 def test_rounding_at_8_bits_and_per_tensor(net, data):
-    content, report = cle.quantize(net, data, rounding="gptq", per_channel=False)
+    """GPTQ at 8 bits per-tensor, with bias_correction="none" (the biases left as they are);
+    the default at 8 bits is the converter's rounding to nearest."""
+    content, report = cle.quantize(net, data, rounding="gptq", per_channel=False,
+                                   bias_correction="none")
     assert report.target["weight_bits"] == 8 and not report.target["per_channel"]
+    assert report.bias_correction == "none" and "bias correction (none)" in report.summary()
     assert {w.layer: w.storage for w in report.weights if w.rounded} == {
         "c1": "INT8", "dw": "INT8", "grouped": "INT8", "logits": "INT8"}
     assert all(not w.per_channel for w in report.weights)
@@ -218,6 +247,7 @@ def test_rounding_at_8_bits_and_per_tensor(net, data):
     assert "weights stored: 5 INT8" in default.summary()
 
 
+@NOT_ON_JAX
 def test_w4a8_without_data(net):
     content, report = cle.quantize(net, weight_bits=4, input_range=(-3, 3))
     assert report.rounding.source == "synthetic inputs"
@@ -247,12 +277,6 @@ def test_weight_options_refused_before_any_work(net, kwargs, message, monkeypatc
     monkeypatch.setattr(pipeline, "equalize_model", fail)
     with pytest.raises(ValueError, match=message):
         cle.quantize(net, **kwargs)
-
-
-def test_bias_correction_none_leaves_the_biases(net, data):
-    _, report = cle.quantize(net, data, weight_bits=4, bias_correction="none")
-    assert report.bias_correction == "none"
-    assert "bias correction (none)" in report.summary()
 
 
 # ------------------------------------------------------------------- real MobileNetV2 (slow)
@@ -299,17 +323,18 @@ def _cli(capsys, *argv):
     return code, out, err
 
 
-def test_cli_weight_bits_4_agrees_with_the_library(cli_dir, net, data, capsys):
+@NOT_ON_JAX
+def test_cli_weight_bits_4_agrees_with_the_library(cli_dir, w4, capsys):
     code, out, err = _cli(capsys, "quantize", cli_dir / "m.keras", "-o", cli_dir / "m.tflite",
                           "--calibration", cli_dir / "cal.npy", "--weight-bits", "4",
                           "--report", cli_dir / "r.json")
     assert code == 0, err
     assert "target: INT4 weights per-channel" in out
-    assert "rounding (gptq): 4 layers" in out and "up: INT8, LiteRT's TRANSPOSE_CONV" in out
+    assert "rounding (gptq): 4 layers" in out and f"{UP[0] or 'CONV_2D'}: INT8, " in out
     assert [line for line in err.splitlines() if "rounding [" in line][0].startswith(
-        "cle: rounding [1/4] c1 (conv 3x3x1x5): output SQNR")
+        "cle: rounding [1/4] c1 (conv 3x1x3x5): output SQNR")
     report = json.loads((cli_dir / "r.json").read_text())
-    content, lib = cle.quantize(net, data, weight_bits=4)
+    content, lib, _ = w4
     assert (cli_dir / "m.tflite").read_bytes() == content
     assert report["check"]["sqnr_db"] == pytest.approx(lib.sqnr_db, abs=1e-9)
     assert report["target"]["rounding"] == "gptq"
