@@ -75,7 +75,8 @@ DEFAULTS = {
     "quantization.quantize": {
         "calibration_data": None, "per_channel": True, "weight_bits": 8, "activation_bits": 8,
         "integer_io": False, "bias_correction": "auto", "ranges": "percentile",
-        "input_range": None, "compare": False, "seed": 0, "progress": None, "tune": False},
+        "input_range": None, "compare": False, "seed": 0, "progress": None, "tune": False,
+        "rounding": "auto"},
     "quantization.load_calibration": {"preprocessing": None, "limit": None},
     # cle.analysis
     "analysis.analyze": {

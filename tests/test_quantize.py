@@ -249,7 +249,7 @@ def test_quantize_targets_reach_the_converter(net, data):
     assert interp.get_input_details()[0]["dtype"] == np.int8
     assert interp.get_output_details()[0]["dtype"] == np.int8
     assert report.target == {"per_channel": False, "weight_bits": 8, "activation_bits": 8,
-                             "integer_io": True}
+                             "integer_io": True, "rounding": "nearest"}
     # The scale choice was made for per-tensor weights (the equalize stage saw the target).
     assert report.equalization.scaling and pc.equalization.scaling
     if BACKEND == "jax":  # the exported JAX graph has ops the 16x8 quantizer lacks
@@ -273,7 +273,8 @@ def test_percentile_ranges_beat_min_max_when_one_value_is_extreme(net, data):
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    ({"weight_bits": 4}, r"8-bit weights only\. Received: weight_bits=4"),
+    ({"weight_bits": 6}, r"`weight_bits` must be 8 \(INT8 weights\) or 4 .*Received: "
+                         r"weight_bits=6"),
     ({"activation_bits": 12}, r"8 or 16 bits"),
     ({"activation_bits": 16, "per_channel": False}, r"16x8 mode quantizes weights per channel"),
     ({"bias_correction": "empirical"}, r"needs calibration_data"),

@@ -303,9 +303,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="write the full report (EqualizationReport.to_dict()) as JSON")
     p.set_defaults(func=cmd_equalize)
 
-    p = sub.add_parser("quantize", help="a full-INT8 .tflite, checked against the float model",
+    p = sub.add_parser("quantize", help="a full-integer .tflite (INT8 or INT4 weights), "
+                                        "checked against the float model",
                        description="Run cle.quantize: BN folding, cross-layer scaling for the "
-                                   "INT8 target, bias correction, activation ranges from "
+                                   "target, bias correction, the kernels rounded for their "
+                                   "outputs (--rounding), activation ranges from "
                                    "--calibration (or, without it, from synthetic inputs "
                                    "distilled from the model's batch-norm statistics), TF "
                                    "Lite's converter, and a check of the .tflite against the "
@@ -336,7 +338,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=_positive_int, metavar="N",
                    help="read at most N images from a --calibration folder")
     p.add_argument("--per-tensor", dest="per_channel", action="store_false",
-                   help="INT8 per-tensor weights (default: per-channel, TF Lite's default)")
+                   help="per-tensor weights (default: per-channel, TF Lite's default)")
+    p.add_argument("--weight-bits", type=int, choices=(4, 8), default=8,
+                   help="8 (default) or 4: INT4 weights (W4A8) for Conv2D, DepthwiseConv2D "
+                        "and Dense layers, stored packed in the .tflite where LiteRT runs them")
+    p.add_argument("--rounding", choices=("auto", "nearest", "gptq", "adaround"),
+                   default="auto",
+                   help="how kernels are rounded onto their grid: nearest (TF Lite's way), "
+                        "gptq (layer by layer for the layer's output, on --calibration or the "
+                        "synthetic inputs), adaround (the same aim, learned; slower); auto "
+                        "(default): gptq at 4 bits, nearest at 8")
     p.add_argument("--activation-bits", type=int, choices=(8, 16), default=8,
                    help="8 (default) or 16 (TF Lite's 16x8 mode)")
     p.add_argument("--integer-io", action="store_true",

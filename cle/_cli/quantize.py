@@ -77,7 +77,8 @@ def quantize_options(args):
             integer_io=args.integer_io, bias_correction=args.bias_correction,
             ranges=args.ranges, input_range=_stated_range(args),
             compare=getattr(args, "compare", False), tune=getattr(args, "tune", False),
-            has_data=bool(args.calibration))
+            weight_bits=getattr(args, "weight_bits", 8),
+            rounding=getattr(args, "rounding", "auto"), has_data=bool(args.calibration))
     except ValueError as exc:
         raise CliError(one_line(exc), EXIT_USAGE) from exc
 
@@ -96,11 +97,37 @@ def check_quantize_options(args):
         raise CliError("--tune chooses among 8-bit activation ranges measured on the "
                        f"calibration data; received --activation-bits {bits} --ranges "
                        f"{args.ranges}", EXIT_USAGE)
+    _check_weight_flags(args, bits)
     if data and args.input_range:
         raise CliError(f"--input-range is for synthetic inputs (no --calibration); received "
                        f"--calibration {data}", EXIT_USAGE)
     check_calibration_options(args)
     args.options = quantize_options(args)
+
+
+def _check_weight_flags(args, bits):
+    """``--weight-bits`` and ``--rounding`` against the other flags (the library's checks,
+    in the flags' words)."""
+    from cle._quantize.options import AUTO_ROUNDING
+
+    weight_bits, rounding = getattr(args, "weight_bits", 8), getattr(args, "rounding", "auto")
+    method = AUTO_ROUNDING[weight_bits] if rounding == "auto" else rounding
+    if weight_bits == 4 and bits != 8:
+        raise CliError("--weight-bits 4 goes with 8-bit activations (W4A8): TF Lite's 16x8 "
+                       f"mode has 8-bit weights; received --activation-bits {bits}", EXIT_USAGE)
+    if method != "nearest" and bits == 16:
+        raise CliError(f"--rounding {method} is for 8-bit activations (TF Lite's 16x8 mode is "
+                       "converted in one step); received --activation-bits 16", EXIT_USAGE)
+    if method != "nearest" and args.bias_correction in ("analytic", "empirical"):
+        raise CliError(f"--rounding {method} sets the bias of every layer it rounds; use "
+                       "--bias-correction auto, or none to leave biases as they are; received "
+                       f"--bias-correction {args.bias_correction}"
+                       + (f" with --weight-bits {weight_bits}" if rounding == "auto" else ""),
+                       EXIT_USAGE)
+    if getattr(args, "tune", False) and (weight_bits != 8 or method != "nearest"):
+        raise CliError("--tune requantizes with TF Lite's own rounding, which would undo the "
+                       "rounded kernels; it takes 8-bit weights rounded to nearest; received "
+                       f"--tune --weight-bits {weight_bits} --rounding {rounding}", EXIT_USAGE)
 
 
 def check_calibration_options(args):

@@ -100,5 +100,29 @@ def ops_details(interpreter) -> list[dict]:
     return interpreter._get_ops_details()
 
 
-__all__ = ["builtin_operator_names", "calibrate_only", "disable_per_channel", "ops_details",
-           "quantize_calibrated_model", "read_model", "schema", "write_model"]
+def tensor_type_codes() -> dict[str, int]:
+    """``{name: code}`` of the schema's tensor types (``"INT4": 17``, ``"INT8": 9``, ...).
+
+    Public replacement: none (``tensorflow.lite.python.schema_py_generated.TensorType``).
+    """
+    from tensorflow.lite.python import schema_py_generated as schema
+
+    return {k: v for k, v in vars(schema.TensorType).items() if not k.startswith("_")}
+
+
+def new_buffer(data):
+    """A buffer of the object tree from :func:`read_model` holding ``data`` (a uint8 array;
+    the generated ``Pack`` writes an int32 array's length in elements, not bytes).
+
+    Public replacement: as for :func:`read_model` (``schema_py_generated.BufferT``).
+    """
+    from tensorflow.lite.python import schema_py_generated as schema
+
+    buffer = schema.BufferT()
+    buffer.data = data
+    return buffer
+
+
+__all__ = ["builtin_operator_names", "calibrate_only", "disable_per_channel", "new_buffer",
+           "ops_details", "quantize_calibrated_model", "read_model", "schema",
+           "tensor_type_codes", "write_model"]

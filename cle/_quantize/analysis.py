@@ -62,6 +62,11 @@ def analyze_checked(model, calibration_data, opts: QuantizeOptions,
             layer_inputs < 1):
         raise ValueError("`layer_inputs` must be a positive integer. Received: "
                          f"layer_inputs={layer_inputs!r}")
+    if opts.rounds:
+        raise ValueError("cle.analyze measures the INT8 model TF Lite's converter writes "
+                         "(8-bit weights rounded to nearest); its simulation does not read "
+                         "INT4 weights or kernels the rounding stage stored. Received: "
+                         f"weight_bits={opts.weight_bits}, rounding={opts.rounding!r}")
     if opts.activation_bits != 8 or opts.tune or opts.compare:
         raise ValueError("cle.analyze analyses the INT8 model cle.quantize writes with 8-bit "
                          "activations, untuned, without a comparison. Received: "

@@ -10,10 +10,20 @@ import math
 import numbers
 from typing import Any
 
-__all__ = ["BIAS_CORRECTIONS", "QuantizeOptions", "RANGES"]
+__all__ = ["AUTO_ROUNDING", "BIAS_CORRECTIONS", "METHODS", "QuantizeOptions", "RANGES",
+           "ROUNDINGS", "WEIGHT_BITS"]
 
 RANGES = ("percentile", "minmax")
 BIAS_CORRECTIONS = ("auto", "empirical", "analytic", "none")
+#: Weight bits :func:`cle.quantization.quantize` writes.
+WEIGHT_BITS = (4, 8)
+#: The rounding methods (:data:`cle._math.rounding.METHODS`).
+METHODS = ("nearest", "gptq", "adaround")
+#: What ``rounding`` may be.
+ROUNDINGS = ("auto",) + METHODS
+#: The rounding ``"auto"`` takes at each weight width (chosen by measurement on the two real
+#: networks: docs/quantize_w4.md).
+AUTO_ROUNDING = {4: "gptq", 8: "nearest"}
 
 
 def _is_bool(value) -> bool:
@@ -66,6 +76,7 @@ class QuantizeOptions:
     compare: bool = False
     seed: int = 0
     tune: bool = False
+    rounding: str = "auto"
     has_data: bool = False
 
     def __post_init__(self):
@@ -73,12 +84,10 @@ class QuantizeOptions:
             if not _is_bool(getattr(self, name)):
                 raise ValueError(f"`{name}` must be True or False. Received: "
                                  f"{name}={getattr(self, name)!r}")
-        if not _is_int(self.weight_bits) or self.weight_bits != 8:
-            raise ValueError("TF Lite's converter writes 8-bit weights only. Received: "
-                             f"weight_bits={self.weight_bits!r}")
         if not _is_int(self.activation_bits) or self.activation_bits not in (8, 16):
             raise ValueError("TF Lite's converter quantizes activations to 8 or 16 bits (16x8 "
                              f"mode). Received: activation_bits={self.activation_bits!r}")
+        self._check_weights()
         if self.activation_bits == 16 and not self.per_channel:
             raise ValueError("TF Lite's 16x8 mode quantizes weights per channel. Received: "
                              "activation_bits=16 with per_channel=False")
@@ -93,6 +102,12 @@ class QuantizeOptions:
                              "the calibration data (ranges='percentile'). Received: tune=True "
                              f"with activation_bits={self.activation_bits!r}, "
                              f"ranges={self.ranges!r}")
+        if self.tune and (self.weight_bits != 8 or self.rounding_method != "nearest"):
+            raise ValueError("tune=True requantizes the converter's INT8 model with TF Lite's "
+                             "own rounding, which would undo the kernels the rounding stage "
+                             "stored; it takes 8-bit weights rounded to nearest. Received: "
+                             f"tune=True with weight_bits={self.weight_bits!r}, "
+                             f"rounding={self.rounding!r}")
         if not _is_int(self.seed):
             raise ValueError(f"`seed` must be an integer. Received: seed={self.seed!r}")
         object.__setattr__(self, "input_range", normalize_input_range(self.input_range))
@@ -105,13 +120,54 @@ class QuantizeOptions:
                 "inputs); with calibration_data the data sets it. Received: "
                 f"input_range={self.input_range!r} with calibration_data")
 
+    def _check_weights(self):
+        """``weight_bits`` and ``rounding``, alone and against the activations and the bias
+        correction."""
+        if not _is_int(self.weight_bits) or self.weight_bits not in WEIGHT_BITS:
+            raise ValueError("`weight_bits` must be 8 (INT8 weights) or 4 (INT4 weights, where "
+                             f"LiteRT runs them). Received: weight_bits={self.weight_bits!r}")
+        if not isinstance(self.rounding, str) or self.rounding not in ROUNDINGS:
+            raise ValueError(f"`rounding` must be one of {ROUNDINGS}. Received: "
+                             f"rounding={self.rounding!r}")
+        if self.weight_bits == 4 and self.activation_bits != 8:
+            raise ValueError("4-bit weights go with 8-bit activations (W4A8): TF Lite's 16x8 "
+                             "mode has 8-bit weights. Received: weight_bits=4, "
+                             f"activation_bits={self.activation_bits!r}")
+        method = self.rounding_method
+        if method != "nearest" and self.activation_bits == 16:
+            raise ValueError(f"rounding={method!r} is for 8-bit activations (its integers are "
+                             "written into the INT8 model; TF Lite's 16x8 mode is converted in "
+                             f"one step). Received: rounding={self.rounding!r}, "
+                             "activation_bits=16")
+        if method != "nearest" and self.bias_correction in ("analytic", "empirical"):
+            raise ValueError(f"rounding={method!r} sets the bias of every layer it rounds (the "
+                             "bias takes the layer's mean output error away, on the "
+                             "calibration inputs); use bias_correction='auto', or 'none' to "
+                             "leave biases as they are. Received: "
+                             f"bias_correction={self.bias_correction!r}, "
+                             f"rounding={self.rounding!r}")
+
+    @property
+    def rounding_method(self) -> str:
+        """The rounding that runs: ``"auto"`` is "gptq" at 4 bits, "nearest" at 8."""
+        return AUTO_ROUNDING[self.weight_bits] if self.rounding == "auto" else self.rounding
+
+    @property
+    def rounds(self) -> bool:
+        """Whether the rounding stage runs (anything but TF Lite's own 8-bit rounding)."""
+        return self.weight_bits != 8 or self.rounding_method != "nearest"
+
     @classmethod
     def from_call(cls, calibration_data=None, **options) -> QuantizeOptions:
         return cls(**options, has_data=calibration_data is not None)
 
     @property
     def bias_mode(self) -> str:
-        """The bias correction that runs: "auto" is empirical with data, analytic without."""
+        """The bias correction that runs: "auto" is empirical with data, analytic without;
+        "rounding" when the rounding stage sets the biases (a method other than "nearest",
+        unless ``bias_correction="none"``)."""
+        if self.rounding_method != "nearest" and self.bias_correction != "none":
+            return "rounding"
         if self.bias_correction != "auto":
             return self.bias_correction
         return "empirical" if self.has_data else "analytic"
@@ -120,4 +176,4 @@ class QuantizeOptions:
     def target(self) -> dict:
         return {"per_channel": bool(self.per_channel), "weight_bits": int(self.weight_bits),
                 "activation_bits": int(self.activation_bits),
-                "integer_io": bool(self.integer_io)}
+                "integer_io": bool(self.integer_io), "rounding": self.rounding_method}

@@ -23,6 +23,7 @@ from cle._measure import synthetic as _synthetic
 from cle._measure import tflite
 from cle._measure.inference import TFLITE_BATCH, predict_all, run_all
 from cle._quantize import tune as _tune
+from cle._quantize import weight_stages
 from cle._quantize.input_ranges import InputRangeUnknown, input_ranges_of
 from cle._quantize.options import QuantizeOptions
 from cle._quantize.ranges import MIN_WIDTH, TAIL, choose_percentile_ranges  # noqa: F401
@@ -59,8 +60,9 @@ def quantize(model, calibration_data=None, *, per_channel: bool = True, weight_b
              bias_correction: str = "auto", ranges: str = "percentile",
              input_range=None, compare: bool = False, seed: int = 0,
              progress: Callable[[str], Any] | None = None,
-             tune: bool = False) -> tuple[bytes, QuantizeReport]:
-    """A full-INT8 TF Lite model of ``model``, as close to it as this library can make it.
+             tune: bool = False, rounding: str = "auto") -> tuple[bytes, QuantizeReport]:
+    """A full-integer TF Lite model of ``model`` (8-bit activations and 8- or 4-bit weights,
+    or TF Lite's 16x8 mode), as close to it as this library can make it.
 
     Args:
         model: a Functional or Sequential ``keras.Model`` (any number of inputs and outputs);
@@ -74,7 +76,10 @@ def quantize(model, calibration_data=None, *, per_channel: bool = True, weight_b
             the input range found from the model, or ``input_range``).
         per_channel: one weight scale per output channel (TF Lite's default) or, with False,
             one per tensor; the scaling is chosen for it.
-        weight_bits: 8 (what TF Lite's converter writes).
+        weight_bits: 8, or 4: INT4 weights (W4A8) for every Conv2D, DepthwiseConv2D and Dense
+            layer (packed two per byte in the ``.tflite``, where LiteRT runs them; the
+            report's ``weights`` says per layer what was stored how and why a layer stays
+            8-bit).
         activation_bits: 8, or 16 for TF Lite's 16x8 mode (per-channel weights only).
         integer_io: int8 (int16 in 16x8 mode) model inputs and outputs instead of float32.
         bias_correction: "auto" (default): empirical with data, analytic without; or
@@ -95,7 +100,15 @@ def quantize(model, calibration_data=None, *, per_channel: bool = True, weight_b
             for the error of each layer's input quantization, kept where it measures better.
             With data, half of the held-out inputs tune and the other half check; without
             data, the synthetic calibration inputs tune and the check's sets (which tuning
-            never saw) check. Models with one input and one output only.
+            never saw) check. Models with one input and one output only; 8-bit weights
+            rounded to nearest only (the tuning requantizes with TF Lite's own rounding).
+        rounding: how kernels are rounded onto their grid: "nearest" (what TF Lite's
+            converter does), "gptq" (layer by layer for the layer's output, on the
+            calibration inputs, or without data on the synthetic calibration inputs, never
+            on the check's; each layer's bias takes its mean output error away, unless
+            ``bias_correction="none"``), "adaround" (the same aim, learned; slower), or
+            "auto" (default): "gptq" at 4 bits, "nearest" at 8 (chosen by measurement:
+            docs/quantize_w4.md).
 
     Returns:
         ``(tflite_bytes, report)``: the ``.tflite`` flatbuffer and a :class:`QuantizeReport`.
@@ -107,7 +120,10 @@ def quantize(model, calibration_data=None, *, per_channel: bool = True, weight_b
             model expects and what was received), without data an input whose range the
             model cannot tell and no ``input_range`` (:class:`InputRangeUnknown`), a model
             without batch norms and without data, or ``tune=True`` with several inputs or
-            outputs, 16-bit activations or ``ranges="minmax"``.
+            outputs, 16-bit activations, ``ranges="minmax"``, 4-bit weights or a rounding
+            other than to nearest; 4-bit weights or a rounding other than to nearest with
+            16-bit activations; a rounding other than to nearest with
+            ``bias_correction="analytic"`` or ``"empirical"``.
         RuntimeError: the PyTorch backend (TF Lite's converter cannot read its models), or
             non-finite synthetic inputs or outputs.
 
@@ -119,7 +135,7 @@ def quantize(model, calibration_data=None, *, per_channel: bool = True, weight_b
         calibration_data, per_channel=per_channel, weight_bits=weight_bits,
         activation_bits=activation_bits, integer_io=integer_io,
         bias_correction=bias_correction, ranges=ranges, input_range=input_range,
-        compare=compare, seed=seed, tune=tune)
+        compare=compare, seed=seed, tune=tune, rounding=rounding)
     return quantize_checked(model, calibration_data, opts, progress)
 
 
@@ -148,7 +164,8 @@ class Int8Build:
         calibration: "data" or "synthetic".
         input_ranges: without data, every input's
             :class:`cle._measure.input_range.InputRange`; with data None.
-        equalized, equalization: the equalized float model and its report.
+        equalized, equalization: the equalized float model (its kernels rounded onto their
+            grids when the rounding stage ran) and the equalize stage's report.
         calibrated: the float flatbuffer with the chosen ranges written in (what the quantize
             step read; None in 16x8 mode, which the converter runs in one step).
         ranges: every activation tensor's :class:`cle._measure.tflite.TensorRange`.
@@ -157,6 +174,10 @@ class Int8Build:
         values: with ``tune``, the values each activation tensor took on the calibration
             inputs (a sample, by tensor index; None with ``ranges="minmax"``).
         tuning: after the tuning, its :class:`cle._quantize.tune.TuneReport`.
+        rounding: the :class:`cle._quantize.rounding.RoundingReport` of the rounding stage
+            (None when TF Lite's converter rounds: 8 bits, to nearest).
+        weights: how each weight tensor of the ``.tflite`` is stored and why
+            (:class:`cle._measure.weight_store.StoredWeight`).
     """
 
     opts: QuantizeOptions
@@ -171,6 +192,8 @@ class Int8Build:
     seconds: dict
     values: dict | None = None
     tuning: Any = None
+    rounding: Any = None
+    weights: list = dataclasses.field(default_factory=list)
 
 
 def build_checked(model, calibration_data, opts: QuantizeOptions, say,
@@ -183,11 +206,18 @@ def build_checked(model, calibration_data, opts: QuantizeOptions, say,
     inputs = _calibration_inputs(model, x, input_ranges, opts, say, seconds)
     equalized, eq_report = _timed(seconds, "equalize", _equalize, model, view, x, inputs,
                                   opts, say)
+    if opts.rounds:
+        rounded, entries = _timed(
+            seconds, "rounding", weight_stages.round_stage, equalized, inputs.calibration,
+            opts, "calibration inputs" if x is not None else "synthetic inputs", say)
+    else:
+        rounded, entries = None, None
     content, tensor_ranges, calibrated, values = _timed(
         seconds, "convert", _convert, equalized, inputs.calibration, opts, input_ranges, say)
+    content, stored = _timed(seconds, "store", weight_stages.store_stage, content, entries, say)
     return Int8Build(opts, inputs, "data" if x is not None else "synthetic", input_ranges,
                      equalized, eq_report, calibrated, tensor_ranges, content, seconds,
-                     values if opts.tune else None)
+                     values if opts.tune else None, rounding=rounded, weights=stored)
 
 
 def check_sets(model, build: Int8Build, say) -> list:
@@ -227,7 +257,8 @@ def check_build(model, build: Int8Build, say) -> QuantizeReport:
         calibration_inputs=inputs.what, synthesis_loss=inputs.loss,
         warnings=_warnings(model, sets, inputs, build.input_ranges) + (
             build.tuning.warnings() if build.tuning is not None else []),
-        seconds=seconds, tail=TAIL, tuning=build.tuning)
+        seconds=seconds, tail=TAIL, tuning=build.tuning, rounding=build.rounding,
+        weights=build.weights, size=len(build.content))
 
 
 def _timed(seconds, stage, fn, *args):
@@ -306,15 +337,18 @@ def _fields(like, input_ranges, n, seed):
 
 def _equalize(model, view, x, inputs, opts, say):
     """``equalize_model`` for the target, with bias correction (empirical on the calibration
-    inputs with data, analytic without) and, with data, measured activation ranges."""
-    mode = opts.bias_mode
+    inputs with data, analytic without; none when the rounding stage sets the biases: the
+    float model it rounds against is the uncorrected one) and, with data, measured activation
+    ranges."""
+    mode = "none" if opts.bias_mode == "rounding" else opts.bias_mode
     with_data = mode == "empirical" or x is not None
     eq_opts = EqualizeOptions(
         bias_correction=mode, weight_bits=opts.weight_bits,
         per_channel_weights=opts.per_channel, activation_bits=opts.activation_bits,
         activation_ranges="calibration" if with_data else "bn", has_data=with_data)
     say(f"equalizing (cross-layer scaling for "
-        f"{'per-channel' if opts.per_channel else 'per-tensor'} INT8, {mode} bias correction)")
+        f"{'per-channel' if opts.per_channel else 'per-tensor'} INT{opts.weight_bits}, {mode} "
+        "bias correction)")
     return equalize_checked(model, view, eq_opts, inputs.calibration if with_data else None)
 
 
@@ -344,7 +378,8 @@ def _convert(equalized, x_cal, opts, input_ranges, say):
 def _check_model(model, content, checks, opts, say):
     """For each set of check inputs, ``{"inputs", "n", "reference", "test", "outputs"}``: the
     float and quantized outputs and each output's :class:`cle._measure.check.OutputCheck`."""
-    what = "16x8" if opts.activation_bits == 16 else "INT8"
+    what = ("16x8" if opts.activation_bits == 16 else
+            "W4A8" if opts.weight_bits == 4 else "INT8")
     names, kinds = _check.output_names(model), _check.output_kinds(model)
     sets = []
     for label, x in checks:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import math
 from typing import Any
@@ -14,11 +15,11 @@ __all__ = ["QuantizeReport"]
 
 @dataclasses.dataclass
 class QuantizeReport:
-    """What :func:`quantize` did, and how close the INT8 model is to the float model.
+    """What :func:`quantize` did, and how close the quantized model is to the float model.
 
     Attributes:
-        target: the INT8 target: ``per_channel``, ``weight_bits``, ``activation_bits``,
-            ``integer_io``.
+        target: the target: ``per_channel``, ``weight_bits``, ``activation_bits``,
+            ``integer_io``, ``rounding`` (the method ``rounding="auto"`` resolved to).
         calibration: "data" (the inputs given) or "synthetic" (no real data was seen).
         n_calibration: inputs the activation ranges were calibrated on.
         calibration_inputs: what they are (without data: how many were distilled from the
@@ -29,7 +30,9 @@ class QuantizeReport:
             not shape).
         n_check: how many.
         equalization: the :class:`cle.EqualizationReport` of the equalize stage.
-        bias_correction: the bias correction run ("empirical", "analytic" or "none").
+        bias_correction: the bias correction run ("empirical", "analytic", "none", or
+            "rounding": the rounding stage's, each rounded layer's bias taking its mean
+            output error away).
         ranges: every activation tensor's calibrated and chosen range
             (:class:`cle._measure.tflite.TensorRange`); empty for 16-bit activations.
         input_ranges: without data, each input's range and where it came from (stated,
@@ -51,6 +54,11 @@ class QuantizeReport:
             guess, a distillation that did not converge, rough check figures).
         seconds: wall time of each stage.
         tuning: with ``tune=True``, the :class:`cle._quantize.tune.TuneReport`.
+        rounding: the :class:`cle._quantize.rounding.RoundingReport` of the rounding stage
+            (None when the converter rounds: 8 bits, ``rounding="nearest"``).
+        weights: how each weight tensor of the ``.tflite`` is stored and why
+            (:class:`cle._measure.weight_store.StoredWeight`).
+        size: the ``.tflite``'s size in bytes.
     """
 
     target: dict
@@ -71,6 +79,9 @@ class QuantizeReport:
     seconds: dict = dataclasses.field(default_factory=dict)
     tail: float = 1e-4
     tuning: Any = None
+    rounding: Any = None
+    weights: list = dataclasses.field(default_factory=list)
+    size: int = 0
 
     @property
     def top1_agreement(self) -> float:
@@ -150,10 +161,17 @@ class QuantizeReport:
         lines += self._input_lines()
         lines += ["equalize: " + line for line in self.equalization.summary().splitlines()]
         corrected = [r for r in self.equalization.bias_corrections if r.corrected]
-        lines.append(f"bias correction ({self.bias_correction}): {len(corrected)} layers "
-                     f"corrected, {len(self.equalization.bias_corrections) - len(corrected)} "
-                     "left (see the equalization report for why)")
+        if self.bias_correction == "rounding":
+            lines.append("bias correction (rounding): each rounded layer's bias takes its mean "
+                         "output error away")
+        else:
+            lines.append(f"bias correction ({self.bias_correction}): {len(corrected)} layers "
+                         f"corrected, {len(self.equalization.bias_corrections) - len(corrected)}"
+                         " left (see the equalization report for why)")
+        if self.rounding is not None:
+            lines += self.rounding.summary_lines()
         lines += self._range_lines()
+        lines += _storage_lines(self.weights, self.size, t["weight_bits"])
         if self.tuning is not None:
             lines += self.tuning.lines()
         lines += self._check_lines()
@@ -190,8 +208,29 @@ class QuantizeReport:
                         "chosen": [r.lo, r.hi], "how": r.how} for r in self.ranges],
             "equalization": self.equalization.to_dict(),
             "tuning": self.tuning.to_dict() if self.tuning is not None else None,
+            "rounding": None if self.rounding is None else self.rounding.to_dict(),
+            "weights": [w.to_dict() for w in self.weights],
+            "size": self.size,
             "seconds": dict(self.seconds),
         }
+
+
+def _storage_lines(stored, size, weight_bits) -> list[str]:
+    """The report's lines on the weights as stored: counts by type and operator, and every
+    weight the rounding did not store on its grid, with the reason."""
+    if not stored:
+        return []
+    counts = collections.Counter(w.storage for w in stored if w.storage)
+    by_op = collections.defaultdict(collections.Counter)
+    for w in stored:
+        by_op[w.storage][w.op] += 1
+    parts = [f"{n} {storage} ({', '.join(f'{c} {op}' for op, c in by_op[storage].items())})"
+             for storage, n in counts.items()]
+    lines = [f"weights stored: {'; '.join(parts)}; file {size:,} bytes"]
+    for w in stored:
+        if not w.rounded and (w.layer or weight_bits == 4):
+            lines.append(f"  {w.layer or w.op}: {w.storage or 'as converted'}, {w.reason}")
+    return lines
 
 
 def _figure_lines(head, outputs, indent):

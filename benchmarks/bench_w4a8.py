@@ -1,0 +1,184 @@
+"""The goals of 4-bit weights (W4A8), measured on the real ImageNet MobileNetV2 and
+EfficientNet-Lite1 of ``cle.pretrained``.
+
+Run it directly (each network in its own process with ``--net``; about 20-40 minutes per
+network on 2 shared cores)::
+
+    .venv/bin/python benchmarks/bench_w4a8.py                       # both networks
+    .venv/bin/python benchmarks/bench_w4a8.py --net mobilenet_v2 --json out.jsonl
+
+It prints figures and whether each goal holds; it asserts nothing. In one process per network,
+on 64 real photo crops for calibration and 256 other crops for evaluation (LiteRT, builtin
+kernels, against the float Keras model's logits: top-1 agreement and SQNR):
+
+* **baseline**: the float model straight into TF Lite's converter, W8A8 per-channel, the
+  64 crops (``cle.quantization.convert_to_tflite_int8``);
+* **W4A8 data**: ``cle.quantize(model, x64, weight_bits=4)``;
+* **W4A8 no data**: ``cle.quantize(model, weight_bits=4, input_range=...)`` with the input
+  range of the network's preprocessing;
+* **W8A8 default** and **W8A8 nearest**: ``cle.quantize(model, x64)`` with ``rounding``
+  left at its default and with ``rounding="nearest"`` (the same run when the default is
+  nearest at 8 bits: then it is run once and both rows are that run).
+
+Goals (issue 27): W4A8 data >= baseline in both figures; W4A8 no data >= baseline - 2 dB and
+- 0.03; the W4A8 file <= 0.6x the baseline W8A8 file; W4A8 data <= 10 minutes on MobileNetV2
+(the rounding stage's time printed); W8A8 default >= W8A8 nearest in both figures.
+Times are wall-clock on a machine that may be shared: the load average is printed.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import platform  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+
+import cle  # noqa: E402
+from cle import pretrained as P  # noqa: E402
+from cle import quantization as Q  # noqa: E402
+
+NETS = {
+    "mobilenet_v2": (P.mobilenet_v2_imagenet, 224, P.preprocess_imagenet,
+                     Q.input_range_of("torch")),
+    "efficientnet_lite1": (P.efficientnet_lite1_imagenet, 240, P.preprocess_efficientnet_lite,
+                           (-127 / 128, 1.0)),
+}
+MINUTES_LIMIT = 10.0
+
+
+def _cpu():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def measure(net, rows=None):
+    """Every row of one network, as dicts (printed as they come)."""
+    load, size, prep, input_range = NETS[net]
+    model = load()
+    x_cal = prep(P.sample_images(64, size, seed=1))
+    x_eval = prep(P.sample_images(256, size, seed=7))
+    reference = model.predict(x_eval, batch_size=32, verbose=0)
+    out = []
+
+    def row(name, content, seconds, report=None):
+        y = Q.run_tflite(content, x_eval, batch_size=32)
+        r = {"net": net, "row": name, "top1": Q.top1_agreement(reference, y),
+             "sqnr_db": Q.sqnr_db(reference, y), "bytes": len(content), "seconds": seconds,
+             "stages": dict(report.seconds) if report is not None else {},
+             "load": os.getloadavg()[0]}
+        out.append(r)
+        print(f"{net:18s} {name:18s} top-1 {r['top1']:.3f}  SQNR {r['sqnr_db']:6.2f} dB  "
+              f"{r['bytes']:>9,} B  {seconds:6.0f} s"
+              + (f" (rounding {r['stages']['rounding']:.0f} s)"
+                 if "rounding" in r["stages"] else "")
+              + f"  load {r['load']:.1f}", flush=True)
+        return r
+
+    def timed(fn, *args, **kwargs):
+        start = time.perf_counter()
+        result = fn(*args, **kwargs)
+        return result, time.perf_counter() - start
+
+    wanted = rows or ("baseline", "w4_data", "w4_nodata", "w8_default", "w8_nearest")
+    if "baseline" in wanted:
+        content, sec = timed(Q.convert_to_tflite_int8, model, x_cal, per_channel=True)
+        row("baseline W8A8", content, sec)
+    if "w4_data" in wanted:
+        (content, rep), sec = timed(cle.quantize, model, x_cal, weight_bits=4)
+        row("W4A8 data", content, sec, rep)
+    if "w4_nodata" in wanted:
+        (content, rep), sec = timed(cle.quantize, model, weight_bits=4,
+                                    input_range=input_range)
+        row("W4A8 no data", content, sec, rep)
+    if "w8_default" in wanted:
+        (content, rep), sec = timed(cle.quantize, model, x_cal)
+        default = row("W8A8 default", content, sec, rep)
+        if rep.target["rounding"] == "nearest" and "w8_nearest" in wanted:
+            out.append(dict(default, row="W8A8 nearest"))
+            print(f"{net:18s} W8A8 nearest       (the default is nearest at 8 bits: the "
+                  "same run)")
+            wanted = [w for w in wanted if w != "w8_nearest"]
+    if "w8_nearest" in wanted:
+        (content, rep), sec = timed(cle.quantize, model, x_cal, rounding="nearest")
+        row("W8A8 nearest", content, sec, rep)
+    return out
+
+
+def goals(rows):
+    """The goals that the rows allow to judge, as printed lines."""
+    by = {(r["net"], r["row"]): r for r in rows}
+    lines = []
+
+    def say(ok, text):
+        lines.append(f"  [{'met' if ok else 'NOT met'}] {text}")
+
+    for net in dict.fromkeys(r["net"] for r in rows):
+        base = by.get((net, "baseline W8A8"))
+        w4 = by.get((net, "W4A8 data"))
+        nd = by.get((net, "W4A8 no data"))
+        d8, n8 = by.get((net, "W8A8 default")), by.get((net, "W8A8 nearest"))
+        lines.append(net)
+        if base and w4:
+            say(w4["top1"] >= base["top1"] and w4["sqnr_db"] >= base["sqnr_db"],
+                f"W4A8 with data {w4['top1']:.3f} / {w4['sqnr_db']:.2f} dB >= baseline "
+                f"{base['top1']:.3f} / {base['sqnr_db']:.2f} dB")
+            say(w4["bytes"] <= 0.6 * base["bytes"],
+                f"W4A8 file {w4['bytes'] / base['bytes']:.3f}x the W8A8 file (<= 0.6)")
+        if base and nd:
+            say(nd["top1"] >= base["top1"] - 0.03 and nd["sqnr_db"] >= base["sqnr_db"] - 2,
+                f"W4A8 without data {nd['top1']:.3f} / {nd['sqnr_db']:.2f} dB >= baseline "
+                f"- 0.03 / - 2 dB ({base['top1'] - 0.03:.3f} / {base['sqnr_db'] - 2:.2f} dB)")
+        if w4 and net == "mobilenet_v2":
+            say(w4["seconds"] <= 60 * MINUTES_LIMIT,
+                f"W4A8 with data {w4['seconds'] / 60:.1f} min (rounding "
+                f"{w4['stages'].get('rounding', 0) / 60:.1f} min) <= {MINUTES_LIMIT:.0f} min "
+                f"(load {w4['load']:.1f} on {os.cpu_count()} cores)")
+        if d8 and n8:
+            say(d8["top1"] >= n8["top1"] and d8["sqnr_db"] >= n8["sqnr_db"],
+                f"W8A8 default rounding {d8['top1']:.3f} / {d8['sqnr_db']:.2f} dB >= "
+                f"nearest {n8['top1']:.3f} / {n8['sqnr_db']:.2f} dB")
+    return lines
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--net", choices=sorted(NETS), action="append",
+                        help="one network (repeatable; default: both, each in its own "
+                             "process)")
+    parser.add_argument("--rows", nargs="*", help="only these rows (baseline w4_data "
+                        "w4_nodata w8_default w8_nearest)")
+    parser.add_argument("--json", help="append every row to this JSON-lines file")
+    args = parser.parse_args(argv)
+    print(f"{_cpu()}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}; cle "
+          f"{cle.__version__}", flush=True)
+    rows = []
+    if args.net and len(args.net) == 1:
+        rows = measure(args.net[0], args.rows)
+        if args.json:
+            with open(args.json, "a") as f:
+                for r in rows:
+                    f.write(json.dumps(r) + "\n")
+    else:
+        path = args.json or f"/tmp/bench_w4a8_{os.getpid()}.jsonl"
+        for net in args.net or sorted(NETS, reverse=True):
+            subprocess.run([sys.executable, __file__, "--net", net, "--json", path]
+                           + (["--rows", *args.rows] if args.rows else []), check=True)
+        with open(path) as f:
+            rows = [json.loads(line) for line in f]
+    print("\n".join(["goals:"] + goals(rows)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,300 @@
+"""Rounding one layer's weights onto a symmetric integer grid, chosen for the layer's output
+(pure numpy, float64).
+
+Every function works on a *batch* of independent problems, so that a depthwise layer (each
+channel its own small problem) or a grouped convolution runs vectorized:
+
+* ``W``: ``(B, R, D)`` weights: ``B`` problems of ``R`` rows (output channels), ``D`` inputs
+  each. A Conv2D / Dense is one problem (``R`` = output channels, ``D`` = kh·kw·C_in or
+  D_in); a grouped convolution ``groups`` problems; a depthwise convolution ``C`` problems of
+  ``R`` = depth multiplier rows over ``D`` = kh·kw taps. The last ``D − n_quant`` columns are
+  the bias (an input that is always 1): never rounded, free to absorb the mean output error.
+* ``H``: ``(B, D, D)``, the second moment ``E[x xᵀ]`` of the layer's inputs over calibration
+  positions (one im2col patch per output position, with a trailing 1 for the bias). For a row
+  ``w`` and its rounded ``q`` the mean squared output error is ``(w − q)ᵀ H (w − q)``, so rows
+  are independent problems.
+* ``s``: ``(B, R)``, the step of each row's grid; integers ``k ∈ [−qmax, qmax]``, value ``s·k``
+  (``qmax = 2^(bits−1) − 1``: the symmetric grid TF Lite uses for INT8 weights; at 4 bits
+  [−7, 7]).
+
+Methods: :func:`nearest` (round each weight to the nearest grid point), :func:`gptq` (round
+the columns in order, each time moving the error onto the columns not rounded yet so that the
+output error stays least: Optimal Brain Quantization with a fixed order, as in GPTQ, extended
+to convolutions by their im2col patches) and :func:`adaround` (a soft up/down choice per
+weight learned by Adam on the quadratic output loss, with AdaRound's regularizer).
+:func:`asymmetric_target` gives the weights that best reproduce the *float* layer's outputs
+from the *quantized* network's inputs, so that each layer also undoes part of the error of the
+layers before it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = [
+    "METHODS", "adaround", "asymmetric_target", "best_bias", "channel_order", "damped",
+    "from_rows", "gptq", "grid_max", "nearest", "output_error", "round_rows", "scale_maxabs",
+    "scale_mse", "schur_bias", "to_rows",
+]
+
+#: Relative ridge added to ``H``'s diagonal (GPTQ's dampening).
+DAMP = 0.01
+#: Candidate shrink factors of the largest-weight step (:func:`scale_mse`).
+ALPHAS = np.linspace(0.3, 1.0, 71)
+#: AdaRound's rectified sigmoid stretch.
+ZETA, GAMMA = 1.1, -0.1
+
+
+def grid_max(bits: int) -> int:
+    """The largest integer of the symmetric ``bits``-bit grid, ``2^(bits−1) − 1``."""
+    return 2 ** (int(bits) - 1) - 1
+
+
+def _safe(s):
+    return np.where(s > 0, s, 1.0)
+
+
+def nearest(W, s, qmax):
+    """``s · clip(round(W / s), −qmax, qmax)`` per row (``s`` ``(B, R)``); a row of step 0 is
+    all zeros."""
+    s = np.asarray(s, np.float64)[..., None]
+    return np.clip(np.round(W / _safe(s)), -qmax, qmax) * s
+
+
+def scale_maxabs(W, qmax, per_tensor=False):
+    """The step that puts the row's (or, ``per_tensor``, the whole kernel's) largest ``|w|``
+    on the grid's end: ``max|w| / qmax``, ``(B, R)``."""
+    a = np.abs(W).max(axis=-1)
+    if per_tensor:
+        a = np.full(a.shape, a.max(initial=0.0))
+    return a / qmax
+
+
+def scale_mse(W, qmax, per_tensor=False, alphas=ALPHAS):
+    """The step ``α · max|w| / qmax`` with ``α`` from ``alphas`` that makes the squared
+    rounding error of the row (or, ``per_tensor``, of the whole kernel) least: clipping a few
+    large weights buys a finer step for all the others. The first ``α`` wins ties, so a kernel
+    already on a grid keeps it when no coarser grid holds it."""
+    s0 = scale_maxabs(W, qmax, per_tensor)
+    best = np.full(s0.shape, np.inf)
+    out = s0.copy()
+    for a in alphas:
+        s = a * s0
+        err = ((nearest(W, s, qmax) - W) ** 2).sum(-1)
+        if per_tensor:
+            err = np.full(err.shape, err.sum())
+        better = err < best * (1 - 1e-12)
+        best = np.where(better, err, best)
+        out = np.where(better, s, out)
+    return out
+
+
+def damped(H, damp=DAMP, n_quant=None):
+    """``H + damp · mean(diag H[:n_quant]) · I`` per problem; an input that is always zero
+    (diagonal 0) gets a unit diagonal instead, so the matrix stays invertible."""
+    H = np.array(H, np.float64)
+    n_quant = H.shape[1] if n_quant is None else n_quant
+    d = np.einsum("bii->bi", H)  # a view: writes go into H
+    d[d == 0] = 1.0
+    lam = damp * d[:, :n_quant].mean(axis=1)
+    d += lam[:, None]
+    return H
+
+
+def asymmetric_target(W, H, G, damp=DAMP, n_quant=None):
+    """The weights ``v`` that best reproduce the float layer's output from the quantized
+    network's inputs: ``argmin_v E‖x_fᵀw − x_qᵀv‖²`` ridge-damped towards ``w``,
+    ``v = (H + λI)⁻¹ (G w + λ w)`` with ``H = E[x_q x_qᵀ]``, ``G = E[x_q x_fᵀ]``. Then
+    ``E‖x_fᵀw − x_qᵀq‖² = (v − q)ᵀ H (v − q) + const``, so rounding ``v`` against ``H``
+    minimizes the error against the float layer. With ``G = H`` (no earlier error) ``v = w``."""
+    Hd = damped(H, damp, n_quant)
+    lam = np.einsum("bii->bi", Hd) - np.einsum("bii->bi", np.asarray(H, np.float64))
+    rhs = np.einsum("bij,brj->bri", G, W) + lam[:, None, :] * W
+    return np.swapaxes(np.linalg.solve(Hd, np.swapaxes(rhs, 1, 2)), 1, 2)
+
+
+def gptq(W, H, s, qmax, n_quant, damp=DAMP, block=128):
+    """Round the first ``n_quant`` columns of every row in order, each time moving the
+    rounding error onto the columns not rounded yet so that the output error stays least.
+
+    With ``U`` the upper Cholesky factor of ``(H + λI)⁻¹``, rounding column ``i`` to ``q_i``
+    changes the later columns by ``−(w_i − q_i) / U_ii · U[i, i+1:]`` (the least-squares
+    compensation while they are still free). The columns from ``n_quant`` on (the bias) are
+    never rounded and take the last compensation. The updates are applied per ``block`` of
+    columns (the same result, fewer passes over ``W``).
+
+    Returns:
+        ``(Q, rest)``: ``(B, R, n_quant)`` grid values and ``(B, R, D − n_quant)`` the free
+        columns after compensation.
+    """
+    W = np.array(W, np.float64)
+    s = np.asarray(s, np.float64)
+    dead = np.einsum("bii->bi", np.asarray(H)) == 0
+    W[np.broadcast_to(dead[:, None, :], W.shape)] = 0.0  # an input never seen: weight moot
+    Hinv = np.linalg.inv(damped(H, damp, n_quant))
+    Hinv = (Hinv + np.swapaxes(Hinv, 1, 2)) / 2
+    U = np.swapaxes(np.linalg.cholesky(Hinv), 1, 2)  # Hinv = Uᵀ U, U upper triangular
+    Q = np.zeros(W.shape[:2] + (n_quant,))
+    safe = _safe(s)
+    for i0 in range(0, n_quant, block):
+        i1 = min(i0 + block, n_quant)
+        W1 = W[:, :, i0:i1].copy()
+        E = np.zeros_like(W1)
+        for j in range(i1 - i0):
+            w = W1[:, :, j]
+            q = np.clip(np.round(w / safe), -qmax, qmax) * s
+            Q[:, :, i0 + j] = q
+            e = (w - q) / U[:, None, i0 + j, i0 + j]
+            W1[:, :, j:] -= e[:, :, None] * U[:, None, i0 + j, i0 + j:i1]
+            E[:, :, j] = e
+        W[:, :, i1:] -= E @ U[:, i0:i1, i1:]
+    return Q, W[:, :, n_quant:]
+
+
+def best_bias(W, Q, H, n_quant):
+    """The free columns (the bias) that minimize ``(w − [q, b])ᵀ H (w − [q, b])`` for the
+    rounded ``q``: ``b = w_b + H_bb⁻¹ H_bx (w_x − q)``, the bias that takes the mean output
+    error away (bias correction, measured on the same inputs as ``H``)."""
+    if W.shape[2] == n_quant:
+        return W[:, :, n_quant:]
+    hbx = H[:, n_quant:, :n_quant]
+    hbb = H[:, n_quant:, n_quant:]
+    corr = np.linalg.solve(hbb, hbx @ np.swapaxes(W[:, :, :n_quant] - Q, 1, 2))
+    return W[:, :, n_quant:] + np.swapaxes(corr, 1, 2)
+
+
+def schur_bias(H, n_quant):
+    """``H`` of the rounded columns with the bias free: the Schur complement
+    ``H_xx − H_xb H_bb⁻¹ H_bx`` (the input covariance when ``H`` is a second moment over
+    ``[x, 1]``)."""
+    if H.shape[1] == n_quant:
+        return H
+    hx = H[:, :n_quant, n_quant:]
+    hb = H[:, n_quant:, n_quant:]
+    return H[:, :n_quant, :n_quant] - hx @ np.linalg.solve(hb, np.swapaxes(hx, 1, 2))
+
+
+def adaround(W, H, s, qmax, iters=500, lr=0.1, lam=1.0, beta=(20.0, 2.0), warmup=0.2):
+    """AdaRound on the quadratic output loss: each weight becomes ``s·(⌊w/s⌋ + h(V))`` with
+    the rectified sigmoid ``h(V) = clip(σ(V)(ζ−γ) + γ, 0, 1)``; Adam minimizes
+
+        Σ_rows (w̃ − w)ᵀ Ĥ (w̃ − w) / s²  +  λ Σ (1 − |2h − 1|^β)
+
+    with ``Ĥ = H / mean(diag H)`` (errors in grid steps, so ``λ`` means the same for every
+    layer). No regularizer for the first ``warmup`` share of the iterations, then ``β``
+    anneals from ``beta[0]`` to ``beta[1]``, which pushes each ``h`` to 0 or 1; the result is
+    rounded hard (``h ≥ ½`` rounds up). ``H`` covers the rounded columns only (pass
+    :func:`schur_bias` of it to let the bias absorb the mean error). Returns ``(B, R, D)`` grid
+    values.
+    """
+    safe = _safe(np.asarray(s, np.float64))[..., None]
+    Wn = W / safe  # in grid steps
+    base = np.floor(Wn)
+    Hn = (H / np.einsum("bii->bi", H).mean(axis=1).clip(min=1e-30)[:, None, None]).astype(
+        np.float32)
+    rest = np.clip(Wn - base, 0.01, 0.99)
+    V = (-np.log((ZETA - GAMMA) / (rest - GAMMA) - 1)).astype(np.float32)
+    m, v = np.zeros_like(V), np.zeros_like(V)
+    Wn32, base32 = Wn.astype(np.float32), base.astype(np.float32)
+    n_warm = int(warmup * iters)
+    for t in range(1, iters + 1):
+        sig = 1 / (1 + np.exp(-V))
+        hr = sig * (ZETA - GAMMA) + GAMMA
+        h = np.clip(hr, 0, 1)
+        inside = (base32 + h >= -qmax) & (base32 + h <= qmax)
+        g_h = 2 * ((np.clip(base32 + h, -qmax, qmax) - Wn32) @ Hn) * inside
+        if t > n_warm:
+            b = beta[0] + (beta[1] - beta[0]) * (t - n_warm) / max(1, iters - n_warm)
+            u = 2 * h - 1
+            g_h = g_h - lam * b * np.abs(u) ** (b - 1) * np.sign(u) * 2
+        g_v = g_h * ((hr > 0) & (hr < 1)) * sig * (1 - sig) * (ZETA - GAMMA)
+        m = 0.9 * m + 0.1 * g_v
+        v = 0.999 * v + 0.001 * g_v * g_v
+        V -= lr * (m / (1 - 0.9 ** t)) / (np.sqrt(v / (1 - 0.999 ** t)) + 1e-8)
+    up = (1 / (1 + np.exp(-V)) * (ZETA - GAMMA) + GAMMA >= 0.5)
+    return np.clip(base + up, -qmax, qmax) * np.asarray(s, np.float64)[..., None]
+
+
+def output_error(W, Q, H):
+    """``Σ_rows (w − q)ᵀ H (w − q)``: the layer's mean squared output error (summed over
+    rows and problems) when its weights ``W`` become ``Q`` (both ``(B, R, D)``)."""
+    d = np.asarray(W, np.float64) - Q
+    return float(np.einsum("bri,bij,brj->", d, H, d))
+
+
+# ------------------------------------------------------------------- one layer
+
+#: The rounding methods :func:`round_rows` knows.
+METHODS = ("nearest", "gptq", "adaround")
+
+
+def round_rows(W, H, G, bits, method, n_quant, per_tensor=False, free_bias=True,
+               damp=DAMP):
+    """One layer's rows rounded by ``method``: ``(Q, bias, s)`` with ``Q`` ``(B, R,
+    n_quant)`` grid values, ``bias`` ``(B, R, D − n_quant)`` (the free columns) and ``s``
+    ``(B, R)`` the steps.
+
+    "nearest" rounds each weight to the nearest point of the grid whose end is the row's
+    (or, ``per_tensor``, the kernel's) largest weight, as TF Lite's converter does at 8 bits;
+    ``H`` and ``G`` are not read and the bias is unchanged. "gptq" and "adaround" round
+    :func:`asymmetric_target` (``G`` crossing the quantized stream's inputs with the float
+    stream's; pass ``G is H`` when they are the same) on the step :func:`scale_mse` chooses;
+    with ``free_bias`` the bias takes the mean output error away (:func:`best_bias`), else it
+    stays as it is and the rounding is chosen without it.
+    """
+    if method not in METHODS:
+        raise ValueError(f"`method` must be one of {METHODS}. Received: method={method!r}")
+    qmax = grid_max(bits)
+    W = np.asarray(W, np.float64)
+    if method == "nearest":
+        s = scale_maxabs(W[:, :, :n_quant], qmax, per_tensor)
+        return nearest(W[:, :, :n_quant], s, qmax), W[:, :, n_quant:], s
+    if not free_bias and W.shape[2] > n_quant:
+        Hs = H[:, :n_quant, :n_quant]
+        Gs = Hs if G is H else G[:, :n_quant, :n_quant]
+        Q, _, s = round_rows(W[:, :, :n_quant], Hs, Gs, bits, method, n_quant, per_tensor,
+                             True, damp)
+        return Q, W[:, :, n_quant:], s
+    target = W if G is H else asymmetric_target(W, H, G, damp, n_quant)
+    s = scale_mse(target[:, :, :n_quant], qmax, per_tensor)
+    if method == "gptq":
+        Q, _ = gptq(target, H, s, qmax, n_quant, damp)
+    else:
+        Q = adaround(target[:, :, :n_quant], schur_bias(damped(H, damp, n_quant), n_quant),
+                     s, qmax)
+    return Q, best_bias(target, Q, H, n_quant), s
+
+
+# ------------------------------------------------------------------- kernels as rows
+
+
+def to_rows(kernel, bias, kind, groups=1):
+    """A Keras kernel (and bias, or None) as ``(B, R, D [+ 1])`` rows ``[w, b]``: ``kind``
+    "conv" (``(kh, kw, C/groups, O)``), "depthwise" (``(kh, kw, C, m)``) or "dense"
+    (``(D, O)``). Inputs are ordered as :func:`cle._math.moments.moments` orders a patch."""
+    k = np.asarray(kernel, np.float64)
+    if kind == "depthwise":
+        c, m = k.shape[-2:]
+        W = k.reshape(-1, c, m).transpose(1, 2, 0)  # (C, m, taps)
+    elif kind == "dense":
+        W = k.T[None]
+    else:
+        o = k.shape[-1]
+        W = k.reshape(-1, groups, o // groups).transpose(1, 2, 0)  # (g, O/g, D)
+    if bias is None:
+        return W
+    return np.concatenate([W, np.asarray(bias, np.float64).reshape(W.shape[:2] + (1,))], 2)
+
+
+def from_rows(Q, kind, shape, groups=1):
+    """The Keras kernel of shape ``shape`` whose rows (:func:`to_rows`, without the bias)
+    are ``Q``."""
+    if kind == "dense":
+        return np.asarray(Q)[0].T.reshape(shape)
+    return np.asarray(Q).transpose(2, 0, 1).reshape(shape)  # (taps[·C/g], B, R) -> kernel
+
+
+def channel_order(a):
+    """A ``(B, R)`` per-row array (step, error, ...) in the layer's output channel order
+    (group-major for a grouped convolution, ``c·m + j`` for a depthwise one)."""
+    return np.asarray(a).reshape(-1)

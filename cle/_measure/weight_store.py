@@ -1,0 +1,361 @@
+"""Weights stored as the rounding chose them: INT4 (or INT8) weight tensors written into the
+converter's full-INT8 flatbuffer.
+
+TF Lite's converter writes 8-bit weights only: for a kernel already on a grid ``w = k·s``
+(``k`` integers, one step ``s`` per output channel or per tensor) it writes ``q8 = round(w /
+s8)`` with its own step ``s8 = max|w| / 127``, which holds the grid only approximately.
+:func:`store_weights` puts the grid back exactly: it finds, by value, the Keras layer each
+weight tensor of a CONV_2D, DEPTHWISE_CONV_2D or FULLY_CONNECTED operator holds (the
+converter's ``q8·s8`` is within half a step of the layer's kernel), writes ``k`` with the step
+``s`` and requantizes the operator's int32 bias from the layer's float bias to its new scale
+``input scale · s``.
+
+Storage (measured with ``ai_edge_litert`` 2.3; docs/quantize_w4.md): CONV_2D (grouped too),
+DEPTHWISE_CONV_2D and FULLY_CONNECTED run ``TensorType.INT4`` weights, bit for bit as an INT8
+tensor holding the same integers; TRANSPOSE_CONV refuses them when the model is loaded. INT4
+is packed two values per byte, the first element in the low nibble, in row-major order, into
+exactly ``ceil(n/2)`` bytes (the runtime does not check a longer buffer: one value per byte
+loads and runs with wrong outputs); zero points are 0; the quantized dimension is the
+converter's (0 for CONV_2D and FULLY_CONNECTED, 3 for DEPTHWISE_CONV_2D). The converter shares
+buffers of equal constants (two all-zero biases), so a tensor is never changed in a buffer
+another tensor reads: it gets its own.
+
+Every flatbuffer access goes through :mod:`cle._measure.tflite_internals`.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+
+import numpy as np
+
+from cle._measure import tflite_internals as internals
+
+__all__ = ["INT4_OPS", "LayerWeights", "StoredWeight", "int8_twin", "pack_int4",
+           "store_weights", "unpack_int4", "weight_storage"]
+
+#: Builtin operator -> (activation input, weight, bias) input slots.
+WEIGHT_SLOTS = {"CONV_2D": (0, 1, 2), "DEPTHWISE_CONV_2D": (0, 1, 2),
+                "FULLY_CONNECTED": (0, 1, 2), "TRANSPOSE_CONV": (2, 1, 3)}
+#: Operators whose INT4 weights LiteRT runs.
+INT4_OPS = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED")
+#: Why an operator kind keeps 8-bit weights.
+NO_INT4 = {"TRANSPOSE_CONV": "LiteRT's TRANSPOSE_CONV takes INT8 weights only (an INT4 "
+                             "weight fails when the model is loaded)"}
+#: A kernel matches a weight tensor when every value is within this many of the converter's
+#: steps of it (half a step is its rounding; the margin covers float32 round-off).
+MATCH_STEPS = 0.5 + 1e-3
+
+
+@dataclasses.dataclass
+class LayerWeights:
+    """One Keras layer with a kernel, as the writer sees it.
+
+    Attributes:
+        layer: the layer's name.
+        kind: "conv", "depthwise", "dense" or "transpose".
+        kernel: the kernel (Keras layout) as the model holds it.
+        bias: the float bias, or None.
+        bits: the grid's bits when the rounding put the kernel on one (4 or 8), else None.
+        scales: the grid's steps, one per output channel (the layer's order) or one.
+        reason: why the layer was not rounded (None if it was).
+    """
+
+    layer: str
+    kind: str
+    kernel: np.ndarray
+    bias: np.ndarray | None = None
+    bits: int | None = None
+    scales: np.ndarray | None = None
+    reason: str | None = None
+
+    def tflite_kernel(self) -> np.ndarray | None:
+        """The kernel in the flatbuffer's layout (None for a kind it does not know)."""
+        k = np.asarray(self.kernel)
+        if self.kind == "conv" and k.ndim == 4:
+            return k.transpose(3, 0, 1, 2)  # (O, kh, kw, C/g)
+        if self.kind == "depthwise" and k.ndim == 4:
+            return k.reshape((1,) + k.shape[:2] + (-1,))  # (1, kh, kw, C·m)
+        if self.kind == "dense" and k.ndim == 2:
+            return k.T
+        if self.kind == "transpose" and k.ndim == 4:
+            return k.transpose(2, 0, 1, 3)  # (O, kh, kw, I)
+        return None
+
+
+@dataclasses.dataclass
+class StoredWeight:
+    """How one weight tensor of the ``.tflite`` is stored, and why.
+
+    Attributes:
+        op: the operator reading it (``"CONV_2D"``, ...), or "" when no operator holds the
+            layer.
+        layer: the Keras layer whose kernel it holds ("" when none matched).
+        storage: the tensor type (``"INT4"``, ``"INT8"``, ``"FLOAT32"``).
+        per_channel: one scale per output channel (else one per tensor).
+        shape: the tensor's shape.
+        nbytes: bytes of its data.
+        reason: why it is stored so.
+        rounded: it holds the grid the rounding chose, exactly.
+    """
+
+    op: str
+    layer: str
+    storage: str
+    per_channel: bool
+    shape: tuple
+    nbytes: int
+    reason: str
+    rounded: bool = False
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self) | {"shape": list(self.shape)}
+
+
+def pack_int4(k) -> np.ndarray:
+    """Integers in [−8, 7] (any shape, row-major) as bytes, two per byte: element ``2i`` in
+    the low nibble, ``2i+1`` in the high one; an odd count ends with a zero high nibble."""
+    flat = np.asarray(k).astype(np.int64).ravel()
+    if flat.size and (flat.min() < -8 or flat.max() > 7):
+        raise ValueError(f"INT4 values must lie in [-8, 7]. Received: values from "
+                         f"{flat.min()} to {flat.max()}")
+    nib = (flat & 0xF).astype(np.uint8)
+    if nib.size % 2:
+        nib = np.concatenate([nib, np.zeros(1, np.uint8)])
+    return nib[0::2] | (nib[1::2] << 4)
+
+
+def unpack_int4(data, count: int) -> np.ndarray:
+    """The first ``count`` signed values of :func:`pack_int4`'s bytes, as int8."""
+    b = np.frombuffer(bytes(bytearray(data)), np.uint8)
+    nib = np.empty(b.size * 2, np.int16)
+    nib[0::2], nib[1::2] = b & 0xF, b >> 4
+    nib = nib[:count]
+    return np.where(nib > 7, nib - 16, nib).astype(np.int8)
+
+
+def _u8(data) -> np.ndarray:
+    if data is None:
+        return np.zeros(0, np.uint8)
+    if isinstance(data, np.ndarray):
+        return np.ascontiguousarray(data).view(np.uint8).ravel()
+    return np.frombuffer(bytes(bytearray(data)), np.uint8)
+
+
+class _Flat:
+    """The flatbuffer's main subgraph with the bookkeeping an edit needs."""
+
+    def __init__(self, content):
+        self.model = internals.read_model(content)
+        self.graph = self.model.subgraphs[0]
+        self.types = internals.tensor_type_codes()
+        self.type_names = {v: k for k, v in self.types.items()}
+        names = internals.builtin_operator_names()
+        self.kinds = []
+        for op in self.graph.operators:
+            code = self.model.operatorCodes[op.opcodeIndex]
+            self.kinds.append(names.get(max(int(code.builtinCode),
+                                            int(code.deprecatedBuiltinCode)), "?"))
+
+    def tensor(self, i):
+        return self.graph.tensors[int(i)]
+
+    def data(self, i) -> np.ndarray:
+        return _u8(self.model.buffers[self.tensor(i).buffer].data)
+
+    def readers(self, i) -> int:
+        return sum(int(t) == int(i) for op in self.graph.operators for t in op.inputs)
+
+    def own_tensor(self, op, slot):
+        """The tensor at ``op.inputs[slot]``, cloned first if another operator reads it."""
+        i = int(op.inputs[slot])
+        if self.readers(i) > 1:
+            clone = copy.deepcopy(self.tensor(i))
+            self.graph.tensors.append(clone)
+            op.inputs[slot] = i = len(self.graph.tensors) - 1
+        return i
+
+    def set_data(self, i, data):
+        """Tensor ``i`` holds ``data`` (uint8) in a buffer no other tensor reads."""
+        t = self.tensor(i)
+        refs = sum(int(x.buffer) == int(t.buffer) for sg in self.model.subgraphs
+                   for x in sg.tensors)
+        if t.buffer != 0 and refs == 1:
+            self.model.buffers[t.buffer].data = data
+        else:
+            self.model.buffers.append(internals.new_buffer(data))
+            t.buffer = len(self.model.buffers) - 1
+
+    def weights(self):
+        """``(op index, op, kind, weight tensor index)`` of every operator with weights."""
+        for oi, (op, kind) in enumerate(zip(self.graph.operators, self.kinds)):
+            if kind in WEIGHT_SLOTS and len(op.inputs) > WEIGHT_SLOTS[kind][1]:
+                yield oi, op, kind, int(op.inputs[WEIGHT_SLOTS[kind][1]])
+
+
+def _dequantized(flat, wi):
+    """``(values, steps broadcast to them, quantized dimension)`` of an INT8 weight tensor."""
+    t = flat.tensor(wi)
+    shape = tuple(int(d) for d in t.shape)
+    q8 = flat.data(wi).view(np.int8).reshape(shape).astype(np.float64)
+    s8 = np.asarray(t.quantization.scale, np.float64)
+    qdim = int(t.quantization.quantizedDimension or 0)
+    steps = s8.reshape([-1 if a == qdim else 1 for a in range(len(shape))]) \
+        if s8.size > 1 else s8.reshape((1,) * len(shape))
+    return q8 * steps, np.broadcast_to(steps, shape), qdim
+
+
+def _match(flat, wi, candidates):
+    """The entry of ``candidates`` (same shape) whose kernel the INT8 tensor ``wi`` holds,
+    or None."""
+    values, steps, _ = _dequantized(flat, wi)
+    best, best_err = None, MATCH_STEPS
+    for entry, kernel in candidates:
+        err = float(np.max(np.abs(values - kernel) / np.where(steps > 0, steps, 1.0),
+                           initial=0.0))
+        if err <= best_err:
+            best, best_err = entry, err
+    return best
+
+
+def _grid_integers(entry, kernel, qdim, s8):
+    """``(k, steps)``: the integers of ``entry``'s grid in the flatbuffer's layout (a channel
+    of step 0, all zeros, keeps the converter's step ``s8``); raises if the kernel is not on
+    the grid."""
+    s = np.asarray(entry.scales, np.float64).ravel()
+    if np.any(s <= 0):
+        fallback = np.broadcast_to(np.where(s8 > 0, s8, 1.0), s.shape)
+        s = np.where(s > 0, s, fallback)
+    shape = [-1 if a == qdim else 1 for a in range(kernel.ndim)]
+    steps = s.reshape(shape) if s.size > 1 else s.reshape((1,) * kernel.ndim)
+    k = np.round(kernel / np.where(steps > 0, steps, 1.0))
+    qmax = 2 ** (entry.bits - 1) - 1
+    off = np.abs(kernel - k * steps) / np.where(steps > 0, steps, 1.0)
+    if np.abs(k).max(initial=0) > qmax or off.max(initial=0.0) > 1e-3:
+        raise ValueError(f"layer '{entry.layer}': its kernel is not on its {entry.bits}-bit "
+                         f"grid (off by up to {off.max(initial=0.0):.2g} steps)")
+    return k.astype(np.int8), s
+
+
+def _write_weight(flat, op, kind, entry, k, s):
+    """Store ``k`` with steps ``s`` as the operator's weight; returns the storage name."""
+    slot = WEIGHT_SLOTS[kind][1]
+    wi = flat.own_tensor(op, slot)
+    t = flat.tensor(wi)
+    int4 = entry.bits <= 4 and kind in INT4_OPS
+    flat.set_data(wi, pack_int4(k) if int4 else k.ravel().view(np.uint8))
+    t.type = flat.types["INT4" if int4 else "INT8"]
+    t.quantization.scale = np.asarray(s, np.float32)
+    t.quantization.zeroPoint = np.zeros(s.size, np.int64)
+    t.quantization.min = t.quantization.max = None
+    return "INT4" if int4 else "INT8"
+
+
+def _write_bias(flat, op, kind, entry, s8, s):
+    """Requantize the operator's int32 bias to the scale ``input scale · s``: from the layer's
+    float bias when the converter's bias holds it, else from the converter's integers."""
+    a_slot, _, b_slot = WEIGHT_SLOTS[kind]
+    if b_slot >= len(op.inputs) or op.inputs[b_slot] < 0:
+        return
+    bi = flat.own_tensor(op, b_slot)
+    t = flat.tensor(bi)
+    if t.type != flat.types["INT32"]:
+        raise ValueError(f"layer '{entry.layer}': the {kind} bias is "
+                         f"{flat.type_names.get(t.type)}, not INT32")
+    b32 = flat.data(bi).view(np.int32).astype(np.float64)
+    s_in = float(flat.tensor(op.inputs[a_slot]).quantization.scale[0])
+    old = np.broadcast_to(np.asarray(s8, np.float64).ravel(), b32.shape) * s_in
+    new = np.broadcast_to(np.asarray(s, np.float64).ravel(), b32.shape) * s_in
+    value = b32 * old
+    if entry.bias is not None and np.asarray(entry.bias).size == b32.size:
+        bias = np.asarray(entry.bias, np.float64).ravel()
+        if np.all(np.abs(bias - value) <= old * 1.001 + 1e-6 * np.abs(bias)):
+            value = bias
+    b_new = np.round(value / np.where(new > 0, new, 1.0))
+    if np.abs(b_new).max(initial=0) >= 2 ** 31:
+        raise ValueError(f"layer '{entry.layer}': its requantized bias overflows int32")
+    flat.set_data(bi, b_new.astype(np.int32).view(np.uint8))
+    n_scales = len(t.quantization.scale)
+    t.quantization.scale = np.asarray(new[:n_scales] if n_scales == b32.size
+                                      else new[:1], np.float32)
+    t.quantization.zeroPoint = np.zeros(n_scales, np.int64)
+
+
+def store_weights(content: bytes, layers: list[LayerWeights]) -> tuple[bytes, list]:
+    """The flatbuffer ``content`` with the kernel of every layer of ``layers`` that has a grid
+    stored exactly on it (INT4 for 4-bit grids where the operator runs INT4, INT8 otherwise),
+    and the :class:`StoredWeight` of every weight tensor (and of every rounded layer no
+    operator holds).
+
+    Raises:
+        ValueError: a rounded kernel is not on its grid, or a bias is not INT32.
+    """
+    flat = _Flat(content)
+    by_shape: dict[tuple, list] = {}
+    for entry in layers:
+        kernel = entry.tflite_kernel()
+        if kernel is not None:
+            by_shape.setdefault(kernel.shape, []).append((entry, kernel))
+    stored, held = [], set()
+    for _, op, kind, wi in list(flat.weights()):
+        row = _describe(flat, kind, wi)
+        entry = _match(flat, wi, by_shape.get(row.shape, [])) if row.storage == "INT8" else None
+        if entry is not None:
+            row.layer = entry.layer
+            row.reason = entry.reason or row.reason
+        if entry is None or entry.bits is None:
+            stored.append(row)
+            continue
+        held.add(id(entry))
+        q = flat.tensor(wi).quantization
+        s8 = np.asarray(q.scale, np.float64)
+        k, s = _grid_integers(entry, entry.tflite_kernel(), int(q.quantizedDimension or 0), s8)
+        row.storage = _write_weight(flat, op, kind, entry, k, s)
+        row.rounded = True
+        _write_bias(flat, op, kind, entry, s8, s)
+        row.nbytes = int(flat.data(op.inputs[WEIGHT_SLOTS[kind][1]]).size)
+        row.reason = (f"on its {entry.bits}-bit grid" if row.storage == "INT4" or entry.bits > 4
+                      else f"on its {entry.bits}-bit grid, kept in INT8: "
+                           f"{NO_INT4.get(kind, kind + ' has no INT4 kernel')}")
+        stored.append(row)
+    for entry in layers:
+        if entry.bits is not None and id(entry) not in held:
+            stored.append(StoredWeight("", entry.layer, "", np.size(entry.scales) > 1, (), 0,
+                                       "rounded, but no weight tensor of the .tflite holds it "
+                                       "(kept as TF Lite's converter wrote it)"))
+    return internals.write_model(flat.model), stored
+
+
+def _describe(flat, kind, wi) -> StoredWeight:
+    """The :class:`StoredWeight` of weight tensor ``wi`` as the flatbuffer holds it."""
+    t = flat.tensor(wi)
+    type_name = flat.type_names.get(t.type, str(t.type))
+    q = t.quantization
+    per_channel = q is not None and q.scale is not None and len(q.scale) > 1
+    reason = ("not rounded by cle: 8 bits, rounded to nearest by TF Lite's converter"
+              if type_name == "INT8" else "as TF Lite's converter wrote it")
+    return StoredWeight(kind, "", type_name, per_channel, tuple(int(d) for d in t.shape),
+                        int(flat.data(wi).size), reason)
+
+
+def weight_storage(content: bytes) -> list[StoredWeight]:
+    """How every weight tensor of a flatbuffer is stored, in operator order (read from the
+    flatbuffer's tensor types: LiteRT's interpreter reports an INT4 tensor as int8)."""
+    flat = _Flat(content)
+    return [_describe(flat, kind, wi) for _, _, kind, wi in flat.weights()]
+
+
+def int8_twin(content: bytes) -> bytes:
+    """``content`` with every INT4 weight tensor stored as INT8 holding the same integers
+    (the same scales and biases): what the INT4 model must compute bit for bit."""
+    flat = _Flat(content)
+    for _, op, kind, wi in list(flat.weights()):
+        t = flat.tensor(wi)
+        if t.type != flat.types["INT4"]:
+            continue
+        count = int(np.prod([int(d) for d in t.shape]))
+        k = unpack_int4(flat.data(wi), count)
+        flat.set_data(wi, k.view(np.uint8))
+        t.type = flat.types["INT8"]
+    return internals.write_model(flat.model)

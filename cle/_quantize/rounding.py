@@ -1,0 +1,351 @@
+"""The rounding stage of :func:`cle.quantize`: every Conv2D, DepthwiseConv2D and Dense kernel
+put on its ``bits``-bit grid, rounded for the layer's output rather than to nearest.
+
+:func:`round_model` walks the model's graph view once, in order, with two streams of
+activations over the calibration inputs (real data, or the synthetic inputs the no-data path
+distils): the *float* stream (the weights as the equalize stage left them) and the
+*quantized* stream (every kernel before the current one already rounded; kernels the stage
+does not round go through 8-bit round-to-nearest, as TF Lite's converter will store them). At
+each layer it rounds (:func:`cle._math.rounding.round_rows`) on the second moments of the
+layer's input patches in the quantized stream crossed with the float stream
+(:func:`cle._math.moments.moments`), so each layer reproduces the float layer's output from
+the inputs the quantized network will really give it; the bias takes the mean output error
+away. Each layer's output is then measured in the quantized stream against the float stream,
+rounded to nearest and as chosen. The model (the pipeline's own equalized copy) is rounded in
+place.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import keras
+import numpy as np
+
+from cle._core.graph import graph_view, is_plain_call, run_call
+from cle._core.layouts import bias_on_wrong_axis, layout_of, untouchable_reason
+from cle._math import rounding as R
+from cle._math.moments import Geometry, moments, numpy_gram
+from cle._measure.weight_store import NO_INT4, LayerWeights
+from cle._transforms.bias_pass import quantized_kernels
+
+__all__ = ["METHODS", "RoundedLayer", "RoundingReport", "round_model"]
+
+METHODS = R.METHODS
+#: Output positions (over all calibration inputs) a layer's statistics are measured on.
+MAX_POSITIONS = 1 << 16
+_ROUNDED = (keras.layers.Conv2D, keras.layers.DepthwiseConv2D, keras.layers.Dense)
+
+
+@dataclasses.dataclass
+class RoundedLayer:
+    """One layer the stage rounded.
+
+    Attributes:
+        layer: its name.
+        kind: "conv", "depthwise" or "dense".
+        shape: its kernel's shape.
+        sqnr_nearest_db: SQNR (dB) of its output with the kernel rounded to nearest, against
+            the float layer, on the calibration inputs in the quantized stream (None when not
+            measured: "nearest" runs no data).
+        sqnr_db: the same with the rounding chosen (and its bias).
+        seconds: time spent on the layer.
+    """
+
+    layer: str
+    kind: str
+    shape: tuple
+    sqnr_nearest_db: float | None = None
+    sqnr_db: float | None = None
+    seconds: float = 0.0
+
+    def line(self) -> str:
+        if self.sqnr_db is None:
+            return f"{self.layer} ({self.kind} {'x'.join(map(str, self.shape))})"
+        return (f"{self.layer} ({self.kind} {'x'.join(map(str, self.shape))}): output SQNR "
+                f"{self.sqnr_nearest_db:.1f} dB to nearest -> {self.sqnr_db:.1f} dB, "
+                f"{self.seconds:.1f} s")
+
+
+@dataclasses.dataclass
+class RoundingReport:
+    """What the rounding stage did.
+
+    Attributes:
+        method: "nearest", "gptq" or "adaround".
+        bits: the grid's bits.
+        per_channel: one step per output channel (else one per kernel).
+        source: what the statistics were measured on ("calibration data", "synthetic
+            inputs"; "" for "nearest", which needs none).
+        n_inputs: how many.
+        layers: every layer rounded, in order.
+        kept: ``(layer, reason)`` of every layer with a kernel the stage left to TF Lite's
+            converter (8 bits, rounded to nearest).
+        seconds: the stage's time.
+    """
+
+    method: str
+    bits: int
+    per_channel: bool
+    source: str = ""
+    n_inputs: int = 0
+    layers: list = dataclasses.field(default_factory=list)
+    kept: list = dataclasses.field(default_factory=list)
+    seconds: float = 0.0
+
+    def summary_lines(self) -> list[str]:
+        grid = f"{self.bits}-bit {'per-channel' if self.per_channel else 'per-tensor'} grid"
+        head = (f"rounding ({self.method}): {len(self.layers)} layers on their {grid}"
+                + (f", chosen for their outputs on {self.n_inputs} {self.source}"
+                   if self.method != "nearest" else ", to nearest")
+                + f", {self.seconds:.1f} s")
+        lines = [head]
+        measured = [r for r in self.layers if r.sqnr_db is not None]
+        if measured:
+            gain = np.array([r.sqnr_db - r.sqnr_nearest_db for r in measured])
+            lines.append(f"  layer output SQNR against the float layer: median "
+                         f"{np.median([r.sqnr_nearest_db for r in measured]):.1f} dB to "
+                         f"nearest -> {np.median([r.sqnr_db for r in measured]):.1f} dB "
+                         f"(gain {np.median(gain):.1f} dB at the median, "
+                         f"{gain.min():.1f} dB at the least)")
+        if self.kept:
+            lines.append(f"  {len(self.kept)} layers with kernels left to TF Lite's converter "
+                         "(see the weights)")
+        return lines
+
+    def to_dict(self) -> dict:
+        return {"method": self.method, "bits": self.bits, "per_channel": self.per_channel,
+                "source": self.source, "n_inputs": self.n_inputs,
+                "layers": [dataclasses.asdict(r) | {"shape": list(r.shape)}
+                           for r in self.layers],
+                "kept": [{"layer": n, "reason": r} for n, r in self.kept],
+                "seconds": self.seconds}
+
+
+def kept_reason(call, view, bits) -> str | None:
+    """Why the stage leaves the kernel of ``call`` to the converter, or None."""
+    layer = call.layer
+    reason = untouchable_reason(layer, view.n_calls(layer))
+    if reason:
+        return reason + "; rounded to nearest at 8 bits by TF Lite's converter"
+    if type(layer) not in _ROUNDED:
+        kind = layout_of(layer).kind
+        why = (NO_INT4["TRANSPOSE_CONV"] if kind == "transpose" and bits <= 4 else
+               "the rounding stage rounds Conv2D, DepthwiseConv2D and Dense layers")
+        return f"{why}; rounded to nearest at 8 bits by TF Lite's converter"
+    if not is_plain_call(call):
+        return ("called with arguments other than its input; rounded to nearest at 8 bits "
+                "by TF Lite's converter")
+    reason = bias_on_wrong_axis(layer, call.outputs[0].shape)
+    if reason:
+        return reason + "; rounded to nearest at 8 bits by TF Lite's converter"
+    return None
+
+
+def _kind(layer) -> str:
+    return {keras.layers.Conv2D: "conv", keras.layers.DepthwiseConv2D: "depthwise",
+            keras.layers.Dense: "dense"}[type(layer)]
+
+
+def _geometry(layer) -> Geometry:
+    kind = _kind(layer)
+    if kind == "dense":
+        return Geometry("dense")
+    return Geometry(kind, tuple(layer.kernel_size), tuple(layer.strides),
+                    tuple(layer.dilation_rate), layer.padding,
+                    int(getattr(layer, "groups", 1) or 1))
+
+
+def _plan(view, bits):
+    """``(calls to round, [(layer name, reason)] kept, [LayerWeights] of every layer with a
+    kernel)`` in the order of the view."""
+    targets, kept, entries, seen = [], [], {}, set()
+    for call in view.calls:
+        layer = call.layer
+        if id(layer) in seen or not call.is_layer or layout_of(layer) is None:
+            continue
+        seen.add(id(layer))
+        reason = kept_reason(call, view, bits)
+        layout = layout_of(layer)
+        kernel = getattr(layer, layout.out_kernel, None)
+        if reason is None:
+            targets.append(call)
+        else:
+            kept.append((layer.name, reason))
+        if kernel is not None and layout.out_kernel == layout.in_kernel:
+            bias = getattr(layer, "bias", None)
+            entries[id(layer)] = LayerWeights(
+                layer.name, layout.kind, keras.ops.convert_to_numpy(kernel),
+                None if bias is None else keras.ops.convert_to_numpy(bias), reason=reason)
+    return targets, kept, entries
+
+
+def _rows(layer, kind):
+    kernel = keras.ops.convert_to_numpy(layer.kernel)
+    bias = keras.ops.convert_to_numpy(layer.bias) if layer.use_bias else None
+    return R.to_rows(kernel, bias, kind, int(getattr(layer, "groups", 1) or 1))
+
+
+def _assign(layer, kind, Q, bias):
+    """Write rows ``Q`` (and the bias columns) into the layer; return the kernel written."""
+    kernel = R.from_rows(Q, kind, tuple(layer.kernel.shape),
+                         int(getattr(layer, "groups", 1) or 1)).astype(np.float32)
+    layer.kernel.assign(kernel)
+    if layer.use_bias and bias is not None:
+        layer.bias.assign(np.asarray(bias, np.float64).reshape(-1).astype(np.float32))
+    return kernel
+
+
+def _sqnr(reference, test) -> float:
+    """SQNR in dB (float32 dot products: the figure is reported to 0.1 dB)."""
+    ref = np.asarray(keras.ops.convert_to_numpy(reference), np.float32).ravel()
+    err = ref - np.asarray(keras.ops.convert_to_numpy(test), np.float32).ravel()
+    signal, noise = float(np.dot(ref, ref)), float(np.dot(err, err))
+    return float("inf") if noise == 0 else 10 * np.log10(max(signal, 1e-300) / noise)
+
+
+def _gram(a, b):
+    """:func:`cle._math.moments.numpy_gram`'s products: a convolution's or dense layer's one
+    large product on the backend (TensorFlow's or XLA's thread pool, float32 sums), which on
+    a loaded machine ran several times faster than through numpy's BLAS; a depthwise layer's
+    many small products through numpy, which ran faster there."""
+    if a.ndim != 2:
+        return numpy_gram(a, b)
+    return keras.ops.convert_to_numpy(keras.ops.einsum("pd,pe->de", a, b))
+
+
+def _channels_last(layer, value):
+    x = np.asarray(keras.ops.convert_to_numpy(value), np.float32)
+    if getattr(layer, "data_format", "channels_last") == "channels_first" and x.ndim == 4:
+        x = np.moveaxis(x, 1, -1)
+    return x
+
+
+def _round_call(call, xf, xq, method, bits, per_tensor, free_bias, seed):
+    """Round one layer on its inputs in both streams; returns ``(float output, quantized
+    output, RoundedLayer, steps)``."""
+    start = time.perf_counter()
+    layer = call.layer
+    kind = _kind(layer)
+    parted = xf[0] is not xq[0]
+    a_q = _channels_last(layer, xq[0])
+    a_f = _channels_last(layer, xf[0]) if parted else a_q
+    H, G = moments(a_q, a_f, _geometry(layer), layer.use_bias, MAX_POSITIONS, seed, _gram)
+    del a_q, a_f
+    W = _rows(layer, kind)
+    n = W.shape[2] - int(layer.use_bias)
+    Q, bias, s = R.round_rows(W, H, G, bits, method, n, per_tensor, free_bias)
+    del H, G
+    out_f = run_call(call, xf)
+    q_near, _, _ = R.round_rows(W, None, None, bits, "nearest", n, per_tensor)
+    near = R.from_rows(q_near, kind, tuple(layer.kernel.shape),
+                       int(getattr(layer, "groups", 1) or 1)).astype(np.float32)
+    with keras.StatelessScope(state_mapping=[(layer.kernel, keras.ops.convert_to_tensor(near))]):
+        out_n = run_call(call, xq)
+    _assign(layer, kind, Q, bias if layer.use_bias else None)
+    out_q = run_call(call, xq)
+    record = RoundedLayer(layer.name, kind, tuple(layer.kernel.shape),
+                          _sqnr(out_f[0], out_n[0]), _sqnr(out_f[0], out_q[0]))
+    record.seconds = time.perf_counter() - start
+    return out_f, out_q, record, s
+
+
+def _needed(view, targets):
+    """The calls that lead to a target, in order, up to the last target."""
+    needed, stack = set(), list(targets)
+    while stack:
+        call = stack.pop()
+        if id(call) not in needed:
+            needed.add(id(call))
+            stack.extend(t.producer for t in call.inputs if t.producer is not None)
+    return [c for c in view.calls if id(c) in needed]
+
+
+def _stream_pass(view, targets, inputs, method, bits, per_channel, free_bias, say):
+    """Both streams through the graph, rounding each target on the way; yields
+    ``(call, RoundedLayer, steps)``."""
+    calls = _needed(view, targets)
+    index = {id(c): k for k, c in enumerate(targets, start=1)}
+    uses: dict[int, int] = {}
+    for call in calls:
+        for t in call.inputs:
+            uses[id(t)] = uses.get(id(t), 0) + 1
+    live = {id(t): (v, v) for t, v in zip(view.inputs,
+                                          [keras.ops.convert_to_tensor(x) for x in inputs])}
+    for call in calls:
+        xf, xq = (list(v) for v in zip(*(live[id(t)] for t in call.inputs)))
+        k = index.get(id(call))
+        if k is not None:
+            out_f, out_q, record, s = _round_call(call, xf, xq, method, bits,
+                                                  not per_channel, free_bias, seed=k)
+            say(f"rounding [{k}/{len(targets)}] {record.line()}")
+            yield call, record, s
+        else:
+            out_f = run_call(call, xf)
+            parted = any(a is not b for a, b in zip(xf, xq))
+            mapping = quantized_kernels(call.layer, 8, per_channel) if call.is_layer else []
+            if not parted and not mapping:
+                out_q = out_f
+            else:
+                with keras.StatelessScope(state_mapping=mapping):
+                    out_q = run_call(call, xq)
+        for t in call.inputs:
+            uses[id(t)] -= 1
+            if uses[id(t)] == 0:
+                live.pop(id(t), None)
+        for t, f, q in zip(call.outputs, out_f, out_q):
+            if uses.get(id(t), 0):
+                live[id(t)] = (f, q)
+
+
+def round_model(model, inputs, *, bits, per_channel, method, free_bias=True, source="",
+                say=None):
+    """Round the kernels of ``model`` in place (the caller's own copy) for the ``bits``-bit
+    target.
+
+    Args:
+        model: a Functional or Sequential model (the equalized copy :func:`cle.quantize`
+            made).
+        inputs: one array per model input (the calibration source), unless ``method`` is
+            "nearest", which reads none.
+        bits: the grid's bits (4 or 8).
+        per_channel: one step per output channel, else one per kernel.
+        method: "nearest", "gptq" or "adaround" (:func:`cle._math.rounding.round_rows`).
+        free_bias: the bias of each rounded layer takes its mean output error away (not
+            for "nearest", which leaves biases as they are).
+        source: what ``inputs`` are, for the report.
+        say: ``callable(str)`` told about each layer.
+
+    Returns:
+        ``(RoundingReport, [LayerWeights])``: what the stage did, and every layer with a
+        kernel as the writer (:func:`cle._measure.weight_store.store_weights`) needs it.
+    """
+    say = say or (lambda message: None)
+    start = time.perf_counter()
+    view = graph_view(model)
+    targets, kept, entries = _plan(view, bits)
+    report = RoundingReport(method, bits, per_channel, source if method != "nearest" else "",
+                            len(inputs[0]) if method != "nearest" else 0, kept=kept)
+    if method == "nearest":
+        done = []
+        for call in targets:
+            kind = _kind(call.layer)
+            W = _rows(call.layer, kind)
+            n = W.shape[2] - int(call.layer.use_bias)
+            Q, _, s = R.round_rows(W, None, None, bits, "nearest", n, not per_channel)
+            _assign(call.layer, kind, Q, None)
+            done.append((call, RoundedLayer(call.layer.name, kind,
+                                            tuple(call.layer.kernel.shape)), s))
+    else:
+        done = _stream_pass(view, targets, inputs, method, bits, per_channel, free_bias, say)
+    for call, record, s in done:
+        report.layers.append(record)
+        layer = call.layer
+        entry = entries[id(layer)]
+        entry.kernel = keras.ops.convert_to_numpy(layer.kernel)
+        entry.bias = keras.ops.convert_to_numpy(layer.bias) if layer.use_bias else None
+        entry.bits = bits
+        entry.scales = R.channel_order(s) if per_channel else np.ravel(s)[:1]
+    report.seconds = time.perf_counter() - start
+    return report, list(entries.values())

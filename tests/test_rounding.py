@@ -1,0 +1,168 @@
+"""The rounding math (cle._math.rounding, cle._math.moments; numpy only): GPTQ and AdaRound
+lower a layer's output error against rounding to nearest, a kernel already on its grid stays
+exactly as it is, the asymmetric target is the kernel when there is no earlier error, the
+bias takes the mean error away, and the patch statistics are those of the Keras layer's own
+computation."""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import pytest
+
+from cle._math import rounding as R
+from cle._math.moments import Geometry, moments
+
+
+def _toy_layer(seed=0, rows=16, d=24, samples=4000):
+    """A dense layer with correlated, non-zero-mean inputs (as after a ReLU): ``(W with its
+    bias column, H over [x, 1], x)``."""
+    rng = np.random.default_rng(seed)
+    mix = rng.normal(size=(d, d)) / np.sqrt(d)
+    x = np.maximum(rng.normal(size=(samples, d)) @ mix + 0.3, 0.0)
+    W = rng.normal(size=(1, rows, d)) * rng.uniform(0.2, 1.0, (1, rows, 1))
+    b = rng.normal(size=(1, rows, 1))
+    xa = np.concatenate([x, np.ones((samples, 1))], 1)
+    H = (xa.T @ xa / samples)[None]
+    return np.concatenate([W, b], 2), H, x
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+def test_gptq_lowers_the_output_error_against_nearest(bits):
+    W, H, _ = _toy_layer()
+    d = W.shape[2] - 1
+    Qn, bn, s = R.round_rows(W, H, H, bits, "nearest", d)
+    Qg, bg, sg = R.round_rows(W, H, H, bits, "gptq", d)
+    err_nearest = R.output_error(W, np.concatenate([Qn, bn], 2), H)
+    err_gptq = R.output_error(W, np.concatenate([Qg, bg], 2), H)
+    # GPTQ (with its own MSE step and the bias taking the mean error) at least halves the
+    # output error of rounding to nearest on correlated inputs.
+    assert err_gptq < 0.5 * err_nearest
+    # every value on its row's grid, within the grid's range
+    k = Qg / sg[..., None]
+    assert np.allclose(k, np.round(k), atol=1e-9)
+    assert np.abs(np.round(k)).max() <= R.grid_max(bits)
+
+
+def test_adaround_lowers_the_output_error_against_nearest():
+    W, H, _ = _toy_layer(seed=1)
+    d = W.shape[2] - 1
+    Qn, bn, _ = R.round_rows(W, H, H, 4, "nearest", d)
+    Qa, ba, _ = R.round_rows(W, H, H, 4, "adaround", d)
+    assert (R.output_error(W, np.concatenate([Qa, ba], 2), H)
+            < 0.5 * R.output_error(W, np.concatenate([Qn, bn], 2), H))
+
+
+@pytest.mark.parametrize("method", ["nearest", "gptq", "adaround"])
+@pytest.mark.parametrize("per_tensor", [False, True])
+def test_a_kernel_on_its_grid_stays_exactly(method, per_tensor):
+    rng = np.random.default_rng(3)
+    _, H, _ = _toy_layer(seed=2, rows=6, d=10)
+    k = rng.integers(-7, 8, size=(1, 6, 10)).astype(np.float64)
+    k[:, :, 0] = 7  # every row reaches the grid's end, so the largest weight sets the step
+    s = np.full((1, 6, 1), 0.02) if per_tensor else rng.uniform(0.01, 0.1, (1, 6, 1))
+    bias = rng.normal(size=(1, 6, 1))
+    W = np.concatenate([k * s, bias], 2)
+    Q, b, steps = R.round_rows(W, H, H, 4, method, 10, per_tensor=per_tensor)
+    np.testing.assert_array_equal(Q, k * s)
+    np.testing.assert_allclose(b, bias, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(steps, np.broadcast_to(s[..., 0], steps.shape), rtol=1e-15)
+
+
+def test_per_tensor_steps_are_one_step():
+    W, H, _ = _toy_layer(seed=4)
+    for method in ("nearest", "gptq"):
+        _, _, s = R.round_rows(W, H, H, 4, method, W.shape[2] - 1, per_tensor=True)
+        assert np.unique(s).size == 1
+
+
+def test_asymmetric_target_is_the_kernel_without_earlier_error():
+    W, H, _ = _toy_layer(seed=5)
+    np.testing.assert_allclose(R.asymmetric_target(W, H, H.copy()), W, rtol=0, atol=1e-10)
+
+
+def test_asymmetric_target_undoes_a_known_input_error():
+    """The quantized stream's inputs are the float inputs mixed by a known matrix; the target
+    reproduces the float outputs from them (up to the ridge)."""
+    rng = np.random.default_rng(6)
+    xf = rng.normal(size=(5000, 8))
+    mix = np.eye(8) + 0.1 * rng.normal(size=(8, 8))
+    xq = xf @ mix
+    w = rng.normal(size=(1, 3, 8))
+    H = (xq.T @ xq / len(xq))[None]
+    G = (xq.T @ xf / len(xq))[None]
+    v = R.asymmetric_target(w, H, G, damp=1e-9)
+    np.testing.assert_allclose(xq @ v[0].T, xf @ w[0].T, rtol=0, atol=1e-5)
+
+
+def test_best_bias_takes_the_mean_error_away():
+    W, H, x = _toy_layer(seed=7)
+    d = W.shape[2] - 1
+    Qn, _, _ = R.round_rows(W, H, H, 4, "nearest", d)
+    b = R.best_bias(W, Qn, H, d)
+    y_float = x @ W[0, :, :d].T + W[0, :, d]
+    y_rounded = x @ Qn[0].T + b[0, :, 0]
+    np.testing.assert_allclose((y_rounded - y_float).mean(axis=0), 0, atol=1e-9)
+
+
+@pytest.mark.parametrize("kind, shape, groups", [
+    ("conv", (3, 3, 4, 6), 1), ("conv", (3, 3, 2, 6), 2), ("depthwise", (3, 3, 4, 2), 1),
+    ("dense", (5, 7), 1)])
+def test_rows_round_trip(kind, shape, groups):
+    k = np.random.default_rng(8).normal(size=shape)
+    W = R.to_rows(k, None, kind, groups)
+    np.testing.assert_array_equal(R.from_rows(W, kind, shape, groups), k)
+    out = shape[-1] * (shape[-2] if kind == "depthwise" else 1)
+    assert R.channel_order(W[..., 0]).size == out
+
+
+# ------------------------------------------------------------------------- patch statistics
+
+
+def _layer_cases():
+    L = keras.layers
+    return [
+        (L.Conv2D(6, 3, strides=2, padding="same"), (2, 9, 8, 4), 1),
+        (L.Conv2D(6, 3, dilation_rate=2, padding="valid"), (2, 9, 9, 4), 1),
+        (L.Conv2D(6, 3, padding="same", groups=2), (2, 7, 7, 4), 2),
+        (L.DepthwiseConv2D(3, strides=2, padding="same", depth_multiplier=2), (2, 8, 9, 3), 1),
+        (L.Dense(5), (2, 6, 4), 1),
+    ]
+
+
+@pytest.mark.parametrize("case", range(5))
+def test_moments_are_the_layers_own_patches(case):
+    """For each output channel ``o`` of a layer, ``[w_o, b_o]ᵀ H [w_o, b_o]`` is the mean
+    square of the layer's own output channel over every position: the patches hold the
+    inputs (order, padding, strides, groups) the layer multiplies."""
+    layer, shape, groups = _layer_cases()[case]
+    rng = np.random.default_rng(case)
+    x = rng.normal(size=shape).astype(np.float32)
+    y = keras.ops.convert_to_numpy(layer(x)).astype(np.float64)
+    layer.bias.assign(rng.normal(size=layer.bias.shape).astype(np.float32))
+    y = keras.ops.convert_to_numpy(layer(x)).astype(np.float64)
+    kind = {"Conv2D": "conv", "DepthwiseConv2D": "depthwise", "Dense": "dense"}[
+        type(layer).__name__]
+    geometry = (Geometry("dense") if kind == "dense" else
+                Geometry(kind, layer.kernel_size, layer.strides, layer.dilation_rate,
+                         layer.padding, groups))
+    H, G = moments(x, x, geometry, bias=True)
+    assert G is H
+    W = R.to_rows(keras.ops.convert_to_numpy(layer.kernel),
+                  keras.ops.convert_to_numpy(layer.bias), kind, groups)
+    predicted = np.einsum("brd,bde,bre->br", W, H, W)
+    measured = (y.reshape(-1, y.shape[-1]) ** 2).mean(axis=0)
+    np.testing.assert_allclose(R.channel_order(predicted), measured, rtol=1e-4)
+
+
+def test_moments_sample_the_same_positions_in_both_streams():
+    rng = np.random.default_rng(9)
+    xf = rng.normal(size=(4, 16, 16, 3)).astype(np.float32)
+    g = Geometry("conv", (3, 3), (1, 1), (1, 1), "same")
+    H, G = moments(xf, xf.copy(), g, bias=True, max_positions=200, seed=1)
+    # same values, same positions (float32 products: BLAS may sum a product with itself
+    # in another order than one with a copy)
+    np.testing.assert_allclose(G, H, rtol=0, atol=1e-6 * np.abs(H).max())
+    H2, _ = moments(xf, xf, g, bias=True, max_positions=200, seed=2)
+    assert not np.allclose(H2, H)  # other positions
+    assert H[0, -1, -1] == 1.0  # the bias input

@@ -1,0 +1,459 @@
+"""4-bit weights and rounding for the output in cle.quantize / `cle quantize`: INT4 tensors in
+the .tflite (packing, odd counts, per-tensor, the depthwise quantized dimension, LiteRT runs
+them as it runs INT8 tensors holding the same integers), TRANSPOSE_CONV kept 8-bit with its
+reason, the rounding stage's report, the option checks, and (slow) the real MobileNetV2's
+file."""
+
+from __future__ import annotations
+
+import json
+
+import keras
+import numpy as np
+import pytest
+from keras import layers as L
+
+import cle
+from cle import quantization as Q
+from cle._measure import tflite
+from cle._measure import weight_store as W
+from cle._quantize import pipeline
+from cle._quantize.rounding import round_model
+
+from conftest import no_tflite_on_torch, randomize_batch_norms, real_mobilenet_v2
+
+pytestmark = no_tflite_on_torch
+
+
+#: The transposed convolution's weight as stored: TF Lite's converter writes a TRANSPOSE_CONV
+#: from TensorFlow, a CONV_2D (an unnamed weight the rounding did not round) from JAX.
+UP = ("up", ("TRANSPOSE_CONV", "INT8")) if keras.backend.backend() == "tensorflow" else (
+    "", ("CONV_2D", "INT8"))
+
+
+#: Whole cle.quantize runs beyond the one JAX's conversion route needs (each converts anew, and
+#: JAX compiles every new shape): the same arithmetic as on TensorFlow.
+NOT_ON_JAX = pytest.mark.skipif(
+    keras.backend.backend() == "jax",
+    reason="skipped on JAX to keep CI within budget: more whole cle.quantize runs, the same "
+           "arithmetic as test_quantize_w4a8 on JAX; runs on TensorFlow")
+
+
+def _net(seed=0):
+    """conv(3x1 over 3 channels, 9 inputs x 5 outputs: odd element counts)-BN-ReLU6 →
+    depthwise(x2) → grouped conv → transposed conv → pool → dense. (A convolution of one
+    input channel would be a DEPTHWISE_CONV_2D when converted from JAX.)"""
+    keras.utils.set_random_seed(seed)
+    inp = keras.Input((10, 10, 3))
+    x = L.Conv2D(5, (3, 1), padding="same", name="c1")(inp)
+    x = L.BatchNormalization(name="bn1")(x)
+    x = L.ReLU(6.0, name="r1")(x)
+    x = L.DepthwiseConv2D(3, padding="same", depth_multiplier=2, name="dw")(x)
+    x = L.BatchNormalization(name="bn2")(x)
+    x = L.ReLU(name="r2")(x)
+    x = L.Conv2D(10, 1, groups=2, name="grouped")(x)
+    x = L.Conv2DTranspose(4, 3, padding="same", name="up")(x)
+    x = L.GlobalAveragePooling2D(name="gap")(x)
+    out = L.Dense(7, name="logits")(x)
+    model = keras.Model(inp, out, name="w4net")
+    randomize_batch_norms(model, seed=seed, deep=True)
+    return model
+
+
+@pytest.fixture(scope="module")
+def net():
+    return _net()
+
+
+@pytest.fixture(scope="module")
+def data():
+    return np.random.default_rng(1).normal(size=(40, 10, 10, 3)).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def rounded(net, data):
+    """``{per_channel: (INT8 flatbuffer, its W4A8 rewrite, stored weights, model)}`` of the
+    net's kernels rounded to nearest on 4-bit grids."""
+    out = {}
+    for per_channel in (True, False):
+        model = keras.models.clone_model(net)
+        model.set_weights(net.get_weights())
+        folded = cle.fold_all_batch_norms(model)[1]
+        _, entries = round_model(folded, [data], bits=4, per_channel=per_channel,
+                                 method="nearest")
+        w8 = tflite.convert_int8(folded, data, per_channel=per_channel)
+        w4, stored = W.store_weights(w8, entries)
+        out[per_channel] = (w8, w4, stored, folded)
+    return out
+
+
+# ------------------------------------------------------------------------------ packing
+
+
+def test_pack_int4_low_nibble_first_and_odd_counts():
+    values = np.array([1, -2, 7, -8, 3], np.int8)
+    packed = W.pack_int4(values)
+    assert packed.tolist() == [0xE1, 0x87, 0x03]  # 3 bytes for 5 values
+    np.testing.assert_array_equal(W.unpack_int4(packed, 5), values)
+    with pytest.raises(ValueError, match=r"INT4 values must lie in \[-8, 7\]\. Received: "
+                                         r"values from -9 to 0"):
+        W.pack_int4(np.array([-9, 0]))
+
+
+# --------------------------------------------------------------------- INT4 in the .tflite
+
+
+def _model_tensors(content):
+    from cle._measure import tflite_internals as internals
+
+    obj = internals.read_model(content)
+    return obj, obj.subgraphs[0]
+
+
+@pytest.mark.parametrize("per_channel", [True, False])
+def test_int4_tensors_as_litert_reads_them(rounded, per_channel):
+    w8, w4, stored, _ = rounded[per_channel]
+    obj, graph = _model_tensors(w4)
+    kinds = {w.layer: (w.op, w.storage) for w in stored}
+    assert kinds == {"c1": ("CONV_2D", "INT4"), "dw": ("DEPTHWISE_CONV_2D", "INT4"),
+                     "grouped": ("CONV_2D", "INT4"), UP[0]: UP[1],
+                     "logits": ("FULLY_CONNECTED", "INT4")}
+    by_type = {s.storage: s for s in stored}
+    assert all(s.per_channel == per_channel for s in stored)
+    from cle._measure import tflite_internals as internals
+
+    names = internals.builtin_operator_names()
+    seen = 0
+    for op in graph.operators:
+        kind = names[max(obj.operatorCodes[op.opcodeIndex].builtinCode,
+                         obj.operatorCodes[op.opcodeIndex].deprecatedBuiltinCode)]
+        tensor = graph.tensors[op.inputs[1]] if len(op.inputs) > 1 else None
+        if tensor is None or tensor.type != 17:  # TensorType.INT4
+            continue
+        seen += 1
+        n = int(np.prod(tensor.shape))
+        assert len(obj.buffers[tensor.buffer].data) == (n + 1) // 2  # packed, ceil(n/2)
+        assert np.all(np.asarray(tensor.quantization.zeroPoint) == 0)
+        scales = len(tensor.quantization.scale)
+        if per_channel:
+            qdim = 3 if kind == "DEPTHWISE_CONV_2D" else 0
+            assert tensor.quantization.quantizedDimension == qdim
+            assert scales == tensor.shape[qdim]
+        else:
+            assert scales == 1
+    assert seen == 4
+    assert "INT4" in by_type
+    assert [s.storage for s in W.weight_storage(w4)] == [s.storage for s in stored]
+    assert len(w4) < len(w8)
+
+
+@pytest.mark.parametrize("per_channel", [True, False])
+def test_int4_runs_as_its_int8_twin(rounded, data, per_channel):
+    """LiteRT computes the INT4 model exactly as the same model with the same integers held
+    in INT8 tensors, and both are the Keras model with the 4-bit kernels up to activation
+    quantization."""
+    w8, w4, _, model = rounded[per_channel]
+    twin = W.int8_twin(w4)
+    assert [s.storage for s in W.weight_storage(twin)] == ["INT8"] * 5
+    y4 = Q.run_tflite(w4, data, batch_size=8)
+    np.testing.assert_array_equal(y4, Q.run_tflite(twin, data, batch_size=8))
+    ref = model.predict(data, verbose=0)
+    assert Q.sqnr_db(ref, y4) > 25  # 8-bit activations of the rounded model, not garbage
+
+
+def test_a_kernel_off_its_grid_is_refused(rounded):
+    w8, _, _, model = rounded[True]
+    layer = model.get_layer("c1")
+    kernel = keras.ops.convert_to_numpy(layer.kernel)  # on the 4-bit grid of max|w| / 7
+    steps = np.abs(kernel).max(axis=(0, 1, 2)) / 7
+    entry = W.LayerWeights("c1", "conv", kernel, None, bits=4, scales=steps * 1.3)
+    with pytest.raises(ValueError, match=r"layer 'c1': its kernel is not on its 4-bit grid"):
+        W.store_weights(w8, [entry])
+
+
+def test_transpose_conv_stays_int8_with_its_reason(rounded):
+    _, _, stored, _ = rounded[True]
+    up = [s for s in stored if s.layer == UP[0]]
+    assert len(up) == 1 and (up[0].op, up[0].storage) == UP[1] and not up[0].rounded
+    assert up[0].reason.startswith(W.NO_INT4["TRANSPOSE_CONV"] if UP[0] else
+                                   "not rounded by cle: 8 bits")
+
+
+# -------------------------------------------------------------------------- cle.quantize
+
+
+@pytest.fixture(scope="module")
+def w4(net, data):
+    """``(content, report, progress messages)`` of ``cle.quantize(net, data, weight_bits=4)``."""
+    messages = []
+    content, report = cle.quantize(net, data, weight_bits=4, progress=messages.append)
+    return content, report, messages
+
+
+def test_quantize_w4a8(net, data, w4):
+    """W4A8 with GPTQ: every Conv2D/DepthwiseConv2D/Dense kernel stored INT4, the report says
+    per layer what the rounding did, and the file is the one the check measured."""
+    content, report, messages = w4
+    assert report.target["weight_bits"] == 4 and report.target["rounding"] == "gptq"
+    assert report.bias_correction == "rounding"
+    layers = [r.layer for r in report.rounding.layers]
+    assert layers == ["c1", "dw", "grouped", "logits"]
+    assert all(r.sqnr_db > r.sqnr_nearest_db for r in report.rounding.layers)
+    assert [m for m in messages if m.startswith("rounding [")] == [
+        f"rounding [{k}/4] {r.line()}" for k, r in enumerate(report.rounding.layers, 1)]
+    assert report.rounding.kept == [("up", pytest.approx(report.rounding.kept[0][1]))]
+    assert {w.layer: w.storage for w in report.weights} == {
+        "c1": "INT4", "dw": "INT4", "grouped": "INT4", UP[0]: "INT8", "logits": "INT4"}
+    text = report.summary()
+    assert "target: INT4 weights per-channel" in text
+    assert "rounding (gptq): 4 layers on their 4-bit per-channel grid" in text
+    assert f"{UP[0] or 'CONV_2D'}: INT8, " in text
+    assert report.size == len(content)
+    d = report.to_dict()
+    assert json.loads(json.dumps(d))["rounding"]["layers"][0]["layer"] == "c1"
+    assert {w["layer"]: w["storage"] for w in d["weights"]}["dw"] == "INT4"
+    x_check = data[30:]
+    # In batches of 32 as the check ran it: LiteRT's outputs at batch 1 differ in the last bits.
+    y = Q.run_tflite(content, x_check, batch_size=32)
+    ref = net.predict(x_check, verbose=0)
+    assert report.sqnr_db == pytest.approx(Q.sqnr_db(ref, y), abs=1e-6)
+    assert "seconds" in d and "rounding" in d["seconds"]
+
+
+@NOT_ON_JAX
+def test_gptq_beats_nearest_at_4_bits(net, data, w4):
+    """On held-out inputs, 4-bit kernels rounded for the output are far closer to the float
+    model than kernels rounded to nearest (with the empirical bias correction of the equalize
+    stage)."""
+    _, nearest = cle.quantize(net, data, weight_bits=4, rounding="nearest")
+    gptq = w4[1]
+    assert nearest.rounding.method == "nearest" and nearest.bias_correction == "empirical"
+    assert gptq.sqnr_db > nearest.sqnr_db + 6
+
+
+@NOT_ON_JAX
+def test_rounding_at_8_bits_and_per_tensor(net, data):
+    """GPTQ at 8 bits per-tensor, with bias_correction="none" (the biases left as they are);
+    the default at 8 bits is the converter's rounding to nearest."""
+    content, report = cle.quantize(net, data, rounding="gptq", per_channel=False,
+                                   bias_correction="none")
+    assert report.target["weight_bits"] == 8 and not report.target["per_channel"]
+    assert report.bias_correction == "none" and "bias correction (none)" in report.summary()
+    assert {w.layer: w.storage for w in report.weights if w.rounded} == {
+        "c1": "INT8", "dw": "INT8", "grouped": "INT8", "logits": "INT8"}
+    assert all(not w.per_channel for w in report.weights)
+    _, default = cle.quantize(net, data)
+    assert default.rounding is None and default.target["rounding"] == "nearest"
+    assert "weights stored: 5 INT8" in default.summary()
+
+
+@NOT_ON_JAX
+def test_w4a8_without_data(net):
+    content, report = cle.quantize(net, weight_bits=4, input_range=(-3, 3))
+    assert report.rounding.source == "synthetic inputs"
+    # The synthetic calibration inputs (distilled and natural-image-like), never the check's.
+    assert report.rounding.n_inputs == report.n_calibration == (
+        pipeline.SYNTHETIC_CALIBRATION + pipeline.SYNTHETIC_CHECK)
+    assert [w.storage for w in report.weights].count("INT4") == 4
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"weight_bits": 5}, r"`weight_bits` must be 8 \(INT8 weights\) or 4 .*Received: "
+                         r"weight_bits=5"),
+    ({"weight_bits": True}, r"Received: weight_bits=True"),
+    ({"weight_bits": 4, "activation_bits": 16}, r"4-bit weights go with 8-bit activations "
+                                                r"\(W4A8\).*Received: weight_bits=4, "
+                                                r"activation_bits=16"),
+    ({"rounding": "stochastic"}, r"`rounding` must be one of \('auto', 'nearest', 'gptq', "
+                                 r"'adaround'\)\. Received: rounding='stochastic'"),
+    ({"rounding": "gptq", "activation_bits": 16}, r"rounding='gptq' is for 8-bit "
+                                                  r"activations.*activation_bits=16"),
+    ({"weight_bits": 4, "bias_correction": "analytic"},
+     r"rounding='gptq' sets the bias of every layer it rounds.*Received: "
+     r"bias_correction='analytic', rounding='auto'"),
+    ({"weight_bits": 4, "tune": True},
+     r"tune=True requantizes the converter's INT8 model with TF Lite's own rounding.*"
+     r"Received: tune=True with weight_bits=4, rounding='auto'"),
+    ({"rounding": "adaround", "tune": True},
+     r"it takes 8-bit weights rounded to nearest\. Received: tune=True with weight_bits=8, "
+     r"rounding='adaround'"),
+])
+def test_weight_options_refused_before_any_work(net, kwargs, message, monkeypatch):
+    def fail(*args, **kw):
+        raise AssertionError("work started")
+
+    monkeypatch.setattr(pipeline, "equalize_checked", fail)
+    with pytest.raises(ValueError, match=message):
+        cle.quantize(net, **kwargs)
+
+
+def test_analyze_refuses_a_rounded_build_before_any_work(net, monkeypatch):
+    """cle.analyze's simulation reads the converter's INT8 model: a build whose kernels the
+    rounding stage stored (4 bits, or a rounding other than to nearest) is refused."""
+    from cle._quantize import analysis
+    from cle._quantize.options import QuantizeOptions
+
+    def fail(*args, **kw):
+        raise AssertionError("work started")
+
+    monkeypatch.setattr(analysis, "build_checked", fail)
+    for opts, received in ((QuantizeOptions(weight_bits=4), "weight_bits=4, rounding='auto'"),
+                           (QuantizeOptions(rounding="gptq"),
+                            "weight_bits=8, rounding='gptq'")):
+        with pytest.raises(ValueError, match=r"cle.analyze measures the INT8 model TF Lite's "
+                                             r"converter writes.*Received: " + received):
+            analysis.analyze_checked(net, None, opts)
+
+
+def _two_io_net():
+    """Two inputs (an image, a vector through a Dense and a BN), two outputs."""
+    keras.utils.set_random_seed(0)
+    a, b = keras.Input((8, 8, 3), name="a"), keras.Input((6,), name="b")
+    x = L.ReLU(name="r1")(L.BatchNormalization(name="bn1")(
+        L.Conv2D(6, 3, padding="same", name="c1")(a)))
+    x = L.GlobalAveragePooling2D(name="gap")(L.DepthwiseConv2D(3, padding="same",
+                                                               name="dw")(x))
+    y = L.BatchNormalization(name="bnb")(L.Dense(6, name="db")(b))
+    z = L.Concatenate(name="cat")([x, y])
+    model = keras.Model([a, b], [L.Dense(5, name="o1")(z), L.Dense(3, name="o2")(x)])
+    randomize_batch_norms(model, seed=0, deep=True)
+    return model
+
+
+@NOT_ON_JAX
+def test_w4a8_two_inputs_two_outputs_without_data_rounds_on_the_calibration_inputs(
+        monkeypatch):
+    """Several inputs and outputs: every kernel stored INT4, each output checked; without
+    data the rounding runs on the synthetic calibration inputs (all of them, every input),
+    never on the check's sets."""
+    from cle._quantize import weight_stages
+
+    seen = {}
+    real_round, real_check = weight_stages.round_model, pipeline.check_sets
+
+    def round_model(model, inputs, **kw):
+        seen["rounding"] = inputs
+        return real_round(model, inputs, **kw)
+
+    def check_sets(model, build, say):
+        seen["calibration"] = build.inputs.calibration.arrays
+        seen["checks"] = [x.arrays for _, x in build.inputs.checks]
+        return real_check(model, build, say)
+
+    monkeypatch.setattr(weight_stages, "round_model", round_model)
+    monkeypatch.setattr(pipeline, "check_sets", check_sets)
+    model = _two_io_net()
+    content, report = cle.quantize(model, weight_bits=4, input_range=(-2, 2))
+    assert {w.layer: w.storage for w in report.weights} == {
+        "c1": "INT4", "dw": "INT4", "db": "INT4", "o1": "INT4", "o2": "INT4"}
+    assert [o.name for o in report.outputs] == ["o1", "o2"]
+    assert report.rounding.source == "synthetic inputs"
+    assert len(seen["rounding"]) == 2
+    assert all(r is c for r, c in zip(seen["rounding"], seen["calibration"]))
+    assert report.rounding.n_inputs == report.n_calibration == len(seen["calibration"][0])
+    for check in seen["checks"]:
+        for used, held in zip(seen["rounding"], check):
+            flat_used = used.reshape(len(used), -1)
+            assert not any(np.any(np.all(flat_used == row, axis=1))
+                           for row in held.reshape(len(held), -1))
+    # The check ran the file LiteRT loads, output by output.
+    assert all(np.isfinite(o.sqnr_db) and o.sqnr_db > 10 for o in report.outputs)
+    assert report.size == len(content)
+
+
+# ------------------------------------------------------------------- real MobileNetV2 (slow)
+
+
+@pytest.mark.slow
+def test_real_mobilenet_v2_int4_file():
+    """Every kernel of the real MobileNetV2 on its 4-bit grid is stored INT4 (35 CONV_2D, 17
+    DEPTHWISE_CONV_2D, 1 FULLY_CONNECTED), the file is at most 0.6x the INT8 file, and LiteRT
+    runs it as its INT8 twin."""
+    from cle import pretrained as P
+
+    model = cle.fold_all_batch_norms(real_mobilenet_v2())[1]
+    x = P.preprocess_imagenet(P.sample_images(8, 224, seed=1))
+    _, entries = round_model(model, [x], bits=4, per_channel=True, method="nearest")
+    w8 = tflite.convert_int8(model, x)
+    w4, stored = W.store_weights(w8, entries)
+    counts = {}
+    for s in stored:
+        counts[(s.op, s.storage)] = counts.get((s.op, s.storage), 0) + 1
+    assert counts == {("CONV_2D", "INT4"): 35, ("DEPTHWISE_CONV_2D", "INT4"): 17,
+                      ("FULLY_CONNECTED", "INT4"): 1}
+    assert len(w4) <= 0.6 * len(w8)
+    np.testing.assert_array_equal(Q.run_tflite(w4, x, batch_size=8),
+                                  Q.run_tflite(W.int8_twin(w4), x, batch_size=8))
+
+
+# ------------------------------------------------------------------------ the command line
+
+
+@pytest.fixture(scope="module")
+def cli_dir(tmp_path_factory, net, data):
+    d = tmp_path_factory.mktemp("w4_cli")
+    net.save(d / "m.keras")
+    np.save(d / "cal.npy", data)
+    return d
+
+
+def _cli(capsys, *argv):
+    from cle import cli
+
+    code = cli.main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@NOT_ON_JAX
+def test_cli_weight_bits_4_agrees_with_the_library(cli_dir, w4, capsys):
+    code, out, err = _cli(capsys, "quantize", cli_dir / "m.keras", "-o", cli_dir / "m.tflite",
+                          "--calibration", cli_dir / "cal.npy", "--weight-bits", "4",
+                          "--report", cli_dir / "r.json")
+    assert code == 0, err
+    assert "target: INT4 weights per-channel" in out
+    assert "rounding (gptq): 4 layers" in out and f"{UP[0] or 'CONV_2D'}: INT8, " in out
+    assert [line for line in err.splitlines() if "rounding [" in line][0].startswith(
+        "cle: rounding [1/4] c1 (conv 3x1x3x5): output SQNR")
+    report = json.loads((cli_dir / "r.json").read_text())
+    content, lib, _ = w4
+    assert (cli_dir / "m.tflite").read_bytes() == content
+    assert report["check"]["sqnr_db"] == pytest.approx(lib.sqnr_db, abs=1e-9)
+    assert report["target"]["rounding"] == "gptq"
+
+
+@pytest.mark.parametrize("flags, fragments", [
+    (["--weight-bits", "4", "--activation-bits", "16"],
+     ["--weight-bits 4 goes with 8-bit activations", "received --activation-bits 16"]),
+    (["--rounding", "gptq", "--activation-bits", "16"],
+     ["--rounding gptq is for 8-bit activations", "received --activation-bits 16"]),
+    (["--weight-bits", "4", "--bias-correction", "analytic"],
+     ["--rounding gptq sets the bias of every layer it rounds",
+      "received --bias-correction analytic with --weight-bits 4"]),
+    (["--weight-bits", "4", "--tune"],
+     ["--tune requantizes with TF Lite's own rounding", "it takes 8-bit weights rounded to "
+      "nearest; received --tune --weight-bits 4 --rounding auto"]),
+    (["--weight-bits", "3"], ["argument --weight-bits: invalid choice: 3"]),
+    (["--rounding", "floor"], ["argument --rounding: invalid choice: 'floor'"]),
+])
+def test_cli_weight_flags_refused_with_one_line(cli_dir, capsys, flags, fragments):
+    code, _, err = _cli(capsys, "quantize", cli_dir / "m.keras", "-o", cli_dir / "x.tflite",
+                        *flags)
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("cle: error: "), err
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+    assert not (cli_dir / "x.tflite").exists()
+
+
+def test_cli_choices_are_the_librarys():
+    from cle._cli.main import build_parser
+    from cle._math import rounding
+    from cle._quantize import options as weight_options
+
+    assert weight_options.METHODS == rounding.METHODS
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    actions = {a.dest: a for a in sub.choices["quantize"]._actions}
+    assert tuple(actions["rounding"].choices) == weight_options.ROUNDINGS
+    assert tuple(sorted(actions["weight_bits"].choices)) == weight_options.WEIGHT_BITS
