@@ -35,6 +35,7 @@ GENERATORS = {
     "exactness-": "gen_exactness_docs.py",
     "bias-correction-": "../benchmarks/bench_bias_correction.py",
     "quantize-": "gen_quantize_results.py",
+    "w4a8-": "gen_w4a8_results.py",
 }
 
 # Markers count only on a line of their own (a marker quoted in running text is not one).

@@ -75,7 +75,7 @@ DEFAULTS = {
     "quantization.quantize": {
         "calibration_data": None, "per_channel": True, "weight_bits": 8, "activation_bits": 8,
         "integer_io": False, "bias_correction": "auto", "ranges": "percentile",
-        "input_range": None, "compare": False, "seed": 0, "progress": None},
+        "input_range": None, "compare": False, "seed": 0, "rounding": "auto", "progress": None},
     "quantization.load_calibration": {"preprocessing": None, "limit": None},
     "quantization.input_range_of": {},
     "quantization.quantize_kernel": {"bits": 8, "axis": None, "depthwise": False},
