@@ -20,6 +20,11 @@ kernels, against the float Keras model's logits: top-1 agreement and SQNR):
   left at its default and with ``rounding="nearest"`` (the same run when the default is
   nearest at 8 bits: then it is run once and both rows are that run).
 
+With ``--rows`` it also measures the other rounding candidates (not run by default):
+``w4_nearest`` and ``w4_adaround`` (``cle.quantize(model, x64, weight_bits=4,
+rounding=...)``), ``w8_gptq`` and ``w8_adaround`` (the same at 8 bits).
+``scripts/gen_w4a8_results.py`` turns the JSON lines into the tables of docs/quantize_w4.md.
+
 Goals (issue 27): W4A8 data >= baseline in both figures; W4A8 no data >= baseline - 2 dB and
 - 0.03; the W4A8 file <= 0.6x the baseline W8A8 file; W4A8 data <= 10 minutes on MobileNetV2
 (the rounding stage's time printed); W8A8 default >= W8A8 nearest in both figures.
@@ -50,6 +55,12 @@ NETS = {
                            (-127 / 128, 1.0)),
 }
 MINUTES_LIMIT = 10.0
+DEFAULT_ROWS = ("baseline", "w4_data", "w4_nodata", "w8_default", "w8_nearest")
+#: The other rounding candidates, with 64 real crops: row key -> (name, weight bits, rounding).
+CANDIDATES = {"w4_nearest": ("W4A8 nearest", 4, "nearest"),
+              "w4_adaround": ("W4A8 adaround", 4, "adaround"),
+              "w8_gptq": ("W8A8 gptq", 8, "gptq"),
+              "w8_adaround": ("W8A8 adaround", 8, "adaround")}
 
 
 def _cpu():
@@ -63,8 +74,15 @@ def _cpu():
     return platform.processor() or "unknown CPU"
 
 
-def measure(net, rows=None):
-    """Every row of one network, as dicts (printed as they come)."""
+def _append(path, row):
+    if path:
+        with open(path, "a") as f:
+            f.write(json.dumps(row) + "\n")
+
+
+def measure(net, rows=None, json_path=None):
+    """Every row of one network, as dicts (printed as they come, and appended to the JSON-lines
+    file ``json_path`` as they come)."""
     load, size, prep, input_range = NETS[net]
     model = load()
     x_cal = prep(P.sample_images(64, size, seed=1))
@@ -77,8 +95,9 @@ def measure(net, rows=None):
         r = {"net": net, "row": name, "top1": Q.top1_agreement(reference, y),
              "sqnr_db": Q.sqnr_db(reference, y), "bytes": len(content), "seconds": seconds,
              "stages": dict(report.seconds) if report is not None else {},
-             "load": os.getloadavg()[0]}
+             "load": os.getloadavg()[0], "cpu": _cpu(), "cores": os.cpu_count()}
         out.append(r)
+        _append(json_path, r)
         print(f"{net:18s} {name:18s} top-1 {r['top1']:.3f}  SQNR {r['sqnr_db']:6.2f} dB  "
               f"{r['bytes']:>9,} B  {seconds:6.0f} s"
               + (f" (rounding {r['stages']['rounding']:.0f} s)"
@@ -91,7 +110,7 @@ def measure(net, rows=None):
         result = fn(*args, **kwargs)
         return result, time.perf_counter() - start
 
-    wanted = rows or ("baseline", "w4_data", "w4_nodata", "w8_default", "w8_nearest")
+    wanted = rows or DEFAULT_ROWS
     if "baseline" in wanted:
         content, sec = timed(Q.convert_to_tflite_int8, model, x_cal, per_channel=True)
         row("baseline W8A8", content, sec)
@@ -107,12 +126,18 @@ def measure(net, rows=None):
         default = row("W8A8 default", content, sec, rep)
         if rep.target["rounding"] == "nearest" and "w8_nearest" in wanted:
             out.append(dict(default, row="W8A8 nearest"))
+            _append(json_path, out[-1])
             print(f"{net:18s} W8A8 nearest       (the default is nearest at 8 bits: the "
                   "same run)")
             wanted = [w for w in wanted if w != "w8_nearest"]
     if "w8_nearest" in wanted:
         (content, rep), sec = timed(cle.quantize, model, x_cal, rounding="nearest")
         row("W8A8 nearest", content, sec, rep)
+    for key, (name, bits, method) in CANDIDATES.items():
+        if key in wanted:
+            (content, rep), sec = timed(cle.quantize, model, x_cal, weight_bits=bits,
+                                        rounding=method)
+            row(name, content, sec, rep)
     return out
 
 
@@ -157,19 +182,16 @@ def main(argv=None):
     parser.add_argument("--net", choices=sorted(NETS), action="append",
                         help="one network (repeatable; default: both, each in its own "
                              "process)")
-    parser.add_argument("--rows", nargs="*", help="only these rows (baseline w4_data "
-                        "w4_nodata w8_default w8_nearest)")
+    parser.add_argument("--rows", nargs="*", choices=DEFAULT_ROWS + tuple(CANDIDATES),
+                        help="only these rows (default: the goals' rows, "
+                             f"{' '.join(DEFAULT_ROWS)})")
     parser.add_argument("--json", help="append every row to this JSON-lines file")
     args = parser.parse_args(argv)
     print(f"{_cpu()}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}; cle "
           f"{cle.__version__}", flush=True)
     rows = []
     if args.net and len(args.net) == 1:
-        rows = measure(args.net[0], args.rows)
-        if args.json:
-            with open(args.json, "a") as f:
-                for r in rows:
-                    f.write(json.dumps(r) + "\n")
+        rows = measure(args.net[0], args.rows, args.json)
     else:
         path = args.json or f"/tmp/bench_w4a8_{os.getpid()}.jsonl"
         for net in args.net or sorted(NETS, reverse=True):

@@ -101,6 +101,19 @@ def test_int8_blocks_are_what_the_saved_measurements_give():
             f"{doc} block '{name}' is stale: run python scripts/gen_int8_results.py --render")
 
 
+def test_w4a8_blocks_are_what_the_saved_measurements_give():
+    """The W4A8 tables of docs/quantize_w4.md render the rows of benchmarks/bench_w4a8.py that
+    scripts/gen_w4a8_results.py saved in docs/data; nobody edited a figure by hand."""
+    gen = _script("gen_w4a8_results")
+    expected = gen.rendered()
+    assert {name for _, name in expected} == {"w4a8-goals", "w4a8-candidates"}
+    for (doc, name), text in expected.items():
+        assert "Measured on " in text
+        current = docblocks.blocks(os.path.join(REPO, doc))
+        assert current[name] == docblocks.render(text), (
+            f"{doc} block '{name}' is stale: run python scripts/gen_w4a8_results.py --render")
+
+
 def test_demo_blocks_have_the_generator_format():
     gen = _script("gen_demo_results")
     cli_md = docblocks.blocks(os.path.join(REPO, "docs", "cli.md"))

@@ -1,0 +1,166 @@
+"""4-bit weights (W4A8) and the rounding candidates on both real networks: the tables of
+docs/quantize_w4.md (blocks ``w4a8-goals`` and ``w4a8-candidates``).
+
+The figures come from ``benchmarks/bench_w4a8.py``, which writes one JSON line per row::
+
+    .venv/bin/python benchmarks/bench_w4a8.py --net mobilenet_v2 --json w4.jsonl
+    .venv/bin/python benchmarks/bench_w4a8.py --net mobilenet_v2 --json w4.jsonl \\
+        --rows w4_nearest w4_adaround w8_gptq w8_adaround          # the other candidates
+    .venv/bin/python scripts/gen_w4a8_results.py --jsonl w4.jsonl    # save, write the docs
+    .venv/bin/python scripts/gen_w4a8_results.py --render            # docs from docs/data
+
+``--jsonl`` keeps the last row of each (network, row) in ``docs/data/w4a8.json`` (rows saved
+earlier stay unless measured again), then renders. A row without the machine's name (older
+benchmark output) gets the name of the machine this script runs on: run it where the
+benchmark ran.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from _docblocks import cpu_name, publish, wrap  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.join(HERE, "..")
+DATA = os.path.join(REPO, "docs", "data", "w4a8.json")
+DOC = "docs/quantize_w4.md"
+NETS = {"mobilenet_v2": "MobileNetV2", "efficientnet_lite1": "EfficientNet-Lite1"}
+#: (row name, what it is) of the goals' table.
+GOAL_ROWS = [
+    ("baseline W8A8", "float model straight into TF Lite's converter, W8A8 (the baseline)"),
+    ("W4A8 data", "`cle.quantize(model, crops, weight_bits=4)`"),
+    ("W4A8 no data", "`cle.quantize(model, weight_bits=4, input_range=...)`, no data"),
+    ("W8A8 default", "`cle.quantize(model, crops)` (rounding `auto`)"),
+]
+#: (weight bits, rounding, row names that measure it) of the candidates' table.
+CANDIDATE_ROWS = [
+    (4, "nearest", ("W4A8 nearest",)),
+    (4, "gptq", ("W4A8 data",)),
+    (4, "adaround", ("W4A8 adaround",)),
+    (8, "nearest", ("W8A8 nearest",)),
+    (8, "gptq", ("W8A8 gptq",)),
+    (8, "adaround", ("W8A8 adaround",)),
+]
+
+
+def load():
+    with open(DATA, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def save_rows(paths):
+    """Merge the rows of the JSON-lines files into :data:`DATA`."""
+    try:
+        rows = {(r["net"], r["row"]): r for r in load()["rows"]}
+    except FileNotFoundError:
+        rows = {}
+    for path in paths:
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                if line.strip():
+                    r = json.loads(line)
+                    r.setdefault("cpu", cpu_name())
+                    r.setdefault("cores", os.cpu_count())
+                    rows[(r["net"], r["row"])] = r
+    ordered = sorted(rows.values(), key=lambda r: (list(NETS).index(r["net"]), r["row"]))
+    os.makedirs(os.path.dirname(DATA), exist_ok=True)
+    with open(DATA, "w", encoding="utf-8") as f:
+        json.dump({"rows": ordered}, f, indent=1)
+        f.write("\n")
+
+
+def _cell(r):
+    return f"{r['top1']:.1%} / {r['sqnr_db']:.2f}"
+
+
+def _time(r):
+    rounding = r.get("stages", {}).get("rounding")
+    return f"{r['seconds']:.0f} s" + (f" (rounding {rounding:.0f} s)" if rounding else "")
+
+
+def _machine(rows):
+    cpus = sorted({f"{r['cpu']}, {r['cores']} cores" for r in rows})
+    loads = [r["load"] for r in rows]
+    return wrap(f"Measured on {'; '.join(cpus)}, shared with other work (load average "
+                f"{min(loads):.1f}–{max(loads):.1f} at the end of the rows).")
+
+
+def goals_table(rows):
+    by = {(r["net"], r["row"]): r for r in rows}
+    nets = [n for n in NETS if (n, "baseline W8A8") in by]
+    lines = [
+        wrap("TFLite, per-channel weights; top-1 agreement / logit SQNR (dB) against the float "
+             "model on 256 real photo crops; calibration: 64 other crops; size of the "
+             "`.tflite` (and its share of the baseline's); wall time of the call, its own "
+             "check included:"),
+        "",
+        "| network | model | top-1 / SQNR (dB) | size | time |",
+        "|---|---|---|---|---|",
+    ]
+    used = []
+    for net in nets:
+        for name, label in GOAL_ROWS:
+            r = by.get((net, name))
+            if r is not None:
+                used.append(r)
+                share = r["bytes"] / by[(net, "baseline W8A8")]["bytes"]
+                lines.append(f"| {NETS[net]} | {label} | {_cell(r)} | "
+                             f"{r['bytes'] / 1e6:.2f} MB ({share:.2f}×) | {_time(r)} |")
+    return "\n".join(lines) + "\n\n" + _machine(used) + "\n"
+
+
+def candidates_table(rows):
+    by = {(r["net"], r["row"]): r for r in rows}
+    nets = [n for n in NETS if any(by.get((n, names[0])) for _, _, names in CANDIDATE_ROWS)]
+    lines = [
+        wrap("`cle.quantize(model, crops, weight_bits=..., rounding=...)` with 64 real crops, "
+             "TFLite per-channel; top-1 agreement / logit SQNR (dB) against the float model on "
+             "256 other crops; wall time of the call (of its rounding stage). A dash: not "
+             "measured."),
+        "",
+        "| weights | rounding | " + " | ".join(NETS[n] for n in nets) + " |",
+        "|---|---|" + "---|" * len(nets),
+    ]
+    used = []
+    for bits, method, names in CANDIDATE_ROWS:
+        cells = []
+        for net in nets:
+            r = next((by[(net, n)] for n in names if (net, n) in by), None)
+            if r is None:
+                cells.append("–")
+            else:
+                used.append(r)
+                cells.append(f"{_cell(r)}, {_time(r)}")
+        lines.append(f"| INT{bits} | `{method}` | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n\n" + _machine(used) + "\n"
+
+
+def rendered():
+    """``{(doc path relative to the repo, block name): text}`` from the saved rows."""
+    rows = load()["rows"]
+    return {(DOC, "w4a8-goals"): goals_table(rows),
+            (DOC, "w4a8-candidates"): candidates_table(rows)}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jsonl", nargs="+", help="bench_w4a8.py's JSON lines to save")
+    parser.add_argument("--render", action="store_true",
+                        help="only render the docs from docs/data/w4a8.json (the default "
+                             "without --jsonl)")
+    parser.add_argument("--no-write", action="store_true", help="print the blocks instead")
+    args = parser.parse_args(argv)
+    if args.jsonl and not args.render:
+        save_rows(args.jsonl)
+    publish([(os.path.join(REPO, doc), name, text) for (doc, name), text in rendered().items()],
+            print_only=args.no_write, root=REPO)
+
+
+if __name__ == "__main__":
+    main()
