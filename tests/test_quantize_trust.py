@@ -332,6 +332,22 @@ def test_a_model_that_cannot_tell_its_range_is_refused_before_any_work(zoo, monk
         cle.quantize(zoo("late_bn_cnn"))
 
 
+def test_an_input_no_batch_norm_sees_keeps_its_start_without_data():
+    """Without data, an input that reaches no batch norm and no class score (here a vector of
+    side values into a regression head) gets no gradient: it keeps its starting draw in its
+    stated range, and the model quantizes."""
+    keras.utils.set_random_seed(0)
+    image, side = keras.Input((16, 16, 3), name="image"), keras.Input((4,), name="side")
+    x = L.ReLU()(L.BatchNormalization(name="bn")(L.Conv2D(8, 3, name="c")(image)))
+    x = L.Concatenate()([L.GlobalAveragePooling2D()(x), L.Dense(4, name="side_dense")(side)])
+    model = keras.Model([image, side], L.Dense(1, name="value")(x), name="side_values")
+    randomize_batch_norms(model, deep=True)
+    x, _ = _synthetic.distill(model, 4, steps=3, input_range=[(-1.0, 1.0), (0.0, 2.0)])
+    assert np.isfinite(x.arrays[1]).all() and x.arrays[1].min() >= 0 and x.arrays[1].max() <= 2
+    content, report = cle.quantize(model, input_range={"image": (-1, 1), "side": (0, 2)})
+    assert report.outputs[0].sqnr_db > 10 and report.input_ranges[1]["range"] == [0.0, 2.0]
+
+
 def test_a_loaded_sequential_model_quantizes_without_data(zoo):
     """A Sequential model loaded from .keras has several Keras nodes per layer: its batch
     norms are found all the same (once refused: 'has no BatchNormalization layer')."""

@@ -210,6 +210,9 @@ def _step_function(features, stats, lrs, clips, kinds):
     def adam(xs, gs, ms, vs, t):
         new = []
         for x, g, m, v, lr, clip in zip(xs, gs, ms, vs, lrs, clips):
+            if g is None:  # an input no batch norm and no class score sees keeps its start
+                new.append((x, m, v))
+                continue
             m = b1 * m + (1 - b1) * g
             v = b2 * v + (1 - b2) * g * g
             x = x - lr * (m / (1 - b1**t)) / (keras.ops.sqrt(v / (1 - b2**t)) + eps)
