@@ -244,6 +244,34 @@ def randomize_batch_norms(model, seed=0, deep=False, gamma_scale=1.0):
     return model
 
 
+
+def small_classifier(seed=0):
+    """conv-BN-ReLU6 → depthwise-BN-ReLU6 → conv-BN → add → conv-BN-ReLU → pool → dense: a
+    small classifier with every kind of tensor ``cle.quantize`` sets a range for (trained-like
+    BN statistics)."""
+    import keras
+    from keras import layers as L
+
+    keras.utils.set_random_seed(seed)
+    inp = keras.Input((24, 24, 3))
+    x = L.Conv2D(8, 3, padding="same", name="c1")(inp)
+    x = L.BatchNormalization(name="bn1")(x)
+    x = L.ReLU(6.0, name="r1")(x)
+    y = L.DepthwiseConv2D(3, padding="same", name="dw")(x)
+    y = L.BatchNormalization(name="bn2")(y)
+    y = L.ReLU(6.0, name="r2")(y)
+    y = L.Conv2D(8, 1, name="c2")(y)
+    y = L.BatchNormalization(name="bn3")(y)
+    x = L.Add(name="add")([x, y])
+    x = L.Conv2D(16, 1, name="c3")(x)
+    x = L.BatchNormalization(name="bn4")(x)
+    x = L.ReLU(name="r3")(x)
+    x = L.GlobalAveragePooling2D(name="gap")(x)
+    out = L.Dense(10, name="logits")(x)
+    model = keras.Model(inp, out, name="small")
+    randomize_batch_norms(model, seed=seed, deep=True)
+    return model
+
 def randomize_biases(model, seed=1, scale=0.5):
     rng = np.random.default_rng(seed)
     for layer in model._flatten_layers():

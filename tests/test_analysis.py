@@ -25,7 +25,7 @@ from cle._measure.layer_map import map_layers
 from cle._quantize.options import QuantizeOptions
 from cle._quantize.pipeline import build_checked
 
-from conftest import BACKEND, no_tflite_on_torch, randomize_batch_norms
+from conftest import BACKEND, no_tflite_on_torch, randomize_batch_norms, small_classifier
 
 pytestmark = no_tflite_on_torch
 
@@ -36,26 +36,7 @@ not_on_jax = pytest.mark.skipif(
     "(the analysis on JAX is tested by the other tests of this file); runs on TensorFlow")
 
 
-def _net(seed=0):
-    """conv-BN-ReLU6 → depthwise-BN-ReLU6 → conv-BN → add → conv-BN-ReLU → pool → dense."""
-    keras.utils.set_random_seed(seed)
-    inp = keras.Input((24, 24, 3))
-    x = L.Conv2D(8, 3, padding="same", name="c1")(inp)
-    x = L.BatchNormalization(name="bn1")(x)
-    x = L.ReLU(6.0, name="r1")(x)
-    y = L.DepthwiseConv2D(3, padding="same", name="dw")(x)
-    y = L.BatchNormalization(name="bn2")(y)
-    y = L.ReLU(6.0, name="r2")(y)
-    y = L.Conv2D(8, 1, name="c2")(y)
-    y = L.BatchNormalization(name="bn3")(y)
-    x = L.Add(name="add")([x, y])
-    x = L.Conv2D(16, 1, name="c3")(x)
-    x = L.BatchNormalization(name="bn4")(x)
-    x = L.ReLU(name="r3")(x)
-    x = L.GlobalAveragePooling2D(name="gap")(x)
-    out = L.Dense(10, name="logits")(x)
-    model = keras.Model(inp, out, name="small")
-    return randomize_batch_norms(model, seed=seed, deep=True)
+_net = small_classifier
 
 
 def badly_ranged(factor, seed=0):

@@ -253,6 +253,25 @@ def test_two_inputs_in_every_form(zoo):
     assert nodata.outputs[0].sqnr_db > 10
 
 
+@pytest.mark.parametrize("keras_route", [False, True], ids=["traced", "from_keras_model"])
+def test_each_input_calibrates_on_its_own_data_by_either_route(zoo, keras_route):
+    """The converter's SavedModel route does not keep the Keras input order (from JAX, and
+    from ``from_keras_model``, the inputs come sorted by name: 'thumb' before 'view'); each
+    input tensor is still calibrated on its own input's data."""
+    import _zoo
+
+    model = zoo("two_input", 48)
+    x = check_calibration_data(model, tuple(_zoo.inputs("two_input", 6, size=48)))
+    calibrated = tflite.calibrate(model, x, keras_route=keras_route)
+    _, inputs = tflite.protected_indices(calibrated)
+    got = {input_name(r.name): r.calibrated for r in tflite.ranges_of(calibrated)
+           if r.index in inputs}
+    want = {n: (float(a.min()), float(a.max())) for n, a in zip(x.names, x.arrays)}
+    assert got.keys() == want.keys()
+    for n in want:
+        assert got[n] == pytest.approx(want[n], rel=1e-6), n
+
+
 def test_calibration_data_is_checked_once_per_call(net, data, monkeypatch):
     """One float32 copy per public call: the data is read and joined once at the door, and
     every later stage takes the checked value as it is."""

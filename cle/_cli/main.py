@@ -163,24 +163,24 @@ def _positive_int(text):
     return value
 
 
-def _analyze_options(p):
-    """``cle analyze``'s options: ``cle quantize``'s, with --report and --plot."""
-    p.add_argument("--calibration", metavar="PATH",
-                   help="calibration inputs, as for cle quantize (a quarter is held out and "
-                        "the analysis runs on it); without it: synthetic inputs, as cle "
-                        "quantize makes them (the analysis runs on its check's synthetic "
-                        "inputs, which the calibration never saw)")
+def _quantize_data_options(p, calibration_help):
+    """The data and target options ``cle quantize`` and ``cle analyze`` share."""
+    p.add_argument("--calibration", metavar="PATH", help=calibration_help)
     p.add_argument("--preprocessing", metavar="NAME",
-                   help="for a folder of images (tf, torch, caffe, raw or module:function); "
-                        "without --calibration it states the input range")
+                   help="for a folder of images: tf ([-1, 1]), torch (ImageNet mean/std), "
+                        "caffe (BGR minus mean), raw (0..255) or module:function; without "
+                        "--calibration it states the input range")
     p.add_argument("--input-range", type=input_range_arg, action="append",
                    metavar="[INPUT=]LOW,HIGH",
-                   help="without --calibration: the input range (as for cle quantize; write "
-                        "it with '=': --input-range=-1,1). Default: found from the model")
+                   help="without --calibration: the input range, of every input or of the "
+                        "named one (repeat it per input); write it with '=' "
+                        "(--input-range=-1,1): a negative LOW would read as an option. "
+                        "Default: found from the model (its preprocessing layers or its first "
+                        "batch norm); refused when the model cannot tell")
     p.add_argument("--limit", type=_positive_int, metavar="N",
                    help="read at most N images from a --calibration folder")
     p.add_argument("--per-tensor", dest="per_channel", action="store_false",
-                   help="INT8 per-tensor weights (default: per-channel, TF Lite's default)")
+                   help="per-tensor weights (default: per-channel, TF Lite's default)")
     p.add_argument("--integer-io", action="store_true",
                    help="int8 model input and output (default: float32)")
     p.add_argument("--bias-correction", choices=("auto", "empirical", "analytic", "none"),
@@ -189,6 +189,15 @@ def _analyze_options(p):
     p.add_argument("--ranges", choices=("percentile", "minmax"), default="percentile",
                    help="activation ranges: percentile (default: each tensor's 1e-4 tails) or "
                         "minmax (the converter's own)")
+
+
+def _analyze_options(p):
+    """``cle analyze``'s options: ``cle quantize``'s data and target options, the analysis'
+    own, --report and --plot."""
+    _quantize_data_options(
+        p, "calibration inputs, as for cle quantize (a quarter is held out and the analysis "
+           "runs on it); without it: synthetic inputs, as cle quantize makes them (the "
+           "analysis runs on its check's synthetic inputs, which the calibration never saw)")
     p.add_argument("--layer-inputs", type=_positive_int, default=4, metavar="N",
                    help="check inputs the per-layer runs use (default 4; each costs one run "
                         "of the model per layer)")
@@ -318,27 +327,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="output TF Lite model; written atomically")
     p.add_argument("--overwrite", action="store_true",
                    help="allow OUT to be the input model itself (refused otherwise)")
-    p.add_argument("--calibration", metavar="PATH",
-                   help="calibration inputs: a .npy/.npz of inputs preprocessed as the model "
-                        "expects (.npz: one array per input name), or a folder of images "
-                        "(with --preprocessing); a quarter is held out for the check. Without "
-                        "it: no data (the input range is found from the model, synthetic "
-                        "inputs are distilled from its batch norms)")
-    p.add_argument("--preprocessing", metavar="NAME",
-                   help="for a folder of images: tf ([-1, 1]), torch (ImageNet mean/std), "
-                        "caffe (BGR minus mean), raw (0..255) or module:function; without "
-                        "--calibration it states the input range")
-    p.add_argument("--input-range", type=input_range_arg, action="append",
-                   metavar="[INPUT=]LOW,HIGH",
-                   help="without --calibration: the input range, of every input or of the "
-                        "named one (repeat it per input); write it with '=' "
-                        "(--input-range=-1,1): a negative LOW would read as an option. "
-                        "Default: found from the model (its preprocessing layers or its first "
-                        "batch norm); refused when the model cannot tell")
-    p.add_argument("--limit", type=_positive_int, metavar="N",
-                   help="read at most N images from a --calibration folder")
-    p.add_argument("--per-tensor", dest="per_channel", action="store_false",
-                   help="per-tensor weights (default: per-channel, TF Lite's default)")
+    _quantize_data_options(
+        p, "calibration inputs: a .npy/.npz of inputs preprocessed as the model expects "
+           "(.npz: one array per input name), or a folder of images (with --preprocessing); "
+           "a quarter is held out for the check. Without it: no data (the input range is "
+           "found from the model, synthetic inputs are distilled from its batch norms)")
     p.add_argument("--weight-bits", type=int, choices=(4, 8), default=8,
                    help="8 (default) or 4: INT4 weights (W4A8) for Conv2D, DepthwiseConv2D "
                         "and Dense layers, stored packed in the .tflite where LiteRT runs them")
@@ -350,14 +343,6 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default): gptq at 4 bits, nearest at 8")
     p.add_argument("--activation-bits", type=int, choices=(8, 16), default=8,
                    help="8 (default) or 16 (TF Lite's 16x8 mode)")
-    p.add_argument("--integer-io", action="store_true",
-                   help="int8 model input and output (default: float32)")
-    p.add_argument("--bias-correction", choices=("auto", "empirical", "analytic", "none"),
-                   default="auto",
-                   help="auto (default): empirical with --calibration, analytic without")
-    p.add_argument("--ranges", choices=("percentile", "minmax"), default="percentile",
-                   help="activation ranges: percentile (default: each tensor's 1e-4 tails) or "
-                        "minmax (the converter's own)")
     p.add_argument("--compare", action="store_true",
                    help="also convert the float model straight and check it the same way "
                         "(one more conversion)")

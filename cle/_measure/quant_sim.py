@@ -33,7 +33,7 @@ from typing import Callable
 import numpy as np
 
 from cle._measure import tflite_internals as internals
-from cle._measure.flatgraph import FLOAT32, INT8, Alignment, FlatGraph, align, dequantize
+from cle._measure.flatgraph import FLOAT32, Alignment, FlatGraph, align, dequantize
 from cle._measure.inference import interpreter
 from cle._measure.tflite import quiet
 
@@ -180,28 +180,38 @@ class QuantSim:
         ``read(tensor)`` gives a readable tensor's values (a copy)."""
         with quiet():  # LiteRT announces its XNNPACK delegate on stderr
             interp = interpreter(self.content, delegates=True)
-        details = interp.get_input_details()
-        model_input, switch_inputs = details[0], details[self.n_inputs:]
-        outputs = interp.get_output_details()
         size = None
         for start in range(0, len(rows), batch):
             stop = min(start + batch, len(rows))
             if stop - start != size:
                 size = stop - start
-                interp.resize_tensor_input(model_input["index"], (size,) + x.shape[1:],
-                                           strict=False)
-                for d in switch_inputs:
-                    interp.resize_tensor_input(d["index"], (size,) + tuple(d["shape"][1:]),
-                                               strict=False)
-                with quiet():
-                    interp.allocate_tensors()
-            interp.set_tensor(model_input["index"], x[rows[start:stop]])
-            for k, d in enumerate(switch_inputs):
-                column = masks[start:stop, k].astype(np.float32)
-                interp.set_tensor(d["index"], column.reshape((size,) + tuple(d["shape"][1:])))
-            interp.invoke()
+                model_input, switch_inputs, outputs = self._resize(interp, x, size)
+            self._feed(interp, x[rows[start:stop]], masks[start:stop], model_input,
+                       switch_inputs)
             consume(start, stop,
                     lambda t: interp.get_tensor(outputs[self.readable[t]]["index"]))
+
+    @staticmethod
+    def _feed(interp, x, masks, model_input, switch_inputs):
+        """Set the model input and the switches' masks, and invoke."""
+        interp.set_tensor(model_input["index"], x)
+        for k, d in enumerate(switch_inputs):
+            column = masks[:, k].astype(np.float32)
+            interp.set_tensor(d["index"], column.reshape((len(x),) + tuple(d["shape"][1:])))
+        interp.invoke()
+
+    def _resize(self, interp, x, size):
+        """Resize the interpreter's inputs to ``size`` rows and allocate; returns the model
+        input's details, the switches' and the outputs'."""
+        details = interp.get_input_details()
+        model_input, switch_inputs = details[0], details[self.n_inputs:]
+        interp.resize_tensor_input(model_input["index"], (size,) + x.shape[1:], strict=False)
+        for d in switch_inputs:
+            interp.resize_tensor_input(d["index"], (size,) + tuple(d["shape"][1:]),
+                                       strict=False)
+        with quiet():
+            interp.allocate_tensors()
+        return model_input, switch_inputs, interp.get_output_details()
 
 
 def _rank_mask(editor: _Editor, like: int, k: int) -> int:
@@ -332,7 +342,8 @@ def build(float_content: bytes, int8_content: bytes, watch=(), alternatives=None
         u = alignment.int8_of.get(t)
         if op >= 0 and _exact(f, q, f.ops[op], q.ops[alignment.op_of[op]], u):
             return
-        if u is not None and f.type(t) == FLOAT32 and q.params(u) is not None:
+        if (u is not None and f.type(t) == FLOAT32 and q.params(u) is not None
+                and len(f.shape(t)) >= 2):  # a rank-1 tensor has no row of its own to switch
             kind = "weight" if t in weights_kind else "activation"
             current[t] = switch(t, op, kind, q.params(u))
             for j, params in enumerate(alternatives.get(t, ()), 1):
@@ -346,6 +357,8 @@ def build(float_content: bytes, int8_content: bytes, watch=(), alternatives=None
     for op, work_op in zip(f.ops, work.ops):
         inputs = [current.get(t, t) if t >= 0 else t for t in op.inputs]
         for p, u in requant.get(op.index, []):
+            if len(f.shape(op.inputs[p])) < 2:
+                continue
             kind = "weight" if op.inputs[p] in weights_kind else "activation"
             inputs[p] = switch(op.inputs[p], op.index, kind, q.params(u), True)
         work_op.obj.inputs = np.array(inputs, np.int32)

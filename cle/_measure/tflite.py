@@ -129,16 +129,28 @@ def quiet():
         log.close()
 
 
-def _representative(x):
+def _representative(x, by_name):
     """The converter's representative dataset: one sample at a time, a list with one array
     per input in the order of the model's inputs (:class:`cle._core.inputs.ModelInputs`, or
-    one array for a one-input model)."""
+    one array for a one-input model); ``by_name``: for several inputs a dict ``{input name:
+    array}``, which the calibrator matches to the SavedModel signature's inputs by name
+    (``from_keras_model`` does not keep the Keras model's input order: from JAX the inputs
+    come sorted by name). A traced function has no signature and keeps the order."""
     arrays = x.arrays if hasattr(x, "arrays") else (x,)
+    names = getattr(x, "names", None)
 
     def gen():
         for i in range(len(arrays[0])):
-            yield [a[i: i + 1] for a in arrays]
+            sample = [a[i: i + 1] for a in arrays]
+            yield dict(zip(names, sample)) if by_name and len(sample) > 1 else sample
     return gen
+
+
+def _uses_keras_route(model, keras_route=False) -> bool:
+    """Whether :func:`_from_model` reads ``model`` through ``from_keras_model`` (a SavedModel
+    with a signature) rather than a traced function."""
+    return (keras_route or keras.backend.backend() != "tensorflow"
+            or _graph.inner_function(model) is None)
 
 
 def _from_model(model, keras_route=False):
@@ -154,8 +166,7 @@ def _from_model(model, keras_route=False):
     """
     import tensorflow as tf
 
-    if (keras_route or keras.backend.backend() != "tensorflow"
-            or _graph.inner_function(model) is None):
+    if _uses_keras_route(model, keras_route):
         return tf.lite.TFLiteConverter.from_keras_model(model)
     specs = [tf.TensorSpec(t.shape, t.dtype, name=name)
              for t, name in zip(model.inputs, input_names(model))]
@@ -174,7 +185,7 @@ def _converter(model, x, per_channel=True, io_type=None, keras_route=False):
 
     converter = _from_model(model, keras_route)
     converter.optimizations = [tf.lite.Optimize.DEFAULT]
-    converter.representative_dataset = _representative(x)
+    converter.representative_dataset = _representative(x, _uses_keras_route(model, keras_route))
     converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
     if not per_channel:
         internals.disable_per_channel(converter)
