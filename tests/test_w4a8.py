@@ -35,8 +35,9 @@ UP = ("up", ("TRANSPOSE_CONV", "INT8")) if keras.backend.backend() == "tensorflo
 #: JAX compiles every new shape): the same arithmetic as on TensorFlow.
 NOT_ON_JAX = pytest.mark.skipif(
     keras.backend.backend() == "jax",
-    reason="skipped on JAX to keep CI within budget: more whole cle.quantize runs, the same "
-           "arithmetic as test_quantize_w4a8 on JAX; runs on TensorFlow")
+    reason="skipped on JAX to keep CI within budget: more conversions and cle.quantize runs, "
+           "the same arithmetic as the INT4 file tests and test_quantize_w4a8 on JAX; runs on "
+           "TensorFlow")
 
 
 def _net(seed=0):
@@ -169,6 +170,37 @@ def test_a_kernel_off_its_grid_is_refused(rounded):
     entry = W.LayerWeights("c1", "conv", kernel, None, bits=4, scales=steps * 1.3)
     with pytest.raises(ValueError, match=r"layer 'c1': its kernel is not on its 4-bit grid"):
         W.store_weights(w8, [entry])
+
+
+@NOT_ON_JAX
+def test_a_bias_too_large_for_its_step_widens_the_step(net, data):
+    """A channel with tiny weights and a large bias (a dead channel): on its 4-bit step the
+    int32 bias would overflow, so the step is widened until the bias fits, as TF Lite's
+    converter does; the file loads and runs as the Keras model."""
+    model = keras.models.clone_model(net)
+    model.set_weights(net.get_weights())
+    folded = cle.fold_all_batch_norms(model)[1]
+    layer = folded.get_layer("c1")
+    kernel = keras.ops.convert_to_numpy(layer.kernel).copy()
+    kernel[..., 0] *= 1e-9
+    layer.kernel.assign(kernel)
+    layer.bias.assign(np.array([3.0, 0.1, -0.1, 0.2, 0.0], np.float32))
+    _, entries = round_model(folded, [data], bits=4, per_channel=True, method="nearest")
+    step = next(e for e in entries if e.layer == "c1").scales[0]
+    w8 = tflite.convert_int8(folded, data, per_channel=True)
+    w4, stored = W.store_weights(w8, entries)
+    assert {w.layer: w.storage for w in stored}["c1"] == "INT4"
+    obj, graph = _model_tensors(w4)
+    conv = next(op for op in graph.operators if len(op.inputs) > 1
+                and list(graph.tensors[op.inputs[1]].shape) == [5, 3, 1, 3])
+    widened = graph.tensors[conv.inputs[1]].quantization.scale[0]
+    assert widened > 100 * step
+    bias = graph.tensors[conv.inputs[2]]
+    b0 = np.frombuffer(bytes(obj.buffers[bias.buffer].data), np.int32)[0]
+    assert abs(b0) < 2 ** 31 - 1
+    assert b0 * bias.quantization.scale[0] == pytest.approx(3.0, rel=1e-6)
+    ref = folded.predict(data, verbose=0)
+    assert Q.sqnr_db(ref, Q.run_tflite(w4, data, batch_size=8)) > 25
 
 
 def test_transpose_conv_stays_int8_with_its_reason(rounded):

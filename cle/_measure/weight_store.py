@@ -43,6 +43,8 @@ INT4_OPS = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED")
 #: Why an operator kind keeps 8-bit weights.
 NO_INT4 = {"TRANSPOSE_CONV": "LiteRT's TRANSPOSE_CONV takes INT8 weights only (an INT4 "
                              "weight fails when the model is loaded)"}
+#: The largest magnitude a requantized int32 bias is given (a margin below 2^31 - 1).
+BIAS_LIMIT = 2.0 ** 31 * 0.99
 #: A kernel matches a weight tensor when every value is within this many of the converter's
 #: steps of it (half a step is its rounding; the margin covers float32 round-off).
 MATCH_STEPS = 0.5 + 1e-3
@@ -252,32 +254,66 @@ def _write_weight(flat, op, kind, entry, k, s):
     return "INT4" if int4 else "INT8"
 
 
-def _write_bias(flat, op, kind, entry, s8, s):
-    """Requantize the operator's int32 bias to the scale ``input scale · s``: from the layer's
-    float bias when the converter's bias holds it, else from the converter's integers."""
+def _bias_value(flat, op, kind, entry, s8):
+    """``(float bias, input scale)`` of the operator (None without an INT32 bias input): the
+    layer's float bias when the converter's bias holds it, else the converter's integers."""
     a_slot, _, b_slot = WEIGHT_SLOTS[kind]
     if b_slot >= len(op.inputs) or op.inputs[b_slot] < 0:
-        return
-    bi = flat.own_tensor(op, b_slot)
-    t = flat.tensor(bi)
+        return None
+    t = flat.tensor(op.inputs[b_slot])
     if t.type != flat.types["INT32"]:
         raise ValueError(f"layer '{entry.layer}': the {kind} bias is "
                          f"{flat.type_names.get(t.type)}, not INT32")
-    b32 = flat.data(bi).view(np.int32).astype(np.float64)
+    b32 = flat.data(op.inputs[b_slot]).view(np.int32).astype(np.float64)
     s_in = float(flat.tensor(op.inputs[a_slot]).quantization.scale[0])
     old = np.broadcast_to(np.asarray(s8, np.float64).ravel(), b32.shape) * s_in
-    new = np.broadcast_to(np.asarray(s, np.float64).ravel(), b32.shape) * s_in
     value = b32 * old
     if entry.bias is not None and np.asarray(entry.bias).size == b32.size:
         bias = np.asarray(entry.bias, np.float64).ravel()
         if np.all(np.abs(bias - value) <= old * 1.001 + 1e-6 * np.abs(bias)):
             value = bias
+    return value, s_in
+
+
+def _fit_bias(flat, op, kind, entry, kernel, qdim, s8, k, s):
+    """``(k, s)`` with the step of every channel whose bias would overflow int32 on the scale
+    ``input scale · s`` widened until it fits (its kernel rounded again to nearest on the
+    wider grid), as TF Lite's converter widens weight scales for the same reason; such a
+    channel's weights are negligible next to its bias."""
+    found = _bias_value(flat, op, kind, entry, s8)
+    if found is None:
+        return k, s
+    value, s_in = found
+    need = np.abs(value) / (s_in * BIAS_LIMIT)
+    need = np.full(s.shape, need.max(initial=0.0)) if s.size == 1 else need.reshape(s.shape)
+    wide = need > s
+    if not wide.any():
+        return k, s
+    s = np.where(wide, need, s)
+    shape = [-1 if a == qdim else 1 for a in range(kernel.ndim)]
+    steps = s.reshape(shape) if s.size > 1 else s.reshape((1,) * kernel.ndim)
+    qmax = 2 ** (entry.bits - 1) - 1
+    again = np.clip(np.round(kernel / steps), -qmax, qmax).astype(np.int8)
+    mask = np.broadcast_to(wide.reshape(shape) if s.size > 1 else wide.reshape(
+        (1,) * kernel.ndim), kernel.shape)
+    return np.where(mask, again, k), s
+
+
+def _write_bias(flat, op, kind, entry, s8, s):
+    """Requantize the operator's int32 bias to the scale ``input scale · s``."""
+    found = _bias_value(flat, op, kind, entry, s8)
+    if found is None:
+        return
+    value, s_in = found
+    bi = flat.own_tensor(op, WEIGHT_SLOTS[kind][2])
+    t = flat.tensor(bi)
+    new = np.broadcast_to(np.asarray(s, np.float64).ravel(), value.shape) * s_in
     b_new = np.round(value / np.where(new > 0, new, 1.0))
     if np.abs(b_new).max(initial=0) >= 2 ** 31:
         raise ValueError(f"layer '{entry.layer}': its requantized bias overflows int32")
     flat.set_data(bi, b_new.astype(np.int32).view(np.uint8))
     n_scales = len(t.quantization.scale)
-    t.quantization.scale = np.asarray(new[:n_scales] if n_scales == b32.size
+    t.quantization.scale = np.asarray(new[:n_scales] if n_scales == value.size
                                       else new[:1], np.float32)
     t.quantization.zeroPoint = np.zeros(n_scales, np.int64)
 
@@ -310,7 +346,9 @@ def store_weights(content: bytes, layers: list[LayerWeights]) -> tuple[bytes, li
         held.add(id(entry))
         q = flat.tensor(wi).quantization
         s8 = np.asarray(q.scale, np.float64)
-        k, s = _grid_integers(entry, entry.tflite_kernel(), int(q.quantizedDimension or 0), s8)
+        qdim = int(q.quantizedDimension or 0)
+        k, s = _grid_integers(entry, entry.tflite_kernel(), qdim, s8)
+        k, s = _fit_bias(flat, op, kind, entry, entry.tflite_kernel(), qdim, s8, k, s)
         row.storage = _write_weight(flat, op, kind, entry, k, s)
         row.rounded = True
         _write_bias(flat, op, kind, entry, s8, s)
