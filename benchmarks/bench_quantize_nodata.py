@@ -209,9 +209,10 @@ def main(argv=None):
     os.makedirs(args.out, exist_ok=True)
     results = os.path.join(args.out, "results.jsonl")
     names = list(args.models or [])
-    if args.zoo or not (names or args.real or args.table):
+    everything = not (names or args.zoo or args.real or args.table)
+    if args.zoo or everything:
         names += list(_zoo.ZOO)
-    if args.real or not (names or args.zoo or args.table):
+    if args.real or everything:
         names += list(REAL)
     if not args.table:
         for name in names:
