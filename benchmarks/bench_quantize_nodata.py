@@ -186,14 +186,11 @@ def table(rows):
 
 
 def _cpu():
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown CPU"
+    """The CPU's model name (scripts/_docblocks.py's reader, which the doc generators use)."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
+    from _docblocks import cpu_name
+
+    return cpu_name()
 
 
 def main(argv=None):

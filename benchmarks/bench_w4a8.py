@@ -39,7 +39,6 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import argparse  # noqa: E402
 import json  # noqa: E402
-import platform  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
@@ -64,14 +63,11 @@ CANDIDATES = {"w4_nearest": ("W4A8 nearest", 4, "nearest"),
 
 
 def _cpu():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
+    """The CPU's model name (scripts/_docblocks.py's reader, which the doc generators use)."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
+    from _docblocks import cpu_name
+
+    return cpu_name()
 
 
 def _append(path, row):
