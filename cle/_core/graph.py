@@ -27,7 +27,7 @@ import keras
 
 from cle._core import keras_internals as internals
 
-__all__ = ["Call", "GraphView", "Tensor", "graph_view", "inner_function", "is_plain_call",
+__all__ = ["Call", "GraphView", "Tensor", "calls_leading_to", "graph_view", "inner_function", "is_plain_call",
            "local_view", "rebuilt_view", "run_call", "takes_training"]
 
 
@@ -402,3 +402,15 @@ def local_view(layers, depth: int = 64) -> GraphView:
             break
     return GraphView(model=None, calls=calls, calls_of=calls_of, hidden_batch_norms=[],
                      counts=counts)
+
+
+def calls_leading_to(view: GraphView, targets) -> list:
+    """The calls of ``view`` whose outputs reach one of the calls ``targets`` (the targets
+    included), in the view's order."""
+    needed, stack = set(), list(targets)
+    while stack:
+        call = stack.pop()
+        if id(call) not in needed:
+            needed.add(id(call))
+            stack.extend(t.producer for t in call.inputs if t.producer is not None)
+    return [c for c in view.calls if id(c) in needed]

@@ -23,7 +23,7 @@ import time
 import keras
 import numpy as np
 
-from cle._core.graph import graph_view, is_plain_call, run_call
+from cle._core.graph import calls_leading_to, graph_view, is_plain_call, run_call
 from cle._core.layouts import bias_on_wrong_axis, layout_of, untouchable_reason
 from cle._math import rounding as R
 from cle._math.moments import Geometry, moments, numpy_gram
@@ -251,21 +251,10 @@ def _round_call(call, xf, xq, method, bits, per_tensor, free_bias, seed):
     return out_f, out_q, record, s
 
 
-def _needed(view, targets):
-    """The calls that lead to a target, in order, up to the last target."""
-    needed, stack = set(), list(targets)
-    while stack:
-        call = stack.pop()
-        if id(call) not in needed:
-            needed.add(id(call))
-            stack.extend(t.producer for t in call.inputs if t.producer is not None)
-    return [c for c in view.calls if id(c) in needed]
-
-
 def _stream_pass(view, targets, inputs, method, bits, per_channel, free_bias, say):
     """Both streams through the graph, rounding each target on the way; yields
     ``(call, RoundedLayer, steps)``."""
-    calls = _needed(view, targets)
+    calls = calls_leading_to(view, targets)
     index = {id(c): k for k, c in enumerate(targets, start=1)}
     uses: dict[int, int] = {}
     for call in calls:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import keras
 import numpy as np
 
-from cle._core.graph import run_call
+from cle._core.graph import calls_leading_to, run_call
 from cle._core.layouts import kernel_layers, kernel_specs, layout_of, read_weight
 from cle._math.kernel_quant import quantize_kernel
 from cle._transforms import bias_steps
@@ -42,13 +42,7 @@ def empirical_pass(view, plan, data, bits, per_channel, say, min_uses=None):
     compiled, both streams and the measurements in one function (:class:`cle._transforms.bias_steps.Steps`;
     ``min_uses`` defaults to :data:`cle._transforms.bias_steps.MIN_USES`); the other calls run eagerly.
     """
-    needed, stack = set(), list(plan)
-    while stack:
-        call = stack.pop()
-        if id(call) not in needed:
-            needed.add(id(call))
-            stack.extend(t.producer for t in call.inputs if t.producer is not None)
-    calls = [c for c in view.calls if id(c) in needed]
+    calls = calls_leading_to(view, plan)
     uses: dict[int, int] = {}
     for call in calls:
         for t in call.inputs:
