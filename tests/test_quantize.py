@@ -421,8 +421,26 @@ def test_synthetic_inputs_need_batch_norms():
     with pytest.raises(ValueError, match=r"no preprocessing layer, and no batch norm depends on "
                                          r"this input alone\); pass input_range"):
         cle.quantize(model)
-    with pytest.raises(ValueError, match=r"has no BatchNormalization layer.*pass calibration"):
+    with pytest.raises(ValueError, match=r"has no BatchNormalization layer whose statistics "
+                                         r"could shape synthetic inputs; pass calibration_data$"):
         cle.quantize(model, input_range=(0.0, 1.0))
+
+
+def test_cli_names_its_own_option_when_the_model_needs_data(tmp_path, capsys):
+    """A model without batch norms cannot be distilled: the command line says so in one line
+    naming --calibration (the library's message names calibration_data), exit 2, no file."""
+    from cle import cli
+
+    inp = keras.Input((8, 8, 3), name="image")
+    keras.Model(inp, L.Dense(4)(L.Flatten()(L.Conv2D(2, 3)(inp))), name="no_bn").save(
+        tmp_path / "m.keras")
+    code = cli.main(["quantize", str(tmp_path / "m.keras"), "-o", str(tmp_path / "m.tflite"),
+                     "--input-range=0,1"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1, err
+    assert err[0].endswith("model 'no_bn' has no BatchNormalization layer whose statistics could "
+                           "shape synthetic inputs; pass --calibration PATH"), err
+    assert not (tmp_path / "m.tflite").exists()
 
 
 # ------------------------------------------------------------------------------ CLI

@@ -180,6 +180,7 @@ def _progress(message):
 def _run(args, model, calibration, analyze=False):
     """The library's quantize (or analyze) on checked values; what the model cannot do is a
     usage error in the command line's words."""
+    from cle._measure.synthetic import NeedsData
     from cle._quantize.pipeline import InputRangeUnknown, quantize_checked
 
     try:
@@ -193,6 +194,8 @@ def _run(args, model, calibration, analyze=False):
         raise CliError(f"{args.model}: cannot tell the input range of model "
                        f"'{exc.model_name}' ({exc.why()}); pass --input-range=LOW,HIGH, "
                        "--preprocessing NAME or --calibration PATH", EXIT_USAGE) from exc
+    except NeedsData as exc:
+        raise CliError(f"{args.model}: {exc.why}; pass --calibration PATH", EXIT_USAGE) from exc
     except ValueError as exc:  # what the model cannot do (no BN without data, ...)
         raise CliError(f"{args.model}: {one_line(exc)}", EXIT_USAGE) from exc
 

@@ -38,6 +38,16 @@ STEPS, BATCH, LEARNING_RATE = 25, 20, 0.25
 WIDE_RANGE = 8.0
 
 
+class NeedsData(ValueError):
+    """Synthetic inputs cannot be made for this model: real calibration data is needed.
+    ``why`` says what the model lacks; the message ends with what to pass in Python
+    (``calibration_data``), and the command line names its own option (``--calibration``)."""
+
+    def __init__(self, why: str):
+        self.why = why
+        super().__init__(f"{why}; pass calibration_data")
+
+
 def batch_norms(model) -> list:
     """``(bn layer, its input tensor)`` for the BatchNormalization layers of ``model``'s own
     graph called once, in graph order (the tensors are the model's own symbolic tensors)."""
@@ -60,17 +70,35 @@ def _feature_model(model, bns, scored):
     return keras.Model(function.inputs, [t for _, t in bns] + [o for o, _ in scored])
 
 
+def check_distillable(model):
+    """``(batch norms, input signatures)`` when synthetic inputs can be distilled for
+    ``model``; else :class:`NeedsData` saying why (no batch norm, one whose statistics are not
+    finite, an input whose size is not fixed). Cheap: reads the graph and the statistics."""
+    bns = batch_norms(model)
+    if not bns:
+        raise NeedsData(
+            f"model '{model.name}' has no BatchNormalization layer whose statistics could shape "
+            "synthetic inputs")
+    _stats(bns)
+    signatures = input_signatures(model)
+    for name, shape in signatures:
+        if any(d is None for d in shape):
+            raise NeedsData(
+                f"synthetic inputs need a fixed input size; model input '{name}' is (N, "
+                f"{', '.join('?' if d is None else str(d) for d in shape)})")
+    return bns, signatures
+
+
 def _stats(bns):
     mus, sds, axes = [], [], []
     for bn, _ in bns:
         mu = np.asarray(keras.ops.convert_to_numpy(bn.moving_mean), np.float64)
         var = np.asarray(keras.ops.convert_to_numpy(bn.moving_variance), np.float64)
         if not (np.isfinite(mu).all() and np.isfinite(var).all() and (var >= 0).all()):
-            raise ValueError(
-                f"batch norm '{bn.name}' holds non-finite or negative moving statistics, which "
-                "cannot shape synthetic inputs; pass calibration data. Received: "
-                f"{int((~np.isfinite(mu)).sum() + (~np.isfinite(var)).sum())} non-finite, "
-                f"{int((var < 0).sum())} negative values")
+            raise NeedsData(
+                f"batch norm '{bn.name}' holds non-finite or negative moving statistics "
+                f"({int((~np.isfinite(mu)).sum() + (~np.isfinite(var)).sum())} non-finite, "
+                f"{int((var < 0).sum())} negative values), which cannot shape synthetic inputs")
         mus.append(mu.astype(np.float32))
         sds.append(np.sqrt(var + EPS).astype(np.float32))
         axes.append(bn.axis if isinstance(bn.axis, int) else bn.axis[0])
@@ -147,22 +175,12 @@ def distill(model, n: int, steps: int = STEPS, batch_size: int = BATCH,
         BN-statistics loss (the cross-entropy term left out).
 
     Raises:
-        ValueError: the model has no batch norm to match, one with non-finite statistics, or
-            an input size is not fixed.
+        NeedsData: (a ValueError) the model has no batch norm to match, one with non-finite
+            statistics, or an input size is not fixed (:func:`check_distillable`).
         RuntimeError: the backend is neither TensorFlow nor JAX, or the loss or an input
             turned non-finite.
     """
-    bns = batch_norms(model)
-    if not bns:
-        raise ValueError(
-            f"model '{model.name}' has no BatchNormalization layer whose statistics could shape "
-            "synthetic inputs; pass calibration data")
-    signatures = input_signatures(model)
-    for name, shape in signatures:
-        if any(d is None for d in shape):
-            raise ValueError(
-                f"synthetic inputs need a fixed input size. Received: model input '{name}' (N, "
-                f"{', '.join('?' if d is None else str(d) for d in shape)})")
+    bns, signatures = check_distillable(model)
     shapes = [shape for _, shape in signatures]
     scored = _scored(model)
     clips = _ranges(input_range, len(shapes))

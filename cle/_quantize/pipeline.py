@@ -288,7 +288,9 @@ def _door(model, calibration_data, opts, single_io=None):
     check_runnable(model, "cle.quantize")
     if calibration_data is not None:
         return view, check_calibration_data(model, calibration_data), None
-    return view, None, input_ranges_of(model, opts.input_range)
+    ranges = input_ranges_of(model, opts.input_range)
+    _synthetic.check_distillable(model)
+    return view, None, ranges
 
 
 # ---------------------------------------------------------------------------- the stages
