@@ -93,6 +93,17 @@ def _late_bn_cnn():
     return keras.Model(inp, out, name="late_bn_cnn")
 
 
+def _no_bn_cnn():
+    """conv -> dense, no batch norm: nothing to distill synthetic inputs from."""
+    import keras
+
+    L = keras.layers
+    inp = keras.Input((16, 16, 3), name="image")
+    x = L.Conv2D(4, 3, activation="relu", name="c1")(inp)
+    out = L.Dense(3, name="logits")(L.GlobalAveragePooling2D(name="pool")(x))
+    return keras.Model(inp, out, name="no_bn_cnn")
+
+
 def _setup_files(names):
     """Create the input files a case needs, in the current directory."""
     import numpy as np
@@ -104,6 +115,8 @@ def _setup_files(names):
             _lambda_cnn().save(name)
         elif name == "late.keras":
             _late_bn_cnn().save(name)
+        elif name == "nobn.keras":
+            _no_bn_cnn().save(name)
         elif name == "bad.npy":
             np.save(name, np.zeros((4, 16, 16, 1), "float32"))
         elif name == "notes.keras":
@@ -152,6 +165,8 @@ OUTCOME_CASES = [
      "cle quantize tiny.keras -o out.tflite --preprocessing tf --input-range=0,1"),
     ("no data, and the model cannot tell its input range", ["late.keras"],
      "cle quantize late.keras -o out.tflite"),
+    ("no data, and no batch norm to distill inputs from", ["nobn.keras"],
+     "cle quantize nobn.keras -o out.tflite --input-range=0,1"),
     ("a `Lambda` layer, no opt-in", ["lambda.keras"], "cle fold lambda.keras -o out.keras"),
     ("a `Lambda` layer, with the opt-in", ["lambda.keras"],
      "cle fold lambda.keras -o out.keras --unsafe-deserialization"),
