@@ -235,7 +235,7 @@ def generate() -> dict[str, str]:
             for command in SESSION:
                 session.append(f"$ {command}\n{_run(command)}")
             with open("cle.json", encoding="utf-8") as f:
-                report = f.read()
+                report = _rounded_json(f.read())
         finally:
             os.chdir(cwd)
     os.environ["COLUMNS"] = WIDTH
@@ -247,6 +247,24 @@ def generate() -> dict[str, str]:
         "cli-session": f"{fence}\n" + "\n".join(session) + fence,
         "cli-report": f"{fence}json\n{report}{fence}",
     }
+
+
+def _rounded_json(text: str) -> str:
+    """The report with every float to 6 significant digits: its last digits differ between
+    CPUs (TensorFlow's kernels differ with oneDNN), and the block must be the same on each."""
+    import json
+
+    def rounded(value):
+        if isinstance(value, float):
+            return float(f"{value:.6g}")
+        if isinstance(value, list):
+            return [rounded(v) for v in value]
+        if isinstance(value, dict):
+            return {k: rounded(v) for k, v in value.items()}
+        return value
+
+    indent = 2 if '\n  "' in text else None
+    return json.dumps(rounded(json.loads(text)), indent=indent) + "\n"
 
 
 def _run_help():
