@@ -18,6 +18,7 @@ import cle
 from cle._quantize import pipeline
 from cle._measure import inference
 from cle._measure import synthetic as _synthetic
+from cle._measure import check as C
 from cle._measure import tflite
 from cle._core.inputs import check_calibration_data, input_names
 from cle import quantization as Q
@@ -371,6 +372,9 @@ def test_quantize_without_data(net):
             "batch-norm statistics and 32 natural-image-like inputs") in text
     assert "(no real data was seen)" in text
     assert f"input '{name}': range [-1, 1], stated" in text
+    # The figures are an estimate, and every run without data says so as a warning.
+    assert f"warning: {C.estimate_caveat()}" in text.splitlines()
+    assert C.estimate_caveat() in report.to_dict()["warnings"]
 
 
 def _bn_error(model, inputs):

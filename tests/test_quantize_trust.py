@@ -165,6 +165,28 @@ def test_figures_from_few_or_disagreeing_inputs_are_called_rough():
     assert why.startswith("output 'y': the two halves of the check inputs disagree")
 
 
+def test_without_data_every_run_warns_its_figures_are_an_estimate():
+    """The warnings of a run without data: always the estimate's caveat; the two synthetic
+    sets that disagree by more than DISAGREE_DB; a distillation that did not converge."""
+    model = _net()
+    name = C.output_names(model)[0]
+
+    def sets(a, b):
+        return [{"inputs": "set a", "outputs": [C.OutputCheck(name, "logits", a, 1.0)]},
+                {"inputs": "set b", "outputs": [C.OutputCheck(name, "logits", b, 1.0)]}]
+
+    inputs = pipeline._Inputs(None, [], loss=[0.2, 0.3])
+    assert pipeline._warnings(model, sets(20.0, 18.0), inputs, []) == [C.estimate_caveat()]
+    warned = pipeline._warnings(model, sets(20.0, 16.5), inputs, [])
+    assert warned[0] == C.estimate_caveat() and len(warned) == 2
+    assert warned[1].startswith(f"output '{name}': the check's two sets of synthetic inputs "
+                                "disagree (20.0 dB on set a, 16.5 dB on set b)")
+    inputs.loss = [0.2, pipeline.CONVERGED_LOSS * 2]
+    diverged, caveat = pipeline._warnings(model, sets(20.0, 18.0), inputs, [])
+    assert diverged.startswith("the distillation did not converge (final batch-norm loss 2,")
+    assert caveat == C.estimate_caveat()
+
+
 # ------------------------------------------------------------- outputs and inputs
 
 

@@ -433,7 +433,8 @@ def _warnings(model, sets, inputs, input_ranges):
     names = _check.output_names(model)
     if len(sets) == 1:  # held-out data: too few inputs, or halves that disagree
         out += _check.rough_figures(sets[0]["reference"], sets[0]["test"], names, sets[0]["n"])
-    else:  # without data: the two sets of synthetic inputs that disagree
+    else:  # without data: an estimate, and the two sets of synthetic inputs that disagree
+        out.append(_check.estimate_caveat())
         for a, b in zip(*(c["outputs"] for c in sets)):
             if abs(a.sqnr_db - b.sqnr_db) > _check.DISAGREE_DB:
                 out.append(f"output '{a.name}': the check's two sets of synthetic inputs "
