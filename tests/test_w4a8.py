@@ -162,6 +162,30 @@ def test_int4_runs_as_its_int8_twin(rounded, data, per_channel):
     assert Q.sqnr_db(ref, y4) > 25  # 8-bit activations of the rounded model, not garbage
 
 
+def test_the_smallest_kernels_kept_wide_are_stored_int8(net, data):
+    """``wide_share``: the smallest kernels within the share go on 8-bit grids, are stored
+    INT8 with their steps, and the report says so; the others stay INT4."""
+    model = keras.models.clone_model(net)
+    model.set_weights(net.get_weights())
+    folded = cle.fold_all_batch_norms(model)[1]
+    # kernels: c1 45, dw 90, grouped 50, logits 28 weights (213); 35 % is 74: logits and c1
+    report, entries = round_model(folded, [data], bits=4, per_channel=True, method="gptq",
+                                  wide_share=0.35)
+    bits = {r.layer: r.bits for r in report.layers}
+    assert bits == {"c1": 8, "dw": 4, "grouped": 4, "logits": 8}
+    assert any("2 small kernels kept on 8-bit grids (34.3% of the rounded weights)" in line
+               for line in report.summary_lines())
+    for e in entries:
+        if e.bits == 8:  # on the 8-bit grid of its steps, using more than the 4-bit range
+            k = e.kernel / e.scales.reshape((1,) * (e.kernel.ndim - 1) + (-1,))
+            np.testing.assert_allclose(k, np.round(k), atol=1e-3)
+            assert 7 < np.abs(np.round(k)).max() <= 127
+    w8 = tflite.convert_int8(folded, data, per_channel=True)
+    _, stored = W.store_weights(w8, entries)
+    assert {w.layer: w.storage for w in stored if w.layer in bits} == {
+        "c1": "INT8", "dw": "INT4", "grouped": "INT4", "logits": "INT8"}
+
+
 def test_a_kernel_off_its_grid_is_refused(rounded):
     w8, _, _, model = rounded[True]
     layer = model.get_layer("c1")
