@@ -15,6 +15,7 @@ from keras import layers as L
 
 import cle
 from cle import quantization as Q
+from cle._core.inputs import ModelInputs
 from cle._measure import tflite
 from cle._measure import weight_store as W
 from cle._quantize import pipeline
@@ -311,6 +312,28 @@ def test_w4a8_without_data(net):
     assert report.rounding.n_inputs == report.n_calibration == (
         pipeline.SYNTHETIC_CALIBRATION + pipeline.SYNTHETIC_CHECK)
     assert [w.storage for w in report.weights].count("INT4") == 4
+
+
+@pytest.mark.parametrize("has_data", [True, False])
+def test_round_stage_keeps_small_kernels_wide_without_data_only(has_data, monkeypatch):
+    """Without data (4 bits) the rounding stage keeps the smallest kernels on 8-bit grids and
+    damps GPTQ more; with data it rounds every kernel at 4 bits with GPTQ's own ridge."""
+    from cle._math.rounding import DAMP
+    from cle._quantize import weight_stages
+    from cle._quantize.options import QuantizeOptions
+
+    seen = {}
+    monkeypatch.setattr(weight_stages, "round_model",
+                        lambda model, inputs, **kw: seen.update(kw) or (None, None))
+    opts = QuantizeOptions.from_call(object() if has_data else None, weight_bits=4)
+    x = ModelInputs((np.zeros((2, 3), np.float32),), ("x",), ((3,),))
+    weight_stages.round_stage(None, x, opts, "inputs", lambda m: None)
+    assert seen["bits"] == 4 and seen["method"] == "gptq"
+    if has_data:
+        assert (seen["wide_share"], seen["damp"]) == (0.0, DAMP)
+    else:
+        assert (seen["wide_share"], seen["damp"]) == (weight_stages.SYNTHETIC_WIDE_SHARE,
+                                                      weight_stages.SYNTHETIC_DAMP)
 
 
 @pytest.mark.parametrize("kwargs, message", [
