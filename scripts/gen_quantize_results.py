@@ -35,6 +35,8 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# The checkout this script is in, not whichever one the environment installed in editable mode.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 
 import cle  # noqa: E402
@@ -58,15 +60,18 @@ def _metrics(ref, y):
     return {"top1_agreement": Q.top1_agreement(ref, y), "sqnr_db": Q.sqnr_db(ref, y)}
 
 
-def measure(net):
+WEIGHTS = ("per_channel", "per_tensor")
+
+
+def measure(net, weights=WEIGHTS):
     title, build, pre, size = NETS[net]
     model = build()
     x_eval = pre(P.sample_images(EVAL_CROPS, size, seed=0))
     x_cal = pre(P.sample_images(CALIB_CROPS, size, seed=1))
     ref = model.predict(x_eval, batch_size=32, verbose=0)
     out = {"net": title, "load": os.getloadavg()[0], "cpu": cpu_name(), "rows": {}}
-    for per_channel in (True, False):
-        key = "per_channel" if per_channel else "per_tensor"
+    for key in weights:
+        per_channel = key == "per_channel"
         rows = {}
         start = time.perf_counter()
         # The float model straight into TF Lite's converter (the same flatbuffer as
@@ -206,15 +211,34 @@ def rendered():
     return out
 
 
+def _merged(net, result):
+    """``result`` with the saved rows of the granularities it did not measure (the load
+    range spans both runs)."""
+    if len(result["rows"]) == len(WEIGHTS) or not os.path.exists(_path(net)):
+        return result
+    with open(_path(net), encoding="utf-8") as f:
+        saved = json.load(f)
+    for key, rows in saved["rows"].items():
+        result["rows"].setdefault(key, rows)
+    result["rows"] = {key: result["rows"][key] for key in WEIGHTS if key in result["rows"]}
+    result["load"] = min(result["load"], saved["load"])
+    result["load_after"] = max(result["load_after"], saved.get("load_after", 0.0))
+    return result
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--net", choices=sorted(NETS), action="append")
     ap.add_argument("--console", action="store_true",
                     help="only the bare `cle quantize` console example")
+    ap.add_argument("--weights", choices=WEIGHTS, action="append",
+                    help="measure only these weight granularities (the others' saved rows stay)")
+    ap.add_argument("--no-console", action="store_true",
+                    help="measure the networks, not the console example")
     ap.add_argument("--render", action="store_true", help="measure nothing; docs from docs/data")
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args(argv)
-    if not args.render:
+    if not args.render and not args.no_console:
         run = console()
         print(run["stdout"], run["stderr"], flush=True)
         if not args.no_write:
@@ -222,7 +246,7 @@ def main(argv=None):
                 json.dump(run, f, indent=1)
     if not args.render and not args.console:
         for net in args.net or list(NETS):
-            result = measure(net)
+            result = _merged(net, measure(net, args.weights or WEIGHTS))
             if not args.no_write:
                 with open(_path(net), "w", encoding="utf-8") as f:
                     json.dump(result, f, indent=1)
