@@ -51,6 +51,8 @@ class EqualizationReport:
             reason), and for ``objective="quantized"`` the modelled INT8 noise and the
             activation range before and after.
         objective: how the scales were chosen ("quantized" or "weights").
+        groups: :class:`cle._transforms.residual.GroupInfo` of every residual group scaled
+            (per-tensor weights only).
     """
 
     folded: list
@@ -63,6 +65,7 @@ class EqualizationReport:
     bias_corrections: list = dataclasses.field(default_factory=list)
     scaling: list = dataclasses.field(default_factory=list)
     objective: str = "weights"
+    groups: list = dataclasses.field(default_factory=list)
     # Names of the input model's layers, operations and sub-models, to group reasons in
     # summary().
     layer_names: frozenset = dataclasses.field(default_factory=frozenset, repr=False)
@@ -86,7 +89,7 @@ class EqualizationReport:
         lines = [
             f"batch norms folded: {len(self.folded)}, skipped: {len(self.fold_skipped)}",
             f"scaled sets: {len(self.sets)} ({n_pairs} pairs, {len(self.sets) - n_pairs} "
-            "triplets)",
+            "triplets)" + (f", residual groups: {len(self.groups)}" if self.groups else ""),
         ]
         for what, reason, count, example in self.reasons():
             lines.append(f"  {what} ×{count}: {reason} (e.g. '{example}')")
@@ -119,6 +122,7 @@ class EqualizationReport:
             "bias_corrections": [dataclasses.asdict(r) for r in self.bias_corrections],
             "objective": self.objective,
             "scaling": [d.to_dict() for d in self.scaling],
+            "groups": [dataclasses.asdict(g) for g in self.groups],
         }
 
     def __str__(self):
@@ -146,6 +150,8 @@ class EqualizationReport:
                 for p in info.cls_pair_info_list
             ]
             lines.append("  set  " + " ; ".join(parts))
+        for g in self.groups:
+            lines.append(f"  res  {g}")
         for d in self.scaling:
             if d.scaled and d.noise_before is not None:
                 lines.append(f"  cls  {d}")
