@@ -206,6 +206,8 @@ def build_checked(model, calibration_data, opts: QuantizeOptions, say,
     inputs = _calibration_inputs(model, x, input_ranges, opts, say, seconds)
     equalized, eq_report = _timed(seconds, "equalize", _equalize, model, view, x, inputs,
                                   opts, say)
+    if opts.rounding_method == "tapsum":
+        _timed(seconds, "rounding", weight_stages.snap_stage, equalized, opts, say)
     if opts.rounds:
         rounded, entries = _timed(
             seconds, "rounding", weight_stages.round_stage, equalized, inputs.calibration,
@@ -347,7 +349,8 @@ def _equalize(model, view, x, inputs, opts, say):
     eq_opts = EqualizeOptions(
         bias_correction=mode, weight_bits=opts.weight_bits,
         per_channel_weights=opts.per_channel, activation_bits=opts.activation_bits,
-        activation_ranges="calibration" if with_data else "bn", has_data=with_data)
+        activation_ranges="calibration" if with_data else "bn", has_data=with_data,
+        weight_rounding="tapsum" if opts.rounding_method == "tapsum" else "nearest")
     say(f"equalizing (cross-layer scaling for "
         f"{'per-channel' if opts.per_channel else 'per-tensor'} INT{opts.weight_bits}, {mode} "
         "bias correction)")

@@ -1,13 +1,45 @@
 """The weight stages of :func:`cle.quantization.quantize`: the rounding of the kernels (after
 equalizing, before converting) and the storage of the rounded kernels in the ``.tflite``
-(after converting): 4-bit weights (W4A8) and rounding chosen for the output, at 4 or 8 bits."""
+(after converting): 4-bit weights (W4A8) and rounding chosen for the output, at 4 or 8 bits;
+or, for an 8-bit rounding TF Lite's converter keeps ("tapsum"), the kernels put on their grid
+before converting (:func:`snap_stage`)."""
 
 from __future__ import annotations
 
+import numpy as np
+
+from cle._core.graph import graph_view
+from cle._core.layouts import kernel_specs, read_weight
+from cle._math.kernel_quant import round_kernel
 from cle._measure.weight_store import store_weights, weight_storage
 from cle._quantize.rounding import round_model
+from cle._transforms.bias_pass import TAPSUM_LAYERS
 
-__all__ = ["round_stage", "store_stage"]
+__all__ = ["round_stage", "snap_stage", "store_stage"]
+
+
+def snap_stage(equalized, opts, say) -> list[str]:
+    """With ``rounding="tapsum"``: every Conv2D and DepthwiseConv2D kernel of ``equalized``
+    (the pipeline's own copy) with more than one tap put on its 8-bit grid in place, each
+    (input, output) channel pair's tap sum kept (:func:`cle._math.kernel_quant.round_kernel`:
+    the grid TF Lite's converter will compute from the kernel, whose largest weight stays),
+    so that the converter's rounding to nearest gives every weight back as it is. The bias
+    correction of the equalize stage corrected for these kernels. Returns the layers' names."""
+    if opts.rounding_method != "tapsum":
+        return []
+    say("putting the kernels on their 8-bit grids (tap sums kept)")
+    done = []
+    for layer in {id(c.layer): c.layer for c in graph_view(equalized).calls}.values():
+        if type(layer) not in TAPSUM_LAYERS:
+            continue
+        for attr, axis, depthwise in kernel_specs(layer):
+            var = getattr(layer, attr)
+            kernel = read_weight(var)
+            if int(np.prod(kernel.shape[:-2])) > 1:
+                var.assign(round_kernel(kernel, 8, axis if opts.per_channel else None,
+                                        depthwise, "tapsum").astype(kernel.dtype))
+                done.append(layer.name)
+    return done
 
 
 def round_stage(equalized, x_cal, opts, source, say):
