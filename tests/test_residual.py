@@ -19,7 +19,8 @@ L = keras.layers
 
 def _block(x, c, name, after_add=None):
     """expand → BN → ReLU6 → depthwise → BN → ReLU6 → project → BN, added to ``x``."""
-    y = L.ReLU(6.0)(L.BatchNormalization(name=name + "_bn1")(L.Conv2D(c * 4, 1, name=name + "_expand")(x)))
+    y = L.Conv2D(c * 4, 1, name=name + "_expand")(x)
+    y = L.ReLU(6.0)(L.BatchNormalization(name=name + "_bn1")(y))
     y = L.ReLU(6.0)(L.BatchNormalization(name=name + "_bn2")(
         L.DepthwiseConv2D(3, padding="same", name=name + "_dw")(y)))
     y = L.BatchNormalization(name=name + "_bn3")(L.Conv2D(c, 1, name=name + "_project")(y))

@@ -103,11 +103,15 @@ def quantize(model, calibration_data=None, *, per_channel: bool = True, weight_b
             never saw) check. Models with one input and one output only; 8-bit weights
             rounded to nearest only (the tuning requantizes with TF Lite's own rounding).
         rounding: how kernels are rounded onto their grid: "nearest" (what TF Lite's
-            converter does), "gptq" (layer by layer for the layer's output, on the
+            converter does), "tapsum" (8 bits: to nearest, then the fewest weights of each
+            (input, output) channel pair of a Conv2D or DepthwiseConv2D kernel moved one step
+            so that its sum over the taps stays within half a step of the float one; the
+            converter keeps them), "gptq" (layer by layer for the layer's output, on the
             calibration inputs, or without data on the synthetic calibration inputs, never
             on the check's; each layer's bias takes its mean output error away, unless
             ``bias_correction="none"``), "adaround" (the same aim, learned; slower), or
-            "auto" (default): "gptq" at 4 bits, "nearest" at 8 (chosen by measurement:
+            "auto" (default): "gptq" at 4 bits; at 8, "nearest" with per-channel weights
+            and "tapsum" with per-tensor weights (chosen by measurement:
             docs/quantize_w4.md).
 
     Returns:

@@ -181,7 +181,8 @@ def _analytic_deltas(targets, sem, kernel_of, bits, per_channel, records, roundi
             records[id(call)] = BiasCorrectionRecord(layer.name, "skipped", reason=reason)
             continue
         mean_x, note = result
-        eps = _kernel_error(kernel, kind, bits, per_channel, kernel_rounding(layer, rounding))
+        eps = _kernel_error(kernel, kind, bits, per_channel,
+                            kernel_rounding(layer, rounding))
         deltas[id(call)] = (_bias_delta(kind, eps, mean_x, _groups(layer)), note)
     return deltas
 
