@@ -11,6 +11,7 @@ from cle._core.graph import graph_view
 from cle._math import equalization
 from cle._transforms import residual
 from cle._transforms.bias_correction import planned_semantics
+from cle._transforms.equalize import equalize_checked
 from cle._transforms.options import EqualizeOptions
 from cle._transforms.plan import plan_equalization
 
@@ -43,9 +44,14 @@ def _groups(model):
     return residual.find_groups(graph_view(model), bns)
 
 
+def _equalize(model, **options):
+    opts = EqualizeOptions(**{"per_channel_weights": False, "residual_groups": True, **options})
+    return equalize_checked(model, graph_view(model), opts, None)
+
+
 def test_per_tensor_scales_the_stream_exactly():
     model = _net()
-    new, report = cle.equalize_model(model, per_channel_weights=False, return_report=True)
+    new, report = _equalize(model)
     assert [(g.producers, g.consumers) for g in report.groups] == [
         (["stem", "b1_project", "b2_project"], ["b1_expand", "b2_expand", "head"])]
     lo, hi = report.groups[0].scale_range
@@ -55,11 +61,14 @@ def test_per_tensor_scales_the_stream_exactly():
     assert report.to_dict()["groups"][0]["producers"] == ["stem", "b1_project", "b2_project"]
 
 
-@pytest.mark.parametrize("kwargs", [{}, {"objective": "weights", "per_channel_weights": False}])
-def test_per_channel_and_weight_objective_leave_the_stream(kwargs):
+@pytest.mark.parametrize("kwargs", [{"per_channel_weights": True}, {"objective": "weights"},
+                                    {"residual_groups": False}])
+def test_per_channel_weight_objective_and_default_leave_the_stream(kwargs):
     """Per-channel weights of a producer do not depend on the stream's scale; Nagel's
-    weight objective keeps its own sets."""
-    _, report = cle.equalize_model(_net(), return_report=True, **kwargs)
+    weight objective keeps its own sets; the groups are asked for (off by default)."""
+    _, report = _equalize(_net(), **kwargs)
+    assert report.groups == []
+    _, report = cle.equalize_model(_net(), per_channel_weights=False, return_report=True)
     assert report.groups == []
 
 
@@ -102,12 +111,13 @@ def test_analytic_bias_correction_reads_the_scaled_statistics():
     """The producers' folded BN statistics are divided by the group's scale, as a set's
     first layer's are by the set's."""
     model = _net()
-    opts = EqualizeOptions(per_channel_weights=False, bias_correction="analytic")
+    opts = EqualizeOptions(per_channel_weights=False, bias_correction="analytic",
+                           residual_groups=True)
     plan = plan_equalization(model, graph_view(model), opts)
     (group, s), = plan.groups
     stats = planned_semantics(plan).stats
     bn = model.get_layer("b1_bn3")
     gamma = np.asarray(bn.gamma)
     np.testing.assert_allclose(stats["b1_project"][0], gamma / s, rtol=1e-6)
-    new = cle.equalize_model(model, per_channel_weights=False, bias_correction="analytic")
+    new, _ = _equalize(model, bias_correction="analytic")
     assert max_rel_error(model, new, inputs_for(model)) < 0.1

@@ -132,11 +132,11 @@ def decide_sets(model, search, matches, planned, opts, data, progress):
 
 
 def scale_groups(view, transparent, planned, opts) -> list:
-    """For per-tensor weights (``objective="quantized"``), every residual group
-    (:mod:`cle._transforms.residual`) scaled by its Nagel scale; recorded in ``planned`` before
-    the sets are decided, so that each set sees the weights the groups leave. Returns
-    ``[(group, s)]``."""
-    if opts.objective != "quantized" or opts.target.per_channel:
+    """With ``opts.residual_groups``, for per-tensor weights (``objective="quantized"``),
+    every residual group (:mod:`cle._transforms.residual`) scaled by its Nagel scale; recorded
+    in ``planned`` before the sets are decided, so that each set sees the weights the groups
+    leave. Returns ``[(group, s)]``."""
+    if not opts.residual_groups or opts.objective != "quantized" or opts.target.per_channel:
         return []
     groups, ends = residual.find_groups(view, transparent)
     for name, reason in ends:
