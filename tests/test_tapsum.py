@@ -103,3 +103,18 @@ def test_options():
     opts = QuantizeOptions(rounding="tapsum", tune=True, has_data=True)
     assert not opts.rounds and opts.bias_mode == "empirical"
     QuantizeOptions(rounding="tapsum", bias_correction="analytic", activation_bits=16)
+
+
+def test_analyze_measures_the_snapped_kernels_against_their_float_values():
+    """Per-tensor, cle.analyze analyses what cle.quantize writes (kernels on their grid, tap
+    sums kept) against the float kernels: a layer whose kernel was put on its grid still
+    shows its weight error."""
+    model = _net()
+    x = np.random.default_rng(2).uniform(-1, 1, (16, 12, 12, 3)).astype(np.float32)
+    content, quantized = cle.quantize(model, x, per_channel=False)
+    assert quantized.target["rounding"] == "tapsum"
+    report = cle.analyze(model, x, per_channel=False)
+    assert report.tflite == content and report.output["sqnr_db"] == quantized.sqnr_db
+    rows = {r.name: r for r in report.layers}
+    assert rows["dw"].weight_sqnr_db is not None and np.isfinite(rows["dw"].weight_sqnr_db)
+    assert rows["dw"].weight_share > 0 and rows["stem"].weight_share > 0

@@ -182,6 +182,9 @@ class Int8Build:
             (None when TF Lite's converter rounds: 8 bits, to nearest).
         weights: how each weight tensor of the ``.tflite`` is stored and why
             (:class:`cle._measure.weight_store.StoredWeight`).
+        snapped: with ``rounding="tapsum"``, the float kernels the layers of ``equalized``
+            had before they were put on their grids (``equalized`` and ``calibrated`` hold
+            them on their grids), ``{layer name: {attribute: kernel}}``.
     """
 
     opts: QuantizeOptions
@@ -198,6 +201,7 @@ class Int8Build:
     tuning: Any = None
     rounding: Any = None
     weights: list = dataclasses.field(default_factory=list)
+    snapped: dict = dataclasses.field(default_factory=dict)
 
 
 def build_checked(model, calibration_data, opts: QuantizeOptions, say,
@@ -210,8 +214,8 @@ def build_checked(model, calibration_data, opts: QuantizeOptions, say,
     inputs = _calibration_inputs(model, x, input_ranges, opts, say, seconds)
     equalized, eq_report = _timed(seconds, "equalize", _equalize, model, view, x, inputs,
                                   opts, say)
-    if opts.rounding_method == "tapsum":
-        _timed(seconds, "rounding", weight_stages.snap_stage, equalized, opts, say)
+    snapped = _timed(seconds, "rounding", weight_stages.snap_stage, equalized, opts, say) if (
+        opts.rounding_method == "tapsum") else {}
     if opts.rounds:
         rounded, entries = _timed(
             seconds, "rounding", weight_stages.round_stage, equalized, inputs.calibration,
@@ -223,7 +227,8 @@ def build_checked(model, calibration_data, opts: QuantizeOptions, say,
     content, stored = _timed(seconds, "store", weight_stages.store_stage, content, entries, say)
     return Int8Build(opts, inputs, "data" if x is not None else "synthetic", input_ranges,
                      equalized, eq_report, calibrated, tensor_ranges, content, seconds,
-                     values if opts.tune else None, rounding=rounded, weights=stored)
+                     values if opts.tune else None, rounding=rounded, weights=stored,
+                     snapped=snapped)
 
 
 def check_sets(model, build: Int8Build, say) -> list:

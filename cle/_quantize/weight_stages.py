@@ -15,20 +15,21 @@ from cle._measure.weight_store import store_weights, weight_storage
 from cle._quantize.rounding import round_model
 from cle._transforms.bias_pass import TAPSUM_LAYERS
 
-__all__ = ["round_stage", "snap_stage", "store_stage"]
+__all__ = ["round_stage", "snap_stage", "store_stage", "unsnap"]
 
 
-def snap_stage(equalized, opts, say) -> list[str]:
+def snap_stage(equalized, opts, say) -> dict:
     """With ``rounding="tapsum"``: every Conv2D and DepthwiseConv2D kernel of ``equalized``
     (the pipeline's own copy) with more than one tap put on its 8-bit grid in place, each
     (input, output) channel pair's tap sum kept (:func:`cle._math.kernel_quant.round_kernel`:
     the grid TF Lite's converter will compute from the kernel, whose largest weight stays),
     so that the converter's rounding to nearest gives every weight back as it is. The bias
-    correction of the equalize stage corrected for these kernels. Returns the layers' names."""
+    correction of the equalize stage corrected for these kernels. Returns the float kernels
+    as they were, ``{layer name: {attribute: kernel}}`` (what :func:`unsnap` restores)."""
     if opts.rounding_method != "tapsum":
-        return []
+        return {}
     say("putting the kernels on their 8-bit grids (tap sums kept)")
-    done = []
+    done: dict = {}
     for layer in {id(c.layer): c.layer for c in graph_view(equalized).calls}.values():
         if type(layer) not in TAPSUM_LAYERS:
             continue
@@ -38,8 +39,16 @@ def snap_stage(equalized, opts, say) -> list[str]:
             if int(np.prod(kernel.shape[:-2])) > 1:
                 var.assign(round_kernel(kernel, 8, axis if opts.per_channel else None,
                                         depthwise, "tapsum").astype(kernel.dtype))
-                done.append(layer.name)
+                done.setdefault(layer.name, {})[attr] = kernel.copy()
     return done
+
+
+def unsnap(model, snapped: dict) -> None:
+    """Give the layers of ``model`` the float kernels :func:`snap_stage` returned."""
+    for name, kernels in snapped.items():
+        layer = model.get_layer(name)
+        for attr, kernel in kernels.items():
+            getattr(layer, attr).assign(kernel)
 
 
 def round_stage(equalized, x_cal, opts, source, say):
