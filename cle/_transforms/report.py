@@ -100,7 +100,7 @@ class EqualizationReport:
             a = np.asarray(a)
             return [float(a.min()), float(a.max())] if a.size else [1.0, 1.0]
 
-        return {
+        out = {
             "folded": [
                 {"layer": p.layer.name, "bn": p.bn.name, "bn_after": p.bn_after}
                 for p in self.folded
@@ -122,8 +122,10 @@ class EqualizationReport:
             "bias_corrections": [dataclasses.asdict(r) for r in self.bias_corrections],
             "objective": self.objective,
             "scaling": [d.to_dict() for d in self.scaling],
-            "groups": [dataclasses.asdict(g) for g in self.groups],
         }
+        if self.groups:  # residual groups are asked for (EqualizeOptions.residual_groups)
+            out["groups"] = [dataclasses.asdict(g) for g in self.groups]
+        return out
 
     def __str__(self):
         n_pairs = sum(len(s.cls_pair_info_list) == 1 for s in self.sets)
