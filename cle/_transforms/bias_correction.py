@@ -288,13 +288,10 @@ def planned_semantics(plan) -> Semantics:
     """What the walk of analytic correction reads on the input model's view, as
     :func:`cle.equalize_model`'s plan leaves the model: the statistics of each layer a BN is
     folded backward into, divided by the scale factor of the set where it is the first layer
-    or of the residual group it writes (``γ/s, β/s``; not for a layer that gave bias away by
-    high-bias folding, as :func:`bn_stats_from_report`), folded BNs passed through, ReLU6 clips
-    as planned."""
+    (``γ/s, β/s``; not for a layer that gave bias away by high-bias folding, as
+    :func:`bn_stats_from_report`), folded BNs passed through, ReLU6 clips as planned."""
     scale = {id(link.first.layer): np.asarray(s) for links, scales in plan.scaled
              for link, s in zip(links, scales)}
-    scale.update({id(c.layer): np.asarray(s) for group, s in plan.groups
-                  for c in group.producers})
     absorbed = {r.layer1 for r in plan.absorptions if r.absorbed}
     folded = {}  # the last BN folded backward into a layer describes its output
     for m in plan.matches:

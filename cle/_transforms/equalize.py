@@ -10,7 +10,6 @@ from cle._transforms.bn_fold import FoldedPair
 from cle._transforms.options import EqualizeOptions
 from cle._transforms.plan import plan_equalization
 from cle._transforms.relu6 import relu6_rebuild
-from cle._transforms.residual import GroupInfo
 from cle._transforms.report import EqualizationReport
 from cle._transforms.stepwise import (
     BiasAbsorption, ClsSetInfo, CrossLayerScaling, HighBiasFold, set_info,
@@ -171,7 +170,6 @@ def equalize_checked(model, view, opts: EqualizeOptions, x, progress=None):
         bias_absorptions=plan.absorptions,
         scaling=plan.decisions,
         objective=opts.objective,
-        groups=[GroupInfo.of(group, s) for group, s in plan.groups],
         layer_names=frozenset(n for c in view.calls for n in c.scope + (c.layer.name,)),
     )
     if corrections is not None:

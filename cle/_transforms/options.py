@@ -59,13 +59,6 @@ class EqualizeOptions:
     activation_bits: int = 8
     activation_ranges: str = "bn"
     weight_rounding: str = "nearest"
-    #: Scale residual groups (:mod:`cle._transforms.residual`; per-tensor weights,
-    #: ``objective="quantized"``). Off: measured on both real networks with per-tensor
-    #: weights, it gained 1.1 dB on EfficientNet-Lite1 with kernels rounded to nearest, but
-    #: nothing beyond the noise of the figures on either network once the kernels keep their
-    #: tap sums (``weight_rounding="tapsum"``, the per-tensor default of ``cle.quantize``), and
-    #: cost MobileNetV2 0.1 to 0.3 dB.
-    residual_groups: bool = False
     has_data: bool = False
     calibration_type: str = dataclasses.field(default="None", compare=False, repr=False)
 
@@ -75,9 +68,6 @@ class EqualizeOptions:
         check_choice("bias_correction", self.bias_correction, BIAS_CORRECTIONS)
         check_choice("activation_ranges", self.activation_ranges, ACTIVATION_RANGES)
         check_choice("weight_rounding", self.weight_rounding, WEIGHT_ROUNDINGS)
-        if not isinstance(self.residual_groups, (bool, np.bool_)):
-            raise ValueError("residual_groups must be a bool. Received: "
-                             f"residual_groups={self.residual_groups!r}")
         if self.wants_data != self.has_data:
             raise ValueError(
                 "calibration_data is needed for, and only for, bias_correction='empirical' or "

@@ -18,7 +18,7 @@ import keras
 import numpy as np
 
 from cle._math import noise
-from cle._transforms import residual, scale_choice
+from cle._transforms import scale_choice
 from cle._transforms import scaling as _scaling
 from cle._transforms.bn_match import find_matches, fold_plan
 from cle._transforms.sets import SetSearch, find_sets
@@ -51,8 +51,6 @@ class EqualizePlan:
     # id(layer) -> (lo, hi): the clip each changed ReLU6 will apply (a standalone one, or a
     # layer's fused one): per-channel ClippedReLU caps, or a ReLU's (0, inf)
     clips: dict = dataclasses.field(default_factory=dict)
-    # (ResidualGroup, s) of every scaled residual group, in graph order
-    groups: list = dataclasses.field(default_factory=list)
 
 
 def _set_layers(links):
@@ -131,26 +129,6 @@ def decide_sets(model, search, matches, planned, opts, data, progress):
     return decisions, scaled
 
 
-def scale_groups(view, transparent, planned, opts) -> list:
-    """With ``opts.residual_groups``, for per-tensor weights (``objective="quantized"``),
-    every residual group (:mod:`cle._transforms.residual`) scaled by its Nagel scale; recorded
-    in ``planned`` before the sets are decided, so that each set sees the weights the groups
-    leave. Returns ``[(group, s)]``."""
-    if not opts.residual_groups or opts.objective != "quantized" or opts.target.per_channel:
-        return []
-    groups, ends = residual.find_groups(view, transparent)
-    for name, reason in ends:
-        logger.info("at '%s': %s", name, reason)
-    scaled = []
-    for group in groups:
-        planned.keep({id(c.layer) for c in group.producers + group.consumers})
-        s = residual.group_scale(group, planned.exact)
-        planned.record(residual.group_factors(group, s, planned.has_bias))
-        scaled.append((group, s))
-    planned.keep(())
-    return scaled
-
-
 def _fold_high_biases(scaled, matches, planned, opts):
     backward = {id(m.target.layer): m.bn_call.layer for m in matches if m.bn_after}
     records = []
@@ -198,12 +176,10 @@ def plan_equalization(model, view: GraphView, opts: EqualizeOptions, x=None,
     matches, fold_skipped = find_matches(view)
     fold_edits, bypass = fold_plan(matches)
     # The sets as they will be after folding and ReLU6 handling.
-    transparent = {id(m.bn_call.layer) for m in matches}
-    search = find_sets(view, opts.relu6, transparent=transparent)
+    search = find_sets(view, opts.relu6, transparent={id(m.bn_call.layer) for m in matches})
     for call, reason in search.ends:
         logger.info("no scaling set starts at '%s': %s", call.layer.name, reason)
     planned = _scaling.PlannedWeights(fold_edits)
-    groups = scale_groups(view, transparent, planned, opts)
     decisions, scaled = decide_sets(model, search, matches, planned, opts,
                                     x if opts.activation_ranges == "calibration" else None,
                                     progress)
@@ -222,4 +198,4 @@ def plan_equalization(model, view: GraphView, opts: EqualizeOptions, x=None,
     for key, edit in relu6.items():
         merge(edits, key, edit)
     return EqualizePlan(matches, fold_skipped, search, decisions, scaled, absorptions, changed,
-                        edits, bypass, clips, groups)
+                        edits, bypass, clips)

@@ -51,8 +51,6 @@ class EqualizationReport:
             reason), and for ``objective="quantized"`` the modelled INT8 noise and the
             activation range before and after.
         objective: how the scales were chosen ("quantized" or "weights").
-        groups: :class:`cle._transforms.residual.GroupInfo` of every residual group scaled
-            (per-tensor weights only).
     """
 
     folded: list
@@ -65,7 +63,6 @@ class EqualizationReport:
     bias_corrections: list = dataclasses.field(default_factory=list)
     scaling: list = dataclasses.field(default_factory=list)
     objective: str = "weights"
-    groups: list = dataclasses.field(default_factory=list)
     # Names of the input model's layers, operations and sub-models, to group reasons in
     # summary().
     layer_names: frozenset = dataclasses.field(default_factory=frozenset, repr=False)
@@ -89,7 +86,7 @@ class EqualizationReport:
         lines = [
             f"batch norms folded: {len(self.folded)}, skipped: {len(self.fold_skipped)}",
             f"scaled sets: {len(self.sets)} ({n_pairs} pairs, {len(self.sets) - n_pairs} "
-            "triplets)" + (f", residual groups: {len(self.groups)}" if self.groups else ""),
+            "triplets)",
         ]
         for what, reason, count, example in self.reasons():
             lines.append(f"  {what} ×{count}: {reason} (e.g. '{example}')")
@@ -100,7 +97,7 @@ class EqualizationReport:
             a = np.asarray(a)
             return [float(a.min()), float(a.max())] if a.size else [1.0, 1.0]
 
-        out = {
+        return {
             "folded": [
                 {"layer": p.layer.name, "bn": p.bn.name, "bn_after": p.bn_after}
                 for p in self.folded
@@ -123,9 +120,6 @@ class EqualizationReport:
             "objective": self.objective,
             "scaling": [d.to_dict() for d in self.scaling],
         }
-        if self.groups:  # residual groups are asked for (EqualizeOptions.residual_groups)
-            out["groups"] = [dataclasses.asdict(g) for g in self.groups]
-        return out
 
     def __str__(self):
         n_pairs = sum(len(s.cls_pair_info_list) == 1 for s in self.sets)
@@ -152,8 +146,6 @@ class EqualizationReport:
                 for p in info.cls_pair_info_list
             ]
             lines.append("  set  " + " ; ".join(parts))
-        for g in self.groups:
-            lines.append(f"  res  {g}")
         for d in self.scaling:
             if d.scaled and d.noise_before is not None:
                 lines.append(f"  cls  {d}")
