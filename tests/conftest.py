@@ -179,6 +179,7 @@ _NOT_ON_JAX_FOR_TIME = {
 _NOT_ON_JAX_BUT_IN_TEST_ALL = {
     "test_examples.py": "the example scripts",
     "test_docs_site.py": "the documentation pages' code",
+    "test_docs.py": "the README's code and commands and the generated documentation blocks",
     "test_cli_process.py": "the command line as a separate process",
 }
 

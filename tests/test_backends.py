@@ -196,12 +196,21 @@ def test_real_mobilenet_v2_fold_equalize_and_fuse():
     model = real_mobilenet_v2()
     x = pretrained.preprocess_imagenet(pretrained.sample_images(4))
     snapshot = weights_snapshot(model)
+
+    def run(m):  # the compiled whole graph: on JAX op-by-op calls cost 3-4x more here
+        return m.predict(x, batch_size=len(x), verbose=0).astype(np.float64)
+
+    ref = run(model)
+
+    def rel_error(m):
+        return np.abs(run(m) - ref).max() / np.abs(ref).max()
+
     pairs, folded = cle.fold_all_batch_norms(model)
     assert len(pairs) == 52
-    assert max_rel_error(model, folded, x) <= RTOL
+    assert rel_error(folded) <= RTOL
     equalized, report = cle.equalize_model(model, return_report=True)
     assert len(report.sets) > 0
-    assert max_rel_error(model, equalized, x) <= RTOL
+    assert rel_error(equalized) <= RTOL
     fused = cle.fuse_for_training(model)
-    assert max_rel_error(model, fused, x) <= RTOL
+    assert rel_error(fused) <= RTOL
     _assert_weights_equal(model, snapshot)

@@ -159,6 +159,21 @@ def test_measured_junction_is_the_data_max():
     np.testing.assert_allclose(whole.mean_sq, (np.clip(pre, 0, 6) ** 2).mean(axis=0))
 
 
+@pytest.mark.parametrize("kind, cap", [("linear", None), ("relu", None), ("relu6", 6.0),
+                                       ("clipped", np.array([0.5, 1.0, 2.0, 3.0, 9.0]))])
+def test_float32_activations_give_the_float64_statistics(kind, cap):
+    """SampleStats keeps float32 activations in float32 (for speed): the range and the counts
+    are those of the float64 values exactly, the mean square to float32 round-off."""
+    rng = np.random.default_rng(1)
+    pre = rng.normal(0.5, 2.0, size=(20000, 5)).astype(np.float32)
+    single = noise.junction_from_samples(pre, kind, cap)
+    double = noise.junction_from_samples(pre.astype(np.float64), kind, cap)
+    for attr in ("hi", "lo", "passing", "positive"):
+        np.testing.assert_array_equal(getattr(single, attr), getattr(double, attr))
+    np.testing.assert_allclose(single.mean_sq, double.mean_sq, rtol=1e-6)
+    assert single.hi.dtype == single.mean_sq.dtype == np.float64
+
+
 def test_scale_model_quantized_in_place(mobilenet, monkeypatch):
     # No margin: on this randomized network no set clears the default 2 dB; the point here is
     # that the sets scale_model does scale keep the function.

@@ -287,12 +287,24 @@ class SampleStats:
         self.hi = self.lo = self.sq = self.pos = self.passing = None
 
     def update(self, pre):
-        """Add values ``pre`` of shape (N, C)."""
-        pre = np.asarray(pre, dtype=np.float64)
-        cap = np.inf if self.cap is None else self.cap
-        post = pre if self.kind == "linear" else np.clip(pre, 0.0, cap)
-        stats = (pre.max(axis=0), pre.min(axis=0), (post ** 2).sum(axis=0),
-                 (pre > 0).sum(axis=0), ((pre > 0) & (pre < cap)).sum(axis=0))
+        """Add values ``pre`` of shape (N, C). The values keep their float type (max, min and
+        counts are exact in it); the squares are summed in float64."""
+        pre = np.asarray(pre)
+        if pre.dtype not in (np.float32, np.float64):
+            pre = pre.astype(np.float64)
+        positive = pre > 0
+        if self.kind == "linear":
+            post, passing = pre, positive
+        elif self.cap is None:
+            post, passing = np.maximum(pre, pre.dtype.type(0)), positive
+        else:
+            cap = np.asarray(self.cap, dtype=pre.dtype)
+            post = np.clip(pre, pre.dtype.type(0), cap)
+            passing = positive & (pre < cap)
+        squares = np.square(post, out=None if post is pre else post)
+        stats = (pre.max(axis=0).astype(np.float64), pre.min(axis=0).astype(np.float64),
+                 squares.sum(axis=0, dtype=np.float64), positive.sum(axis=0),
+                 passing.sum(axis=0))
         if self.n == 0:
             self.hi, self.lo, self.sq, self.pos, self.passing = stats
         else:
