@@ -166,3 +166,16 @@ def test_moments_sample_the_same_positions_in_both_streams():
     H2, _ = moments(xf, xf, g, bias=True, max_positions=200, seed=2)
     assert not np.allclose(H2, H)  # other positions
     assert H[0, -1, -1] == 1.0  # the bias input
+
+
+def test_smallest_within_takes_the_smallest_kernels_within_the_share():
+    sizes = [900, 10, 40, 30, 20]  # 1000 in all
+    # 5 % = 50: 10 and 20 (30 more would overrun), ascending order of size
+    assert R.smallest_within(sizes, 0.05) == [1, 4]
+    # 10 % = 100: 10 + 20 + 30 + 40 = 100, exactly the budget
+    assert R.smallest_within(sizes, 0.10) == [1, 2, 3, 4]
+    # a kernel that would overrun is skipped, a smaller later one still fits
+    assert R.smallest_within([5, 60, 935], 0.06) == [0]
+    assert R.smallest_within([60, 5, 935], 0.065) == [0, 1]
+    assert R.smallest_within(sizes, 0.0) == []
+    assert R.smallest_within(sizes, 1.0) == [0, 1, 2, 3, 4]

@@ -15,6 +15,7 @@ from keras import layers as L
 
 import cle
 from cle import quantization as Q
+from cle._core.inputs import ModelInputs
 from cle._measure import tflite
 from cle._measure import weight_store as W
 from cle._quantize import pipeline
@@ -162,6 +163,30 @@ def test_int4_runs_as_its_int8_twin(rounded, data, per_channel):
     assert Q.sqnr_db(ref, y4) > 25  # 8-bit activations of the rounded model, not garbage
 
 
+def test_the_smallest_kernels_kept_wide_are_stored_int8(net, data):
+    """``wide_share``: the smallest kernels within the share go on 8-bit grids, are stored
+    INT8 with their steps, and the report says so; the others stay INT4."""
+    model = keras.models.clone_model(net)
+    model.set_weights(net.get_weights())
+    folded = cle.fold_all_batch_norms(model)[1]
+    # kernels: c1 45, dw 90, grouped 50, logits 28 weights (213); 35 % is 74: logits and c1
+    report, entries = round_model(folded, [data], bits=4, per_channel=True, method="gptq",
+                                  wide_share=0.35)
+    bits = {r.layer: r.bits for r in report.layers}
+    assert bits == {"c1": 8, "dw": 4, "grouped": 4, "logits": 8}
+    assert any("2 small kernels kept on 8-bit grids (34.3% of the rounded weights)" in line
+               for line in report.summary_lines())
+    for e in entries:
+        if e.bits == 8:  # on the 8-bit grid of its steps, using more than the 4-bit range
+            k = e.kernel / e.scales.reshape((1,) * (e.kernel.ndim - 1) + (-1,))
+            np.testing.assert_allclose(k, np.round(k), atol=1e-3)
+            assert 7 < np.abs(np.round(k)).max() <= 127
+    w8 = tflite.convert_int8(folded, data, per_channel=True)
+    _, stored = W.store_weights(w8, entries)
+    assert {w.layer: w.storage for w in stored if w.layer in bits} == {
+        "c1": "INT8", "dw": "INT4", "grouped": "INT4", "logits": "INT8"}
+
+
 def test_a_kernel_off_its_grid_is_refused(rounded):
     w8, _, _, model = rounded[True]
     layer = model.get_layer("c1")
@@ -287,6 +312,28 @@ def test_w4a8_without_data(net):
     assert report.rounding.n_inputs == report.n_calibration == (
         pipeline.SYNTHETIC_CALIBRATION + pipeline.SYNTHETIC_CHECK)
     assert [w.storage for w in report.weights].count("INT4") == 4
+
+
+@pytest.mark.parametrize("has_data", [True, False])
+def test_round_stage_keeps_small_kernels_wide_without_data_only(has_data, monkeypatch):
+    """Without data (4 bits) the rounding stage keeps the smallest kernels on 8-bit grids and
+    damps GPTQ more; with data it rounds every kernel at 4 bits with GPTQ's own ridge."""
+    from cle._math.rounding import DAMP
+    from cle._quantize import weight_stages
+    from cle._quantize.options import QuantizeOptions
+
+    seen = {}
+    monkeypatch.setattr(weight_stages, "round_model",
+                        lambda model, inputs, **kw: seen.update(kw) or (None, None))
+    opts = QuantizeOptions.from_call(object() if has_data else None, weight_bits=4)
+    x = ModelInputs((np.zeros((2, 3), np.float32),), ("x",), ((3,),))
+    weight_stages.round_stage(None, x, opts, "inputs", lambda m: None)
+    assert seen["bits"] == 4 and seen["method"] == "gptq"
+    if has_data:
+        assert (seen["wide_share"], seen["damp"]) == (0.0, DAMP)
+    else:
+        assert (seen["wide_share"], seen["damp"]) == (weight_stages.SYNTHETIC_WIDE_SHARE,
+                                                      weight_stages.SYNTHETIC_DAMP)
 
 
 @pytest.mark.parametrize("kwargs, message", [

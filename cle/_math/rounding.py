@@ -34,8 +34,7 @@ import numpy as np
 __all__ = [
     "METHODS", "adaround", "asymmetric_target", "best_bias", "channel_order", "damped",
     "from_rows", "gptq", "grid_max", "keep_tap_sums", "nearest", "output_error", "round_rows",
-    "scale_maxabs",
-    "scale_mse", "schur_bias", "to_rows",
+    "scale_maxabs", "scale_mse", "schur_bias", "smallest_within", "to_rows",
 ]
 
 #: Relative ridge added to ``H``'s diagonal (GPTQ's dampening).
@@ -290,6 +289,24 @@ def round_rows(W, H, G, bits, method, n_quant, per_tensor=False, free_bias=True,
         Q = adaround(target[:, :, :n_quant], schur_bias(damped(H, damp, n_quant), n_quant),
                      s, qmax)
     return Q, best_bias(target, Q, H, n_quant), s
+
+
+def smallest_within(sizes, share):
+    """The indices of the smallest kernels whose sizes add up to at most ``share`` of the
+    total (``sizes``: parameters per kernel), taken smallest first (ties in order), skipping
+    any kernel that would overrun the budget. At 4 bits these are the kernels worth keeping
+    on an 8-bit grid: the bytes they add are at most ``share / 2`` of the 4-bit kernels'
+    (half a byte more per weight), and small kernels (depthwise 3x3, the first convolution,
+    the early blocks) are the ones whose 4-bit error the rest of the network carries
+    furthest."""
+    sizes = np.asarray(sizes, np.int64).ravel()
+    budget = share * sizes.sum()
+    chosen, used = [], 0
+    for i in np.argsort(sizes, kind="stable"):
+        if used + sizes[i] <= budget:
+            chosen.append(int(i))
+            used += int(sizes[i])
+    return sorted(chosen)
 
 
 # ------------------------------------------------------------------- kernels as rows

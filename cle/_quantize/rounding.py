@@ -51,6 +51,8 @@ class RoundedLayer:
             measured: "nearest" runs no data).
         sqnr_db: the same with the rounding chosen (and its bias).
         seconds: time spent on the layer.
+        bits: the grid's bits of this layer (8 for a kernel kept wide: see
+            :func:`round_model`'s ``wide_share``).
     """
 
     layer: str
@@ -59,6 +61,7 @@ class RoundedLayer:
     sqnr_nearest_db: float | None = None
     sqnr_db: float | None = None
     seconds: float = 0.0
+    bits: int | None = None
 
     def line(self) -> str:
         if self.sqnr_db is None:
@@ -109,6 +112,12 @@ class RoundingReport:
                          f"nearest -> {np.median([r.sqnr_db for r in measured]):.1f} dB "
                          f"(gain {np.median(gain):.1f} dB at the median, "
                          f"{gain.min():.1f} dB at the least)")
+        wide = [r for r in self.layers if r.bits is not None and r.bits != self.bits]
+        if wide:
+            size = sum(int(np.prod(r.shape)) for r in self.layers)
+            lines.append(f"  {len(wide)} small kernels kept on 8-bit grids "
+                         f"({sum(int(np.prod(r.shape)) for r in wide) / size:.1%} of the "
+                         "rounded weights)")
         if self.kept:
             lines.append(f"  {len(self.kept)} layers with kernels left to TF Lite's converter "
                          "(see the weights)")
@@ -222,7 +231,7 @@ def _channels_last(layer, value):
     return x
 
 
-def _round_call(call, xf, xq, method, bits, per_tensor, free_bias, seed):
+def _round_call(call, xf, xq, method, bits, per_tensor, free_bias, seed, damp=R.DAMP):
     """Round one layer on its inputs in both streams; returns ``(float output, quantized
     output, RoundedLayer, steps)``."""
     start = time.perf_counter()
@@ -235,7 +244,7 @@ def _round_call(call, xf, xq, method, bits, per_tensor, free_bias, seed):
     del a_q, a_f
     W = _rows(layer, kind)
     n = W.shape[2] - int(layer.use_bias)
-    Q, bias, s = R.round_rows(W, H, G, bits, method, n, per_tensor, free_bias)
+    Q, bias, s = R.round_rows(W, H, G, bits, method, n, per_tensor, free_bias, damp)
     del H, G
     out_f = run_call(call, xf)
     q_near, _, _ = R.round_rows(W, None, None, bits, "nearest", n, per_tensor)
@@ -246,14 +255,15 @@ def _round_call(call, xf, xq, method, bits, per_tensor, free_bias, seed):
     _assign(layer, kind, Q, bias if layer.use_bias else None)
     out_q = run_call(call, xq)
     record = RoundedLayer(layer.name, kind, tuple(layer.kernel.shape),
-                          _sqnr(out_f[0], out_n[0]), _sqnr(out_f[0], out_q[0]))
+                          _sqnr(out_f[0], out_n[0]), _sqnr(out_f[0], out_q[0]), bits=bits)
     record.seconds = time.perf_counter() - start
     return out_f, out_q, record, s
 
 
-def _stream_pass(view, targets, inputs, method, bits, per_channel, free_bias, say):
-    """Both streams through the graph, rounding each target on the way; yields
-    ``(call, RoundedLayer, steps)``."""
+def _stream_pass(view, targets, inputs, method, bits, per_channel, free_bias, say,
+                 damp=R.DAMP):
+    """Both streams through the graph, rounding each target on the way (``bits``: one per
+    target); yields ``(call, RoundedLayer, steps)``."""
     calls = calls_leading_to(view, targets)
     index = {id(c): k for k, c in enumerate(targets, start=1)}
     uses: dict[int, int] = {}
@@ -266,8 +276,9 @@ def _stream_pass(view, targets, inputs, method, bits, per_channel, free_bias, sa
         xf, xq = (list(v) for v in zip(*(live[id(t)] for t in call.inputs)))
         k = index.get(id(call))
         if k is not None:
-            out_f, out_q, record, s = _round_call(call, xf, xq, method, bits,
-                                                  not per_channel, free_bias, seed=k)
+            out_f, out_q, record, s = _round_call(call, xf, xq, method, bits[k - 1],
+                                                  not per_channel, free_bias, seed=k,
+                                                  damp=damp)
             say(f"rounding [{k}/{len(targets)}] {record.line()}")
             yield call, record, s
         else:
@@ -289,7 +300,7 @@ def _stream_pass(view, targets, inputs, method, bits, per_channel, free_bias, sa
 
 
 def round_model(model, inputs, *, bits, per_channel, method, free_bias=True, source="",
-                say=None):
+                say=None, wide_share=0.0, damp=R.DAMP):
     """Round the kernels of ``model`` in place (the caller's own copy) for the ``bits``-bit
     target.
 
@@ -305,6 +316,9 @@ def round_model(model, inputs, *, bits, per_channel, method, free_bias=True, sou
             for "nearest", which leaves biases as they are).
         source: what ``inputs`` are, for the report.
         say: ``callable(str)`` told about each layer.
+        wide_share: below 8 bits, the smallest kernels, up to this share of the rounded
+            weights, go on 8-bit grids instead (:func:`cle._math.rounding.smallest_within`).
+        damp: GPTQ's relative ridge on ``H`` (:data:`cle._math.rounding.DAMP`).
 
     Returns:
         ``(RoundingReport, [LayerWeights])``: what the stage did, and every layer with a
@@ -316,25 +330,38 @@ def round_model(model, inputs, *, bits, per_channel, method, free_bias=True, sou
     targets, kept, entries = _plan(view, bits)
     report = RoundingReport(method, bits, per_channel, source if method != "nearest" else "",
                             len(inputs[0]) if method != "nearest" else 0, kept=kept)
+    widths = _widths(targets, bits, wide_share)
     if method == "nearest":
         done = []
-        for call in targets:
+        for call, b in zip(targets, widths):
             kind = _kind(call.layer)
             W = _rows(call.layer, kind)
             n = W.shape[2] - int(call.layer.use_bias)
-            Q, _, s = R.round_rows(W, None, None, bits, "nearest", n, not per_channel)
+            Q, _, s = R.round_rows(W, None, None, b, "nearest", n, not per_channel)
             _assign(call.layer, kind, Q, None)
             done.append((call, RoundedLayer(call.layer.name, kind,
-                                            tuple(call.layer.kernel.shape)), s))
+                                            tuple(call.layer.kernel.shape), bits=b), s))
     else:
-        done = _stream_pass(view, targets, inputs, method, bits, per_channel, free_bias, say)
+        done = _stream_pass(view, targets, inputs, method, widths, per_channel, free_bias,
+                            say, damp)
     for call, record, s in done:
         report.layers.append(record)
         layer = call.layer
         entry = entries[id(layer)]
         entry.kernel = keras.ops.convert_to_numpy(layer.kernel)
         entry.bias = keras.ops.convert_to_numpy(layer.bias) if layer.use_bias else None
-        entry.bits = bits
+        entry.bits = record.bits
         entry.scales = R.channel_order(s) if per_channel else np.ravel(s)[:1]
     report.seconds = time.perf_counter() - start
     return report, list(entries.values())
+
+
+def _widths(targets, bits, wide_share):
+    """The grid's bits of each target: ``bits``, or 8 for the smallest kernels within
+    ``wide_share`` of the rounded weights (below 8 bits)."""
+    widths = [bits] * len(targets)
+    if wide_share > 0 and bits < 8:
+        sizes = [int(np.prod(call.layer.kernel.shape)) for call in targets]
+        for i in R.smallest_within(sizes, wide_share):
+            widths[i] = 8
+    return widths
