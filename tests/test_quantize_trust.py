@@ -465,7 +465,7 @@ def test_the_command_line_and_the_library_agree_on_every_quantize_combination(tm
     # correction, the data and the tuning.
     for bits, bias, data, weight_bits, rounding, tune in itertools.product(
             (8, 16), ("auto", "empirical", "analytic", "none"), (False, True), (4, 8),
-            ("auto", "nearest", "gptq", "adaround"), (False, True)):
+            ("auto", "nearest", "tapsum", "gptq", "adaround"), (False, True)):
         argv = ["--activation-bits", str(bits), "--bias-correction", bias,
                 "--weight-bits", str(weight_bits), "--rounding", rounding]
         argv += ["--calibration", str(tmp_path / "c.npy")] if data else []

@@ -343,8 +343,8 @@ def test_round_stage_keeps_small_kernels_wide_without_data_only(has_data, monkey
     ({"weight_bits": 4, "activation_bits": 16}, r"4-bit weights go with 8-bit activations "
                                                 r"\(W4A8\).*Received: weight_bits=4, "
                                                 r"activation_bits=16"),
-    ({"rounding": "stochastic"}, r"`rounding` must be one of \('auto', 'nearest', 'gptq', "
-                                 r"'adaround'\)\. Received: rounding='stochastic'"),
+    ({"rounding": "stochastic"}, r"`rounding` must be one of \('auto', 'nearest', 'tapsum', "
+                                 r"'gptq', 'adaround'\)\. Received: rounding='stochastic'"),
     ({"rounding": "gptq", "activation_bits": 16}, r"rounding='gptq' is for 8-bit "
                                                   r"activations.*activation_bits=16"),
     ({"weight_bits": 4, "bias_correction": "analytic"},
@@ -354,7 +354,8 @@ def test_round_stage_keeps_small_kernels_wide_without_data_only(has_data, monkey
      r"tune=True requantizes the converter's INT8 model with TF Lite's own rounding.*"
      r"Received: tune=True with weight_bits=4, rounding='auto'"),
     ({"rounding": "adaround", "tune": True},
-     r"it takes 8-bit weights rounded to nearest\. Received: tune=True with weight_bits=8, "
+     r"it takes 8-bit weights rounded to nearest \(or 'tapsum'\)\. Received: tune=True with "
+     r"weight_bits=8, "
      r"rounding='adaround'"),
 ])
 def test_weight_options_refused_before_any_work(net, kwargs, message, monkeypatch):

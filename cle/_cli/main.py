@@ -335,12 +335,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--weight-bits", type=int, choices=(4, 8), default=8,
                    help="8 (default) or 4: INT4 weights (W4A8) for Conv2D, DepthwiseConv2D "
                         "and Dense layers, stored packed in the .tflite where LiteRT runs them")
-    p.add_argument("--rounding", choices=("auto", "nearest", "gptq", "adaround"),
+    p.add_argument("--rounding", choices=("auto", "nearest", "tapsum", "gptq", "adaround"),
                    default="auto",
                    help="how kernels are rounded onto their grid: nearest (TF Lite's way), "
+                        "tapsum (8 bits: to nearest, each channel pair's sum over the taps "
+                        "kept), "
                         "gptq (layer by layer for the layer's output, on --calibration or the "
                         "synthetic inputs), adaround (the same aim, learned; slower); auto "
-                        "(default): gptq at 4 bits, nearest at 8")
+                        "(default): gptq at 4 bits; at 8, nearest, or tapsum with "
+                        "--per-tensor")
     p.add_argument("--activation-bits", type=int, choices=(8, 16), default=8,
                    help="8 (default) or 16 (TF Lite's 16x8 mode)")
     p.add_argument("--compare", action="store_true",

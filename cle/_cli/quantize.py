@@ -108,23 +108,27 @@ def check_quantize_options(args):
 def _check_weight_flags(args, bits):
     """``--weight-bits`` and ``--rounding`` against the other flags (the library's checks,
     in the flags' words)."""
-    from cle._quantize.options import AUTO_ROUNDING
+    from cle._quantize.options import AUTO_ROUNDING, AUTO_ROUNDING_PER_TENSOR, GRID_ROUNDINGS
 
     weight_bits, rounding = getattr(args, "weight_bits", 8), getattr(args, "rounding", "auto")
-    method = AUTO_ROUNDING[weight_bits] if rounding == "auto" else rounding
+    auto = AUTO_ROUNDING if getattr(args, "per_channel", True) else AUTO_ROUNDING_PER_TENSOR
+    method = auto[weight_bits] if rounding == "auto" else rounding
     if weight_bits == 4 and bits != 8:
         raise CliError("--weight-bits 4 goes with 8-bit activations (W4A8): TF Lite's 16x8 "
                        f"mode has 8-bit weights; received --activation-bits {bits}", EXIT_USAGE)
-    if method != "nearest" and bits == 16:
+    if method == "tapsum" and weight_bits != 8:
+        raise CliError("--rounding tapsum puts 8-bit kernels on their grid for TF Lite's "
+                       f"converter; received --weight-bits {weight_bits}", EXIT_USAGE)
+    if method not in GRID_ROUNDINGS and bits == 16:
         raise CliError(f"--rounding {method} is for 8-bit activations (TF Lite's 16x8 mode is "
                        "converted in one step); received --activation-bits 16", EXIT_USAGE)
-    if method != "nearest" and args.bias_correction in ("analytic", "empirical"):
+    if method not in GRID_ROUNDINGS and args.bias_correction in ("analytic", "empirical"):
         raise CliError(f"--rounding {method} sets the bias of every layer it rounds; use "
                        "--bias-correction auto, or none to leave biases as they are; received "
                        f"--bias-correction {args.bias_correction}"
                        + (f" with --weight-bits {weight_bits}" if rounding == "auto" else ""),
                        EXIT_USAGE)
-    if getattr(args, "tune", False) and (weight_bits != 8 or method != "nearest"):
+    if getattr(args, "tune", False) and (weight_bits != 8 or method not in GRID_ROUNDINGS):
         raise CliError("--tune requantizes with TF Lite's own rounding, which would undo the "
                        "rounded kernels; it takes 8-bit weights rounded to nearest; received "
                        f"--tune --weight-bits {weight_bits} --rounding {rounding}", EXIT_USAGE)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from cle._math.checks import check_bits, check_bool
+from cle._math.rounding import keep_tap_sums
 
 
 def quantize_kernel(kernel, bits=8, axis=None, depthwise=False) -> np.ndarray:
@@ -67,6 +68,13 @@ def quantize_kernel(kernel, bits=8, axis=None, depthwise=False) -> np.ndarray:
             )
     if w.size == 0:
         return w
+    scale = _scale(w, qmax, axis, depthwise)
+    safe = np.where(scale > 0, scale, 1.0)  # zero-range channels: W == 0 there, so q == 0
+    return np.clip(np.round(w / safe), -qmax, qmax) * scale
+
+
+def _scale(w, qmax, axis, depthwise):
+    """The step of :func:`quantize_kernel`'s grid, broadcastable against ``w``."""
     a = np.abs(w)
     if axis is None:
         ranges = np.array(a.max())
@@ -74,6 +82,32 @@ def quantize_kernel(kernel, bits=8, axis=None, depthwise=False) -> np.ndarray:
         ranges = a.reshape((-1,) + w.shape[-2:]).max(axis=0)  # (in, mult): one per c*mult+m
     else:
         ranges = a.max(axis=tuple(i for i in range(w.ndim) if i != axis), keepdims=True)
-    scale = ranges / qmax
-    safe = np.where(scale > 0, scale, 1.0)  # zero-range channels: W == 0 there, so q == 0
-    return np.clip(np.round(w / safe), -qmax, qmax) * scale
+    return ranges / qmax
+
+
+def round_kernel(kernel, bits=8, axis=None, depthwise=False, rounding="nearest"):
+    """:func:`quantize_kernel` with a choice of rounding onto the same grid.
+
+    ``rounding``: "nearest" (:func:`quantize_kernel` itself, what TF Lite's converter does)
+    or "tapsum": to nearest, then the fewest weights of each (input, output) channel pair
+    moved one step so that the pair's sum over the kernel's taps, its response to a constant
+    input, stays within half a step of the float sum
+    (:func:`cle._math.rounding.keep_tap_sums`). The taps are every axis but the last two; a
+    kernel with one tap (Dense, 1×1 convolutions) is rounded to nearest either way.
+    """
+    if rounding not in ("nearest", "tapsum"):
+        raise ValueError("`rounding` must be 'nearest' or 'tapsum'. Received: "
+                         f"rounding={rounding!r}")
+    near = quantize_kernel(kernel, bits, axis, depthwise)
+    if rounding == "nearest" or near.ndim < 3 or near.size == 0 or (
+            int(np.prod(near.shape[:-2])) == 1):
+        return near
+    w = np.asarray(kernel, dtype=np.float64)
+    qmax = float(2 ** (int(bits) - 1) - 1)
+    scale = np.broadcast_to(_scale(w, qmax, None if axis is None else int(axis) % w.ndim,
+                                   depthwise), w.shape)
+    safe = np.where(scale > 0, scale, 1.0)
+    columns = (-1, w.shape[-2] * w.shape[-1])
+    z = (w / safe).reshape(columns)
+    q = keep_tap_sums(z, np.clip(np.round(z), -qmax, qmax), qmax)
+    return q.reshape(w.shape) * scale

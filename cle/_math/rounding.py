@@ -33,8 +33,8 @@ import numpy as np
 
 __all__ = [
     "METHODS", "adaround", "asymmetric_target", "best_bias", "channel_order", "damped",
-    "from_rows", "gptq", "grid_max", "nearest", "output_error", "round_rows", "scale_maxabs",
-    "scale_mse", "schur_bias", "smallest_within", "to_rows",
+    "from_rows", "gptq", "grid_max", "keep_tap_sums", "nearest", "output_error", "round_rows",
+    "scale_maxabs", "scale_mse", "schur_bias", "smallest_within", "to_rows",
 ]
 
 #: Relative ridge added to ``H``'s diagonal (GPTQ's dampening).
@@ -59,6 +59,32 @@ def nearest(W, s, qmax):
     all zeros."""
     s = np.asarray(s, np.float64)[..., None]
     return np.clip(np.round(W / _safe(s)), -qmax, qmax) * s
+
+
+def keep_tap_sums(z, q, qmax):
+    """Integers ``q`` (``z`` rounded, both ``(T, N)``: ``T`` taps of ``N`` columns, each an
+    (input, output) channel pair of a kernel on its grid) with the fewest entries moved one
+    step so that each column's sum is within half a step of ``z``'s: for a sum rounded up
+    by ``n`` steps, the ``n`` entries rounded up the most go one step down (and the other
+    way round). Entries at ``±qmax`` stay (the grid's end keeps the kernel's largest weight,
+    so the step TF Lite computes from the kernel stays the same). Returns a new array.
+
+    Rounding each weight to nearest leaves a column's sum off by up to ``T/2`` steps, and a
+    depthwise kernel that detects edges (taps summing to about 0, weights large) then passes
+    a share of the smooth part of its input it was trained to cancel.
+    """
+    z, q = np.asarray(z, np.float64), np.array(q, np.float64)
+    d = q - z
+    n = np.round(d.sum(axis=0))
+    free = np.abs(q) < qmax
+    # Rank of each entry within its column: by how far it was rounded up (down).
+    rank_up = np.argsort(np.argsort(-np.where(free, d, -np.inf), axis=0, kind="stable"),
+                         axis=0, kind="stable")
+    rank_down = np.argsort(np.argsort(np.where(free, d, np.inf), axis=0, kind="stable"),
+                           axis=0, kind="stable")
+    q -= free & (n > 0) & (rank_up < n)
+    q += free & (n < 0) & (rank_down < -n)
+    return q
 
 
 def scale_maxabs(W, qmax, per_tensor=False):

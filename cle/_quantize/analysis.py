@@ -23,11 +23,12 @@ from typing import Any, Callable
 
 import numpy as np
 
-from cle._measure import quant_sim
+from cle._measure import quant_sim, tflite
 from cle._measure.flatgraph import FlatGraph, dequantize
 from cle._measure.inference import interpreter
 from cle._measure.layer_map import Entry, map_layers
 from cle._quantize import analysis_stats as describe
+from cle._quantize import weight_stages
 from cle._quantize.analysis_report import AnalysisReport, LayerReport
 from cle._quantize.options import QuantizeOptions
 from cle._quantize.pipeline import build_checked, check_label, check_sets, lower
@@ -80,11 +81,11 @@ def analyze_checked(model, calibration_data, opts: QuantizeOptions,
     seconds = build.seconds
     start = time.perf_counter()
     x_layer = x_check[: min(int(layer_inputs), len(x_check))]
+    reference = _float_reference(build, say)
     say(f"pairing the model's layers with the .tflite's tensors on {min(PROBE_INPUTS, len(x_layer))}"
         " inputs")
-    lmap = map_layers(build.equalized, build.calibrated, x_layer[:PROBE_INPUTS])
-    sim = quant_sim.build(build.calibrated, build.content,
-                          watch=[e.tensor for e in lmap.entries])
+    lmap = map_layers(build.equalized, reference, x_layer[:PROBE_INPUTS])
+    sim = quant_sim.build(reference, build.content, watch=[e.tensor for e in lmap.entries])
     entries = _with_switches([_input_entry(model, sim)] + lmap.entries, lmap.owner, sim)
     seconds["map"] = time.perf_counter() - start
 
@@ -106,6 +107,19 @@ def analyze_checked(model, calibration_data, opts: QuantizeOptions,
         layers=_layers(entries, measured, build, sim), unmatched=list(lmap.unmatched),
         simulation=measured.summary(), tflite=build.content, seconds=seconds,
         equalization=build.equalization)
+
+
+def _float_reference(build, say) -> bytes:
+    """The float flatbuffer the INT8 model is measured against: the build's own, or, when
+    the kernels were put on their grids before converting (``rounding="tapsum"``), the
+    equalized model with its float kernels given back, calibrated again and given the
+    build's ranges (else each such layer's weight error would not show)."""
+    if not build.snapped:
+        return build.calibrated
+    say("calibrating the equalized model with its float kernels, as the float reference")
+    weight_stages.unsnap(build.equalized, build.snapped)
+    calibrated = tflite.calibrate(build.equalized, build.inputs.calibration)
+    return tflite.with_ranges(calibrated, build.ranges)
 
 
 def _input_entry(model, sim) -> Entry:

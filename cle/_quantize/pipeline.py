@@ -103,11 +103,15 @@ def quantize(model, calibration_data=None, *, per_channel: bool = True, weight_b
             never saw) check. Models with one input and one output only; 8-bit weights
             rounded to nearest only (the tuning requantizes with TF Lite's own rounding).
         rounding: how kernels are rounded onto their grid: "nearest" (what TF Lite's
-            converter does), "gptq" (layer by layer for the layer's output, on the
+            converter does), "tapsum" (8 bits: to nearest, then the fewest weights of each
+            (input, output) channel pair of a Conv2D or DepthwiseConv2D kernel moved one step
+            so that its sum over the taps stays within half a step of the float one; the
+            converter keeps them), "gptq" (layer by layer for the layer's output, on the
             calibration inputs, or without data on the synthetic calibration inputs, never
             on the check's; each layer's bias takes its mean output error away, unless
             ``bias_correction="none"``), "adaround" (the same aim, learned; slower), or
-            "auto" (default): "gptq" at 4 bits, "nearest" at 8 (chosen by measurement:
+            "auto" (default): "gptq" at 4 bits; at 8, "nearest" with per-channel weights
+            and "tapsum" with per-tensor weights (chosen by measurement:
             docs/quantize_w4.md).
 
     Returns:
@@ -178,6 +182,9 @@ class Int8Build:
             (None when TF Lite's converter rounds: 8 bits, to nearest).
         weights: how each weight tensor of the ``.tflite`` is stored and why
             (:class:`cle._measure.weight_store.StoredWeight`).
+        snapped: with ``rounding="tapsum"``, the float kernels the layers of ``equalized``
+            had before they were put on their grids (``equalized`` and ``calibrated`` hold
+            them on their grids), ``{layer name: {attribute: kernel}}``.
     """
 
     opts: QuantizeOptions
@@ -194,6 +201,7 @@ class Int8Build:
     tuning: Any = None
     rounding: Any = None
     weights: list = dataclasses.field(default_factory=list)
+    snapped: dict = dataclasses.field(default_factory=dict)
 
 
 def build_checked(model, calibration_data, opts: QuantizeOptions, say,
@@ -206,6 +214,8 @@ def build_checked(model, calibration_data, opts: QuantizeOptions, say,
     inputs = _calibration_inputs(model, x, input_ranges, opts, say, seconds)
     equalized, eq_report = _timed(seconds, "equalize", _equalize, model, view, x, inputs,
                                   opts, say)
+    snapped = _timed(seconds, "rounding", weight_stages.snap_stage, equalized, opts, say) if (
+        opts.rounding_method == "tapsum") else {}
     if opts.rounds:
         rounded, entries = _timed(
             seconds, "rounding", weight_stages.round_stage, equalized, inputs.calibration,
@@ -217,7 +227,8 @@ def build_checked(model, calibration_data, opts: QuantizeOptions, say,
     content, stored = _timed(seconds, "store", weight_stages.store_stage, content, entries, say)
     return Int8Build(opts, inputs, "data" if x is not None else "synthetic", input_ranges,
                      equalized, eq_report, calibrated, tensor_ranges, content, seconds,
-                     values if opts.tune else None, rounding=rounded, weights=stored)
+                     values if opts.tune else None, rounding=rounded, weights=stored,
+                     snapped=snapped)
 
 
 def check_sets(model, build: Int8Build, say) -> list:
@@ -347,7 +358,8 @@ def _equalize(model, view, x, inputs, opts, say):
     eq_opts = EqualizeOptions(
         bias_correction=mode, weight_bits=opts.weight_bits,
         per_channel_weights=opts.per_channel, activation_bits=opts.activation_bits,
-        activation_ranges="calibration" if with_data else "bn", has_data=with_data)
+        activation_ranges="calibration" if with_data else "bn", has_data=with_data,
+        weight_rounding="tapsum" if opts.rounding_method == "tapsum" else "nearest")
     say(f"equalizing (cross-layer scaling for "
         f"{'per-channel' if opts.per_channel else 'per-tensor'} INT{opts.weight_bits}, {mode} "
         "bias correction)")

@@ -1,14 +1,23 @@
 """The weight stages of :func:`cle.quantization.quantize`: the rounding of the kernels (after
 equalizing, before converting) and the storage of the rounded kernels in the ``.tflite``
-(after converting): 4-bit weights (W4A8) and rounding chosen for the output, at 4 or 8 bits."""
+(after converting): 4-bit weights (W4A8) and rounding chosen for the output, at 4 or 8 bits;
+or, for an 8-bit rounding TF Lite's converter keeps ("tapsum"), the kernels put on their grid
+before converting (:func:`snap_stage`)."""
 
 from __future__ import annotations
 
+import numpy as np
+
+from cle._core.graph import graph_view
+from cle._core.layouts import kernel_specs, read_weight
+from cle._math.kernel_quant import round_kernel
 from cle._math.rounding import DAMP
 from cle._measure.weight_store import store_weights, weight_storage
 from cle._quantize.rounding import round_model
+from cle._transforms.bias_pass import TAPSUM_LAYERS
 
-__all__ = ["SYNTHETIC_DAMP", "SYNTHETIC_WIDE_SHARE", "round_stage", "store_stage"]
+__all__ = ["SYNTHETIC_DAMP", "SYNTHETIC_WIDE_SHARE", "round_stage", "snap_stage", "store_stage",
+           "unsnap"]
 
 #: Without data, below 8 bits: the share of the rounded weights kept on 8-bit grids, the
 #: smallest kernels first (depthwise 3x3, the first convolution, the early blocks: on
@@ -19,6 +28,39 @@ SYNTHETIC_WIDE_SHARE = 0.05
 #: Without data: GPTQ's relative ridge on the synthetic inputs' statistics (ten times
 #: :data:`cle._math.rounding.DAMP`: their correlations are trusted less than real data's).
 SYNTHETIC_DAMP = 0.1
+
+
+def snap_stage(equalized, opts, say) -> dict:
+    """With ``rounding="tapsum"``: every Conv2D and DepthwiseConv2D kernel of ``equalized``
+    (the pipeline's own copy) with more than one tap put on its 8-bit grid in place, each
+    (input, output) channel pair's tap sum kept (:func:`cle._math.kernel_quant.round_kernel`:
+    the grid TF Lite's converter will compute from the kernel, whose largest weight stays),
+    so that the converter's rounding to nearest gives every weight back as it is. The bias
+    correction of the equalize stage corrected for these kernels. Returns the float kernels
+    as they were, ``{layer name: {attribute: kernel}}`` (what :func:`unsnap` restores)."""
+    if opts.rounding_method != "tapsum":
+        return {}
+    say("putting the kernels on their 8-bit grids (tap sums kept)")
+    done: dict = {}
+    for layer in {id(c.layer): c.layer for c in graph_view(equalized).calls}.values():
+        if type(layer) not in TAPSUM_LAYERS:
+            continue
+        for attr, axis, depthwise in kernel_specs(layer):
+            var = getattr(layer, attr)
+            kernel = read_weight(var)
+            if int(np.prod(kernel.shape[:-2])) > 1:
+                var.assign(round_kernel(kernel, 8, axis if opts.per_channel else None,
+                                        depthwise, "tapsum").astype(kernel.dtype))
+                done.setdefault(layer.name, {})[attr] = kernel.copy()
+    return done
+
+
+def unsnap(model, snapped: dict) -> None:
+    """Give the layers of ``model`` the float kernels :func:`snap_stage` returned."""
+    for name, kernels in snapped.items():
+        layer = model.get_layer(name)
+        for attr, kernel in kernels.items():
+            getattr(layer, attr).assign(kernel)
 
 
 def round_stage(equalized, x_cal, opts, source, say):

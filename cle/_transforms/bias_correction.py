@@ -16,8 +16,8 @@ from cle._core.inputs import check_calibration_data
 from cle._core.layouts import bias_on_wrong_axis, layout_of, read_weight, untouchable_reason
 from cle._core.rebuild import LayerEdit, gc_paused, rebuild
 from cle._core.weights import gamma_beta
-from cle._math.kernel_quant import quantize_kernel
-from cle._transforms.bias_pass import empirical_pass
+from cle._math.kernel_quant import quantize_kernel, round_kernel
+from cle._transforms.bias_pass import empirical_pass, kernel_rounding
 from cle._transforms.bias_stats import (
     Semantics, analytic_mean, bn_stats_from_folded_pairs, bn_stats_from_report,
     expected_clipped_normal, expected_relu_normal, normalize_stats)
@@ -121,10 +121,10 @@ def _target_reason(view, call, kernel_of):
     return None
 
 
-def _kernel_error(kernel, kind, bits, per_channel):
+def _kernel_error(kernel, kind, bits, per_channel, rounding="nearest"):
     w = np.asarray(kernel, dtype=np.float64)
     axis = -1 if per_channel else None  # the output-channel axis of these three kinds
-    return quantize_kernel(w, bits, axis, kind == "depthwise") - w
+    return round_kernel(w, bits, axis, kind == "depthwise", rounding) - w
 
 
 def _check_data(model, data):
@@ -164,7 +164,7 @@ def _targets(view, kernel_of):
     return calls, records, targets
 
 
-def _analytic_deltas(targets, sem, kernel_of, bits, per_channel, records):
+def _analytic_deltas(targets, sem, kernel_of, bits, per_channel, records, rounding="nearest"):
     """``{id(call): (delta, note)}`` for every target whose expected input ``sem`` gives; a
     skip record in ``records`` for the others."""
     deltas = {}
@@ -181,7 +181,8 @@ def _analytic_deltas(targets, sem, kernel_of, bits, per_channel, records):
             records[id(call)] = BiasCorrectionRecord(layer.name, "skipped", reason=reason)
             continue
         mean_x, note = result
-        eps = _kernel_error(kernel, kind, bits, per_channel)
+        eps = _kernel_error(kernel, kind, bits, per_channel,
+                            kernel_rounding(layer, rounding))
         deltas[id(call)] = (_bias_delta(kind, eps, mean_x, _groups(layer)), note)
     return deltas
 
@@ -354,7 +355,7 @@ def correct_in_plan(view, plan, opts):
 
     calls, records, targets = _targets(view, kernel_of)
     deltas = _analytic_deltas(targets, planned_semantics(plan), kernel_of, opts.weight_bits,
-                              opts.per_channel_weights, records)
+                              opts.per_channel_weights, records, opts.weight_rounding)
     for call in targets:
         if id(call) in deltas:
             delta, note = deltas[id(call)]
@@ -398,7 +399,8 @@ class EmpiricalCorrection:
         by_new = {id(new_call[id(c)]): c for c in self.targets}
         for call, delta in empirical_pass(new_view, [new_call[id(c)] for c in self.targets],
                                           x, opts.weight_bits, opts.per_channel_weights,
-                                          progress or (lambda message: None)):
+                                          progress or (lambda message: None),
+                                          rounding=opts.weight_rounding):
             bias = call.layer.bias
             bias.assign(keras.ops.convert_to_tensor(
                 _corrected_bias(read_weight(bias), delta), dtype=bias.dtype))

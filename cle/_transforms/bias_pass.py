@@ -11,13 +11,25 @@ import numpy as np
 
 from cle._core.graph import calls_leading_to, run_call
 from cle._core.layouts import kernel_layers, kernel_specs, layout_of, read_weight
-from cle._math.kernel_quant import quantize_kernel
+from cle._math.kernel_quant import round_kernel
 from cle._transforms import bias_steps
 
-__all__ = ["empirical_pass", "quantized_kernel", "quantized_kernels", "weight_values"]
+__all__ = ["TAPSUM_LAYERS", "empirical_pass", "kernel_rounding", "quantized_kernel",
+           "quantized_kernels", "weight_values"]
+
+#: The layers whose kernels ``rounding="tapsum"`` puts on their grid (TF Lite's converter
+#: quantizes them per output channel, or per tensor, on the grid
+#: :func:`cle._math.kernel_quant.round_kernel` assumes); other kernels are rounded to nearest.
+TAPSUM_LAYERS = (keras.layers.Conv2D, keras.layers.DepthwiseConv2D)
 
 
-def empirical_pass(view, plan, data, bits, per_channel, say, min_uses=None):
+def kernel_rounding(layer, rounding: str) -> str:
+    """The rounding ``layer``'s kernels get when the model's is ``rounding``."""
+    return rounding if type(layer) in TAPSUM_LAYERS else "nearest"
+
+
+def empirical_pass(view, plan, data, bits, per_channel, say, min_uses=None,
+                   rounding="nearest"):
     """Measure the corrections of the layers of ``plan`` in one forward pass over the
     calibration ``data`` (:class:`cle._core.inputs.ModelInputs`, one array per model input);
     yield ``(call, delta)`` for each as it is measured (its bias is
@@ -27,7 +39,8 @@ def empirical_pass(view, plan, data, bits, per_channel, say, min_uses=None):
     Two streams of activations go through the graph of ``view`` (the input model) call by
     call in topological order, on all the calibration data at once: ``f``, the float model,
     and ``q``, the model with every kernel quantized as :func:`cle.fake_quantize_weights`
-    does and with the corrections measured so far. On reaching a layer of ``plan``,
+    does (rounded by ``rounding``: :func:`cle._math.kernel_quant.round_kernel`) and with the
+    corrections measured so far. On reaching a layer of ``plan``,
     ``delta = E[W_q ∗ x_q + b] − E[W ∗ x_f + b]`` per output channel (mean over samples and
     positions, padded borders included; the same as the difference of the kernel-only
     outputs) is subtracted from the layer's ``q`` output before its activation, which is what
@@ -79,13 +92,14 @@ def empirical_pass(view, plan, data, bits, per_channel, say, min_uses=None):
                 announce(head)
             # Each layer's weights and, for the quantized stream, its kernels quantized (its
             # bias is not corrected yet: the pass corrects it after its call).
-            out = step([(weight_values(h.layer), weight_values(h.layer, bits, per_channel))
+            out = step([(weight_values(h.layer),
+                         weight_values(h.layer, bits, per_channel, rounding))
                         for h in heads], xf[0], xq[0])
         announce(call)
         if out is None and k is not None:
             unit = heads = [call]
             out = steps.target(call, xf[0])(
-                [(weight_values(layer), weight_values(layer, bits, per_channel))],
+                [(weight_values(layer), weight_values(layer, bits, per_channel, rounding))],
                 xf[0], xq[0])
         if out is not None:
             done.update(id(c) for c in unit[1:])
@@ -97,8 +111,8 @@ def empirical_pass(view, plan, data, bits, per_channel, say, min_uses=None):
             if not parted and not getattr(layer, "weights", None):
                 out_q = out_f  # same inputs, no weights: the streams have not parted yet
             else:
-                with keras.StatelessScope(state_mapping=quantized_kernels(layer, bits,
-                                                                           per_channel)):
+                with keras.StatelessScope(state_mapping=quantized_kernels(
+                        layer, bits, per_channel, rounding)):
                     out_q = run_call(call, xq)
             outs = list(zip(out_f, out_q))
         for t in call.inputs:
@@ -112,29 +126,32 @@ def empirical_pass(view, plan, data, bits, per_channel, say, min_uses=None):
             yield from zip((h for h in heads if id(h) in targets), deltas)
 
 
-def quantized_kernels(layer, bits, per_channel):
+def quantized_kernels(layer, bits, per_channel, rounding="nearest"):
     """``[(kernel variable, its quantized value)]`` for every kernel of ``layer`` (its
     sub-layers included)."""
     if not getattr(layer, "weights", None):
         return []
     return [(getattr(qlayer, attr), quantized_kernel(getattr(qlayer, attr), bits,
-                                                      per_channel, axis, depthwise))
+                                                      per_channel, axis, depthwise,
+                                                      kernel_rounding(qlayer, rounding)))
             for qlayer in ([layer] if layout_of(layer) is not None else [])
             + kernel_layers(layer)
             for attr, axis, depthwise in kernel_specs(qlayer)]
 
 
-def weight_values(layer, bits=None, per_channel=False):
+def weight_values(layer, bits=None, per_channel=False, rounding="nearest"):
     """The values of ``layer.weights``, in order; with ``bits``, its kernels quantized as
     :func:`cle.fake_quantize_weights` quantizes them."""
     values = {id(w): w.value for w in layer.weights}
     if bits is not None:
-        values.update((id(var), q) for var, q in quantized_kernels(layer, bits, per_channel))
+        values.update((id(var), q) for var, q in quantized_kernels(layer, bits, per_channel,
+                                                                   rounding))
     return [values[id(w)] for w in layer.weights]
 
 
-def quantized_kernel(var, bits, per_channel, axis, depthwise):
+def quantized_kernel(var, bits, per_channel, axis, depthwise, rounding="nearest"):
     """The kernel variable ``var`` quantized, as a tensor of its dtype."""
     return keras.ops.convert_to_tensor(
-        quantize_kernel(read_weight(var), bits, axis if per_channel else None, depthwise),
+        round_kernel(read_weight(var), bits, axis if per_channel else None, depthwise,
+                     rounding),
         dtype=var.dtype)

@@ -19,6 +19,9 @@ HBF_MODES = ("unpadded", "all", "none")
 OBJECTIVES = ("quantized", "weights")
 BIAS_CORRECTIONS = ("none", "analytic", "empirical")
 ACTIVATION_RANGES = ("bn", "calibration")
+#: How the weights bias correction corrects for are rounded onto their grid
+#: (:func:`cle._math.kernel_quant.round_kernel`).
+WEIGHT_ROUNDINGS = ("nearest", "tapsum")
 
 
 def check_choice(name, value, choices):
@@ -55,6 +58,7 @@ class EqualizeOptions:
     objective: str = "quantized"
     activation_bits: int = 8
     activation_ranges: str = "bn"
+    weight_rounding: str = "nearest"
     has_data: bool = False
     calibration_type: str = dataclasses.field(default="None", compare=False, repr=False)
 
@@ -63,6 +67,7 @@ class EqualizeOptions:
         check_choice("high_bias_fold", self.high_bias_fold, HBF_MODES)
         check_choice("bias_correction", self.bias_correction, BIAS_CORRECTIONS)
         check_choice("activation_ranges", self.activation_ranges, ACTIVATION_RANGES)
+        check_choice("weight_rounding", self.weight_rounding, WEIGHT_ROUNDINGS)
         if self.wants_data != self.has_data:
             raise ValueError(
                 "calibration_data is needed for, and only for, bias_correction='empirical' or "
