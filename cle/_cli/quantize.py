@@ -108,11 +108,10 @@ def check_quantize_options(args):
 def _check_weight_flags(args, bits):
     """``--weight-bits`` and ``--rounding`` against the other flags (the library's checks,
     in the flags' words)."""
-    from cle._quantize.options import AUTO_ROUNDING, AUTO_ROUNDING_PER_TENSOR, GRID_ROUNDINGS
+    from cle._quantize.options import GRID_ROUNDINGS, resolve_rounding
 
     weight_bits, rounding = getattr(args, "weight_bits", 8), getattr(args, "rounding", "auto")
-    auto = AUTO_ROUNDING if getattr(args, "per_channel", True) else AUTO_ROUNDING_PER_TENSOR
-    method = auto[weight_bits] if rounding == "auto" else rounding
+    method = resolve_rounding(rounding, weight_bits, getattr(args, "per_channel", True))
     if weight_bits == 4 and bits != 8:
         raise CliError("--weight-bits 4 goes with 8-bit activations (W4A8): TF Lite's 16x8 "
                        f"mode has 8-bit weights; received --activation-bits {bits}", EXIT_USAGE)

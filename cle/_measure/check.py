@@ -32,8 +32,8 @@ MIN_RELIABLE = 16
 #: The two halves of the check inputs disagreeing by more SQNR than this: rough figures.
 DISAGREE_DB = 3.0
 #: Without data: how much lower than the synthetic check's SQNR real inputs have read, at most,
-#: on the models benchmarks/bench_quantize_nodata.py measures (+3.9 dB on its caffe-convention
-#: VGG, +3.4 on EfficientNet-Lite1; most within 1 dB). Said on every run without data.
+#: on the models benchmarks/bench_quantize_nodata.py measures (a bound above the largest gap it
+#: printed, docs/design.md). Said on every run without data.
 SYNTHETIC_OVERSHOOT_DB = 4.0
 
 

@@ -11,7 +11,7 @@ import numbers
 from typing import Any
 
 __all__ = ["AUTO_ROUNDING", "AUTO_ROUNDING_PER_TENSOR", "BIAS_CORRECTIONS", "GRID_ROUNDINGS",
-           "METHODS", "QuantizeOptions", "RANGES", "ROUNDINGS", "WEIGHT_BITS"]
+           "METHODS", "QuantizeOptions", "RANGES", "ROUNDINGS", "WEIGHT_BITS", "resolve_rounding"]
 
 RANGES = ("percentile", "minmax")
 BIAS_CORRECTIONS = ("auto", "empirical", "analytic", "none")
@@ -31,6 +31,14 @@ AUTO_ROUNDING = {4: "gptq", 8: "nearest"}
 #: The same with per-tensor weights: at 8 bits "tapsum" (measured on both real networks, with
 #: and without data: closer to the float model in top-1 agreement and SQNR than "nearest").
 AUTO_ROUNDING_PER_TENSOR = {4: "gptq", 8: "tapsum"}
+
+
+def resolve_rounding(rounding: str, weight_bits: int, per_channel: bool) -> str:
+    """The rounding that runs for ``rounding``: ``"auto"`` is :data:`AUTO_ROUNDING` (per-channel
+    weights) or :data:`AUTO_ROUNDING_PER_TENSOR` at ``weight_bits``; any other is itself."""
+    if rounding != "auto":
+        return rounding
+    return (AUTO_ROUNDING if per_channel else AUTO_ROUNDING_PER_TENSOR)[weight_bits]
 
 
 def _is_bool(value) -> bool:
@@ -165,10 +173,7 @@ class QuantizeOptions:
     def rounding_method(self) -> str:
         """The rounding that runs: ``"auto"`` is "gptq" at 4 bits; at 8, "nearest" with
         per-channel weights and "tapsum" with per-tensor weights."""
-        if self.rounding != "auto":
-            return self.rounding
-        auto = AUTO_ROUNDING if self.per_channel else AUTO_ROUNDING_PER_TENSOR
-        return auto[self.weight_bits]
+        return resolve_rounding(self.rounding, self.weight_bits, self.per_channel)
 
     @property
     def rounds(self) -> bool:

@@ -214,8 +214,8 @@ def build_checked(model, calibration_data, opts: QuantizeOptions, say,
     inputs = _calibration_inputs(model, x, input_ranges, opts, say, seconds)
     equalized, eq_report = _timed(seconds, "equalize", _equalize, model, view, x, inputs,
                                   opts, say)
-    snapped = _timed(seconds, "rounding", weight_stages.snap_stage, equalized, opts, say) if (
-        opts.rounding_method == "tapsum") else {}
+    snapped = (_timed(seconds, "rounding", weight_stages.snap_stage, equalized, opts, say)
+               if opts.rounding_method == "tapsum" else {})
     if opts.rounds:
         rounded, entries = _timed(
             seconds, "rounding", weight_stages.round_stage, equalized, inputs.calibration,

@@ -20,9 +20,8 @@ __all__ = ["SYNTHETIC_DAMP", "SYNTHETIC_WIDE_SHARE", "round_stage", "snap_stage"
            "unsnap"]
 
 #: Without data, below 8 bits: the share of the rounded weights kept on 8-bit grids, the
-#: smallest kernels first (depthwise 3x3, the first convolution, the early blocks: on
-#: MobileNetV2 5 % of the weights, about 3 % more file than all 4-bit, well inside the 0.6x
-#: of the 8-bit file); the synthetic inputs' statistics guess real inputs' correlations too
+#: smallest kernels first (depthwise 3x3, the first convolution, the early blocks; the file
+#: grows by half a byte per such weight); the synthetic inputs' statistics guess real inputs' correlations too
 #: roughly for the 4-bit error of those layers to be undone downstream (docs/quantize_w4.md).
 SYNTHETIC_WIDE_SHARE = 0.05
 #: Without data: GPTQ's relative ridge on the synthetic inputs' statistics (ten times
@@ -31,15 +30,13 @@ SYNTHETIC_DAMP = 0.1
 
 
 def snap_stage(equalized, opts, say) -> dict:
-    """With ``rounding="tapsum"``: every Conv2D and DepthwiseConv2D kernel of ``equalized``
+    """For ``rounding="tapsum"`` (the caller's condition): every Conv2D and DepthwiseConv2D kernel of ``equalized``
     (the pipeline's own copy) with more than one tap put on its 8-bit grid in place, each
     (input, output) channel pair's tap sum kept (:func:`cle._math.kernel_quant.round_kernel`:
     the grid TF Lite's converter will compute from the kernel, whose largest weight stays),
     so that the converter's rounding to nearest gives every weight back as it is. The bias
     correction of the equalize stage corrected for these kernels. Returns the float kernels
     as they were, ``{layer name: {attribute: kernel}}`` (what :func:`unsnap` restores)."""
-    if opts.rounding_method != "tapsum":
-        return {}
     say("putting the kernels on their 8-bit grids (tap sums kept)")
     done: dict = {}
     for layer in {id(c.layer): c.layer for c in graph_view(equalized).calls}.values():
