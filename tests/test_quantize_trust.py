@@ -463,16 +463,19 @@ def test_the_command_line_and_the_library_agree_on_every_quantize_combination(tm
         assert cli == lib, argv
     # The weight options (4-bit weights, the rounding) against the activations, the bias
     # correction, the data and the tuning.
-    for bits, bias, data, weight_bits, rounding, tune in itertools.product(
+    # With --per-tensor, "auto" is another rounding at 8 bits.
+    for bits, bias, data, weight_bits, rounding, tune, per_channel in itertools.product(
             (8, 16), ("auto", "empirical", "analytic", "none"), (False, True), (4, 8),
-            ("auto", "nearest", "tapsum", "gptq", "adaround"), (False, True)):
+            ("auto", "nearest", "tapsum", "gptq", "adaround"), (False, True), (True, False)):
         argv = ["--activation-bits", str(bits), "--bias-correction", bias,
                 "--weight-bits", str(weight_bits), "--rounding", rounding]
         argv += ["--calibration", str(tmp_path / "c.npy")] if data else []
         argv += ["--tune"] if tune else []
+        argv += [] if per_channel else ["--per-tensor"]
         cli, lib = _agree(argv, lambda: QuantizeOptions.from_call(
             "data" if data else None, activation_bits=bits, bias_correction=bias,
-            weight_bits=weight_bits, rounding=rounding, tune=tune), tmp_path)
+            weight_bits=weight_bits, rounding=rounding, tune=tune,
+            per_channel=per_channel), tmp_path)
         assert cli == lib, argv
 
 
