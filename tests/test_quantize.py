@@ -221,6 +221,19 @@ def test_quantize_with_data(net, data):
     assert d["check"]["n"] == 10 and d["target"]["per_channel"] is True
 
 
+def test_min_max_is_over_every_calibration_input(net, data):
+    """The converter's calibrate step sees one input (it only lays out the tensors); every
+    min/max is measured again on all 30 calibration inputs: the output's is the float
+    model's (bias correction off, so the equalized model computes what ``net`` does)."""
+    _, report = cle.quantize(net, data, bias_correction="none")
+    (output,) = [r for r in report.ranges if r.how == "min/max (output)"]
+    out = net.predict(data[:30], verbose=0)
+    assert output.calibrated == pytest.approx((out.min(), out.max()), rel=1e-4, abs=1e-5)
+    assert (output.lo, output.hi) == output.calibrated
+    first = net.predict(data[:1], verbose=0)  # what the converter's own min/max would be
+    assert (first.min(), first.max()) != pytest.approx(output.calibrated, rel=1e-4, abs=1e-5)
+
+
 def test_quantize_targets_reach_the_converter(net, data):
     _, pc = cle.quantize(net, data)
     content, report = cle.quantize(net, data, per_channel=False, integer_io=True)

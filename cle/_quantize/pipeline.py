@@ -375,10 +375,13 @@ def _convert(equalized, x_cal, opts, input_ranges, say):
         say(f"converting (TF Lite 16x8, calibration on {len(x_cal)} inputs)")
         return (tflite.convert_int16(equalized, x_cal, integer_io=opts.integer_io), [], None,
                 None)
+    percentile = opts.ranges == "percentile"
     say(f"calibrating activation ranges on {len(x_cal)} inputs")
-    calibrated = tflite.calibrate(equalized, x_cal)
+    # With percentile ranges every min/max is measured again on all of x_cal, so one input
+    # gives the converter what it needs (the tensors that carry a range).
+    calibrated = tflite.calibrate(equalized, x_cal[:1] if percentile else x_cal)
     tensor_ranges, values = tflite.ranges_of(calibrated), None
-    if opts.ranges == "percentile":
+    if percentile:
         stated = {r.name: (r.lo, r.hi) for r in input_ranges} if input_ranges else {}
         values = choose_percentile_ranges(calibrated, x_cal, tensor_ranges, stated,
                                           opts.integer_io, say)

@@ -64,12 +64,22 @@ def choose_percentile_ranges(calibrated, x, tensor_ranges, stated, integer_io, s
     range is the int8 input's scale: real extremes must not clip); an input with a ``stated``
     range (``{input name: (lo, hi)}``, without data) takes it; and a tensor whose tail range
     would be narrower than :data:`MIN_WIDTH` of its min/max range keeps min/max. Every range
-    includes 0, as the converter's do."""
+    includes 0, as the converter's do.
+
+    Each tensor's ``calibrated`` range becomes its min/max over all of ``x`` as the float
+    interpreter computes it, so ``calibrated`` needs only the converter's tensor layout: one
+    input calibrates it (the converter's own calibration pass would cost as much again, and
+    its min/max of a tensor that feeds a residual ``ADD`` can be wider than the tensor's
+    values)."""
     say(f"measuring {len(tensor_ranges)} activation tensors")
     values = tflite.observe(calibrated, x, [r.index for r in tensor_ranges])
     protected, inputs = tflite.protected_indices(calibrated)
     outputs = tflite.output_indices(calibrated)
     for r in tensor_ranges:
+        # The min/max over all of ``x``, as the interpreter computes it (``calibrated`` may
+        # have been calibrated on fewer inputs; observe keeps each tensor's min and max last).
+        r.calibrated = (float(values[r.index][-2]), float(values[r.index][-1]))
+        r.lo, r.hi = r.calibrated
         if r.index in inputs and input_name(r.name) in stated:
             lo, hi = stated[input_name(r.name)]
             r.lo, r.hi, r.how = min(lo, 0.0), max(hi, 0.0), "input range"
