@@ -78,7 +78,11 @@ def choose_percentile_ranges(calibrated, x, tensor_ranges, stated, integer_io, s
     for r in tensor_ranges:
         # The min/max over all of ``x``, as the interpreter computes it (``calibrated`` may
         # have been calibrated on fewer inputs; observe keeps each tensor's min and max last).
-        r.calibrated = (float(values[r.index][-2]), float(values[r.index][-1]))
+        # A tensor constant over all of ``x`` keeps the converter's range: it widens a range
+        # of width 0 (e.g. a ReLU that never fires gets (0, FLT_MIN)).
+        lo, hi = float(values[r.index][-2]), float(values[r.index][-1])
+        if hi > lo:
+            r.calibrated = (lo, hi)
         r.lo, r.hi = r.calibrated
         if r.index in inputs and input_name(r.name) in stated:
             lo, hi = stated[input_name(r.name)]
