@@ -244,7 +244,7 @@ def test_quantize_targets_reach_the_converter(net, data):
     assert interp.get_output_details()[0]["dtype"] == np.int8
     assert report.target == {"per_channel": False, "weight_bits": 8, "activation_bits": 8,
                              "integer_io": True, "rounding": "tapsum"}
-    assert pc.target["rounding"] == "nearest"  # "auto": tapsum for per-tensor weights only
+    assert pc.target["rounding"] == "nearest"  # "auto" with data: tapsum for per-tensor only
     # The scale choice was made for per-tensor weights (the equalize stage saw the target).
     assert report.equalization.scaling and pc.equalization.scaling
     if BACKEND == "jax":  # the exported JAX graph has ops the 16x8 quantizer lacks
@@ -363,6 +363,7 @@ def test_quantize_without_data(net):
 
     content, report = cle.quantize(net, input_range=(-1.0, 1.0))
     assert report.calibration == "synthetic" and report.bias_correction == "analytic"
+    assert report.target["rounding"] == "tapsum"  # "auto" without data
     assert [(c["inputs"], c["n"]) for c in report.check_sets] == [
         ("natural-image-like inputs across the input range", 32),
         ("inputs distilled apart from the calibration inputs", 16)]

@@ -187,6 +187,18 @@ def test_without_data_every_run_warns_its_figures_are_an_estimate():
     assert caveat == C.estimate_caveat()
 
 
+def test_headline_figures_are_the_lower_of_each_over_the_check_sets():
+    """Without data the headline takes the lower SQNR and the lower top-1 agreement, each
+    from whichever set gave it: the set with the lower SQNR may agree more often."""
+    sets = [{"inputs": "a", "outputs": [C.OutputCheck("y", "logits", 18.0, 1.0),
+                                        C.OutputCheck("v", "values", 30.0)]},
+            {"inputs": "b", "outputs": [C.OutputCheck("y", "logits", 20.0, 0.9),
+                                        C.OutputCheck("v", "values", 25.0)]}]
+    y, v = pipeline.lower(sets)
+    assert (y.name, y.sqnr_db, y.top1_agreement) == ("y", 18.0, 0.9)
+    assert (v.name, v.sqnr_db) == ("v", 25.0) and math.isnan(v.top1_agreement)
+
+
 # ------------------------------------------------------------- outputs and inputs
 
 

@@ -97,6 +97,20 @@ def test_the_converter_keeps_the_kernels_as_put_on_their_grid(per_channel):
     assert seen == 2
 
 
+def test_auto_is_tapsum_with_per_tensor_weights_or_without_data():
+    """rounding="auto" at 8 bits: "nearest" only with data and per-channel weights (and in
+    16x8 mode); "gptq" at 4 bits whatever the data."""
+    def method(**kw):
+        return QuantizeOptions(**kw).rounding_method
+
+    assert method(has_data=True) == "nearest"
+    assert method(has_data=False) == "tapsum"
+    assert method(has_data=True, per_channel=False) == "tapsum"
+    assert method(has_data=False, per_channel=False) == "tapsum"
+    assert method(has_data=False, activation_bits=16) == "nearest"
+    assert method(has_data=False, weight_bits=4) == method(has_data=True, weight_bits=4) == "gptq"
+
+
 def test_options():
     with pytest.raises(ValueError, match="8-bit kernels"):
         QuantizeOptions(rounding="tapsum", weight_bits=4)

@@ -111,7 +111,8 @@ def _check_weight_flags(args, bits):
     from cle._quantize.options import GRID_ROUNDINGS, resolve_rounding
 
     weight_bits, rounding = getattr(args, "weight_bits", 8), getattr(args, "rounding", "auto")
-    method = resolve_rounding(rounding, weight_bits, getattr(args, "per_channel", True))
+    method = resolve_rounding(rounding, weight_bits, getattr(args, "per_channel", True),
+                              bool(args.calibration), getattr(args, "activation_bits", 8))
     if weight_bits == 4 and bits != 8:
         raise CliError("--weight-bits 4 goes with 8-bit activations (W4A8): TF Lite's 16x8 "
                        f"mode has 8-bit weights; received --activation-bits {bits}", EXIT_USAGE)

@@ -10,7 +10,7 @@ import math
 import numbers
 from typing import Any
 
-__all__ = ["AUTO_ROUNDING", "AUTO_ROUNDING_PER_TENSOR", "BIAS_CORRECTIONS", "GRID_ROUNDINGS",
+__all__ = ["AUTO_ROUNDING", "AUTO_ROUNDING_TAPSUM", "BIAS_CORRECTIONS", "GRID_ROUNDINGS",
            "METHODS", "QuantizeOptions", "RANGES", "ROUNDINGS", "WEIGHT_BITS", "resolve_rounding"]
 
 RANGES = ("percentile", "minmax")
@@ -25,20 +25,26 @@ METHODS = ("nearest", "gptq", "adaround")
 GRID_ROUNDINGS = ("nearest", "tapsum")
 #: What ``rounding`` may be.
 ROUNDINGS = ("auto", "nearest", "tapsum", "gptq", "adaround")
-#: The rounding ``"auto"`` takes at each weight width (chosen by measurement on the two real
-#: networks: docs/quantize_w4.md).
+#: The rounding ``"auto"`` takes at each weight width with per-channel weights and calibration
+#: data (and in 16x8 mode), chosen by measurement on the two real networks
+#: (docs/quantize_w4.md): at 8 bits "nearest", TF Lite's own ("tapsum" gained on both of
+#: them but lost SQNR on a real network outside this repository).
 AUTO_ROUNDING = {4: "gptq", 8: "nearest"}
-#: The same with per-tensor weights: at 8 bits "tapsum" (measured on both real networks, with
-#: and without data: closer to the float model in top-1 agreement and SQNR than "nearest").
-AUTO_ROUNDING_PER_TENSOR = {4: "gptq", 8: "tapsum"}
+#: The same with per-tensor weights, or without data: at 8 bits "tapsum" (closer to the float
+#: model in SQNR than "nearest", measured on both real networks and, without data, on two
+#: real networks outside this repository; top-1 agreement level or better).
+AUTO_ROUNDING_TAPSUM = {4: "gptq", 8: "tapsum"}
 
 
-def resolve_rounding(rounding: str, weight_bits: int, per_channel: bool) -> str:
-    """The rounding that runs for ``rounding``: ``"auto"`` is :data:`AUTO_ROUNDING` (per-channel
-    weights) or :data:`AUTO_ROUNDING_PER_TENSOR` at ``weight_bits``; any other is itself."""
+def resolve_rounding(rounding: str, weight_bits: int, per_channel: bool, has_data: bool = True,
+                     activation_bits: int = 8) -> str:
+    """The rounding that runs for ``rounding``: ``"auto"`` is :data:`AUTO_ROUNDING_TAPSUM`
+    at ``weight_bits`` with per-tensor weights or, with 8-bit activations, without data, else
+    :data:`AUTO_ROUNDING`; any other is itself."""
     if rounding != "auto":
         return rounding
-    return (AUTO_ROUNDING if per_channel else AUTO_ROUNDING_PER_TENSOR)[weight_bits]
+    tapsum = not per_channel or (not has_data and activation_bits == 8)
+    return (AUTO_ROUNDING_TAPSUM if tapsum else AUTO_ROUNDING)[weight_bits]
 
 
 def _is_bool(value) -> bool:
@@ -171,9 +177,10 @@ class QuantizeOptions:
 
     @property
     def rounding_method(self) -> str:
-        """The rounding that runs: ``"auto"`` is "gptq" at 4 bits; at 8, "nearest" with
-        per-channel weights and "tapsum" with per-tensor weights."""
-        return resolve_rounding(self.rounding, self.weight_bits, self.per_channel)
+        """The rounding that runs: ``"auto"`` is "gptq" at 4 bits; at 8, "tapsum" with
+        per-tensor weights or without data (8-bit activations), else "nearest"."""
+        return resolve_rounding(self.rounding, self.weight_bits, self.per_channel,
+                                self.has_data, self.activation_bits)
 
     @property
     def rounds(self) -> bool:

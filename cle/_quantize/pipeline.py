@@ -110,8 +110,8 @@ def quantize(model, calibration_data=None, *, per_channel: bool = True, weight_b
             calibration inputs, or without data on the synthetic calibration inputs, never
             on the check's; each layer's bias takes its mean output error away, unless
             ``bias_correction="none"``), "adaround" (the same aim, learned; slower), or
-            "auto" (default): "gptq" at 4 bits; at 8, "nearest" with per-channel weights
-            and "tapsum" with per-tensor weights (chosen by measurement:
+            "auto" (default): "gptq" at 4 bits; at 8, "tapsum" with per-tensor weights or
+            without data (8-bit activations), else "nearest" (chosen by measurement:
             docs/quantize_w4.md).
 
     Returns:
@@ -239,7 +239,7 @@ def check_sets(model, build: Int8Build, say) -> list:
 
 
 def lower(sets) -> list:
-    """Per output, the figures of the check set where its SQNR is the lowest."""
+    """Per output, the lower of each figure over the check sets (SQNR and top-1 agreement)."""
     return _lower(sets)
 
 
@@ -409,9 +409,13 @@ def _check_model(model, content, checks, opts, say):
 
 
 def _lower(sets, key="outputs"):
-    """Per output, the figures of the set where its SQNR is the lowest (the check cannot
-    flatter: without data, each set of synthetic inputs is a guess of what real ones do)."""
-    return [min(per_set, key=lambda o: o.sqnr_db) for per_set in zip(*(c[key] for c in sets))]
+    """Per output, the lower of each figure over the sets: the lowest SQNR and the lowest
+    top-1 agreement, each from whichever set gave it (the check cannot flatter: without data,
+    each set of synthetic inputs is a guess of what real ones do)."""
+    return [dataclasses.replace(
+        min(per_set, key=lambda o: o.sqnr_db),
+        top1_agreement=min(o.top1_agreement for o in per_set))
+        for per_set in zip(*(c[key] for c in sets))]
 
 
 def _public(check_set):
