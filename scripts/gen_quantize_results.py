@@ -127,8 +127,8 @@ def table(results):
     notes = "; ".join(
         f"{results[n]['net']}: [{r['input_range'][0]:.4g}, {r['input_range'][1]:.4g}]"
         for n in nets for r in [results[n]["rows"]["per_channel"]["nodata"]])
-    loads = ", ".join(f"{results[n]['load']:.1f}–{results[n].get('load_after', 0):.1f}"
-                      for n in nets)
+    loads = ", ".join(f"{min(pair):.1f}–{max(pair):.1f}" for n in nets
+                      for pair in [(results[n]["load"], results[n].get("load_after", 0))])
     lines += ["", f"No data, no flags: the input range is found from the model's first batch "
               f"norm ({notes}), the calibration inputs are synthetic. "
               f"Load average during the runs: {loads} (2 cores of an "
