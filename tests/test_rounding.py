@@ -179,3 +179,43 @@ def test_smallest_within_takes_the_smallest_kernels_within_the_share():
     assert R.smallest_within([60, 5, 935], 0.065) == [0, 1]
     assert R.smallest_within(sizes, 0.0) == []
     assert R.smallest_within(sizes, 1.0) == [0, 1, 2, 3, 4]
+
+
+def test_noisiest_within_takes_the_most_noise_per_weight_within_the_share():
+    sizes = [900, 10, 40, 30, 20]  # 1000 in all
+    noise = [9.0, 0.01, 2.0, 0.3, 0.1]  # per weight: 0.01, 0.001, 0.05, 0.01, 0.005
+    # 5 % = 50: the 40 (most per weight), then 900 and the 30 would overrun, the 10 fits
+    assert R.noisiest_within(sizes, noise, 0.05) == [1, 2]
+    # the smallest kernels are not what it takes: the largest noise per weight is
+    assert R.noisiest_within(sizes, noise, 0.05) != R.smallest_within(sizes, 0.05)
+    # ties keep their order; a kernel larger than the budget is never taken
+    assert R.noisiest_within([10, 10, 10], [1.0, 1.0, 1.0], 0.34) == [0]
+    assert R.noisiest_within(sizes, noise, 0.0) == []
+    assert R.noisiest_within(sizes, noise, 1.0) == [0, 1, 2, 3, 4]
+
+
+def test_shrunk_scales_the_correlations_and_keeps_variances_means_and_definiteness():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(500, 4)) @ rng.normal(size=(4, 4)) + rng.normal(size=4)
+    y = x + 0.1 * rng.normal(size=x.shape)
+    p, q = np.c_[x, np.ones(500)], np.c_[y, np.ones(500)]
+    H, G = (p.T @ p / 500)[None], (p.T @ q / 500)[None]
+    Hs, Gs = R.shrunk(H, G, 0.3, 4)
+    for M, Ms, a, b in ((H, Hs, x, x), (G, Gs, x, y)):
+        np.testing.assert_allclose(Ms[0, :, 4], M[0, :, 4])  # means (and the bias input)
+        np.testing.assert_allclose(Ms[0, 4, :], M[0, 4, :])
+        C = (a - a.mean(0)).T @ (b - b.mean(0)) / 500  # the (cross-)covariance
+        Cs = Ms[0, :4, :4] - np.outer(a.mean(0), b.mean(0))
+        np.testing.assert_allclose(np.diag(Cs), np.diag(C), atol=1e-9)  # variances
+        off = ~np.eye(4, dtype=bool)
+        np.testing.assert_allclose(Cs[off], 0.7 * C[off], atol=1e-9)
+    assert np.linalg.eigvalsh(Hs[0]).min() > 0  # still a second-moment matrix
+    h, g = R.shrunk(H, H, 0.3, 4)
+    assert g is h  # one stream stays one stream
+    np.testing.assert_allclose(R.shrunk(H, H, 0.0, 4)[0], H)
+    # without a bias column: the second moments about the origin, the same rule
+    Hn = H[:, :4, :4]
+    off = ~np.eye(4, dtype=bool)
+    Hns = R.shrunk(Hn, Hn, 0.5, 4)[0][0]
+    np.testing.assert_allclose(np.diag(Hns), np.diag(Hn[0]))
+    np.testing.assert_allclose(Hns[off], 0.5 * Hn[0][off])

@@ -174,7 +174,7 @@ def test_the_smallest_kernels_kept_wide_are_stored_int8(net, data):
                                   wide_share=0.35)
     bits = {r.layer: r.bits for r in report.layers}
     assert bits == {"c1": 8, "dw": 4, "grouped": 4, "logits": 8}
-    assert any("2 small kernels kept on 8-bit grids (34.3% of the rounded weights)" in line
+    assert any("2 kernels kept on 8-bit grids (34.3% of the rounded weights)" in line
                for line in report.summary_lines())
     for e in entries:
         if e.bits == 8:  # on the 8-bit grid of its steps, using more than the 4-bit range
@@ -185,6 +185,69 @@ def test_the_smallest_kernels_kept_wide_are_stored_int8(net, data):
     _, stored = W.store_weights(w8, entries)
     assert {w.layer: w.storage for w in stored if w.layer in bits} == {
         "c1": "INT8", "dw": "INT4", "grouped": "INT4", "logits": "INT8"}
+
+
+def test_wide_by_noise_keeps_the_kernels_adding_most_noise_per_weight(net, data):
+    """``wide_by="noise"``: a first pass rounds every kernel to nearest at 4 bits and
+    measures the noise each adds to its own output; the kernels with the most per weight
+    within the share go on 8-bit grids (here not the smallest ones), and the kernels the
+    rounding starts from are the float ones (the pass gives them back)."""
+    model = keras.models.clone_model(net)
+    model.set_weights(net.get_weights())
+    folded = cle.fold_all_batch_norms(model)[1]
+    # make the grouped conv's 4-bit error large: in each group, a huge weight per output on
+    # an input the ReLU keeps at 0 (the output unchanged), so the 4-bit grid of the row,
+    # spanning that weight, rounds every weight that matters to 0
+    dw, g = folded.get_layer("dw"), folded.get_layer("grouped")
+    b = keras.ops.convert_to_numpy(dw.bias).copy()
+    b[[0, 5]] = -1e4
+    dw.bias.assign(b)
+    k = keras.ops.convert_to_numpy(g.kernel).copy()
+    k[0, 0, 0, :] = 40 * np.abs(k).max()
+    g.kernel.assign(k)
+    twin = keras.models.clone_model(folded)
+    twin.set_weights(folded.get_weights())
+    # kernels: c1 45, dw 90, grouped 50, logits 28 weights (213); 35 % is 74
+    report, _ = round_model(folded, [data], bits=4, per_channel=True, method="gptq",
+                            wide_share=0.35, wide_by="noise")
+    bits = {r.layer: r.bits for r in report.layers}
+    assert bits["grouped"] == 8 and bits != {"c1": 8, "dw": 4, "grouped": 4, "logits": 8}
+    assert sum(int(np.prod(r.shape)) for r in report.layers if r.bits == 8) <= 0.35 * 213
+    # the same rounding as with the 8-bit kernels named by hand: the pass left no trace
+    import cle._quantize.rounding as QR
+    chosen = [n for n, b in bits.items() if b == 8]
+    widths = QR._widths
+    try:
+        QR._widths = lambda targets, b, share: [8 if c.layer.name in chosen else b
+                                                for c in targets]
+        again, _ = round_model(twin, [data], bits=4, per_channel=True, method="gptq",
+                               wide_share=0.35)
+    finally:
+        QR._widths = widths
+    for a, b in zip(folded.get_weights(), twin.get_weights()):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_shrink_rounds_each_layer_on_shrunk_statistics(net, data, monkeypatch):
+    """``shrink``: every layer's (H, G) goes through :func:`cle._math.rounding.shrunk` before
+    its rounding (none without it), and the rounding follows the shrunk statistics."""
+    from cle._math import rounding as R
+
+    seen = []
+    real = R.shrunk
+    monkeypatch.setattr(R, "shrunk", lambda H, G, a, n: seen.append((a, n)) or real(H, G, a, n))
+    kernels = {}
+    for shrink in (0.0, 0.5):
+        model = keras.models.clone_model(net)
+        model.set_weights(net.get_weights())
+        folded = cle.fold_all_batch_norms(model)[1]
+        report, _ = round_model(folded, [data], bits=4, per_channel=True, method="gptq",
+                                shrink=shrink)
+        kernels[shrink] = [keras.ops.convert_to_numpy(folded.get_layer(r.layer).kernel)
+                           for r in report.layers]
+        assert len(seen) == (0 if shrink == 0.0 else len(report.layers))
+    assert {a for a, _ in seen} == {0.5}
+    assert any(not np.array_equal(a, b) for a, b in zip(kernels[0.0], kernels[0.5]))
 
 
 def test_a_kernel_off_its_grid_is_refused(rounded):
@@ -316,8 +379,9 @@ def test_w4a8_without_data(net):
 
 @pytest.mark.parametrize("has_data", [True, False])
 def test_round_stage_keeps_small_kernels_wide_without_data_only(has_data, monkeypatch):
-    """Without data (4 bits) the rounding stage keeps the smallest kernels on 8-bit grids and
-    damps GPTQ more; with data it rounds every kernel at 4 bits with GPTQ's own ridge."""
+    """Without data (4 bits) the rounding stage keeps the kernels adding the most noise per
+    weight on 8-bit grids, damps GPTQ more and shrinks the inputs' correlations; with data it
+    rounds every kernel at 4 bits with GPTQ's own ridge on the statistics as measured."""
     from cle._math.rounding import DAMP
     from cle._quantize import weight_stages
     from cle._quantize.options import QuantizeOptions
@@ -329,11 +393,13 @@ def test_round_stage_keeps_small_kernels_wide_without_data_only(has_data, monkey
     x = ModelInputs((np.zeros((2, 3), np.float32),), ("x",), ((3,),))
     weight_stages.round_stage(None, x, opts, "inputs", lambda m: None)
     assert seen["bits"] == 4 and seen["method"] == "gptq"
+    got = tuple(seen[k] for k in ("wide_share", "wide_by", "damp", "shrink"))
     if has_data:
-        assert (seen["wide_share"], seen["damp"]) == (0.0, DAMP)
+        assert got == (0.0, "size", DAMP, 0.0)
     else:
-        assert (seen["wide_share"], seen["damp"]) == (weight_stages.SYNTHETIC_WIDE_SHARE,
-                                                      weight_stages.SYNTHETIC_DAMP)
+        assert got == (weight_stages.SYNTHETIC_WIDE_SHARE, "noise",
+                       weight_stages.SYNTHETIC_DAMP, weight_stages.SYNTHETIC_SHRINK)
+        assert 0 < weight_stages.SYNTHETIC_SHRINK < 1
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -403,7 +469,7 @@ def _two_io_net():
 @NOT_ON_JAX
 def test_w4a8_two_inputs_two_outputs_without_data_rounds_on_the_calibration_inputs(
         monkeypatch):
-    """Several inputs and outputs: every kernel stored INT4, each output checked; without
+    """Several inputs and outputs: every kernel stored as rounded, each output checked; without
     data the rounding runs on the synthetic calibration inputs (all of them, every input),
     never on the check's sets."""
     from cle._quantize import weight_stages
@@ -424,8 +490,12 @@ def test_w4a8_two_inputs_two_outputs_without_data_rounds_on_the_calibration_inpu
     monkeypatch.setattr(pipeline, "check_sets", check_sets)
     model = _two_io_net()
     content, report = cle.quantize(model, weight_bits=4, input_range=(-2, 2))
+    # every kernel stored as the rounding put it: INT4, or INT8 where the no-data rounding
+    # kept it on an 8-bit grid (SYNTHETIC_WIDE_SHARE)
+    bits = {r.layer: r.bits for r in report.rounding.layers}
+    assert set(bits) == {"c1", "dw", "db", "o1", "o2"} and 4 in bits.values()
     assert {w.layer: w.storage for w in report.weights} == {
-        "c1": "INT4", "dw": "INT4", "db": "INT4", "o1": "INT4", "o2": "INT4"}
+        n: "INT8" if b == 8 else "INT4" for n, b in bits.items()}
     assert [o.name for o in report.outputs] == ["o1", "o2"]
     assert report.rounding.source == "synthetic inputs"
     assert len(seen["rounding"]) == 2

@@ -33,8 +33,9 @@ import numpy as np
 
 __all__ = [
     "METHODS", "adaround", "asymmetric_target", "best_bias", "channel_order", "damped",
-    "from_rows", "gptq", "grid_max", "keep_tap_sums", "nearest", "output_error", "round_rows",
-    "scale_maxabs", "scale_mse", "schur_bias", "smallest_within", "to_rows",
+    "from_rows", "gptq", "grid_max", "keep_tap_sums", "nearest", "noisiest_within",
+    "output_error", "round_rows", "scale_maxabs", "scale_mse", "schur_bias", "shrunk",
+    "smallest_within", "to_rows",
 ]
 
 #: Relative ridge added to ``H``'s diagonal (GPTQ's dampening).
@@ -307,6 +308,46 @@ def smallest_within(sizes, share):
             chosen.append(int(i))
             used += int(sizes[i])
     return sorted(chosen)
+
+
+def noisiest_within(sizes, noise, share):
+    """The indices of the kernels with the most noise per weight whose sizes add up to at
+    most ``share`` of the total (``sizes``: parameters per kernel; ``noise``: what each adds
+    to the model's error at the lower width, e.g. the noise-to-signal ratio it adds to its
+    layer's output rounded to nearest), taken most noise per weight first (ties in order),
+    skipping any kernel that would overrun the budget: the 8-bit kernels that buy the most
+    error per byte they cost (half a byte more per weight at 4 bits)."""
+    sizes = np.asarray(sizes, np.int64).ravel()
+    per_weight = np.asarray(noise, np.float64).ravel() / np.maximum(sizes, 1)
+    budget = share * sizes.sum()
+    chosen, used = [], 0
+    for i in np.argsort(-per_weight, kind="stable"):
+        if used + sizes[i] <= budget:
+            chosen.append(int(i))
+            used += int(sizes[i])
+    return sorted(chosen)
+
+
+def shrunk(H, G, shrink, n_quant):
+    """``(H, G)`` with the off-diagonal of the inputs' (cross-)covariance scaled by ``1 −
+    shrink``: each input's variance and every mean (the bias row and column, when ``H`` has
+    more than ``n_quant`` columns) kept, the correlations between inputs trusted less
+    (covariance shrinkage towards the diagonal; ``G is H`` stays so). The result stays
+    positive semi-definite, as a mix of two covariances."""
+    def one(M):
+        M = np.array(M, np.float64)
+        d = n_quant
+        mean = (np.einsum("bi,bj->bij", M[:, :d, d], M[:, d, :d]) if M.shape[1] > d
+                else np.zeros_like(M[:, :d, :d]))
+        C = M[:, :d, :d] - mean
+        idx = np.arange(d)
+        diag = C[:, idx, idx].copy()
+        C *= 1.0 - shrink
+        C[:, idx, idx] = diag
+        M[:, :d, :d] = C + mean
+        return M
+    h = one(H)
+    return h, (h if G is H else one(G))
 
 
 # ------------------------------------------------------------------- kernels as rows

@@ -115,7 +115,7 @@ class RoundingReport:
         wide = [r for r in self.layers if r.bits is not None and r.bits != self.bits]
         if wide:
             size = sum(int(np.prod(r.shape)) for r in self.layers)
-            lines.append(f"  {len(wide)} small kernels kept on 8-bit grids "
+            lines.append(f"  {len(wide)} kernels kept on 8-bit grids "
                          f"({sum(int(np.prod(r.shape)) for r in wide) / size:.1%} of the "
                          "rounded weights)")
         if self.kept:
@@ -231,7 +231,8 @@ def _channels_last(layer, value):
     return x
 
 
-def _round_call(call, xf, xq, method, bits, per_tensor, free_bias, seed, damp=R.DAMP):
+def _round_call(call, xf, xq, method, bits, per_tensor, free_bias, seed, damp=R.DAMP,
+                shrink=0.0):
     """Round one layer on its inputs in both streams; returns ``(float output, quantized
     output, RoundedLayer, steps)``."""
     start = time.perf_counter()
@@ -244,6 +245,8 @@ def _round_call(call, xf, xq, method, bits, per_tensor, free_bias, seed, damp=R.
     del a_q, a_f
     W = _rows(layer, kind)
     n = W.shape[2] - int(layer.use_bias)
+    if shrink:
+        H, G = R.shrunk(H, G, shrink, n)
     Q, bias, s = R.round_rows(W, H, G, bits, method, n, per_tensor, free_bias, damp)
     del H, G
     out_f = run_call(call, xf)
@@ -260,10 +263,35 @@ def _round_call(call, xf, xq, method, bits, per_tensor, free_bias, seed, damp=R.
     return out_f, out_q, record, s
 
 
+def _nearest_noise(call, xf, xq, method, bits, per_tensor, free_bias, seed, damp=R.DAMP,
+                   shrink=0.0):
+    """:func:`_round_call`'s contract for the noise pass of :func:`round_model`: the kernel
+    rounded to nearest on its ``bits``-bit grid (no statistics), and in the record's
+    ``sqnr_db`` the noise it adds to its own output, measured on the quantized stream's
+    inputs against the float kernel on the same inputs, relative to the float layer's output
+    (as an SQNR in dB)."""
+    start = time.perf_counter()
+    layer = call.layer
+    kind = _kind(layer)
+    out_f = run_call(call, xf)
+    out_qf = out_f if all(a is b for a, b in zip(xf, xq)) else run_call(call, xq)
+    W = _rows(layer, kind)
+    n = W.shape[2] - int(layer.use_bias)
+    Q, _, s = R.round_rows(W, None, None, bits, "nearest", n, per_tensor)
+    _assign(layer, kind, Q, None)
+    out_q = run_call(call, xq)
+    record = RoundedLayer(layer.name, kind, tuple(layer.kernel.shape),
+                          sqnr_db=_sqnr(out_f[0], out_f[0] + out_q[0] - out_qf[0]), bits=bits)
+    record.seconds = time.perf_counter() - start
+    return out_f, out_q, record, s
+
+
 def _stream_pass(view, targets, inputs, method, bits, per_channel, free_bias, say,
-                 damp=R.DAMP):
+                 damp=R.DAMP, shrink=0.0, layer_fn=None):
     """Both streams through the graph, rounding each target on the way (``bits``: one per
-    target); yields ``(call, RoundedLayer, steps)``."""
+    target; ``layer_fn``: :func:`_round_call` or :func:`_nearest_noise`); yields ``(call,
+    RoundedLayer, steps)``."""
+    layer_fn = layer_fn or _round_call
     calls = calls_leading_to(view, targets)
     index = {id(c): k for k, c in enumerate(targets, start=1)}
     uses: dict[int, int] = {}
@@ -276,10 +304,11 @@ def _stream_pass(view, targets, inputs, method, bits, per_channel, free_bias, sa
         xf, xq = (list(v) for v in zip(*(live[id(t)] for t in call.inputs)))
         k = index.get(id(call))
         if k is not None:
-            out_f, out_q, record, s = _round_call(call, xf, xq, method, bits[k - 1],
-                                                  not per_channel, free_bias, seed=k,
-                                                  damp=damp)
-            say(f"rounding [{k}/{len(targets)}] {record.line()}")
+            out_f, out_q, record, s = layer_fn(call, xf, xq, method, bits[k - 1],
+                                               not per_channel, free_bias, seed=k, damp=damp,
+                                               shrink=shrink)
+            if layer_fn is _round_call:
+                say(f"rounding [{k}/{len(targets)}] {record.line()}")
             yield call, record, s
         else:
             out_f = run_call(call, xf)
@@ -300,7 +329,7 @@ def _stream_pass(view, targets, inputs, method, bits, per_channel, free_bias, sa
 
 
 def round_model(model, inputs, *, bits, per_channel, method, free_bias=True, source="",
-                say=None, wide_share=0.0, damp=R.DAMP):
+                say=None, wide_share=0.0, wide_by="size", damp=R.DAMP, shrink=0.0):
     """Round the kernels of ``model`` in place (the caller's own copy) for the ``bits``-bit
     target.
 
@@ -316,9 +345,17 @@ def round_model(model, inputs, *, bits, per_channel, method, free_bias=True, sou
             for "nearest", which leaves biases as they are).
         source: what ``inputs`` are, for the report.
         say: ``callable(str)`` told about each layer.
-        wide_share: below 8 bits, the smallest kernels, up to this share of the rounded
-            weights, go on 8-bit grids instead (:func:`cle._math.rounding.smallest_within`).
+        wide_share: below 8 bits, kernels up to this share of the rounded weights go on
+            8-bit grids instead, chosen by ``wide_by``.
+        wide_by: "size": the smallest kernels (:func:`cle._math.rounding.smallest_within`);
+            "noise": the kernels whose ``bits``-bit rounding to nearest adds the most noise
+            to their own layer's output per weight (:func:`cle._math.rounding.noisiest_within`),
+            measured on ``inputs`` in a first pass of both streams with every kernel rounded
+            to nearest (no statistics; the kernels are restored before the rounding).
         damp: GPTQ's relative ridge on ``H`` (:data:`cle._math.rounding.DAMP`).
+        shrink: the off-diagonal of each layer's input (cross-)covariance scaled by ``1 −
+            shrink`` before rounding (:func:`cle._math.rounding.shrunk`): the inputs'
+            correlations trusted less than their variances and means.
 
     Returns:
         ``(RoundingReport, [LayerWeights])``: what the stage did, and every layer with a
@@ -330,7 +367,10 @@ def round_model(model, inputs, *, bits, per_channel, method, free_bias=True, sou
     targets, kept, entries = _plan(view, bits)
     report = RoundingReport(method, bits, per_channel, source if method != "nearest" else "",
                             len(inputs[0]) if method != "nearest" else 0, kept=kept)
-    widths = _widths(targets, bits, wide_share)
+    if wide_share > 0 and bits < 8 and wide_by == "noise" and method != "nearest":
+        widths = _widths_by_noise(view, targets, inputs, bits, per_channel, wide_share, say)
+    else:
+        widths = _widths(targets, bits, wide_share)
     if method == "nearest":
         done = []
         for call, b in zip(targets, widths):
@@ -343,7 +383,7 @@ def round_model(model, inputs, *, bits, per_channel, method, free_bias=True, sou
                                             tuple(call.layer.kernel.shape), bits=b), s))
     else:
         done = _stream_pass(view, targets, inputs, method, widths, per_channel, free_bias,
-                            say, damp)
+                            say, damp, shrink)
     for call, record, s in done:
         report.layers.append(record)
         layer = call.layer
@@ -364,4 +404,26 @@ def _widths(targets, bits, wide_share):
         sizes = [int(np.prod(call.layer.kernel.shape)) for call in targets]
         for i in R.smallest_within(sizes, wide_share):
             widths[i] = 8
+    return widths
+
+
+def _widths_by_noise(view, targets, inputs, bits, per_channel, wide_share, say):
+    """The grid's bits of each target: 8 for the kernels adding the most noise per weight
+    at ``bits`` bits to nearest within ``wide_share`` of the rounded weights, measured in one
+    pass of both streams over ``inputs`` (the kernels are given back as they were)."""
+    start = time.perf_counter()
+    saved = [keras.ops.convert_to_numpy(call.layer.kernel) for call in targets]
+    try:
+        noise = {id(call): 10 ** (-record.sqnr_db / 10) for call, record, _ in _stream_pass(
+            view, targets, inputs, "nearest", [bits] * len(targets), per_channel, False,
+            say, layer_fn=_nearest_noise)}
+    finally:
+        for call, kernel in zip(targets, saved):
+            call.layer.kernel.assign(kernel)
+    sizes = [int(np.prod(call.layer.kernel.shape)) for call in targets]
+    widths = [bits] * len(targets)
+    for i in R.noisiest_within(sizes, [noise[id(call)] for call in targets], wide_share):
+        widths[i] = 8
+    say(f"rounding: the 8-bit kernels chosen by the noise each adds at {bits} bits "
+        f"({time.perf_counter() - start:.1f} s)")
     return widths

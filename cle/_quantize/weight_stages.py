@@ -16,17 +16,27 @@ from cle._measure.weight_store import store_weights, weight_storage
 from cle._quantize.rounding import round_model
 from cle._transforms.bias_pass import TAPSUM_LAYERS
 
-__all__ = ["SYNTHETIC_DAMP", "SYNTHETIC_WIDE_SHARE", "round_stage", "snap_stage", "store_stage",
-           "unsnap"]
+__all__ = ["SYNTHETIC_DAMP", "SYNTHETIC_SHRINK", "SYNTHETIC_WIDE_BY", "SYNTHETIC_WIDE_SHARE",
+           "round_stage", "snap_stage", "store_stage", "unsnap"]
 
-#: Without data, below 8 bits: the share of the rounded weights kept on 8-bit grids, the
-#: smallest kernels first (depthwise 3x3, the first convolution, the early blocks; the file
-#: grows by half a byte per such weight); the synthetic inputs' statistics guess real inputs' correlations too
-#: roughly for the 4-bit error of those layers to be undone downstream (docs/quantize_w4.md).
-SYNTHETIC_WIDE_SHARE = 0.05
+#: Without data, below 8 bits: the share of the rounded weights kept on 8-bit grids (the
+#: file grows by half a byte per such weight: with this share a W4A8 file of either real
+#: network stays within 0.6x the plain W8A8 conversion's, the goal of docs/quantize_w4.md);
+#: the synthetic inputs' statistics guess real inputs' correlations too roughly for the 4-bit
+#: error of every layer to be undone downstream.
+SYNTHETIC_WIDE_SHARE = 0.07
+#: Without data: which kernels those are (:func:`cle._quantize.rounding.round_model`'s
+#: ``wide_by``): those whose 4-bit rounding to nearest adds the most noise to their layer's
+#: output per weight on the synthetic inputs (the projections of inverted residual blocks,
+#: depthwise kernels, the first blocks), measured rather than guessed from their size.
+SYNTHETIC_WIDE_BY = "noise"
 #: Without data: GPTQ's relative ridge on the synthetic inputs' statistics (ten times
 #: :data:`cle._math.rounding.DAMP`: their correlations are trusted less than real data's).
 SYNTHETIC_DAMP = 0.1
+#: Without data: the correlations between a layer's inputs on the synthetic inputs scaled by
+#: ``1 − SYNTHETIC_SHRINK`` (their variances and means kept; :func:`cle._math.rounding.shrunk`):
+#: the distillation matches each channel's BN statistics, not how channels move together.
+SYNTHETIC_SHRINK = 0.3
 
 
 def snap_stage(equalized, opts, say) -> dict:
@@ -75,7 +85,9 @@ def round_stage(equalized, x_cal, opts, source, say):
     return round_model(equalized, list(x_cal.arrays), bits=bits, per_channel=opts.per_channel,
                        method=method, free_bias=opts.bias_correction != "none", source=source,
                        say=say, wide_share=SYNTHETIC_WIDE_SHARE if synthetic else 0.0,
-                       damp=SYNTHETIC_DAMP if synthetic else DAMP)
+                       wide_by=SYNTHETIC_WIDE_BY if synthetic else "size",
+                       damp=SYNTHETIC_DAMP if synthetic else DAMP,
+                       shrink=SYNTHETIC_SHRINK if synthetic else 0.0)
 
 
 def store_stage(content, entries, say):
