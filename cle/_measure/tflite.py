@@ -318,7 +318,7 @@ def observe(calibrated: bytes, x, indices, progress: Callable | None = None,
             per_tensor=SAMPLE_PER_TENSOR, seed=0) -> dict[int, np.ndarray]:
     """A uniform sample of the values each tensor of ``indices`` takes on ``x``
     (:class:`cle._core.inputs.ModelInputs`; float interpreter, one sample at a time), with each
-    tensor's exact min and max included."""
+    tensor's exact min and max over ``x`` as its last two values."""
     interp = interpreter(calibrated, preserve_all_tensors=True)
     ins = input_details_by_name(interp, x.names)
     for d, a in zip(ins, x.arrays):

@@ -112,13 +112,15 @@ def analyze_checked(model, calibration_data, opts: QuantizeOptions,
 def _float_reference(build, say) -> bytes:
     """The float flatbuffer the INT8 model is measured against: the build's own, or, when
     the kernels were put on their grids before converting (``rounding="tapsum"``), the
-    equalized model with its float kernels given back, calibrated again and given the
+    equalized model with its float kernels given back, converted again and given the
     build's ranges (else each such layer's weight error would not show)."""
     if not build.snapped:
         return build.calibrated
-    say("calibrating the equalized model with its float kernels, as the float reference")
+    say("converting the equalized model with its float kernels, as the float reference")
     weight_stages.unsnap(build.equalized, build.snapped)
-    calibrated = tflite.calibrate(build.equalized, build.inputs.calibration)
+    # The build's ranges are written into every tensor that carries one, so one input gives
+    # the converter the layout they need (as in the build's own conversion).
+    calibrated = tflite.calibrate(build.equalized, build.inputs.calibration[:1])
     return tflite.with_ranges(calibrated, build.ranges)
 
 
