@@ -396,13 +396,16 @@ def round_model(model, inputs, *, bits, per_channel, method, free_bias=True, sou
     return report, list(entries.values())
 
 
-def _widths(targets, bits, wide_share):
-    """The grid's bits of each target: ``bits``, or 8 for the smallest kernels within
-    ``wide_share`` of the rounded weights (below 8 bits)."""
+def _widths(targets, bits, wide_share, noise=None):
+    """The grid's bits of each target: ``bits``, or 8 (below 8 bits) for the kernels within
+    ``wide_share`` of the rounded weights: the smallest, or with ``noise`` (one figure per
+    target) those with the most noise per weight."""
     widths = [bits] * len(targets)
     if wide_share > 0 and bits < 8:
         sizes = [int(np.prod(call.layer.kernel.shape)) for call in targets]
-        for i in R.smallest_within(sizes, wide_share):
+        wide = (R.smallest_within(sizes, wide_share) if noise is None
+                else R.noisiest_within(sizes, noise, wide_share))
+        for i in wide:
             widths[i] = 8
     return widths
 
@@ -420,10 +423,7 @@ def _widths_by_noise(view, targets, inputs, bits, per_channel, wide_share, say):
     finally:
         for call, kernel in zip(targets, saved):
             call.layer.kernel.assign(kernel)
-    sizes = [int(np.prod(call.layer.kernel.shape)) for call in targets]
-    widths = [bits] * len(targets)
-    for i in R.noisiest_within(sizes, [noise[id(call)] for call in targets], wide_share):
-        widths[i] = 8
+    widths = _widths(targets, bits, wide_share, [noise[id(call)] for call in targets])
     say(f"rounding: the 8-bit kernels chosen by the noise each adds at {bits} bits "
         f"({time.perf_counter() - start:.1f} s)")
     return widths

@@ -40,11 +40,12 @@ SYNTHETIC_SHRINK = 0.3
 
 
 def snap_stage(equalized, opts, say) -> dict:
-    """For ``rounding="tapsum"`` (the caller's condition): every Conv2D and DepthwiseConv2D kernel of ``equalized``
-    (the pipeline's own copy) with more than one tap put on its 8-bit grid in place, each
-    (input, output) channel pair's tap sum kept (:func:`cle._math.kernel_quant.round_kernel`:
-    the grid TF Lite's converter will compute from the kernel, whose largest weight stays),
-    so that the converter's rounding to nearest gives every weight back as it is. The bias
+    """For ``rounding="tapsum"`` (the caller's condition): every Conv2D and DepthwiseConv2D
+    kernel of ``equalized`` (the pipeline's own copy) with more than one tap put on its 8-bit
+    grid in place, each (input, output) channel pair's tap sum kept
+    (:func:`cle._math.kernel_quant.round_kernel`: the grid TF Lite's converter will compute
+    from the kernel, whose largest weight stays), so that the converter's rounding to nearest
+    gives every weight back as it is. The bias
     correction of the equalize stage corrected for these kernels. Returns the float kernels
     as they were, ``{layer name: {attribute: kernel}}`` (what :func:`unsnap` restores)."""
     say("putting the kernels on their 8-bit grids (tap sums kept)")
@@ -74,8 +75,10 @@ def round_stage(equalized, x_cal, opts, source, say):
     """``(RoundingReport, [LayerWeights])``, or ``(None, None)`` when the converter's own
     rounding is the one asked for (8 bits, to nearest). Rounds ``equalized`` in place, on
     ``x_cal`` (a :class:`cle._core.inputs.ModelInputs`: the calibration inputs, real or
-    synthetic; never the check's). Without data, the smallest kernels stay on 8-bit grids
-    (:data:`SYNTHETIC_WIDE_SHARE`) and GPTQ is damped more (:data:`SYNTHETIC_DAMP`)."""
+    synthetic; never the check's). Without data, the kernels adding the most noise per weight
+    stay on 8-bit grids (:data:`SYNTHETIC_WIDE_SHARE`, :data:`SYNTHETIC_WIDE_BY`), GPTQ is
+    damped more (:data:`SYNTHETIC_DAMP`) and sees the inputs' correlations shrunk
+    (:data:`SYNTHETIC_SHRINK`)."""
     if not opts.rounds:
         return None, None
     method, bits = opts.rounding_method, opts.weight_bits
