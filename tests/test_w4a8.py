@@ -19,7 +19,7 @@ from cle._core.inputs import ModelInputs
 from cle._measure import tflite
 from cle._measure import weight_store as W
 from cle._quantize import pipeline
-from cle._quantize.rounding import round_model
+from cle._quantize.rounding import round_model, wide_share_within
 
 from conftest import no_tflite_on_torch, randomize_batch_norms, real_mobilenet_v2
 
@@ -328,7 +328,9 @@ def test_quantize_w4a8(net, data, w4):
     assert "target: INT4 weights per-channel" in text
     assert "rounding (gptq): 4 layers on their 4-bit per-channel grid" in text
     assert f"{UP[0] or 'CONV_2D'}: INT8, " in text
-    assert report.size == len(content)
+    assert report.size == len(content) and report.size_int8 > 0  # (a tiny net: no smaller)
+    assert f"file {len(content):,} bytes ({len(content) / report.size_int8:.3f}x the same " \
+           "model's 8-bit file)" in text
     d = report.to_dict()
     assert json.loads(json.dumps(d))["rounding"]["layers"][0]["layer"] == "c1"
     assert {w["layer"]: w["storage"] for w in d["weights"]}["dw"] == "INT4"
@@ -378,10 +380,11 @@ def test_w4a8_without_data(net):
 
 
 @pytest.mark.parametrize("has_data", [True, False])
-def test_round_stage_keeps_small_kernels_wide_without_data_only(has_data, monkeypatch):
-    """Without data (4 bits) the rounding stage keeps the kernels adding the most noise per
-    weight on 8-bit grids, damps GPTQ more and shrinks the inputs' correlations; with data it
-    rounds every kernel at 4 bits with GPTQ's own ridge on the statistics as measured."""
+def test_round_stage_keeps_noisy_kernels_wide_within_the_file_budget(has_data, monkeypatch):
+    """At 4 bits, with data or without, the rounding stage keeps the kernels adding the most
+    noise per weight on 8-bit grids within WIDE_SIZE_RATIO of the 8-bit file; without data it
+    also damps GPTQ more and shrinks the inputs' correlations, with data it uses GPTQ's own
+    ridge on the statistics as measured."""
     from cle._math.rounding import DAMP
     from cle._quantize import weight_stages
     from cle._quantize.options import QuantizeOptions
@@ -393,13 +396,37 @@ def test_round_stage_keeps_small_kernels_wide_without_data_only(has_data, monkey
     x = ModelInputs((np.zeros((2, 3), np.float32),), ("x",), ((3,),))
     weight_stages.round_stage(None, x, opts, "inputs", lambda m: None)
     assert seen["bits"] == 4 and seen["method"] == "gptq"
-    got = tuple(seen[k] for k in ("wide_share", "wide_by", "damp", "shrink"))
+    assert seen["size_ratio"] == weight_stages.WIDE_SIZE_RATIO < 0.6
+    got = tuple(seen[k] for k in ("damp", "shrink"))
     if has_data:
-        assert got == (0.0, "size", DAMP, 0.0)
+        assert got == (DAMP, 0.0)
     else:
-        assert got == (weight_stages.SYNTHETIC_WIDE_SHARE, "noise",
-                       weight_stages.SYNTHETIC_DAMP, weight_stages.SYNTHETIC_SHRINK)
+        assert got == (weight_stages.SYNTHETIC_DAMP, weight_stages.SYNTHETIC_SHRINK)
         assert 0 < weight_stages.SYNTHETIC_SHRINK < 1
+
+
+def test_wide_share_within_the_file_budget(net, monkeypatch):
+    """The share of the rounded weights that may stay 8-bit: each 4-bit weight saves half a
+    byte, and the file must save (1 - ratio) of the (estimated) 8-bit file; none when an
+    all-4-bit file would not fit, all of them for a budget of the whole 8-bit file."""
+    import cle._quantize.rounding as QR
+    from cle._core.graph import graph_view
+
+    folded = cle.fold_all_batch_norms(net)[1]
+    targets, _, _ = QR._plan(graph_view(folded), 4)
+    n = sum(int(np.prod(c.layer.kernel.shape)) for c in targets)  # 213
+    assert QR.wide_share_within(folded, targets, 4, 0.595) == 0.0  # a tiny file: no room
+    assert QR.wide_share_within(folded, targets, 4, 1.0) == pytest.approx(1.0)
+    monkeypatch.setattr(QR, "int8_file_bytes", lambda model: 250)
+    # the file must save 0.4 * 250 = 100 bytes: 200 weights at 4 bits, 13 may stay at 8
+    assert QR.wide_share_within(folded, targets, 4, 0.6) == pytest.approx((n - 200) / n)
+    report = QR.RoundingReport("gptq", 4, True, "inputs", 8, size_ratio=0.6, layers=[
+        QR.RoundedLayer("a", "conv", (1, 1, 2, 10), 10.0, 20.0, bits=8),
+        QR.RoundedLayer("b", "conv", (1, 1, 10, 9), 10.0, 20.0, bits=4)])
+    assert report.summary_lines()[2] == (
+        "  1 kernels kept on 8-bit grids (18.2% of the rounded weights; those whose 4-bit "
+        "rounding to nearest adds the most noise to their output per weight, within a file "
+        "of 0.6x the 8-bit one)")
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -491,7 +518,7 @@ def test_w4a8_two_inputs_two_outputs_without_data_rounds_on_the_calibration_inpu
     model = _two_io_net()
     content, report = cle.quantize(model, weight_bits=4, input_range=(-2, 2))
     # every kernel stored as the rounding put it: INT4, or INT8 where the no-data rounding
-    # kept it on an 8-bit grid (SYNTHETIC_WIDE_SHARE)
+    # kept it on an 8-bit grid (WIDE_SIZE_RATIO)
     bits = {r.layer: r.bits for r in report.rounding.layers}
     assert set(bits) == {"c1", "dw", "db", "o1", "o2"} and 4 in bits.values()
     assert {w.layer: w.storage for w in report.weights} == {
@@ -518,8 +545,10 @@ def test_w4a8_two_inputs_two_outputs_without_data_rounds_on_the_calibration_inpu
 def test_real_mobilenet_v2_int4_file():
     """Every kernel of the real MobileNetV2 on its 4-bit grid is stored INT4 (35 CONV_2D, 17
     DEPTHWISE_CONV_2D, 1 FULLY_CONNECTED), the file is at most 0.6x the INT8 file, and LiteRT
-    runs it as its INT8 twin."""
+    runs it as its INT8 twin. The INT8 file's estimate errs high, by little, and the kernels
+    kept 8-bit within the budget's share of the weights keep the file within the budget."""
     from cle import pretrained as P
+    from cle._quantize.rounding import int8_file_bytes
 
     model = cle.fold_all_batch_norms(real_mobilenet_v2())[1]
     x = P.preprocess_imagenet(P.sample_images(8, 224, seed=1))
@@ -534,6 +563,18 @@ def test_real_mobilenet_v2_int4_file():
     assert len(w4) <= 0.6 * len(w8)
     np.testing.assert_array_equal(Q.run_tflite(w4, x, batch_size=8),
                                   Q.run_tflite(W.int8_twin(w4), x, batch_size=8))
+    assert len(w8) <= int8_file_bytes(model) <= 1.01 * len(w8)
+    # the budget spent (smallest kernels first, as "nearest" keeps them): within it, and most
+    # of it used
+    import cle._quantize.rounding as QR
+    from cle._core.graph import graph_view
+
+    share = wide_share_within(model, QR._plan(graph_view(model), 4)[0], 4, 0.595)
+    _, entries = round_model(model, [x], bits=4, per_channel=True, method="nearest",
+                             wide_share=share)
+    assert 0.05 < share < 0.08 and any(e.bits == 8 for e in entries)
+    mixed, _ = W.store_weights(w8, entries)
+    assert 0.585 * len(w8) < len(mixed) <= 0.595 * len(w8)
 
 
 # ------------------------------------------------------------------------ the command line

@@ -185,6 +185,8 @@ class Int8Build:
         snapped: with ``rounding="tapsum"``, the float kernels the layers of ``equalized``
             had before they were put on their grids (``equalized`` and ``calibrated`` hold
             them on their grids), ``{layer name: {attribute: kernel}}``.
+        int8_size: the bytes of the converter's file, every weight 8-bit, before the store
+            stage put the rounded kernels in it.
     """
 
     opts: QuantizeOptions
@@ -202,6 +204,7 @@ class Int8Build:
     rounding: Any = None
     weights: list = dataclasses.field(default_factory=list)
     snapped: dict = dataclasses.field(default_factory=dict)
+    int8_size: int = 0
 
 
 def build_checked(model, calibration_data, opts: QuantizeOptions, say,
@@ -224,11 +227,12 @@ def build_checked(model, calibration_data, opts: QuantizeOptions, say,
         rounded, entries = None, None
     content, tensor_ranges, calibrated, values = _timed(
         seconds, "convert", _convert, equalized, inputs.calibration, opts, input_ranges, say)
+    int8_size = len(content)
     content, stored = _timed(seconds, "store", weight_stages.store_stage, content, entries, say)
     return Int8Build(opts, inputs, "data" if x is not None else "synthetic", input_ranges,
                      equalized, eq_report, calibrated, tensor_ranges, content, seconds,
                      values if opts.tune else None, rounding=rounded, weights=stored,
-                     snapped=snapped)
+                     snapped=snapped, int8_size=int8_size)
 
 
 def check_sets(model, build: Int8Build, say) -> list:
@@ -269,7 +273,7 @@ def check_build(model, build: Int8Build, say) -> QuantizeReport:
         warnings=_warnings(model, sets, inputs, build.input_ranges) + (
             build.tuning.warnings() if build.tuning is not None else []),
         seconds=seconds, tail=TAIL, tuning=build.tuning, rounding=build.rounding,
-        weights=build.weights, size=len(build.content))
+        weights=build.weights, size=len(build.content), size_int8=build.int8_size)
 
 
 def _timed(seconds, stage, fn, *args):

@@ -59,6 +59,8 @@ class QuantizeReport:
         weights: how each weight tensor of the ``.tflite`` is stored and why
             (:class:`cle._measure.weight_store.StoredWeight`).
         size: the ``.tflite``'s size in bytes.
+        size_int8: the size of the same build's ``.tflite`` as TF Lite's converter wrote it,
+            every weight 8-bit, before the rounded kernels were stored (0: not known).
     """
 
     target: dict
@@ -82,6 +84,7 @@ class QuantizeReport:
     rounding: Any = None
     weights: list = dataclasses.field(default_factory=list)
     size: int = 0
+    size_int8: int = 0
 
     @property
     def top1_agreement(self) -> float:
@@ -171,7 +174,7 @@ class QuantizeReport:
         if self.rounding is not None:
             lines += self.rounding.summary_lines()
         lines += self._range_lines()
-        lines += _storage_lines(self.weights, self.size, t["weight_bits"])
+        lines += _storage_lines(self.weights, self.size, t["weight_bits"], self.size_int8)
         if self.tuning is not None:
             lines += self.tuning.lines()
         lines += self._check_lines()
@@ -211,11 +214,12 @@ class QuantizeReport:
             "rounding": None if self.rounding is None else self.rounding.to_dict(),
             "weights": [w.to_dict() for w in self.weights],
             "size": self.size,
+            "size_int8": self.size_int8,
             "seconds": dict(self.seconds),
         }
 
 
-def _storage_lines(stored, size, weight_bits) -> list[str]:
+def _storage_lines(stored, size, weight_bits, size_int8=0) -> list[str]:
     """The report's lines on the weights as stored: counts by type and operator, and every
     weight the rounding did not store on its grid, with the reason."""
     if not stored:
@@ -226,7 +230,9 @@ def _storage_lines(stored, size, weight_bits) -> list[str]:
         by_op[w.storage][w.op] += 1
     parts = [f"{n} {storage} ({', '.join(f'{c} {op}' for op, c in by_op[storage].items())})"
              for storage, n in counts.items()]
-    lines = [f"weights stored: {'; '.join(parts)}; file {size:,} bytes"]
+    lines = [f"weights stored: {'; '.join(parts)}; file {size:,} bytes"
+             + (f" ({size / size_int8:.3f}x the same model's 8-bit file)"
+                if size_int8 and weight_bits < 8 else "")]
     for w in stored:
         if not w.rounded and (w.layer or weight_bits == 4):
             lines.append(f"  {w.layer or w.op}: {w.storage or 'as converted'}, {w.reason}")

@@ -24,6 +24,7 @@ import keras
 import numpy as np
 
 from cle._core.graph import calls_leading_to, graph_view, is_plain_call, run_call
+from cle._core.keras_internals import sublayers
 from cle._core.layouts import bias_on_wrong_axis, layout_of, untouchable_reason
 from cle._math import rounding as R
 from cle._math.moments import Geometry, moments, numpy_gram
@@ -35,6 +36,15 @@ __all__ = ["METHODS", "RoundedLayer", "RoundingReport", "round_model"]
 METHODS = R.METHODS
 #: Output positions (over all calibration inputs) a layer's statistics are measured on.
 MAX_POSITIONS = 1 << 16
+#: Bytes an 8-bit ``.tflite`` spends per output channel of a kernel besides the kernel itself:
+#: the INT32 bias, and the weight's and the bias's quantization (a float32 scale and an int64
+#: zero point each), 28; the flatbuffer's own structure measured 26-27 per channel all told on
+#: MobileNetV2 and EfficientNetB0 (``keras.applications``).
+INT8_BYTES_PER_CHANNEL = 28
+#: Bytes an 8-bit ``.tflite`` spends per Keras layer on its operators and tensors (names,
+#: shapes, activation ranges): MobileNetV2 and EfficientNet-Lite1 measured about 530 with
+#: BN folded; taken from above.
+INT8_BYTES_PER_LAYER = 640
 _ROUNDED = (keras.layers.Conv2D, keras.layers.DepthwiseConv2D, keras.layers.Dense)
 
 
@@ -96,6 +106,7 @@ class RoundingReport:
     layers: list = dataclasses.field(default_factory=list)
     kept: list = dataclasses.field(default_factory=list)
     seconds: float = 0.0
+    size_ratio: float | None = None
 
     def summary_lines(self) -> list[str]:
         grid = f"{self.bits}-bit {'per-channel' if self.per_channel else 'per-tensor'} grid"
@@ -117,7 +128,11 @@ class RoundingReport:
             size = sum(int(np.prod(r.shape)) for r in self.layers)
             lines.append(f"  {len(wide)} kernels kept on 8-bit grids "
                          f"({sum(int(np.prod(r.shape)) for r in wide) / size:.1%} of the "
-                         "rounded weights)")
+                         "rounded weights"
+                         + (f"; those whose {self.bits}-bit rounding to nearest adds the most "
+                            "noise to their output per weight, within a file of "
+                            f"{self.size_ratio:g}x the 8-bit one" if self.size_ratio else "")
+                         + ")")
         if self.kept:
             lines.append(f"  {len(self.kept)} layers with kernels left to TF Lite's converter "
                          "(see the weights)")
@@ -129,7 +144,7 @@ class RoundingReport:
                 "layers": [dataclasses.asdict(r) | {"shape": list(r.shape)}
                            for r in self.layers],
                 "kept": [{"layer": n, "reason": r} for n, r in self.kept],
-                "seconds": self.seconds}
+                "size_ratio": self.size_ratio, "seconds": self.seconds}
 
 
 def kept_reason(call, view, bits) -> str | None:
@@ -329,7 +344,8 @@ def _stream_pass(view, targets, inputs, method, bits, per_channel, free_bias, sa
 
 
 def round_model(model, inputs, *, bits, per_channel, method, free_bias=True, source="",
-                say=None, wide_share=0.0, wide_by="size", damp=R.DAMP, shrink=0.0):
+                say=None, wide_share=0.0, wide_by="size", size_ratio=None, damp=R.DAMP,
+                shrink=0.0):
     """Round the kernels of ``model`` in place (the caller's own copy) for the ``bits``-bit
     target.
 
@@ -352,6 +368,10 @@ def round_model(model, inputs, *, bits, per_channel, method, free_bias=True, sou
             to their own layer's output per weight (:func:`cle._math.rounding.noisiest_within`),
             measured on ``inputs`` in a first pass of both streams with every kernel rounded
             to nearest (no statistics; the kernels are restored before the rounding).
+        size_ratio: below 8 bits and for a rounding other than "nearest", the share of the
+            model's 8-bit ``.tflite`` the file may take: ``wide_share`` is then the share of
+            the rounded weights that fills it (:func:`wide_share_within`; 0 when even an
+            all-``bits`` file would not fit), and ``wide_by`` is "noise".
         damp: GPTQ's relative ridge on ``H`` (:data:`cle._math.rounding.DAMP`).
         shrink: the off-diagonal of each layer's input (cross-)covariance scaled by ``1 −
             shrink`` before rounding (:func:`cle._math.rounding.shrunk`): the inputs'
@@ -367,6 +387,9 @@ def round_model(model, inputs, *, bits, per_channel, method, free_bias=True, sou
     targets, kept, entries = _plan(view, bits)
     report = RoundingReport(method, bits, per_channel, source if method != "nearest" else "",
                             len(inputs[0]) if method != "nearest" else 0, kept=kept)
+    if size_ratio is not None and bits < 8 and method != "nearest":
+        wide_share, wide_by = wide_share_within(model, targets, bits, size_ratio), "noise"
+        report.size_ratio = size_ratio
     if wide_share > 0 and bits < 8 and wide_by == "noise" and method != "nearest":
         widths = _widths_by_noise(view, targets, inputs, bits, per_channel, wide_share, say)
     else:
@@ -394,6 +417,42 @@ def round_model(model, inputs, *, bits, per_channel, method, free_bias=True, sou
         entry.scales = R.channel_order(s) if per_channel else np.ravel(s)[:1]
     report.seconds = time.perf_counter() - start
     return report, list(entries.values())
+
+
+def int8_file_bytes(model) -> int:
+    """An estimate, from above, of the bytes of ``model``'s 8-bit ``.tflite``: the kernel of
+    each layer keras-cle knows (Conv2D, DepthwiseConv2D, Conv2DTranspose, Dense, ...) one byte
+    per weight and :data:`INT8_BYTES_PER_CHANNEL` per output channel (its bias included);
+    every other weight four bytes; and :data:`INT8_BYTES_PER_LAYER` per layer."""
+    rest = {id(v): int(np.prod(v.shape)) for v in model.weights}
+    layers = sublayers(model)
+    total = INT8_BYTES_PER_LAYER * len(layers)
+    for layer in layers:
+        layout = layout_of(layer)
+        kernel = getattr(layer, layout.out_kernel, None) if layout is not None else None
+        if kernel is None or layout.out_kernel != layout.in_kernel or id(kernel) not in rest:
+            continue
+        shape = tuple(kernel.shape)
+        channels = (int(np.prod(shape[-2:])) if layout.kind == "depthwise"
+                    else shape[-2] if layout.kind == "transpose" else shape[-1])
+        total += rest.pop(id(kernel)) + INT8_BYTES_PER_CHANNEL * int(channels)
+        bias = getattr(layer, "bias", None)
+        if bias is not None:
+            rest.pop(id(bias), None)
+    return total + 4 * sum(rest.values())
+
+
+def wide_share_within(model, targets, bits, size_ratio) -> float:
+    """The share of the weights of ``targets`` (the kernels to round at ``bits`` bits) that
+    can stay on 8-bit grids while the file stays within ``size_ratio`` of the model's 8-bit
+    one (:func:`int8_file_bytes`): each weight below 8 bits saves ``(8 − bits) / 8`` bytes,
+    and the file must save ``(1 − size_ratio)`` of the 8-bit one. 0 when even every kernel at
+    ``bits`` bits does not save that much."""
+    n = sum(int(np.prod(call.layer.kernel.shape)) for call in targets)
+    if n == 0:
+        return 0.0
+    narrow = (1.0 - size_ratio) * int8_file_bytes(model) * 8 / (8 - bits)
+    return max(0.0, (n - narrow) / n)
 
 
 def _widths(targets, bits, wide_share, noise=None):
