@@ -91,6 +91,9 @@ def measure(net, rows=None, json_path=None):
         r = {"net": net, "row": name, "top1": Q.top1_agreement(reference, y),
              "sqnr_db": Q.sqnr_db(reference, y), "bytes": len(content), "seconds": seconds,
              "stages": dict(report.seconds) if report is not None else {},
+             "kernels_8bit": (sum(1 for r in report.rounding.layers if r.bits == 8)
+                              if report is not None and report.rounding is not None
+                              and report.rounding.bits < 8 else None),
              "load": os.getloadavg()[0], "cpu": _cpu(), "cores": os.cpu_count()}
         out.append(r)
         _append(json_path, r)

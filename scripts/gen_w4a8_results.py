@@ -9,6 +9,11 @@ The figures come from ``benchmarks/bench_w4a8.py``, which writes one JSON line p
     .venv/bin/python scripts/gen_w4a8_results.py --jsonl w4.jsonl    # save, write the docs
     .venv/bin/python scripts/gen_w4a8_results.py --render            # docs from docs/data
 
+``benchmarks/bench_w4a8_knobs.py`` sweeps the 4-bit rounding's two knobs (block
+``w4a8-knobs``, rows in ``docs/data/w4a8_knobs.json``)::
+
+    .venv/bin/python scripts/gen_w4a8_results.py --knobs knobs.jsonl
+
 ``--jsonl`` keeps the last row of each (network, row) in ``docs/data/w4a8.json`` (rows saved
 earlier stay unless measured again), then renders. A row without the machine's name (older
 benchmark output) gets the name of the machine this script runs on: run it where the
@@ -29,6 +34,7 @@ from _docblocks import cpu_name, publish, wrap  # noqa: E402
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.join(HERE, "..")
 DATA = os.path.join(REPO, "docs", "data", "w4a8.json")
+KNOBS = os.path.join(REPO, "docs", "data", "w4a8_knobs.json")
 DOC = "docs/quantize_w4.md"
 NETS = {"mobilenet_v2": "MobileNetV2", "efficientnet_lite1": "EfficientNet-Lite1"}
 #: (row name, what it is) of the goals' table.
@@ -76,7 +82,8 @@ def save_rows(paths):
 
 
 def _cell(r):
-    return f"{r['top1']:.1%} / {r['sqnr_db']:.2f}"
+    wide = r.get("kernels_8bit")
+    return f"{r['top1']:.1%} / {r['sqnr_db']:.2f}" + (f" ({wide} kernels 8-bit)" if wide else "")
 
 
 def _time(r):
@@ -122,7 +129,10 @@ def candidates_table(rows):
         wrap("`cle.quantize(model, crops, weight_bits=..., rounding=...)` with 64 real crops, "
              "TFLite per-channel; top-1 agreement / logit SQNR (dB) against the float model on "
              "256 other crops; wall time of the call (of its rounding stage). A dash: not "
-             "measured."),
+             "measured. At 4 bits, \"k kernels 8-bit\": the kernels the rounding kept on "
+             "8-bit grids within the file budget (`WIDE_SIZE_RATIO`); an INT4 row without it "
+             "has every kernel at 4 bits (`nearest` always; the other roundings when "
+             "measured before that rule)."),
         "",
         "| weights | rounding | " + " | ".join(NETS[n] for n in nets) + " |",
         "|---|---|" + "---|" * len(nets),
@@ -141,16 +151,66 @@ def candidates_table(rows):
     return "\n".join(lines) + "\n\n" + _machine(used) + "\n"
 
 
+def save_knobs(paths):
+    """The rows of ``benchmarks/bench_w4a8_knobs.py`` (JSON lines) into :data:`KNOBS`, the
+    last of each (network, budget, ridge) kept."""
+    try:
+        with open(KNOBS, encoding="utf-8") as f:
+            rows = {(r["net"], r["size_ratio"], r["damp"]): r for r in json.load(f)["rows"]}
+    except FileNotFoundError:
+        rows = {}
+    for path in paths:
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                if line.strip():
+                    r = json.loads(line)
+                    rows[(r["net"], r["size_ratio"], r["damp"])] = r
+    with open(KNOBS, "w", encoding="utf-8") as f:
+        json.dump({"rows": list(rows.values())}, f, indent=1)
+        f.write("\n")
+
+
+def knobs_table(rows):
+    nets = [n for n in NETS if any(r["net"] == n for r in rows)]
+    keys = list(dict.fromkeys((r["size_ratio"], r["damp"]) for r in rows))
+    by = {(r["net"], r["size_ratio"], r["damp"]): r for r in rows}
+    lines = [
+        wrap("`cle.quantize(model, crops, weight_bits=4)` with 64 real crops, TFLite "
+             "per-channel, with `WIDE_SIZE_RATIO` (the file budget of the 8-bit kernels; none: "
+             "every kernel 4-bit) and `DATA_DAMP_LOW_BITS` (GPTQ's ridge) set as the row says, "
+             "the defaults first; top-1 agreement / logit SQNR (dB) against the float model on "
+             "256 other crops, and the file's size against the same build's 8-bit file."),
+        "",
+        "| file budget | ridge | " + " | ".join(NETS[n] for n in nets) + " |",
+        "|---|---|" + "---|" * len(nets),
+    ]
+    for ratio, damp in keys:
+        cells = []
+        for net in nets:
+            r = by.get((net, ratio, damp))
+            cells.append("–" if r is None else
+                         f"{_cell(r)}, {r['bytes'] / r['bytes_int8']:.3f}×")
+        budget = "none" if ratio is None else f"{ratio:g}×"
+        lines.append(f"| {budget} | {damp:g} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n\n" + _machine(rows) + "\n"
+
+
 def rendered():
     """``{(doc path relative to the repo, block name): text}`` from the saved rows."""
     rows = load()["rows"]
-    return {(DOC, "w4a8-goals"): goals_table(rows),
-            (DOC, "w4a8-candidates"): candidates_table(rows)}
+    out = {(DOC, "w4a8-goals"): goals_table(rows),
+           (DOC, "w4a8-candidates"): candidates_table(rows)}
+    if os.path.exists(KNOBS):
+        with open(KNOBS, encoding="utf-8") as f:
+            out[(DOC, "w4a8-knobs")] = knobs_table(json.load(f)["rows"])
+    return out
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jsonl", nargs="+", help="bench_w4a8.py's JSON lines to save")
+    parser.add_argument("--knobs", nargs="+",
+                        help="bench_w4a8_knobs.py's JSON lines to save")
     parser.add_argument("--render", action="store_true",
                         help="only render the docs from docs/data/w4a8.json (the default "
                              "without --jsonl)")
@@ -158,6 +218,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.jsonl and not args.render:
         save_rows(args.jsonl)
+    if args.knobs and not args.render:
+        save_knobs(args.knobs)
     publish([(os.path.join(REPO, doc), name, text) for (doc, name), text in rendered().items()],
             print_only=args.no_write, root=REPO)
 

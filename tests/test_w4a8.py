@@ -382,9 +382,9 @@ def test_w4a8_without_data(net):
 @pytest.mark.parametrize("has_data", [True, False])
 def test_round_stage_keeps_noisy_kernels_wide_within_the_file_budget(has_data, monkeypatch):
     """At 4 bits, with data or without, the rounding stage keeps the kernels adding the most
-    noise per weight on 8-bit grids within WIDE_SIZE_RATIO of the 8-bit file; without data it
-    also damps GPTQ more and shrinks the inputs' correlations, with data it uses GPTQ's own
-    ridge on the statistics as measured."""
+    noise per weight on 8-bit grids within WIDE_SIZE_RATIO of the 8-bit file and damps GPTQ
+    more than at 8 bits; without data it also shrinks the inputs' correlations; with data at 8
+    bits it uses GPTQ's own ridge on the statistics as measured."""
     from cle._math.rounding import DAMP
     from cle._quantize import weight_stages
     from cle._quantize.options import QuantizeOptions
@@ -399,7 +399,12 @@ def test_round_stage_keeps_noisy_kernels_wide_within_the_file_budget(has_data, m
     assert seen["size_ratio"] == weight_stages.WIDE_SIZE_RATIO < 0.6
     got = tuple(seen[k] for k in ("damp", "shrink"))
     if has_data:
-        assert got == (DAMP, 0.0)
+        assert got == (weight_stages.DATA_DAMP_LOW_BITS, 0.0)
+        assert weight_stages.DATA_DAMP_LOW_BITS > DAMP
+        seen.clear()
+        opts8 = QuantizeOptions.from_call(object(), weight_bits=8, rounding="gptq")
+        weight_stages.round_stage(None, x, opts8, "inputs", lambda m: None)
+        assert (seen["bits"], seen["damp"], seen["shrink"]) == (8, DAMP, 0.0)
     else:
         assert got == (weight_stages.SYNTHETIC_DAMP, weight_stages.SYNTHETIC_SHRINK)
         assert 0 < weight_stages.SYNTHETIC_SHRINK < 1

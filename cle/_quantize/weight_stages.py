@@ -16,7 +16,7 @@ from cle._measure.weight_store import store_weights, weight_storage
 from cle._quantize.rounding import round_model
 from cle._transforms.bias_pass import TAPSUM_LAYERS
 
-__all__ = ["SYNTHETIC_DAMP", "SYNTHETIC_SHRINK", "WIDE_SIZE_RATIO", "round_stage", "snap_stage",
+__all__ = ["DATA_DAMP_LOW_BITS", "SYNTHETIC_DAMP", "SYNTHETIC_SHRINK", "WIDE_SIZE_RATIO", "round_stage", "snap_stage",
            "store_stage", "unsnap"]
 
 #: Below 8 bits: the share of the model's plain 8-bit ``.tflite`` the file may take. The
@@ -25,10 +25,16 @@ __all__ = ["SYNTHETIC_DAMP", "SYNTHETIC_SHRINK", "WIDE_SIZE_RATIO", "round_stage
 #: blocks, depthwise kernels, the projections of inverted residual blocks) stay on 8-bit grids
 #: until the file, estimated from above (:func:`cle._quantize.rounding.int8_file_bytes`),
 #: reaches it; a 4-bit file alone takes a little over half the 8-bit one, so this spends what
-#: remains of the 0.6x of docs/quantize_w4.md's goal. With data the rounding alone leaves the
-#: 4-bit error of some layers too large for the rest of the network (EfficientNet-Lite1: from
-#: 14.3 to 16.2 dB against its float model); without data more so.
+#: remains of the size goal of docs/quantize_w4.md. With data the rounding alone leaves the
+#: 4-bit error of some layers too large for the rest of the network (measured there); without
+#: data more so.
 WIDE_SIZE_RATIO = 0.595
+#: With data, below 8 bits: GPTQ's relative ridge on the calibration inputs' statistics (ten
+#: times :data:`cle._math.rounding.DAMP`). A layer of the late blocks sees its inputs on few
+#: positions per crop and a classifier head on one: the rounding then fits the calibration
+#: inputs better than it fits others. Chosen from a sweep on MobileNetV2 and EfficientNet-Lite1
+#: with 64 crops (docs/quantize_w4.md).
+DATA_DAMP_LOW_BITS = 0.1
 #: Without data: GPTQ's relative ridge on the synthetic inputs' statistics (ten times
 #: :data:`cle._math.rounding.DAMP`: their correlations are trusted less than real data's).
 SYNTHETIC_DAMP = 0.1
@@ -75,8 +81,9 @@ def round_stage(equalized, x_cal, opts, source, say):
     rounding is the one asked for (8 bits, to nearest). Rounds ``equalized`` in place, on
     ``x_cal`` (a :class:`cle._core.inputs.ModelInputs`: the calibration inputs, real or
     synthetic; never the check's). Below 8 bits the kernels adding the most noise per weight
-    stay on 8-bit grids within :data:`WIDE_SIZE_RATIO` of the 8-bit file; without data GPTQ
-    is damped more (:data:`SYNTHETIC_DAMP`) and sees the inputs' correlations shrunk
+    stay on 8-bit grids within :data:`WIDE_SIZE_RATIO` of the 8-bit file and GPTQ is damped
+    more (:data:`DATA_DAMP_LOW_BITS`); without data GPTQ is damped more at any width
+    (:data:`SYNTHETIC_DAMP`) and sees the inputs' correlations shrunk
     (:data:`SYNTHETIC_SHRINK`)."""
     if not opts.rounds:
         return None, None
@@ -87,7 +94,8 @@ def round_stage(equalized, x_cal, opts, source, say):
     return round_model(equalized, list(x_cal.arrays), bits=bits, per_channel=opts.per_channel,
                        method=method, free_bias=opts.bias_correction != "none", source=source,
                        say=say, size_ratio=WIDE_SIZE_RATIO,
-                       damp=SYNTHETIC_DAMP if synthetic else DAMP,
+                       damp=(SYNTHETIC_DAMP if synthetic else
+                             DATA_DAMP_LOW_BITS if bits < 8 else DAMP),
                        shrink=SYNTHETIC_SHRINK if synthetic else 0.0)
 
 
