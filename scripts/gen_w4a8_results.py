@@ -60,10 +60,13 @@ def load():
         return json.load(f)
 
 
-def save_rows(paths):
-    """Merge the rows of the JSON-lines files into :data:`DATA`."""
+def _merge(target, paths, key, order=None):
+    """Merge the rows of the JSON-lines files ``paths`` into the JSON file ``target`` (the
+    last row of each ``key(row)`` kept; ``order``: a sort key), each row with the machine's
+    name."""
     try:
-        rows = {(r["net"], r["row"]): r for r in load()["rows"]}
+        with open(target, encoding="utf-8") as f:
+            rows = {key(r): r for r in json.load(f)["rows"]}
     except FileNotFoundError:
         rows = {}
     for path in paths:
@@ -73,12 +76,18 @@ def save_rows(paths):
                     r = json.loads(line)
                     r.setdefault("cpu", cpu_name())
                     r.setdefault("cores", os.cpu_count())
-                    rows[(r["net"], r["row"])] = r
-    ordered = sorted(rows.values(), key=lambda r: (list(NETS).index(r["net"]), r["row"]))
-    os.makedirs(os.path.dirname(DATA), exist_ok=True)
-    with open(DATA, "w", encoding="utf-8") as f:
+                    rows[key(r)] = r
+    ordered = sorted(rows.values(), key=order) if order else list(rows.values())
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    with open(target, "w", encoding="utf-8") as f:
         json.dump({"rows": ordered}, f, indent=1)
         f.write("\n")
+
+
+def save_rows(paths):
+    """Merge the rows of the JSON-lines files into :data:`DATA`."""
+    _merge(DATA, paths, lambda r: (r["net"], r["row"]),
+           lambda r: (list(NETS).index(r["net"]), r["row"]))
 
 
 def _cell(r):
@@ -154,20 +163,7 @@ def candidates_table(rows):
 def save_knobs(paths):
     """The rows of ``benchmarks/bench_w4a8_knobs.py`` (JSON lines) into :data:`KNOBS`, the
     last of each (network, budget, ridge) kept."""
-    try:
-        with open(KNOBS, encoding="utf-8") as f:
-            rows = {(r["net"], r["size_ratio"], r["damp"]): r for r in json.load(f)["rows"]}
-    except FileNotFoundError:
-        rows = {}
-    for path in paths:
-        with open(path, encoding="utf-8") as f:
-            for line in f:
-                if line.strip():
-                    r = json.loads(line)
-                    rows[(r["net"], r["size_ratio"], r["damp"])] = r
-    with open(KNOBS, "w", encoding="utf-8") as f:
-        json.dump({"rows": list(rows.values())}, f, indent=1)
-        f.write("\n")
+    _merge(KNOBS, paths, lambda r: (r["net"], r["size_ratio"], r["damp"]))
 
 
 def knobs_table(rows):
