@@ -185,6 +185,10 @@ def test_the_smallest_kernels_kept_wide_are_stored_int8(net, data):
     _, stored = W.store_weights(w8, entries)
     assert {w.layer: w.storage for w in stored if w.layer in bits} == {
         "c1": "INT8", "dw": "INT4", "grouped": "INT4", "logits": "INT8"}
+    reasons = {w.layer: w.reason for w in stored if w.layer in bits}
+    assert reasons["c1"] == ("on its 8-bit grid: kept 8-bit, one of the smallest kernels, "
+                             "within the share of the weights kept 8-bit")
+    assert reasons["dw"] == "on its 4-bit grid"
 
 
 def test_wide_by_noise_keeps_the_kernels_adding_most_noise_per_weight(net, data):
@@ -208,10 +212,13 @@ def test_wide_by_noise_keeps_the_kernels_adding_most_noise_per_weight(net, data)
     twin = keras.models.clone_model(folded)
     twin.set_weights(folded.get_weights())
     # kernels: c1 45, dw 90, grouped 50, logits 28 weights (213); 35 % is 74
-    report, _ = round_model(folded, [data], bits=4, per_channel=True, method="gptq",
-                            wide_share=0.35, wide_by="noise")
+    report, entries = round_model(folded, [data], bits=4, per_channel=True, method="gptq",
+                                  wide_share=0.35, wide_by="noise")
     bits = {r.layer: r.bits for r in report.layers}
     assert bits["grouped"] == 8 and bits != {"c1": 8, "dw": 4, "grouped": 4, "logits": 8}
+    assert {e.layer: e.wide_reason for e in entries}["grouped"] == (
+        "kept 8-bit, its 4-bit rounding to nearest adds more noise to its output per weight "
+        "than the others', within the share of the weights kept 8-bit")
     assert sum(int(np.prod(r.shape)) for r in report.layers if r.bits == 8) <= 0.35 * 213
     # the same rounding as with the 8-bit kernels named by hand: the pass left no trace
     import cle._quantize.rounding as QR
@@ -410,7 +417,7 @@ def test_round_stage_keeps_noisy_kernels_wide_within_the_file_budget(has_data, m
         assert 0 < weight_stages.SYNTHETIC_SHRINK < 1
 
 
-def test_wide_share_within_the_file_budget(net, monkeypatch):
+def test_wide_share_within_the_file_budget(net, data, monkeypatch):
     """The share of the rounded weights that may stay 8-bit: each 4-bit weight saves half a
     byte, and the file must save (1 - ratio) of the (estimated) 8-bit file; none when an
     all-4-bit file would not fit, all of them for a budget of the whole 8-bit file."""
@@ -422,6 +429,13 @@ def test_wide_share_within_the_file_budget(net, monkeypatch):
     n = sum(int(np.prod(c.layer.kernel.shape)) for c in targets)  # 213
     assert QR.wide_share_within(folded, targets, 4, 0.595) == 0.0  # a tiny file: no room
     assert QR.wide_share_within(folded, targets, 4, 1.0) == pytest.approx(1.0)
+    # a budget of the whole 8-bit file: every kernel 8-bit, each saying why
+    report, entries = round_model(folded, [data], bits=4, per_channel=True, method="gptq",
+                                  size_ratio=1.0)
+    assert report.size_ratio == 1.0 and {r.bits for r in report.layers} == {8}
+    assert {e.wide_reason for e in entries if e.bits is not None} == {
+        "kept 8-bit, its 4-bit rounding to nearest adds more noise to its output per weight "
+        "than the others', within a file of 1x the 8-bit one"}
     monkeypatch.setattr(QR, "int8_file_bytes", lambda model: 250)
     # the file must save 0.4 * 250 = 100 bytes: 200 weights at 4 bits, 13 may stay at 8
     assert QR.wide_share_within(folded, targets, 4, 0.6) == pytest.approx((n - 200) / n)

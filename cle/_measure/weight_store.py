@@ -62,6 +62,8 @@ class LayerWeights:
         bits: the grid's bits when the rounding put the kernel on one (4 or 8), else None.
         scales: the grid's steps, one per output channel (the layer's order) or one.
         reason: why the layer was not rounded (None if it was).
+        wide_reason: why a kernel rounded for a narrower target is on an 8-bit grid (None
+            otherwise).
     """
 
     layer: str
@@ -71,6 +73,7 @@ class LayerWeights:
     bits: int | None = None
     scales: np.ndarray | None = None
     reason: str | None = None
+    wide_reason: str | None = None
 
     def tflite_kernel(self) -> np.ndarray | None:
         """The kernel in the flatbuffer's layout (None for a kind it does not know)."""
@@ -356,6 +359,8 @@ def store_weights(content: bytes, layers: list[LayerWeights]) -> tuple[bytes, li
         row.reason = (f"on its {entry.bits}-bit grid" if row.storage == "INT4" or entry.bits > 4
                       else f"on its {entry.bits}-bit grid, kept in INT8: "
                            f"{NO_INT4.get(kind, kind + ' has no INT4 kernel')}")
+        if entry.wide_reason:
+            row.reason += f": {entry.wide_reason}"
         stored.append(row)
     for entry in layers:
         if entry.bits is not None and id(entry) not in held:

@@ -390,7 +390,8 @@ def round_model(model, inputs, *, bits, per_channel, method, free_bias=True, sou
     if size_ratio is not None and bits < 8 and method != "nearest":
         wide_share, wide_by = wide_share_within(model, targets, bits, size_ratio), "noise"
         report.size_ratio = size_ratio
-    if wide_share > 0 and bits < 8 and wide_by == "noise" and method != "nearest":
+    wide_by = "noise" if wide_by == "noise" and method != "nearest" else "size"
+    if wide_share > 0 and bits < 8 and wide_by == "noise":
         widths = _widths_by_noise(view, targets, inputs, bits, per_channel, wide_share, say)
     else:
         widths = _widths(targets, bits, wide_share)
@@ -415,6 +416,8 @@ def round_model(model, inputs, *, bits, per_channel, method, free_bias=True, sou
         entry.bias = keras.ops.convert_to_numpy(layer.bias) if layer.use_bias else None
         entry.bits = record.bits
         entry.scales = R.channel_order(s) if per_channel else np.ravel(s)[:1]
+        if record.bits != bits:
+            entry.wide_reason = _wide_reason(bits, wide_by, report.size_ratio)
     report.seconds = time.perf_counter() - start
     return report, list(entries.values())
 
@@ -453,6 +456,15 @@ def wide_share_within(model, targets, bits, size_ratio) -> float:
         return 0.0
     narrow = (1.0 - size_ratio) * int8_file_bytes(model) * 8 / (8 - bits)
     return max(0.0, (n - narrow) / n)
+
+
+def _wide_reason(bits, wide_by, size_ratio) -> str:
+    """Why a kernel of a ``bits``-bit rounding is on an 8-bit grid."""
+    which = (f"its {bits}-bit rounding to nearest adds more noise to its output per weight "
+             "than the others'" if wide_by == "noise" else "one of the smallest kernels")
+    room = (f"within a file of {size_ratio:g}x the 8-bit one" if size_ratio
+            else "within the share of the weights kept 8-bit")
+    return f"kept 8-bit, {which}, {room}"
 
 
 def _widths(targets, bits, wide_share, noise=None):
