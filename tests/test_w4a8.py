@@ -176,6 +176,8 @@ def test_the_smallest_kernels_kept_wide_are_stored_int8(net, data):
     assert bits == {"c1": 8, "dw": 4, "grouped": 4, "logits": 8}
     assert any("2 kernels kept on 8-bit grids (34.3% of the rounded weights)" in line
                for line in report.summary_lines())
+    assert "4 layers on their 4-bit per-channel grid (2 of them on 8-bit grids)" in (
+        report.summary_lines()[0])
     for e in entries:
         if e.bits == 8:  # on the 8-bit grid of its steps, using more than the 4-bit range
             k = e.kernel / e.scales.reshape((1,) * (e.kernel.ndim - 1) + (-1,))

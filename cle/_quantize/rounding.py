@@ -110,7 +110,9 @@ class RoundingReport:
 
     def summary_lines(self) -> list[str]:
         grid = f"{self.bits}-bit {'per-channel' if self.per_channel else 'per-tensor'} grid"
+        n_wide = sum(1 for r in self.layers if r.bits is not None and r.bits != self.bits)
         head = (f"rounding ({self.method}): {len(self.layers)} layers on their {grid}"
+                + (f" ({n_wide} of them on 8-bit grids)" if n_wide else "")
                 + (f", chosen for their outputs on {self.n_inputs} {self.source}"
                    if self.method != "nearest" else ", to nearest")
                 + f", {self.seconds:.1f} s")
