@@ -301,13 +301,7 @@ def smallest_within(sizes, share):
     the early blocks) are the ones whose 4-bit error the rest of the network carries
     furthest."""
     sizes = np.asarray(sizes, np.int64).ravel()
-    budget = share * sizes.sum()
-    chosen, used = [], 0
-    for i in np.argsort(sizes, kind="stable"):
-        if used + sizes[i] <= budget:
-            chosen.append(int(i))
-            used += int(sizes[i])
-    return sorted(chosen)
+    return _taken_within(sizes, np.argsort(sizes, kind="stable"), share)
 
 
 def noisiest_within(sizes, noise, share):
@@ -319,9 +313,15 @@ def noisiest_within(sizes, noise, share):
     error per byte they cost (half a byte more per weight at 4 bits)."""
     sizes = np.asarray(sizes, np.int64).ravel()
     per_weight = np.asarray(noise, np.float64).ravel() / np.maximum(sizes, 1)
+    return _taken_within(sizes, np.argsort(-per_weight, kind="stable"), share)
+
+
+def _taken_within(sizes, order, share):
+    """The indices taken in ``order`` whose ``sizes`` add up to at most ``share`` of the
+    total, skipping any that would overrun it; sorted."""
     budget = share * sizes.sum()
     chosen, used = [], 0
-    for i in np.argsort(-per_weight, kind="stable"):
+    for i in order:
         if used + sizes[i] <= budget:
             chosen.append(int(i))
             used += int(sizes[i])

@@ -25,7 +25,8 @@ import numpy as np
 
 from cle._core.graph import calls_leading_to, graph_view, is_plain_call, run_call
 from cle._core.keras_internals import sublayers
-from cle._core.layouts import bias_on_wrong_axis, layout_of, untouchable_reason
+from cle._core.layouts import (bias_on_wrong_axis, kernel_layers, layout_of,
+                               untouchable_reason)
 from cle._math import rounding as R
 from cle._math.moments import Geometry, moments, numpy_gram
 from cle._measure.weight_store import NO_INT4, LayerWeights
@@ -110,9 +111,9 @@ class RoundingReport:
 
     def summary_lines(self) -> list[str]:
         grid = f"{self.bits}-bit {'per-channel' if self.per_channel else 'per-tensor'} grid"
-        n_wide = sum(1 for r in self.layers if r.bits is not None and r.bits != self.bits)
+        wide = [r for r in self.layers if r.bits is not None and r.bits != self.bits]
         head = (f"rounding ({self.method}): {len(self.layers)} layers on their {grid}"
-                + (f" ({n_wide} of them on 8-bit grids)" if n_wide else "")
+                + (f" ({len(wide)} of them on 8-bit grids)" if wide else "")
                 + (f", chosen for their outputs on {self.n_inputs} {self.source}"
                    if self.method != "nearest" else ", to nearest")
                 + f", {self.seconds:.1f} s")
@@ -125,7 +126,6 @@ class RoundingReport:
                          f"nearest -> {np.median([r.sqnr_db for r in measured]):.1f} dB "
                          f"(gain {np.median(gain):.1f} dB at the median, "
                          f"{gain.min():.1f} dB at the least)")
-        wide = [r for r in self.layers if r.bits is not None and r.bits != self.bits]
         if wide:
             size = sum(int(np.prod(r.shape)) for r in self.layers)
             lines.append(f"  {len(wide)} kernels kept on 8-bit grids "
@@ -428,18 +428,18 @@ def int8_file_bytes(model) -> int:
     """An estimate, from above, of the bytes of ``model``'s 8-bit ``.tflite``: the kernel of
     each layer keras-cle knows (Conv2D, DepthwiseConv2D, Conv2DTranspose, Dense, ...) one byte
     per weight and :data:`INT8_BYTES_PER_CHANNEL` per output channel (its bias included);
-    every other weight four bytes; and :data:`INT8_BYTES_PER_LAYER` per layer."""
+    every other weight (a separable layer's too) four bytes; and
+    :data:`INT8_BYTES_PER_LAYER` per layer."""
     rest = {id(v): int(np.prod(v.shape)) for v in model.weights}
-    layers = sublayers(model)
-    total = INT8_BYTES_PER_LAYER * len(layers)
-    for layer in layers:
+    total = INT8_BYTES_PER_LAYER * len(sublayers(model))
+    for layer in kernel_layers(model):
         layout = layout_of(layer)
-        kernel = getattr(layer, layout.out_kernel, None) if layout is not None else None
+        kernel = getattr(layer, layout.out_kernel, None)
         if kernel is None or layout.out_kernel != layout.in_kernel or id(kernel) not in rest:
             continue
         shape = tuple(kernel.shape)
-        channels = (int(np.prod(shape[-2:])) if layout.kind == "depthwise"
-                    else shape[-2] if layout.kind == "transpose" else shape[-1])
+        channels = (shape[-2] * shape[-1] if layout.kind == "depthwise"
+                    else shape[layout.out_axis])
         total += rest.pop(id(kernel)) + INT8_BYTES_PER_CHANNEL * int(channels)
         bias = getattr(layer, "bias", None)
         if bias is not None:
@@ -453,7 +453,7 @@ def wide_share_within(model, targets, bits, size_ratio) -> float:
     one (:func:`int8_file_bytes`): each weight below 8 bits saves ``(8 − bits) / 8`` bytes,
     and the file must save ``(1 − size_ratio)`` of the 8-bit one. 0 when even every kernel at
     ``bits`` bits does not save that much."""
-    n = sum(int(np.prod(call.layer.kernel.shape)) for call in targets)
+    n = sum(_sizes(targets))
     if n == 0:
         return 0.0
     narrow = (1.0 - size_ratio) * int8_file_bytes(model) * 8 / (8 - bits)
@@ -469,13 +469,18 @@ def _wide_reason(bits, wide_by, size_ratio) -> str:
     return f"kept 8-bit, {which}, {room}"
 
 
+def _sizes(targets) -> list[int]:
+    """The weights of each target's kernel."""
+    return [int(np.prod(call.layer.kernel.shape)) for call in targets]
+
+
 def _widths(targets, bits, wide_share, noise=None):
     """The grid's bits of each target: ``bits``, or 8 (below 8 bits) for the kernels within
     ``wide_share`` of the rounded weights: the smallest, or with ``noise`` (one figure per
     target) those with the most noise per weight."""
     widths = [bits] * len(targets)
     if wide_share > 0 and bits < 8:
-        sizes = [int(np.prod(call.layer.kernel.shape)) for call in targets]
+        sizes = _sizes(targets)
         wide = (R.smallest_within(sizes, wide_share) if noise is None
                 else R.noisiest_within(sizes, noise, wide_share))
         for i in wide:

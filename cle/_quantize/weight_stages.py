@@ -16,8 +16,8 @@ from cle._measure.weight_store import store_weights, weight_storage
 from cle._quantize.rounding import round_model
 from cle._transforms.bias_pass import TAPSUM_LAYERS
 
-__all__ = ["DATA_DAMP_LOW_BITS", "SYNTHETIC_DAMP", "SYNTHETIC_SHRINK", "WIDE_SIZE_RATIO", "round_stage", "snap_stage",
-           "store_stage", "unsnap"]
+__all__ = ["DATA_DAMP_LOW_BITS", "SYNTHETIC_DAMP", "SYNTHETIC_SHRINK", "WIDE_SIZE_RATIO",
+           "round_stage", "snap_stage", "store_stage", "unsnap"]
 
 #: Below 8 bits: the share of the model's plain 8-bit ``.tflite`` the file may take. The
 #: kernels whose 4-bit rounding to nearest adds the most noise to their own layer's output per
