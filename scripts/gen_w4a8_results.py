@@ -131,21 +131,24 @@ def goals_table(rows):
     return "\n".join(lines) + "\n\n" + _machine(used) + "\n"
 
 
+def _head(caption, labels, nets):
+    """A table's caption and header: the ``labels`` columns, then one column per network."""
+    return [wrap(caption), "",
+            "| " + " | ".join(labels) + " | " + " | ".join(NETS[n] for n in nets) + " |",
+            "|" + "---|" * (len(labels) + len(nets))]
+
+
 def candidates_table(rows):
     by = {(r["net"], r["row"]): r for r in rows}
     nets = [n for n in NETS if any(by.get((n, names[0])) for _, _, names in CANDIDATE_ROWS)]
-    lines = [
-        wrap("`cle.quantize(model, crops, weight_bits=..., rounding=...)` with 64 real crops, "
-             "TFLite per-channel; top-1 agreement / logit SQNR (dB) against the float model on "
-             "256 other crops; wall time of the call (of its rounding stage). A dash: not "
-             "measured. At 4 bits, \"k kernels 8-bit\": the kernels the rounding kept on "
-             "8-bit grids within the file budget (`WIDE_SIZE_RATIO`); an INT4 row without it "
-             "has every kernel at 4 bits (`nearest` always; the other roundings when "
-             "measured before that rule)."),
-        "",
-        "| weights | rounding | " + " | ".join(NETS[n] for n in nets) + " |",
-        "|---|---|" + "---|" * len(nets),
-    ]
+    lines = _head(
+        "`cle.quantize(model, crops, weight_bits=..., rounding=...)` with 64 real crops, "
+        "TFLite per-channel; top-1 agreement / logit SQNR (dB) against the float model on "
+        "256 other crops; wall time of the call (of its rounding stage). A dash: not "
+        "measured. At 4 bits, \"k kernels 8-bit\": the kernels the rounding kept on "
+        "8-bit grids within the file budget (`WIDE_SIZE_RATIO`); an INT4 row without it "
+        "has every kernel at 4 bits (`nearest` always; the other roundings when "
+        "measured before that rule).", ("weights", "rounding"), nets)
     used = []
     for bits, method, names in CANDIDATE_ROWS:
         cells = []
@@ -170,16 +173,13 @@ def knobs_table(rows):
     nets = [n for n in NETS if any(r["net"] == n for r in rows)]
     keys = list(dict.fromkeys((r["size_ratio"], r["damp"]) for r in rows))
     by = {(r["net"], r["size_ratio"], r["damp"]): r for r in rows}
-    lines = [
-        wrap("`cle.quantize(model, crops, weight_bits=4)` with 64 real crops, TFLite "
-             "per-channel, with `WIDE_SIZE_RATIO` (the file budget of the 8-bit kernels; none: "
-             "every kernel 4-bit) and `DATA_DAMP_LOW_BITS` (GPTQ's ridge) set as the row says, "
-             "the defaults first; top-1 agreement / logit SQNR (dB) against the float model on "
-             "256 other crops, and the file's size against the same build's 8-bit file."),
-        "",
-        "| file budget | ridge | " + " | ".join(NETS[n] for n in nets) + " |",
-        "|---|---|" + "---|" * len(nets),
-    ]
+    lines = _head(
+        "`cle.quantize(model, crops, weight_bits=4)` with 64 real crops, TFLite "
+        "per-channel, with `WIDE_SIZE_RATIO` (the file budget of the 8-bit kernels; none: "
+        "every kernel 4-bit) and `DATA_DAMP_LOW_BITS` (GPTQ's ridge) set as the row says, "
+        "the defaults first; top-1 agreement / logit SQNR (dB) against the float model on "
+        "256 other crops, and the file's size against the same build's 8-bit file.",
+        ("file budget", "ridge"), nets)
     for ratio, damp in keys:
         cells = []
         for net in nets:
