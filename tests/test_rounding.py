@@ -41,7 +41,23 @@ def test_gptq_lowers_the_output_error_against_nearest(bits):
     # every value on its row's grid, within the grid's range
     k = Qg / sg[..., None]
     assert np.allclose(k, np.round(k), atol=1e-9)
-    assert np.abs(np.round(k)).max() <= R.grid_max(bits)
+    assert R.grid_min(bits) <= np.round(k).min() and np.round(k).max() <= R.grid_max(bits)
+
+
+def test_the_grid_uses_its_negative_end_below_8_bits():
+    """Below 8 bits the grid is the whole two's-complement range (INT4 holds -8); at 8 bits the
+    symmetric range of TF Lite's INT8 weights. A row whose largest weight is negative puts it
+    on -8, a finer step than on -7."""
+    assert [(R.grid_min(b), R.grid_max(b)) for b in (2, 4, 8)] == [(-2, 1), (-8, 7),
+                                                                   (-127, 127)]
+    W = np.array([[[-1.6, 0.75, 0.1], [1.4, -0.2, 0.0]]])
+    s = R.scale_maxabs(W, 7, qmin=-8)
+    np.testing.assert_allclose(s, [[0.2, 0.2]])  # -1.6 / -8 and 1.4 / 7
+    np.testing.assert_allclose(R.scale_maxabs(W, 7), [[1.6 / 7, 0.2]])
+    Q, _, s4 = R.round_rows(W, None, None, 4, "nearest", 3)
+    np.testing.assert_allclose(Q / s4[..., None], [[[-8, 4, 0], [7, -1, 0]]])
+    _, _, s8 = R.round_rows(W, None, None, 8, "nearest", 3)
+    np.testing.assert_allclose(s8, [[1.6 / 127, 1.4 / 127]])
 
 
 def test_adaround_lowers_the_output_error_against_nearest():
@@ -58,7 +74,7 @@ def test_adaround_lowers_the_output_error_against_nearest():
 def test_a_kernel_on_its_grid_stays_exactly(method, per_tensor):
     rng = np.random.default_rng(3)
     _, H, _ = _toy_layer(seed=2, rows=6, d=10)
-    k = rng.integers(-7, 8, size=(1, 6, 10)).astype(np.float64)
+    k = rng.integers(-8, 8, size=(1, 6, 10)).astype(np.float64)
     k[:, :, 0] = 7  # every row reaches the grid's end, so the largest weight sets the step
     s = np.full((1, 6, 1), 0.02) if per_tensor else rng.uniform(0.01, 0.1, (1, 6, 1))
     bias = rng.normal(size=(1, 6, 1))

@@ -157,6 +157,13 @@ def test_int4_runs_as_its_int8_twin(rounded, data, per_channel):
     w8, w4, _, model = rounded[per_channel]
     twin = W.int8_twin(w4)
     assert [s.storage for s in W.weight_storage(twin)] == ["INT8"] * 5
+    # The 4-bit grids use their negative end: some INT4 weights are -8, which LiteRT must
+    # read as -8 (the twin holds it as an INT8 -8).
+    obj, graph = _model_tensors(w4)
+    int4 = [W.unpack_int4(np.frombuffer(bytes(obj.buffers[t.buffer].data), np.uint8),
+                          int(np.prod(t.shape))) for t in graph.tensors if t.type == 17]
+    assert len(int4) == 4 and min(int(v.min()) for v in int4) == -8
+    assert max(int(v.max()) for v in int4) == 7
     y4 = Q.run_tflite(w4, data, batch_size=8)
     np.testing.assert_array_equal(y4, Q.run_tflite(twin, data, batch_size=8))
     ref = model.predict(data, verbose=0)

@@ -1,4 +1,4 @@
-"""Rounding one layer's weights onto a symmetric integer grid, chosen for the layer's output
+"""Rounding one layer's weights onto an integer grid, chosen for the layer's output
 (pure numpy, float64).
 
 Every function works on a *batch* of independent problems, so that a depthwise layer (each
@@ -13,9 +13,12 @@ channel its own small problem) or a grouped convolution runs vectorized:
   positions (one im2col patch per output position, with a trailing 1 for the bias). For a row
   ``w`` and its rounded ``q`` the mean squared output error is ``(w − q)ᵀ H (w − q)``, so rows
   are independent problems.
-* ``s``: ``(B, R)``, the step of each row's grid; integers ``k ∈ [−qmax, qmax]``, value ``s·k``
-  (``qmax = 2^(bits−1) − 1``: the symmetric grid TF Lite uses for INT8 weights; at 4 bits
-  [−7, 7]).
+* ``s``: ``(B, R)``, the step of each row's grid; integers ``k ∈ [qmin, qmax]``, value ``s·k``,
+  zero point 0 (:func:`grid_max`, :func:`grid_min`): at 8 bits the symmetric [−127, 127] TF
+  Lite's quantization spec asks of INT8 weights; below 8 bits the whole two's-complement
+  range, at 4 bits [−8, 7] (an INT4 tensor holds −8, and LiteRT unpacks it to an INT8 −8 for
+  the same kernels, so the 16th level is free). Every function takes ``qmax`` and ``qmin``
+  (``None``: ``−qmax``).
 
 Methods: :func:`nearest` (round each weight to the nearest grid point), :func:`gptq` (round
 the columns in order, each time moving the error onto the columns not rounded yet so that the
@@ -33,7 +36,7 @@ import numpy as np
 
 __all__ = [
     "METHODS", "adaround", "asymmetric_target", "best_bias", "channel_order", "damped",
-    "from_rows", "gptq", "grid_max", "keep_tap_sums", "nearest", "noisiest_within",
+    "from_rows", "gptq", "grid_max", "grid_min", "keep_tap_sums", "nearest", "noisiest_within",
     "output_error", "round_rows", "scale_maxabs", "scale_mse", "schur_bias", "shrunk",
     "smallest_within", "to_rows",
 ]
@@ -47,19 +50,30 @@ ZETA, GAMMA = 1.1, -0.1
 
 
 def grid_max(bits: int) -> int:
-    """The largest integer of the symmetric ``bits``-bit grid, ``2^(bits−1) − 1``."""
+    """The largest integer of the ``bits``-bit grid, ``2^(bits−1) − 1``."""
     return 2 ** (int(bits) - 1) - 1
+
+
+def grid_min(bits: int) -> int:
+    """The smallest integer of the ``bits``-bit grid: ``−2^(bits−1)`` below 8 bits (INT4's
+    −8), ``−(2^(bits−1) − 1)`` from 8 bits on (the symmetric INT8 weights of TF Lite's
+    quantization spec, whose kernels may rely on it)."""
+    return -grid_max(bits) - (1 if int(bits) < 8 else 0)
+
+
+def _lo(qmax, qmin):
+    return -qmax if qmin is None else qmin
 
 
 def _safe(s):
     return np.where(s > 0, s, 1.0)
 
 
-def nearest(W, s, qmax):
-    """``s · clip(round(W / s), −qmax, qmax)`` per row (``s`` ``(B, R)``); a row of step 0 is
+def nearest(W, s, qmax, qmin=None):
+    """``s · clip(round(W / s), qmin, qmax)`` per row (``s`` ``(B, R)``); a row of step 0 is
     all zeros."""
     s = np.asarray(s, np.float64)[..., None]
-    return np.clip(np.round(W / _safe(s)), -qmax, qmax) * s
+    return np.clip(np.round(W / _safe(s)), _lo(qmax, qmin), qmax) * s
 
 
 def keep_tap_sums(z, q, qmax):
@@ -88,26 +102,31 @@ def keep_tap_sums(z, q, qmax):
     return q
 
 
-def scale_maxabs(W, qmax, per_tensor=False):
-    """The step that puts the row's (or, ``per_tensor``, the whole kernel's) largest ``|w|``
-    on the grid's end: ``max|w| / qmax``, ``(B, R)``."""
-    a = np.abs(W).max(axis=-1)
+def scale_maxabs(W, qmax, per_tensor=False, qmin=None):
+    """The least step that clips no weight of the row (or, ``per_tensor``, of the whole
+    kernel): ``max(max w / qmax, min w / qmin)``, ``(B, R)``; on the symmetric grid
+    ``max|w| / qmax``."""
+    qmin = _lo(qmax, qmin)
+    if qmin == -qmax:
+        a = np.abs(W).max(axis=-1) / qmax
+    else:
+        a = np.maximum(W.max(axis=-1, initial=0.0) / qmax, W.min(axis=-1, initial=0.0) / qmin)
     if per_tensor:
         a = np.full(a.shape, a.max(initial=0.0))
-    return a / qmax
+    return a
 
 
-def scale_mse(W, qmax, per_tensor=False, alphas=ALPHAS):
-    """The step ``α · max|w| / qmax`` with ``α`` from ``alphas`` that makes the squared
+def scale_mse(W, qmax, per_tensor=False, alphas=ALPHAS, qmin=None):
+    """The step ``α ·`` :func:`scale_maxabs` with ``α`` from ``alphas`` that makes the squared
     rounding error of the row (or, ``per_tensor``, of the whole kernel) least: clipping a few
     large weights buys a finer step for all the others. The first ``α`` wins ties, so a kernel
     already on a grid keeps it when no coarser grid holds it."""
-    s0 = scale_maxabs(W, qmax, per_tensor)
+    s0 = scale_maxabs(W, qmax, per_tensor, qmin)
     best = np.full(s0.shape, np.inf)
     out = s0.copy()
     for a in alphas:
         s = a * s0
-        err = ((nearest(W, s, qmax) - W) ** 2).sum(-1)
+        err = ((nearest(W, s, qmax, qmin) - W) ** 2).sum(-1)
         if per_tensor:
             err = np.full(err.shape, err.sum())
         better = err < best * (1 - 1e-12)
@@ -140,7 +159,7 @@ def asymmetric_target(W, H, G, damp=DAMP, n_quant=None):
     return np.swapaxes(np.linalg.solve(Hd, np.swapaxes(rhs, 1, 2)), 1, 2)
 
 
-def gptq(W, H, s, qmax, n_quant, damp=DAMP, block=128):
+def gptq(W, H, s, qmax, n_quant, damp=DAMP, block=128, qmin=None):
     """Round the first ``n_quant`` columns of every row in order, each time moving the
     rounding error onto the columns not rounded yet so that the output error stays least.
 
@@ -162,14 +181,14 @@ def gptq(W, H, s, qmax, n_quant, damp=DAMP, block=128):
     Hinv = (Hinv + np.swapaxes(Hinv, 1, 2)) / 2
     U = np.swapaxes(np.linalg.cholesky(Hinv), 1, 2)  # Hinv = Uᵀ U, U upper triangular
     Q = np.zeros(W.shape[:2] + (n_quant,))
-    safe = _safe(s)
+    safe, lo = _safe(s), _lo(qmax, qmin)
     for i0 in range(0, n_quant, block):
         i1 = min(i0 + block, n_quant)
         W1 = W[:, :, i0:i1].copy()
         E = np.zeros_like(W1)
         for j in range(i1 - i0):
             w = W1[:, :, j]
-            q = np.clip(np.round(w / safe), -qmax, qmax) * s
+            q = np.clip(np.round(w / safe), lo, qmax) * s
             Q[:, :, i0 + j] = q
             e = (w - q) / U[:, None, i0 + j, i0 + j]
             W1[:, :, j:] -= e[:, :, None] * U[:, None, i0 + j, i0 + j:i1]
@@ -201,7 +220,8 @@ def schur_bias(H, n_quant):
     return H[:, :n_quant, :n_quant] - hx @ np.linalg.solve(hb, np.swapaxes(hx, 1, 2))
 
 
-def adaround(W, H, s, qmax, iters=500, lr=0.1, lam=1.0, beta=(20.0, 2.0), warmup=0.2):
+def adaround(W, H, s, qmax, iters=500, lr=0.1, lam=1.0, beta=(20.0, 2.0), warmup=0.2,
+             qmin=None):
     """AdaRound on the quadratic output loss: each weight becomes ``s·(⌊w/s⌋ + h(V))`` with
     the rectified sigmoid ``h(V) = clip(σ(V)(ζ−γ) + γ, 0, 1)``; Adam minimizes
 
@@ -215,6 +235,7 @@ def adaround(W, H, s, qmax, iters=500, lr=0.1, lam=1.0, beta=(20.0, 2.0), warmup
     values.
     """
     safe = _safe(np.asarray(s, np.float64))[..., None]
+    lo = _lo(qmax, qmin)
     Wn = W / safe  # in grid steps
     base = np.floor(Wn)
     Hn = (H / np.einsum("bii->bi", H).mean(axis=1).clip(min=1e-30)[:, None, None]).astype(
@@ -228,8 +249,8 @@ def adaround(W, H, s, qmax, iters=500, lr=0.1, lam=1.0, beta=(20.0, 2.0), warmup
         sig = 1 / (1 + np.exp(-V))
         hr = sig * (ZETA - GAMMA) + GAMMA
         h = np.clip(hr, 0, 1)
-        inside = (base32 + h >= -qmax) & (base32 + h <= qmax)
-        g_h = 2 * ((np.clip(base32 + h, -qmax, qmax) - Wn32) @ Hn) * inside
+        inside = (base32 + h >= lo) & (base32 + h <= qmax)
+        g_h = 2 * ((np.clip(base32 + h, lo, qmax) - Wn32) @ Hn) * inside
         if t > n_warm:
             b = beta[0] + (beta[1] - beta[0]) * (t - n_warm) / max(1, iters - n_warm)
             u = 2 * h - 1
@@ -239,7 +260,7 @@ def adaround(W, H, s, qmax, iters=500, lr=0.1, lam=1.0, beta=(20.0, 2.0), warmup
         v = 0.999 * v + 0.001 * g_v * g_v
         V -= lr * (m / (1 - 0.9 ** t)) / (np.sqrt(v / (1 - 0.999 ** t)) + 1e-8)
     up = (1 / (1 + np.exp(-V)) * (ZETA - GAMMA) + GAMMA >= 0.5)
-    return np.clip(base + up, -qmax, qmax) * np.asarray(s, np.float64)[..., None]
+    return np.clip(base + up, lo, qmax) * np.asarray(s, np.float64)[..., None]
 
 
 def output_error(W, Q, H):
@@ -261,8 +282,9 @@ def round_rows(W, H, G, bits, method, n_quant, per_tensor=False, free_bias=True,
     n_quant)`` grid values, ``bias`` ``(B, R, D − n_quant)`` (the free columns) and ``s``
     ``(B, R)`` the steps.
 
-    "nearest" rounds each weight to the nearest point of the grid whose end is the row's
-    (or, ``per_tensor``, the kernel's) largest weight, as TF Lite's converter does at 8 bits;
+    The grid is :func:`grid_min` to :func:`grid_max` of ``bits``. "nearest" rounds each
+    weight to the nearest point of the finest grid that clips none of the row's (or,
+    ``per_tensor``, the kernel's) weights, as TF Lite's converter does at 8 bits;
     ``H`` and ``G`` are not read and the bias is unchanged. "gptq" and "adaround" round
     :func:`asymmetric_target` (``G`` crossing the quantized stream's inputs with the float
     stream's; pass ``G is H`` when they are the same) on the step :func:`scale_mse` chooses;
@@ -271,11 +293,11 @@ def round_rows(W, H, G, bits, method, n_quant, per_tensor=False, free_bias=True,
     """
     if method not in METHODS:
         raise ValueError(f"`method` must be one of {METHODS}. Received: method={method!r}")
-    qmax = grid_max(bits)
+    qmax, qmin = grid_max(bits), grid_min(bits)
     W = np.asarray(W, np.float64)
     if method == "nearest":
-        s = scale_maxabs(W[:, :, :n_quant], qmax, per_tensor)
-        return nearest(W[:, :, :n_quant], s, qmax), W[:, :, n_quant:], s
+        s = scale_maxabs(W[:, :, :n_quant], qmax, per_tensor, qmin)
+        return nearest(W[:, :, :n_quant], s, qmax, qmin), W[:, :, n_quant:], s
     if not free_bias and W.shape[2] > n_quant:
         Hs = H[:, :n_quant, :n_quant]
         Gs = Hs if G is H else G[:, :n_quant, :n_quant]
@@ -283,12 +305,12 @@ def round_rows(W, H, G, bits, method, n_quant, per_tensor=False, free_bias=True,
                              True, damp)
         return Q, W[:, :, n_quant:], s
     target = W if G is H else asymmetric_target(W, H, G, damp, n_quant)
-    s = scale_mse(target[:, :, :n_quant], qmax, per_tensor)
+    s = scale_mse(target[:, :, :n_quant], qmax, per_tensor, qmin=qmin)
     if method == "gptq":
-        Q, _ = gptq(target, H, s, qmax, n_quant, damp)
+        Q, _ = gptq(target, H, s, qmax, n_quant, damp, qmin=qmin)
     else:
         Q = adaround(target[:, :, :n_quant], schur_bias(damped(H, damp, n_quant), n_quant),
-                     s, qmax)
+                     s, qmax, qmin=qmin)
     return Q, best_bias(target, Q, H, n_quant), s
 
 

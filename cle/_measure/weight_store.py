@@ -30,6 +30,7 @@ import dataclasses
 
 import numpy as np
 
+from cle._math.rounding import grid_max, grid_min
 from cle._measure import tflite_internals as internals
 
 __all__ = ["INT4_OPS", "LayerWeights", "StoredWeight", "int8_twin", "pack_int4",
@@ -235,9 +236,9 @@ def _grid_integers(entry, kernel, qdim, s8):
     shape = [-1 if a == qdim else 1 for a in range(kernel.ndim)]
     steps = s.reshape(shape) if s.size > 1 else s.reshape((1,) * kernel.ndim)
     k = np.round(kernel / np.where(steps > 0, steps, 1.0))
-    qmax = 2 ** (entry.bits - 1) - 1
     off = np.abs(kernel - k * steps) / np.where(steps > 0, steps, 1.0)
-    if np.abs(k).max(initial=0) > qmax or off.max(initial=0.0) > 1e-3:
+    if (k.max(initial=0) > grid_max(entry.bits) or k.min(initial=0) < grid_min(entry.bits)
+            or off.max(initial=0.0) > 1e-3):
         raise ValueError(f"layer '{entry.layer}': its kernel is not on its {entry.bits}-bit "
                          f"grid (off by up to {off.max(initial=0.0):.2g} steps)")
     return k.astype(np.int8), s
@@ -295,8 +296,8 @@ def _fit_bias(flat, op, kind, entry, kernel, qdim, s8, k, s):
     s = np.where(wide, need, s)
     shape = [-1 if a == qdim else 1 for a in range(kernel.ndim)]
     steps = s.reshape(shape) if s.size > 1 else s.reshape((1,) * kernel.ndim)
-    qmax = 2 ** (entry.bits - 1) - 1
-    again = np.clip(np.round(kernel / steps), -qmax, qmax).astype(np.int8)
+    again = np.clip(np.round(kernel / steps), grid_min(entry.bits),
+                    grid_max(entry.bits)).astype(np.int8)
     mask = np.broadcast_to(wide.reshape(shape) if s.size > 1 else wide.reshape(
         (1,) * kernel.ndim), kernel.shape)
     return np.where(mask, again, k), s
