@@ -359,14 +359,21 @@ def test_quantize_w4a8(net, data, w4):
 
 
 @NOT_ON_JAX
-def test_gptq_beats_nearest_at_4_bits(net, data, w4):
+def test_gptq_beats_nearest_at_4_bits(net, data):
     """On held-out inputs, 4-bit kernels rounded for the output are far closer to the float
-    model than kernels rounded to nearest (with the empirical bias correction of the equalize
-    stage)."""
-    _, nearest = cle.quantize(net, data, weight_bits=4, rounding="nearest")
-    gptq = w4[1]
-    assert nearest.rounding.method == "nearest" and nearest.bias_correction == "empirical"
+    model than kernels rounded to nearest, biases left as they are. Rounded to nearest, the
+    biases are the rounding stage's to correct (it knows the grid, which below 8 bits is not
+    the equalize stage's symmetric simulation), and its correction takes the mean error away.
+    (Which of the two is closer with bias correction is measured on real networks:
+    docs/quantize_w4.md; on this net's random inputs the mean error dominates.)"""
+    _, nearest = cle.quantize(net, data, weight_bits=4, rounding="nearest",
+                              bias_correction="none")
+    _, gptq = cle.quantize(net, data, weight_bits=4, bias_correction="none")
+    assert gptq.rounding.method == "gptq" and gptq.bias_correction == "none"
     assert gptq.sqnr_db > nearest.sqnr_db + 6
+    _, corrected = cle.quantize(net, data, weight_bits=4, rounding="nearest")
+    assert corrected.rounding.method == "nearest" and corrected.bias_correction == "rounding"
+    assert corrected.sqnr_db > nearest.sqnr_db + 6
 
 
 @NOT_ON_JAX

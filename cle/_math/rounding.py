@@ -36,9 +36,9 @@ import numpy as np
 
 __all__ = [
     "METHODS", "adaround", "asymmetric_target", "best_bias", "channel_order", "damped",
-    "from_rows", "gptq", "grid_max", "grid_min", "keep_tap_sums", "nearest", "noisiest_within",
-    "output_error", "round_rows", "scale_maxabs", "scale_mse", "schur_bias", "shrunk",
-    "smallest_within", "to_rows",
+    "from_rows", "gptq", "grid_max", "grid_min", "keep_tap_sums", "mean_bias", "nearest",
+    "noisiest_within", "output_error", "round_rows", "scale_maxabs", "scale_mse", "schur_bias",
+    "shrunk", "smallest_within", "to_rows",
 ]
 
 #: Relative ridge added to ``H``'s diagonal (GPTQ's dampening).
@@ -209,6 +209,20 @@ def best_bias(W, Q, H, n_quant):
     return W[:, :, n_quant:] + np.swapaxes(corr, 1, 2)
 
 
+def mean_bias(W, Q, H, G, n_quant):
+    """The free columns (the bias, an input that is always 1) that take the mean output error
+    away: ``b + E[x_f]ᵀw − E[x_q]ᵀq``, the quantized layer on the quantized stream's inputs
+    then has the float layer's mean output on the float stream's (empirical bias correction;
+    ``E[x_q]`` is ``H``'s bias row, ``E[x_f]`` ``G``'s)."""
+    mean_q = np.asarray(H, np.float64)[:, n_quant:n_quant + 1, :n_quant]
+    mean_f = mean_q if G is H else np.asarray(G, np.float64)[:, n_quant:n_quant + 1, :n_quant]
+    shift = (np.einsum("bki,bri->brk", mean_f, W[:, :, :n_quant])
+             - np.einsum("bki,bri->brk", mean_q, Q))
+    out = np.array(W[:, :, n_quant:], np.float64)
+    out[:, :, :1] += shift
+    return out
+
+
 def schur_bias(H, n_quant):
     """``H`` of the rounded columns with the bias free: the Schur complement
     ``H_xx − H_xb H_bb⁻¹ H_bx`` (the input covariance when ``H`` is a second moment over
@@ -284,8 +298,9 @@ def round_rows(W, H, G, bits, method, n_quant, per_tensor=False, free_bias=True,
 
     The grid is :func:`grid_min` to :func:`grid_max` of ``bits``. "nearest" rounds each
     weight to the nearest point of the finest grid that clips none of the row's (or,
-    ``per_tensor``, the kernel's) weights, as TF Lite's converter does at 8 bits;
-    ``H`` and ``G`` are not read and the bias is unchanged. "gptq" and "adaround" round
+    ``per_tensor``, the kernel's) weights, as TF Lite's converter does at 8 bits; given
+    ``H`` (and ``G``) and ``free_bias``, the bias takes the mean output error away
+    (:func:`mean_bias`), else it is unchanged. "gptq" and "adaround" round
     :func:`asymmetric_target` (``G`` crossing the quantized stream's inputs with the float
     stream's; pass ``G is H`` when they are the same) on the step :func:`scale_mse` chooses;
     with ``free_bias`` the bias takes the mean output error away (:func:`best_bias`), else it
@@ -297,7 +312,10 @@ def round_rows(W, H, G, bits, method, n_quant, per_tensor=False, free_bias=True,
     W = np.asarray(W, np.float64)
     if method == "nearest":
         s = scale_maxabs(W[:, :, :n_quant], qmax, per_tensor, qmin)
-        return nearest(W[:, :, :n_quant], s, qmax, qmin), W[:, :, n_quant:], s
+        Q = nearest(W[:, :, :n_quant], s, qmax, qmin)
+        if H is None or not free_bias or W.shape[2] == n_quant:
+            return Q, W[:, :, n_quant:], s
+        return Q, mean_bias(W, Q, H, G, n_quant), s
     if not free_bias and W.shape[2] > n_quant:
         Hs = H[:, :n_quant, :n_quant]
         Gs = Hs if G is H else G[:, :n_quant, :n_quant]

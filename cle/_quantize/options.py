@@ -195,9 +195,10 @@ class QuantizeOptions:
     @property
     def bias_mode(self) -> str:
         """The bias correction that runs: "auto" is empirical with data, analytic without;
-        "rounding" when the rounding stage sets the biases (a method other than "nearest"
-        and "tapsum", unless ``bias_correction="none"``)."""
-        if self.rounding_method not in GRID_ROUNDINGS and self.bias_correction != "none":
+        "rounding" when the rounding stage sets the biases (whenever it runs, unless
+        ``bias_correction="none"``: it knows the grid it rounds to, which below 8 bits is not
+        the symmetric one the equalize stage's simulation uses)."""
+        if self.rounds and self.bias_correction != "none":
             return "rounding"
         if self.bias_correction != "auto":
             return self.bias_correction

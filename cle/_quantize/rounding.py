@@ -355,12 +355,13 @@ def round_model(model, inputs, *, bits, per_channel, method, free_bias=True, sou
         model: a Functional or Sequential model (the equalized copy :func:`cle.quantize`
             made).
         inputs: one array per model input (the calibration source), unless ``method`` is
-            "nearest", which reads none.
+            "nearest" without ``free_bias``, which reads none.
         bits: the grid's bits (4 or 8).
         per_channel: one step per output channel, else one per kernel.
         method: "nearest", "gptq" or "adaround" (:func:`cle._math.rounding.round_rows`).
-        free_bias: the bias of each rounded layer takes its mean output error away (not
-            for "nearest", which leaves biases as they are).
+        free_bias: the bias of each rounded layer takes its mean output error away (for
+            "nearest", :func:`cle._math.rounding.mean_bias` on the calibration inputs; else
+            what the rounding leaves least, :func:`cle._math.rounding.best_bias`).
         source: what ``inputs`` are, for the report.
         say: ``callable(str)`` told about each layer.
         wide_share: below 8 bits, kernels up to this share of the rounded weights go on
@@ -397,7 +398,7 @@ def round_model(model, inputs, *, bits, per_channel, method, free_bias=True, sou
         widths = _widths_by_noise(view, targets, inputs, bits, per_channel, wide_share, say)
     else:
         widths = _widths(targets, bits, wide_share)
-    if method == "nearest":
+    if method == "nearest" and not free_bias:  # no statistics needed
         done = []
         for call, b in zip(targets, widths):
             kind = _kind(call.layer)
