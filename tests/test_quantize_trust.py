@@ -165,6 +165,31 @@ def test_figures_from_few_or_disagreeing_inputs_are_called_rough():
     assert why.startswith("output 'y': the two halves of the check inputs disagree")
 
 
+def test_a_top1_agreement_no_decision_could_lose_is_called_idle():
+    """Top-1 agreement tells the error only through close decisions: inputs on which every
+    float decision leads its runner-up by far more than the quantized model moves it (as
+    synthetic inputs often are, decided with a huge margin) get a sentence saying so; inputs
+    with close decisions, an unchanged output and value outputs get none."""
+    rng = np.random.default_rng(0)
+    ref = rng.normal(size=(32, 10))
+    ref[np.arange(32), rng.integers(0, 10, 32)] += 50.0  # every decision far ahead
+    noisy = ref + rng.normal(scale=0.5, size=ref.shape)
+    assert C.close_calls(ref, noisy) == (0, 32)
+    (idle,) = C.idle_top1([ref], [noisy], ["y"], ["logits"], "synthetic inputs")
+    assert idle.startswith("output 'y': its top-1 agreement on the synthetic inputs tells "
+                           "little: none of their 32 decisions is close")
+    assert C.idle_top1([ref], [ref], ["y"], ["logits"], "x") == []  # exact: nothing to flip
+    assert C.idle_top1([ref], [noisy], ["y"], ["values"], "x") == []
+    plain = rng.normal(size=(32, 10))  # leads of the order of the change: many close calls
+    close, n = C.close_calls(plain, plain + rng.normal(scale=0.5, size=plain.shape))
+    assert n == 32 and close >= 8
+    assert C.idle_top1([plain], [plain + 0.5 * rng.normal(size=plain.shape)], ["y"],
+                       ["logits"], "x") == []
+    # per pixel for a segmentation output: (N, H, W, classes) decisions are N*H*W
+    seg = rng.normal(size=(2, 3, 4, 5))
+    assert C.close_calls(seg, seg + 1.0)[1] == 24
+
+
 def test_without_data_every_run_warns_its_figures_are_an_estimate():
     """The warnings of a run without data: always the estimate's caveat; the two synthetic
     sets that disagree by more than DISAGREE_DB; a distillation that did not converge."""

@@ -9,7 +9,9 @@ largest entry means nothing.
 
 The figures come with what makes them rough: fewer than :data:`MIN_RELIABLE` inputs, or the
 two halves of the inputs disagreeing by more than :data:`DISAGREE_DB` in SQNR. Non-finite
-outputs are an error, never a figure.
+outputs are an error, never a figure. A top-1 agreement measured on inputs none of whose
+decisions is close (:func:`close_calls`) cannot fall below 100 % whatever the error, and the
+report says so (:func:`idle_top1`).
 """
 
 from __future__ import annotations
@@ -22,8 +24,8 @@ import numpy as np
 
 from cle._core import keras_internals as internals
 
-__all__ = ["MIN_CLASSES", "OutputCheck", "check_outputs", "output_kinds", "output_names",
-           "rough_figures", "estimate_caveat"]
+__all__ = ["MIN_CLASSES", "OutputCheck", "check_outputs", "close_calls", "estimate_caveat",
+           "idle_top1", "output_kinds", "output_names", "rough_figures"]
 
 #: A linear vector output with at least this many entries is taken for class logits.
 MIN_CLASSES = 10
@@ -36,6 +38,10 @@ DISAGREE_DB = 3.0
 #: measures and on real ImageNet networks that are not in this repository, per-channel and
 #: per-tensor (docs/design.md). Said on every run without data.
 SYNTHETIC_OVERSHOOT_DB = 5.0
+#: A decision is close when the float model's lead of its top class over the runner-up is
+#: less than this many times the typical change (root mean square over the inputs) the
+#: quantized model makes to that lead.
+CLOSE_LEAD = 2.0
 
 
 def _activation_name(layer):
@@ -138,6 +144,42 @@ def check_outputs(reference, test, names, kinds) -> list[OutputCheck]:
         ref, y = np.asarray(ref, np.float64), np.asarray(y, np.float64)
         top1 = _top1(ref, y) if kind != "values" else math.nan
         out.append(OutputCheck(name, kind, _sqnr(ref, y), top1))
+    return out
+
+
+def close_calls(reference, test) -> tuple[int, int]:
+    """``(close, decisions)`` of one class output (``(N, ..., classes)``; each sample, or
+    pixel, a decision): how many decisions have a float lead of the top class over the
+    runner-up below :data:`CLOSE_LEAD` times the root mean square change the quantized model
+    makes to that lead, out of how many. Only close decisions can flip: where none is, a
+    top-1 agreement of 100 % says nothing of the error (``close`` is 0 also when the lead
+    never changes)."""
+    r = np.asarray(reference, np.float64)
+    r = r.reshape(-1, r.shape[-1])
+    y = np.asarray(test, np.float64).reshape(r.shape)
+    if r.shape[0] == 0 or r.shape[1] < 2:
+        return 0, r.shape[0]
+    top = np.argsort(-r, axis=1, kind="stable")[:, :2]
+    rows = np.arange(r.shape[0])
+    lead = r[rows, top[:, 0]] - r[rows, top[:, 1]]
+    change = (y[rows, top[:, 0]] - y[rows, top[:, 1]]) - lead
+    rms = float(np.sqrt(np.mean(change ** 2)))
+    return int(np.sum(lead < CLOSE_LEAD * rms)) if rms > 0 else 0, r.shape[0]
+
+
+def idle_top1(reference, test, names, kinds, label) -> list[str]:
+    """A sentence per class output whose top-1 agreement on these inputs (``label``) cannot
+    tell the error: none of its decisions is close (:func:`close_calls`)."""
+    out = []
+    for ref, y, name, kind in zip(reference, test, names, kinds):
+        if kind == "values":
+            continue
+        close, n = close_calls(ref, y)
+        if close == 0 and n and not np.array_equal(ref, y):
+            out.append(f"output '{name}': its top-1 agreement on the {label} tells little: "
+                       f"none of their {n} decisions is close (the float model's lead over "
+                       f"the runner-up under {CLOSE_LEAD:g} times the typical change the "
+                       "quantized model makes to it), so none could flip; read its SQNR")
     return out
 
 

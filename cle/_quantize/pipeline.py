@@ -453,7 +453,9 @@ def _warnings(model, sets, inputs, input_ranges):
                    f"{max(inputs.loss):.3g}, above {CONVERGED_LOSS:g}): the synthetic inputs do "
                    "not match the model's batch-norm statistics, so the activation ranges may "
                    "be far from real inputs'; give calibration data")
-    names = _check.output_names(model)
+    names, kinds = _check.output_names(model), _check.output_kinds(model)
+    for c in (c for c in sets if "reference" in c):
+        out += _check.idle_top1(c["reference"], c["test"], names, kinds, c["inputs"])
     if len(sets) == 1:  # held-out data: too few inputs, or halves that disagree
         out += _check.rough_figures(sets[0]["reference"], sets[0]["test"], names, sets[0]["n"])
     else:  # without data: an estimate, and the two sets of synthetic inputs that disagree
