@@ -10,8 +10,8 @@ largest entry means nothing.
 The figures come with what makes them rough: fewer than :data:`MIN_RELIABLE` inputs, or the
 two halves of the inputs disagreeing by more than :data:`DISAGREE_DB` in SQNR. Non-finite
 outputs are an error, never a figure. A top-1 agreement measured on inputs none of whose
-decisions is close (:func:`close_calls`) cannot fall below 100 % whatever the error, and the
-report says so (:func:`idle_top1`).
+decisions is close (:func:`close_calls`) can hardly fall below 100 % whatever the error, and
+the report says so (:func:`idle_top1`).
 """
 
 from __future__ import annotations
@@ -151,8 +151,8 @@ def close_calls(reference, test) -> tuple[int, int]:
     """``(close, decisions)`` of one class output (``(N, ..., classes)``; each sample, or
     pixel, a decision): how many decisions have a float lead of the top class over the
     runner-up below :data:`CLOSE_LEAD` times the root mean square change the quantized model
-    makes to that lead, out of how many. Only close decisions can flip: where none is, a
-    top-1 agreement of 100 % says nothing of the error (``close`` is 0 also when the lead
+    makes to that lead, out of how many. Close decisions are the ones that flip: where none
+    is, a top-1 agreement of 100 % says little of the error (``close`` is 0 also when the lead
     never changes)."""
     r = np.asarray(reference, np.float64)
     r = r.reshape(-1, r.shape[-1])
@@ -179,7 +179,7 @@ def idle_top1(reference, test, names, kinds, label) -> list[str]:
             out.append(f"output '{name}': its top-1 agreement on the {label} tells little: "
                        f"none of their {n} decisions is close (the float model's lead over "
                        f"the runner-up under {CLOSE_LEAD:g} times the typical change the "
-                       "quantized model makes to it), so none could flip; read its SQNR")
+                       "quantized model makes to it), so hardly any could flip; read its SQNR")
     return out
 
 
