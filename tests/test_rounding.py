@@ -84,6 +84,23 @@ def test_nearest_with_free_bias_takes_the_mean_output_error_away():
     np.testing.assert_array_equal(b2, W[:, :, d:])  # without free_bias: as it was
 
 
+def test_mean_bias_per_problem():
+    """:func:`mean_bias` for several problems at once (a depthwise or grouped layer's rows):
+    each problem's bias is ``b + mean(x_f)·w − mean(x_q)·q`` of its own inputs."""
+    rng = np.random.default_rng(6)
+    B, rows, D, N = 3, 4, 6, 500
+    xf = rng.normal(0.5, 1.0, (B, N, D))
+    xq = xf + rng.normal(0.1, 0.3, (B, N, D))
+    aug = lambda x: np.concatenate([x, np.ones((B, N, 1))], 2)  # noqa: E731
+    H = np.einsum("bni,bnj->bij", aug(xq), aug(xq)) / N
+    G = np.einsum("bni,bnj->bij", aug(xq), aug(xf)) / N
+    W = rng.normal(size=(B, rows, D + 1))
+    Q, b, _ = R.round_rows(W, H, G, 4, "nearest", D)
+    want = W[:, :, D] + np.einsum("bi,bri->br", xf.mean(1), W[:, :, :D]) - np.einsum(
+        "bi,bri->br", xq.mean(1), Q)
+    np.testing.assert_allclose(b[:, :, 0], want, rtol=0, atol=1e-10)
+
+
 def test_adaround_lowers_the_output_error_against_nearest():
     W, H, _ = _toy_layer(seed=1)
     d = W.shape[2] - 1

@@ -476,8 +476,11 @@ def test_wide_share_within_the_file_budget(net, data, monkeypatch):
     ({"rounding": "gptq", "activation_bits": 16}, r"rounding='gptq' is for 8-bit "
                                                   r"activations.*activation_bits=16"),
     ({"weight_bits": 4, "bias_correction": "analytic"},
-     r"rounding='gptq' sets the bias of every layer it rounds.*Received: "
-     r"bias_correction='analytic', rounding='auto'"),
+     r"rounding='gptq' at 4 bits sets the bias of every layer it rounds.*Received: "
+     r"bias_correction='analytic', rounding='auto', weight_bits=4"),
+    ({"weight_bits": 4, "rounding": "nearest", "bias_correction": "empirical"},
+     r"rounding='nearest' at 4 bits sets the bias of every layer it rounds.*Received: "
+     r"bias_correction='empirical', rounding='nearest', weight_bits=4"),
     ({"weight_bits": 4, "tune": True},
      r"tune=True requantizes the converter's INT8 model with TF Lite's own rounding.*"
      r"Received: tune=True with weight_bits=4, rounding='auto'"),
@@ -654,8 +657,11 @@ def test_cli_weight_bits_4_agrees_with_the_library(cli_dir, w4, capsys):
     (["--rounding", "gptq", "--activation-bits", "16"],
      ["--rounding gptq is for 8-bit activations", "received --activation-bits 16"]),
     (["--weight-bits", "4", "--bias-correction", "analytic"],
-     ["--rounding gptq sets the bias of every layer it rounds",
+     ["--rounding gptq at 4 bits sets the bias of every layer it rounds",
       "received --bias-correction analytic with --weight-bits 4"]),
+    (["--weight-bits", "4", "--rounding", "nearest", "--bias-correction", "analytic"],
+     ["--rounding nearest at 4 bits sets the bias of every layer it rounds",
+      "received --bias-correction analytic"]),
     (["--weight-bits", "4", "--tune"],
      ["--tune requantizes with TF Lite's own rounding", "it takes 8-bit weights rounded to "
       "nearest; received --tune --weight-bits 4 --rounding auto"]),

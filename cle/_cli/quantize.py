@@ -122,8 +122,10 @@ def _check_weight_flags(args, bits):
     if method not in GRID_ROUNDINGS and bits == 16:
         raise CliError(f"--rounding {method} is for 8-bit activations (TF Lite's 16x8 mode is "
                        "converted in one step); received --activation-bits 16", EXIT_USAGE)
-    if method not in GRID_ROUNDINGS and args.bias_correction in ("analytic", "empirical"):
-        raise CliError(f"--rounding {method} sets the bias of every layer it rounds; use "
+    rounds = weight_bits != 8 or method not in GRID_ROUNDINGS
+    if rounds and args.bias_correction in ("analytic", "empirical"):
+        raise CliError(f"--rounding {method} at {weight_bits} bits sets the bias of every "
+                       "layer it rounds; use "
                        "--bias-correction auto, or none to leave biases as they are; received "
                        f"--bias-correction {args.bias_correction}"
                        + (f" with --weight-bits {weight_bits}" if rounding == "auto" else ""),

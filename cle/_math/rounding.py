@@ -17,8 +17,8 @@ channel its own small problem) or a grouped convolution runs vectorized:
   zero point 0 (:func:`grid_max`, :func:`grid_min`): at 8 bits the symmetric [−127, 127] TF
   Lite's quantization spec asks of INT8 weights; below 8 bits the whole two's-complement
   range, at 4 bits [−8, 7] (an INT4 tensor holds −8, and LiteRT unpacks it to an INT8 −8 for
-  the same kernels, so the 16th level is free). Every function takes ``qmax`` and ``qmin``
-  (``None``: ``−qmax``).
+  the same kernels, so the 16th level is free). The functions of a grid take ``qmax`` and
+  ``qmin`` (``None``: ``−qmax``); :func:`keep_tap_sums` is for the symmetric 8-bit grid only.
 
 Methods: :func:`nearest` (round each weight to the nearest grid point), :func:`gptq` (round
 the columns in order, each time moving the error onto the columns not rounded yet so that the

@@ -160,6 +160,13 @@ class QuantizeOptions:
             raise ValueError("rounding='tapsum' puts 8-bit kernels on their grid for TF Lite's "
                              "converter. Received: rounding='tapsum', "
                              f"weight_bits={self.weight_bits!r}")
+        if self.rounds and self.bias_correction in ("analytic", "empirical"):
+            raise ValueError(f"rounding={method!r} at {self.weight_bits} bits sets the bias of "
+                             "every layer it rounds (the bias takes the layer's mean output "
+                             "error away, on the calibration inputs); use "
+                             "bias_correction='auto', or 'none' to leave biases as they are. "
+                             f"Received: bias_correction={self.bias_correction!r}, "
+                             f"rounding={self.rounding!r}, weight_bits={self.weight_bits!r}")
         if method in GRID_ROUNDINGS:
             return
         if self.activation_bits == 16:
@@ -167,13 +174,6 @@ class QuantizeOptions:
                              "written into the INT8 model; TF Lite's 16x8 mode is converted in "
                              f"one step). Received: rounding={self.rounding!r}, "
                              "activation_bits=16")
-        if self.bias_correction in ("analytic", "empirical"):
-            raise ValueError(f"rounding={method!r} sets the bias of every layer it rounds (the "
-                             "bias takes the layer's mean output error away, on the "
-                             "calibration inputs); use bias_correction='auto', or 'none' to "
-                             "leave biases as they are. Received: "
-                             f"bias_correction={self.bias_correction!r}, "
-                             f"rounding={self.rounding!r}")
 
     @property
     def rounding_method(self) -> str:

@@ -103,7 +103,8 @@ def quantize(model, calibration_data=None, *, per_channel: bool = True, weight_b
             never saw) check. Models with one input and one output only; 8-bit weights
             rounded to nearest only (the tuning requantizes with TF Lite's own rounding).
         rounding: how kernels are rounded onto their grid: "nearest" (what TF Lite's
-            converter does), "tapsum" (8 bits: to nearest, then the fewest weights of each
+            converter does; below 8 bits each layer's bias then takes its mean output error
+            away on the calibration inputs, unless ``bias_correction="none"``), "tapsum" (8 bits: to nearest, then the fewest weights of each
             (input, output) channel pair of a Conv2D or DepthwiseConv2D kernel moved one step
             so that its sum over the taps stays within half a step of the float one; the
             converter keeps them), "gptq" (layer by layer for the layer's output, on the
@@ -126,8 +127,9 @@ def quantize(model, calibration_data=None, *, per_channel: bool = True, weight_b
             without batch norms and without data, or ``tune=True`` with several inputs or
             outputs, 16-bit activations, ``ranges="minmax"``, 4-bit weights or a rounding
             other than to nearest; 4-bit weights or a rounding other than to nearest with
-            16-bit activations; a rounding other than to nearest with
-            ``bias_correction="analytic"`` or ``"empirical"``.
+            16-bit activations; 4-bit weights or a rounding other than to nearest with
+            ``bias_correction="analytic"`` or ``"empirical"`` (the rounding stage sets the
+            biases then).
         RuntimeError: the PyTorch backend (TF Lite's converter cannot read its models), or
             non-finite synthetic inputs or outputs.
 

@@ -59,7 +59,7 @@ class RoundedLayer:
         shape: its kernel's shape.
         sqnr_nearest_db: SQNR (dB) of its output with the kernel rounded to nearest, against
             the float layer, on the calibration inputs in the quantized stream (None when not
-            measured: "nearest" runs no data).
+            measured: "nearest" measures no output).
         sqnr_db: the same with the rounding chosen (and its bias).
         seconds: time spent on the layer.
         bits: the grid's bits of this layer (8 for a kernel kept wide: see
@@ -91,7 +91,7 @@ class RoundingReport:
         bits: the grid's bits.
         per_channel: one step per output channel (else one per kernel).
         source: what the statistics were measured on ("calibration data", "synthetic
-            inputs"; "" for "nearest", which needs none).
+            inputs"; "" when none were: "nearest" without bias correction).
         n_inputs: how many.
         layers: every layer rounded, in order.
         kept: ``(layer, reason)`` of every layer with a kernel the stage left to TF Lite's
@@ -255,14 +255,17 @@ def _round_call(call, xf, xq, method, bits, per_tensor, free_bias, seed, damp=R.
     start = time.perf_counter()
     layer = call.layer
     kind = _kind(layer)
-    parted = xf[0] is not xq[0]
-    a_q = _channels_last(layer, xq[0])
-    a_f = _channels_last(layer, xf[0]) if parted else a_q
-    H, G = moments(a_q, a_f, _geometry(layer), layer.use_bias, MAX_POSITIONS, seed, _gram)
-    del a_q, a_f
+    if method == "nearest" and not (free_bias and layer.use_bias):
+        H = G = None  # no statistics read
+    else:
+        parted = xf[0] is not xq[0]
+        a_q = _channels_last(layer, xq[0])
+        a_f = _channels_last(layer, xf[0]) if parted else a_q
+        H, G = moments(a_q, a_f, _geometry(layer), layer.use_bias, MAX_POSITIONS, seed, _gram)
+        del a_q, a_f
     W = _rows(layer, kind)
     n = W.shape[2] - int(layer.use_bias)
-    if shrink:
+    if shrink and H is not None:
         H, G = R.shrunk(H, G, shrink, n)
     Q, bias, s = R.round_rows(W, H, G, bits, method, n, per_tensor, free_bias, damp)
     del H, G
@@ -388,8 +391,9 @@ def round_model(model, inputs, *, bits, per_channel, method, free_bias=True, sou
     start = time.perf_counter()
     view = graph_view(model)
     targets, kept, entries = _plan(view, bits)
-    report = RoundingReport(method, bits, per_channel, source if method != "nearest" else "",
-                            len(inputs[0]) if method != "nearest" else 0, kept=kept)
+    reads = method != "nearest" or free_bias
+    report = RoundingReport(method, bits, per_channel, source if reads else "",
+                            len(inputs[0]) if reads else 0, kept=kept)
     if size_ratio is not None and bits < 8 and method != "nearest":
         wide_share, wide_by = wide_share_within(model, targets, bits, size_ratio), "noise"
         report.size_ratio = size_ratio

@@ -90,7 +90,8 @@ def round_stage(equalized, x_cal, opts, source, say):
         return None, None
     method, bits = opts.rounding_method, opts.weight_bits
     say(f"rounding the kernels onto their {bits}-bit grids ({method}"
-        + (f", on {len(x_cal)} {source}" if method != "nearest" else "") + ")")
+        + (f", on {len(x_cal)} {source}" if method != "nearest" or opts.bias_correction != "none"
+           else "") + ")")
     synthetic = not opts.has_data
     return round_model(equalized, list(x_cal.arrays), bits=bits, per_channel=opts.per_channel,
                        method=method, free_bias=opts.bias_correction != "none", source=source,
