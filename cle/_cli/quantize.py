@@ -108,7 +108,7 @@ def check_quantize_options(args):
 def _check_weight_flags(args, bits):
     """``--weight-bits`` and ``--rounding`` against the other flags (the library's checks,
     in the flags' words)."""
-    from cle._quantize.options import GRID_ROUNDINGS, resolve_rounding
+    from cle._quantize.options import GRID_ROUNDINGS, resolve_rounding, stage_rounds
 
     weight_bits, rounding = getattr(args, "weight_bits", 8), getattr(args, "rounding", "auto")
     method = resolve_rounding(rounding, weight_bits, getattr(args, "per_channel", True),
@@ -122,7 +122,7 @@ def _check_weight_flags(args, bits):
     if method not in GRID_ROUNDINGS and bits == 16:
         raise CliError(f"--rounding {method} is for 8-bit activations (TF Lite's 16x8 mode is "
                        "converted in one step); received --activation-bits 16", EXIT_USAGE)
-    rounds = weight_bits != 8 or method not in GRID_ROUNDINGS
+    rounds = stage_rounds(weight_bits, method)
     if rounds and args.bias_correction in ("analytic", "empirical"):
         raise CliError(f"--rounding {method} at {weight_bits} bits sets the bias of every "
                        "layer it rounds; use "
@@ -130,7 +130,7 @@ def _check_weight_flags(args, bits):
                        f"--bias-correction {args.bias_correction}"
                        + (f" with --weight-bits {weight_bits}" if rounding == "auto" else ""),
                        EXIT_USAGE)
-    if getattr(args, "tune", False) and (weight_bits != 8 or method not in GRID_ROUNDINGS):
+    if getattr(args, "tune", False) and rounds:
         raise CliError("--tune requantizes with TF Lite's own rounding, which would undo the "
                        "rounded kernels; it takes 8-bit weights rounded to nearest; received "
                        f"--tune --weight-bits {weight_bits} --rounding {rounding}", EXIT_USAGE)

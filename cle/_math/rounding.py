@@ -106,11 +106,8 @@ def scale_maxabs(W, qmax, per_tensor=False, qmin=None):
     """The least step that clips no weight of the row (or, ``per_tensor``, of the whole
     kernel): ``max(max w / qmax, min w / qmin)``, ``(B, R)``; on the symmetric grid
     ``max|w| / qmax``."""
-    qmin = _lo(qmax, qmin)
-    if qmin == -qmax:
-        a = np.abs(W).max(axis=-1) / qmax
-    else:
-        a = np.maximum(W.max(axis=-1, initial=0.0) / qmax, W.min(axis=-1, initial=0.0) / qmin)
+    a = np.maximum(W.max(axis=-1, initial=0.0) / qmax,
+                   np.abs(W.min(axis=-1, initial=0.0)) / -_lo(qmax, qmin))
     if per_tensor:
         a = np.full(a.shape, a.max(initial=0.0))
     return a

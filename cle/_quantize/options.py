@@ -11,7 +11,8 @@ import numbers
 from typing import Any
 
 __all__ = ["AUTO_ROUNDING", "AUTO_ROUNDING_TAPSUM", "BIAS_CORRECTIONS", "GRID_ROUNDINGS",
-           "METHODS", "QuantizeOptions", "RANGES", "ROUNDINGS", "WEIGHT_BITS", "resolve_rounding"]
+           "METHODS", "QuantizeOptions", "RANGES", "ROUNDINGS", "WEIGHT_BITS", "resolve_rounding",
+           "stage_rounds"]
 
 RANGES = ("percentile", "minmax")
 BIAS_CORRECTIONS = ("auto", "empirical", "analytic", "none")
@@ -34,6 +35,12 @@ AUTO_ROUNDING = {4: "gptq", 8: "nearest"}
 #: model in SQNR than "nearest", measured on both real networks and, without data, on two
 #: real networks outside this repository; top-1 agreement level or better).
 AUTO_ROUNDING_TAPSUM = {4: "gptq", 8: "tapsum"}
+
+
+def stage_rounds(weight_bits: int, method: str) -> bool:
+    """Whether the rounding stage runs for the resolved rounding ``method`` at ``weight_bits``:
+    anything but an 8-bit rounding the converter keeps (:data:`GRID_ROUNDINGS`)."""
+    return weight_bits != 8 or method not in GRID_ROUNDINGS
 
 
 def resolve_rounding(rounding: str, weight_bits: int, per_channel: bool, has_data: bool = True,
@@ -186,7 +193,7 @@ class QuantizeOptions:
     def rounds(self) -> bool:
         """Whether the rounding stage runs (anything but an 8-bit rounding the converter
         keeps, :data:`GRID_ROUNDINGS`)."""
-        return self.weight_bits != 8 or self.rounding_method not in GRID_ROUNDINGS
+        return stage_rounds(self.weight_bits, self.rounding_method)
 
     @classmethod
     def from_call(cls, calibration_data=None, **options) -> QuantizeOptions:

@@ -104,10 +104,10 @@ def quantize(model, calibration_data=None, *, per_channel: bool = True, weight_b
             rounded to nearest only (the tuning requantizes with TF Lite's own rounding).
         rounding: how kernels are rounded onto their grid: "nearest" (what TF Lite's
             converter does; below 8 bits each layer's bias then takes its mean output error
-            away on the calibration inputs, unless ``bias_correction="none"``), "tapsum" (8 bits: to nearest, then the fewest weights of each
-            (input, output) channel pair of a Conv2D or DepthwiseConv2D kernel moved one step
-            so that its sum over the taps stays within half a step of the float one; the
-            converter keeps them), "gptq" (layer by layer for the layer's output, on the
+            away on the calibration inputs, unless ``bias_correction="none"``), "tapsum" (8
+            bits: to nearest, then the fewest weights of each (input, output) channel pair of
+            a Conv2D or DepthwiseConv2D kernel moved one step so that its sum over the taps
+            stays within half a step of the float one; the converter keeps them), "gptq" (layer by layer for the layer's output, on the
             calibration inputs, or without data on the synthetic calibration inputs, never
             on the check's; each layer's bias takes its mean output error away, unless
             ``bias_correction="none"``), "adaround" (the same aim, learned; slower), or

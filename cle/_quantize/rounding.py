@@ -32,7 +32,7 @@ from cle._math.moments import Geometry, moments, numpy_gram
 from cle._measure.weight_store import NO_INT4, LayerWeights
 from cle._transforms.bias_pass import quantized_kernels
 
-__all__ = ["METHODS", "RoundedLayer", "RoundingReport", "round_model"]
+__all__ = ["METHODS", "RoundedLayer", "RoundingReport", "reads_inputs", "round_model"]
 
 METHODS = R.METHODS
 #: Output positions (over all calibration inputs) a layer's statistics are measured on.
@@ -248,6 +248,12 @@ def _channels_last(layer, value):
     return x
 
 
+def reads_inputs(method, free_bias) -> bool:
+    """Whether rounding by ``method`` reads the calibration inputs: every rounding but
+    "nearest" without a bias to correct."""
+    return method != "nearest" or bool(free_bias)
+
+
 def _round_call(call, xf, xq, method, bits, per_tensor, free_bias, seed, damp=R.DAMP,
                 shrink=0.0):
     """Round one layer on its inputs in both streams; returns ``(float output, quantized
@@ -255,8 +261,8 @@ def _round_call(call, xf, xq, method, bits, per_tensor, free_bias, seed, damp=R.
     start = time.perf_counter()
     layer = call.layer
     kind = _kind(layer)
-    if method == "nearest" and not (free_bias and layer.use_bias):
-        H = G = None  # no statistics read
+    if not reads_inputs(method, free_bias and layer.use_bias):
+        H = G = None
     else:
         parted = xf[0] is not xq[0]
         a_q = _channels_last(layer, xq[0])
@@ -391,7 +397,7 @@ def round_model(model, inputs, *, bits, per_channel, method, free_bias=True, sou
     start = time.perf_counter()
     view = graph_view(model)
     targets, kept, entries = _plan(view, bits)
-    reads = method != "nearest" or free_bias
+    reads = reads_inputs(method, free_bias)
     report = RoundingReport(method, bits, per_channel, source if reads else "",
                             len(inputs[0]) if reads else 0, kept=kept)
     if size_ratio is not None and bits < 8 and method != "nearest":
@@ -402,7 +408,7 @@ def round_model(model, inputs, *, bits, per_channel, method, free_bias=True, sou
         widths = _widths_by_noise(view, targets, inputs, bits, per_channel, wide_share, say)
     else:
         widths = _widths(targets, bits, wide_share)
-    if method == "nearest" and not free_bias:  # no statistics needed
+    if not reads:
         done = []
         for call, b in zip(targets, widths):
             kind = _kind(call.layer)

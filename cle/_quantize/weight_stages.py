@@ -13,7 +13,7 @@ from cle._core.layouts import kernel_specs, read_weight
 from cle._math.kernel_quant import round_kernel
 from cle._math.rounding import DAMP
 from cle._measure.weight_store import store_weights, weight_storage
-from cle._quantize.rounding import round_model
+from cle._quantize.rounding import reads_inputs, round_model
 from cle._transforms.bias_pass import TAPSUM_LAYERS
 
 __all__ = ["DATA_DAMP_LOW_BITS", "SYNTHETIC_DAMP", "SYNTHETIC_SHRINK", "WIDE_SIZE_RATIO",
@@ -89,12 +89,12 @@ def round_stage(equalized, x_cal, opts, source, say):
     if not opts.rounds:
         return None, None
     method, bits = opts.rounding_method, opts.weight_bits
+    free_bias = opts.bias_correction != "none"
     say(f"rounding the kernels onto their {bits}-bit grids ({method}"
-        + (f", on {len(x_cal)} {source}" if method != "nearest" or opts.bias_correction != "none"
-           else "") + ")")
+        + (f", on {len(x_cal)} {source}" if reads_inputs(method, free_bias) else "") + ")")
     synthetic = not opts.has_data
     return round_model(equalized, list(x_cal.arrays), bits=bits, per_channel=opts.per_channel,
-                       method=method, free_bias=opts.bias_correction != "none", source=source,
+                       method=method, free_bias=free_bias, source=source,
                        say=say, size_ratio=WIDE_SIZE_RATIO,
                        damp=(SYNTHETIC_DAMP if synthetic else
                              DATA_DAMP_LOW_BITS if bits < 8 else DAMP),
