@@ -74,6 +74,10 @@ def _merge(target, paths, key, order=None):
             for line in f:
                 if line.strip():
                     r = json.loads(line)
+                    if r.get("n_eval", 256) != 256:
+                        raise SystemExit(f"{path}: a row evaluated on {r['n_eval']} crops; "
+                                         "the tables are on the goals' 256 (run the "
+                                         "benchmark without --eval-crops)")
                     r.setdefault("cpu", cpu_name())
                     r.setdefault("cores", os.cpu_count())
                     rows[key(r)] = r
@@ -165,29 +169,36 @@ def candidates_table(rows):
 
 def save_knobs(paths):
     """The rows of ``benchmarks/bench_w4a8_knobs.py`` (JSON lines) into :data:`KNOBS`, the
-    last of each (network, budget, ridge) kept."""
-    _merge(KNOBS, paths, lambda r: (r["net"], r["size_ratio"], r["damp"]))
+    last of each (network, rounding, budget, ridge) kept."""
+    _merge(KNOBS, paths, lambda r: (r["net"], _rounding(r), r["size_ratio"], r["damp"]))
+
+
+def _rounding(r):
+    """A knobs row's rounding: rows from before the benchmark recorded it are "gptq", the
+    default then."""
+    return r.get("rounding", "gptq")
 
 
 def knobs_table(rows):
     nets = [n for n in NETS if any(r["net"] == n for r in rows)]
-    keys = list(dict.fromkeys((r["size_ratio"], r["damp"]) for r in rows))
-    by = {(r["net"], r["size_ratio"], r["damp"]): r for r in rows}
+    keys = list(dict.fromkeys((_rounding(r), r["size_ratio"], r["damp"]) for r in rows))
+    by = {(r["net"], _rounding(r), r["size_ratio"], r["damp"]): r for r in rows}
     lines = _head(
-        "`cle.quantize(model, crops, weight_bits=4)` with 64 real crops, TFLite "
-        "per-channel, with `WIDE_SIZE_RATIO` (the file budget of the 8-bit kernels; none: "
-        "every kernel 4-bit) and `DATA_DAMP_LOW_BITS` (GPTQ's ridge) set as the row says, "
-        "the defaults first; top-1 agreement / logit SQNR (dB) against the float model on "
-        "256 other crops, and the file's size against the same build's 8-bit file.",
-        ("file budget", "ridge"), nets)
-    for ratio, damp in keys:
+        "`cle.quantize(model, crops, weight_bits=4, rounding=...)` with 64 real crops, "
+        "TFLite per-channel, with `WIDE_SIZE_RATIO` (the file budget of the 8-bit kernels; "
+        "none: every kernel 4-bit) and `DATA_DAMP_LOW_BITS` (the rounding's ridge) set as "
+        "the row says, the defaults first for each rounding; top-1 agreement / logit SQNR "
+        "(dB) against the float model on 256 other crops, and the file's size against the "
+        "same build's 8-bit file.",
+        ("rounding", "file budget", "ridge"), nets)
+    for method, ratio, damp in keys:
         cells = []
         for net in nets:
-            r = by.get((net, ratio, damp))
+            r = by.get((net, method, ratio, damp))
             cells.append("–" if r is None else
                          f"{_cell(r)}, {r['bytes'] / r['bytes_int8']:.3f}×")
         budget = "none" if ratio is None else f"{ratio:g}×"
-        lines.append(f"| {budget} | {damp:g} | " + " | ".join(cells) + " |")
+        lines.append(f"| `{method}` | {budget} | {damp:g} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n\n" + _machine(rows) + "\n"
 
 

@@ -99,7 +99,7 @@ def test_the_converter_keeps_the_kernels_as_put_on_their_grid(per_channel):
 
 def test_auto_is_tapsum_with_per_tensor_weights_or_without_data():
     """rounding="auto" at 8 bits: "nearest" only with data and per-channel weights (and in
-    16x8 mode); "gptq" at 4 bits whatever the data."""
+    16x8 mode); at 4 bits "adaround" with data, "gptq" without, whatever the weights."""
     def method(**kw):
         return QuantizeOptions(**kw).rounding_method
 
@@ -108,7 +108,9 @@ def test_auto_is_tapsum_with_per_tensor_weights_or_without_data():
     assert method(has_data=True, per_channel=False) == "tapsum"
     assert method(has_data=False, per_channel=False) == "tapsum"
     assert method(has_data=False, activation_bits=16) == "nearest"
-    assert method(has_data=False, weight_bits=4) == method(has_data=True, weight_bits=4) == "gptq"
+    for per_channel in (True, False):
+        assert method(has_data=True, weight_bits=4, per_channel=per_channel) == "adaround"
+        assert method(has_data=False, weight_bits=4, per_channel=per_channel) == "gptq"
 
 
 def test_options():

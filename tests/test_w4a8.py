@@ -327,10 +327,11 @@ def w4(net, data):
 
 
 def test_quantize_w4a8(net, data, w4):
-    """W4A8 with GPTQ: every Conv2D/DepthwiseConv2D/Dense kernel stored INT4, the report says
-    per layer what the rounding did, and the file is the one the check measured."""
+    """W4A8 with data (AdaRound by default): every Conv2D/DepthwiseConv2D/Dense kernel stored
+    INT4, the report says per layer what the rounding did, and the file is the one the check
+    measured."""
     content, report, messages = w4
-    assert report.target["weight_bits"] == 4 and report.target["rounding"] == "gptq"
+    assert report.target["weight_bits"] == 4 and report.target["rounding"] == "adaround"
     assert report.bias_correction == "rounding"
     layers = [r.layer for r in report.rounding.layers]
     assert layers == ["c1", "dw", "grouped", "logits"]
@@ -342,7 +343,7 @@ def test_quantize_w4a8(net, data, w4):
         "c1": "INT4", "dw": "INT4", "grouped": "INT4", UP[0]: "INT8", "logits": "INT4"}
     text = report.summary()
     assert "target: INT4 weights per-channel" in text
-    assert "rounding (gptq): 4 layers on their 4-bit per-channel grid" in text
+    assert "rounding (adaround): 4 layers on their 4-bit per-channel grid" in text
     assert f"{UP[0] or 'CONV_2D'}: INT8, " in text
     assert report.size == len(content) and report.size_int8 > 0  # (a tiny net: no smaller)
     assert f"file {len(content):,} bytes ({len(content) / report.size_int8:.3f}x the same " \
@@ -359,18 +360,21 @@ def test_quantize_w4a8(net, data, w4):
 
 
 @NOT_ON_JAX
-def test_gptq_beats_nearest_at_4_bits(net, data):
-    """On held-out inputs, 4-bit kernels rounded for the output are far closer to the float
-    model than kernels rounded to nearest, biases left as they are. Rounded to nearest, the
+def test_output_roundings_beat_nearest_at_4_bits(net, data):
+    """On held-out inputs, 4-bit kernels rounded for the output (AdaRound, the default with
+    data, and GPTQ) are far closer to the float model than kernels rounded to nearest, biases
+    left as they are. Rounded to nearest, the
     biases are the rounding stage's to correct (it knows the grid, which below 8 bits is not
     the equalize stage's symmetric simulation), and its correction takes the mean error away.
     (Which of the two is closer with bias correction is measured on real networks:
     docs/quantize_w4.md; on this net's random inputs the mean error dominates.)"""
     _, nearest = cle.quantize(net, data, weight_bits=4, rounding="nearest",
                               bias_correction="none")
-    _, gptq = cle.quantize(net, data, weight_bits=4, bias_correction="none")
-    assert gptq.rounding.method == "gptq" and gptq.bias_correction == "none"
-    assert gptq.sqnr_db > nearest.sqnr_db + 6
+    _, ada = cle.quantize(net, data, weight_bits=4, bias_correction="none")
+    _, gptq = cle.quantize(net, data, weight_bits=4, rounding="gptq", bias_correction="none")
+    for report, method in ((ada, "adaround"), (gptq, "gptq")):
+        assert report.rounding.method == method and report.bias_correction == "none"
+        assert report.sqnr_db > nearest.sqnr_db + 6, method
     _, corrected = cle.quantize(net, data, weight_bits=4, rounding="nearest")
     assert corrected.rounding.method == "nearest" and corrected.bias_correction == "rounding"
     assert corrected.sqnr_db > nearest.sqnr_db + 6
@@ -418,7 +422,7 @@ def test_round_stage_keeps_noisy_kernels_wide_within_the_file_budget(has_data, m
     opts = QuantizeOptions.from_call(object() if has_data else None, weight_bits=4)
     x = ModelInputs((np.zeros((2, 3), np.float32),), ("x",), ((3,),))
     weight_stages.round_stage(None, x, opts, "inputs", lambda m: None)
-    assert seen["bits"] == 4 and seen["method"] == "gptq"
+    assert seen["bits"] == 4 and seen["method"] == ("adaround" if has_data else "gptq")
     assert seen["size_ratio"] == weight_stages.WIDE_SIZE_RATIO < 0.6
     got = tuple(seen[k] for k in ("damp", "shrink"))
     if has_data:
@@ -641,14 +645,14 @@ def test_cli_weight_bits_4_agrees_with_the_library(cli_dir, w4, capsys):
                           "--report", cli_dir / "r.json")
     assert code == 0, err
     assert "target: INT4 weights per-channel" in out
-    assert "rounding (gptq): 4 layers" in out and f"{UP[0] or 'CONV_2D'}: INT8, " in out
+    assert "rounding (adaround): 4 layers" in out and f"{UP[0] or 'CONV_2D'}: INT8, " in out
     assert [line for line in err.splitlines() if "rounding [" in line][0].startswith(
         "cle: rounding [1/4] c1 (conv 3x1x3x5): output SQNR")
     report = json.loads((cli_dir / "r.json").read_text())
     content, lib, _ = w4
     assert (cli_dir / "m.tflite").read_bytes() == content
     assert report["check"]["sqnr_db"] == pytest.approx(lib.sqnr_db, abs=1e-9)
-    assert report["target"]["rounding"] == "gptq"
+    assert report["target"]["rounding"] == "adaround"
 
 
 @pytest.mark.parametrize("flags, fragments", [

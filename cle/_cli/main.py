@@ -342,8 +342,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "kept), "
                         "gptq (layer by layer for the layer's output, on --calibration or the "
                         "synthetic inputs), adaround (the same aim, learned; slower); auto "
-                        "(default): gptq at 4 bits; at 8, tapsum with --per-tensor or "
-                        "without --calibration, else nearest")
+                        "(default): at 4 bits adaround with --calibration, gptq without; "
+                        "at 8, tapsum with --per-tensor or without --calibration, else "
+                        "nearest")
     p.add_argument("--activation-bits", type=int, choices=(8, 16), default=8,
                    help="8 (default) or 16 (TF Lite's 16x8 mode)")
     p.add_argument("--compare", action="store_true",

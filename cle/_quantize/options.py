@@ -10,9 +10,9 @@ import math
 import numbers
 from typing import Any
 
-__all__ = ["AUTO_ROUNDING", "AUTO_ROUNDING_TAPSUM", "BIAS_CORRECTIONS", "GRID_ROUNDINGS",
-           "METHODS", "QuantizeOptions", "RANGES", "ROUNDINGS", "WEIGHT_BITS", "resolve_rounding",
-           "stage_rounds"]
+__all__ = ["AUTO_ROUNDING", "AUTO_ROUNDING_LOW_BITS", "AUTO_ROUNDING_TAPSUM", "BIAS_CORRECTIONS",
+           "GRID_ROUNDINGS", "METHODS", "QuantizeOptions", "RANGES", "ROUNDINGS", "WEIGHT_BITS",
+           "resolve_rounding", "stage_rounds"]
 
 RANGES = ("percentile", "minmax")
 BIAS_CORRECTIONS = ("auto", "empirical", "analytic", "none")
@@ -26,15 +26,21 @@ METHODS = ("nearest", "gptq", "adaround")
 GRID_ROUNDINGS = ("nearest", "tapsum")
 #: What ``rounding`` may be.
 ROUNDINGS = ("auto", "nearest", "tapsum", "gptq", "adaround")
-#: The rounding ``"auto"`` takes at each weight width with per-channel weights and calibration
-#: data (and in 16x8 mode), chosen by measurement on the two real networks
-#: (docs/quantize_w4.md): at 8 bits "nearest", TF Lite's own ("tapsum" gained on both of
-#: them but lost SQNR on a real network outside this repository).
-AUTO_ROUNDING = {4: "gptq", 8: "nearest"}
-#: The same with per-tensor weights, or without data: at 8 bits "tapsum" (closer to the float
+#: The rounding ``"auto"`` takes at 8 bits with per-channel weights and calibration data (and
+#: in 16x8 mode), chosen by measurement on the two real networks (docs/quantize_w4.md):
+#: "nearest", TF Lite's own ("tapsum" gained on both of them but lost SQNR on a real network
+#: outside this repository).
+AUTO_ROUNDING = {8: "nearest"}
+#: The same at 8 bits with per-tensor weights, or without data: "tapsum" (closer to the float
 #: model in SQNR than "nearest", measured on both real networks and, without data, on two
 #: real networks outside this repository; top-1 agreement level or better).
-AUTO_ROUNDING_TAPSUM = {4: "gptq", 8: "tapsum"}
+AUTO_ROUNDING_TAPSUM = {8: "tapsum"}
+#: The rounding ``"auto"`` takes at 4 bits, with calibration data or without (keyed by
+#: ``has_data``): with data "adaround", at least as close to the float model as "gptq" in
+#: both figures on both real networks on 1,024 crops, and closer in SQNR on the two real
+#: networks outside this repository; without data "gptq", closer than "adaround" on the
+#: synthetic calibration inputs (docs/quantize_w4.md).
+AUTO_ROUNDING_LOW_BITS = {True: "adaround", False: "gptq"}
 
 
 def stage_rounds(weight_bits: int, method: str) -> bool:
@@ -45,11 +51,14 @@ def stage_rounds(weight_bits: int, method: str) -> bool:
 
 def resolve_rounding(rounding: str, weight_bits: int, per_channel: bool, has_data: bool = True,
                      activation_bits: int = 8) -> str:
-    """The rounding that runs for ``rounding``: ``"auto"`` is :data:`AUTO_ROUNDING_TAPSUM`
-    at ``weight_bits`` with per-tensor weights or, with 8-bit activations, without data, else
+    """The rounding that runs for ``rounding``: ``"auto"`` is, below 8 bits,
+    :data:`AUTO_ROUNDING_LOW_BITS` of ``has_data``; at 8 bits :data:`AUTO_ROUNDING_TAPSUM`
+    with per-tensor weights or, with 8-bit activations, without data, else
     :data:`AUTO_ROUNDING`; any other is itself."""
     if rounding != "auto":
         return rounding
+    if weight_bits < 8:
+        return AUTO_ROUNDING_LOW_BITS[bool(has_data)]
     tapsum = not per_channel or (not has_data and activation_bits == 8)
     return (AUTO_ROUNDING_TAPSUM if tapsum else AUTO_ROUNDING)[weight_bits]
 
@@ -184,8 +193,9 @@ class QuantizeOptions:
 
     @property
     def rounding_method(self) -> str:
-        """The rounding that runs: ``"auto"`` is "gptq" at 4 bits; at 8, "tapsum" with
-        per-tensor weights or without data (8-bit activations), else "nearest"."""
+        """The rounding that runs: ``"auto"`` is "adaround" at 4 bits with data, "gptq"
+        without; at 8, "tapsum" with per-tensor weights or without data (8-bit activations),
+        else "nearest"."""
         return resolve_rounding(self.rounding, self.weight_bits, self.per_channel,
                                 self.has_data, self.activation_bits)
 

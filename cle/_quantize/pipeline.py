@@ -107,11 +107,12 @@ def quantize(model, calibration_data=None, *, per_channel: bool = True, weight_b
             away on the calibration inputs, unless ``bias_correction="none"``), "tapsum" (8
             bits: to nearest, then the fewest weights of each (input, output) channel pair of
             a Conv2D or DepthwiseConv2D kernel moved one step so that its sum over the taps
-            stays within half a step of the float one; the converter keeps them), "gptq" (layer by layer for the layer's output, on the
-            calibration inputs, or without data on the synthetic calibration inputs, never
-            on the check's; each layer's bias takes its mean output error away, unless
-            ``bias_correction="none"``), "adaround" (the same aim, learned; slower), or
-            "auto" (default): "gptq" at 4 bits; at 8, "tapsum" with per-tensor weights or
+            stays within half a step of the float one; the converter keeps them), "gptq"
+            (layer by layer for the layer's output, on the calibration inputs, or without
+            data on the synthetic calibration inputs, never on the check's; each layer's
+            bias takes its mean output error away, unless ``bias_correction="none"``),
+            "adaround" (the same aim, learned; slower), or "auto" (default): at 4 bits
+            "adaround" with data, "gptq" without; at 8, "tapsum" with per-tensor weights or
             without data (8-bit activations), else "nearest" (chosen by measurement:
             docs/quantize_w4.md).
 

@@ -29,8 +29,8 @@ __all__ = ["DATA_DAMP_LOW_BITS", "SYNTHETIC_DAMP", "SYNTHETIC_SHRINK", "WIDE_SIZ
 #: 4-bit error of some layers too large for the rest of the network (measured there); without
 #: data more so.
 WIDE_SIZE_RATIO = 0.595
-#: With data, below 8 bits: GPTQ's relative ridge on the calibration inputs' statistics (thirty
-#: times :data:`cle._math.rounding.DAMP`). A layer of the late blocks sees its inputs on few
+#: With data, below 8 bits: the rounding's relative ridge on the calibration inputs' statistics
+#: (GPTQ's and AdaRound's; thirty times :data:`cle._math.rounding.DAMP`). A layer of the late blocks sees its inputs on few
 #: positions per crop and a classifier head on one: the rounding then fits the calibration
 #: inputs better than it fits others. Chosen from a sweep on MobileNetV2 and EfficientNet-Lite1
 #: with 64 crops (docs/quantize_w4.md): on the whole 4-bit grid at least as close as a tenth in
@@ -82,9 +82,9 @@ def round_stage(equalized, x_cal, opts, source, say):
     rounding is the one asked for (8 bits, to nearest). Rounds ``equalized`` in place, on
     ``x_cal`` (a :class:`cle._core.inputs.ModelInputs`: the calibration inputs, real or
     synthetic; never the check's). Below 8 bits the kernels adding the most noise per weight
-    stay on 8-bit grids within :data:`WIDE_SIZE_RATIO` of the 8-bit file and GPTQ is damped
-    more (:data:`DATA_DAMP_LOW_BITS`); without data GPTQ is damped more at any width
-    (:data:`SYNTHETIC_DAMP`) and sees the inputs' correlations shrunk
+    stay on 8-bit grids within :data:`WIDE_SIZE_RATIO` of the 8-bit file and the statistics
+    are damped more (:data:`DATA_DAMP_LOW_BITS`); without data they are damped more at any
+    width (:data:`SYNTHETIC_DAMP`) and the inputs' correlations shrunk
     (:data:`SYNTHETIC_SHRINK`)."""
     if not opts.rounds:
         return None, None
