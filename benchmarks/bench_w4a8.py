@@ -21,7 +21,7 @@ kernels, against the float Keras model's logits: top-1 agreement and SQNR):
   nearest at 8 bits: then it is run once and both rows are that run).
 
 With ``--rows`` it also measures the other rounding candidates (not run by default):
-``w4_nearest`` and ``w4_adaround`` (``cle.quantize(model, x64, weight_bits=4,
+``w4_nearest``, ``w4_gptq`` and ``w4_adaround`` (``cle.quantize(model, x64, weight_bits=4,
 rounding=...)``), ``w8_gptq`` and ``w8_adaround`` (the same at 8 bits), and
 ``w4_nodata_adaround`` (the no-data row with ``rounding="adaround"``).
 ``scripts/gen_w4a8_results.py`` turns the JSON lines into the tables of docs/quantize_w4.md.
@@ -62,6 +62,7 @@ EVAL_CROPS = 256
 DEFAULT_ROWS = ("baseline", "w4_data", "w4_nodata", "w8_default", "w8_nearest")
 #: The other rounding candidates, with 64 real crops: row key -> (name, weight bits, rounding).
 CANDIDATES = {"w4_nearest": ("W4A8 nearest", 4, "nearest"),
+              "w4_gptq": ("W4A8 gptq", 4, "gptq"),
               "w4_adaround": ("W4A8 adaround", 4, "adaround"),
               "w8_gptq": ("W8A8 gptq", 8, "gptq"),
               "w8_adaround": ("W8A8 adaround", 8, "adaround")}

@@ -45,13 +45,16 @@ GOAL_ROWS = [
     ("W8A8 default", "`cle.quantize(model, crops)` (rounding `auto`)"),
 ]
 #: (weight bits, rounding, row names that measure it) of the candidates' table.
+#: "W4A8 data" is the default's row ("adaround" at 4 bits with data, "gptq" without).
 CANDIDATE_ROWS = [
     (4, "nearest", ("W4A8 nearest",)),
-    (4, "gptq", ("W4A8 data",)),
-    (4, "adaround", ("W4A8 adaround",)),
+    (4, "gptq", ("W4A8 gptq",)),
+    (4, "adaround", ("W4A8 data", "W4A8 adaround")),
     (8, "nearest", ("W8A8 nearest",)),
     (8, "gptq", ("W8A8 gptq",)),
     (8, "adaround", ("W8A8 adaround",)),
+    ("4, no data", "gptq", ("W4A8 no data",)),
+    ("4, no data", "adaround", ("W4A8 no data adaround",)),
 ]
 
 
@@ -146,7 +149,8 @@ def candidates_table(rows):
     by = {(r["net"], r["row"]): r for r in rows}
     nets = [n for n in NETS if any(by.get((n, names[0])) for _, _, names in CANDIDATE_ROWS)]
     lines = _head(
-        "`cle.quantize(model, crops, weight_bits=..., rounding=...)` with 64 real crops, "
+        "`cle.quantize(model, crops, weight_bits=..., rounding=...)` with 64 real crops "
+        "(\"no data\": `cle.quantize(model, weight_bits=4, input_range=..., rounding=...)`), "
         "TFLite per-channel; top-1 agreement / logit SQNR (dB) against the float model on "
         "256 other crops; wall time of the call (of its rounding stage). A dash: not "
         "measured. At 4 bits, \"k kernels 8-bit\": the kernels the rounding kept on "

@@ -307,6 +307,33 @@ def test_a_bias_too_large_for_its_step_widens_the_step(net, data):
     assert Q.sqnr_db(ref, Q.run_tflite(w4, data, batch_size=8)) > 25
 
 
+@NOT_ON_JAX
+def test_equal_kernels_are_each_stored_in_their_own_operator():
+    """Two rounded layers whose kernels are equal (untrained twins, or kernels whose inputs
+    the calibration never reached) are both within half a step of either weight tensor:
+    each operator gets its own layer, told apart by its bias, so no layer is written into two
+    operators or left out, and the file computes what the rounded Keras model computes."""
+    keras.utils.set_random_seed(3)
+    x = keras.Input((6, 6, 3))
+    a = L.Conv2D(4, 3, padding="same", name="a")(x)
+    # (on another input than a's: on the same one, the converter computes them once)
+    b = L.Conv2D(4, 3, padding="same", name="b")(L.ReLU()(x))
+    model = keras.Model(x, L.Concatenate(name="cat")([L.ReLU()(a), b]))
+    kernel = np.random.default_rng(0).normal(size=(3, 3, 3, 4)).astype(np.float32)
+    model.get_layer("a").set_weights([kernel, np.array([1.0, -2.0, 0.5, 3.0], np.float32)])
+    model.get_layer("b").set_weights([kernel, np.array([-4.0, 2.5, -1.0, 0.0], np.float32)])
+    data = np.random.default_rng(1).normal(size=(16, 6, 6, 3)).astype(np.float32)
+    _, entries = round_model(model, [data], bits=4, per_channel=True, method="nearest",
+                             free_bias=False)
+    ka, kb = (keras.ops.convert_to_numpy(model.get_layer(n).kernel) for n in "ab")
+    np.testing.assert_array_equal(ka, kb)  # rounded alike: equal kernels, biases apart
+    w8 = tflite.convert_int8(model, data, per_channel=True)
+    w4, stored = W.store_weights(w8, entries)
+    assert sorted((w.layer, w.storage) for w in stored) == [("a", "INT4"), ("b", "INT4")]
+    ref = model.predict(data, verbose=0)
+    assert Q.sqnr_db(ref, Q.run_tflite(w4, data, batch_size=8)) > 25
+
+
 def test_transpose_conv_stays_int8_with_its_reason(rounded):
     _, _, stored, _ = rounded[True]
     up = [s for s in stored if s.layer == UP[0]]

@@ -212,17 +212,74 @@ def _dequantized(flat, wi):
     return q8 * steps, np.broadcast_to(steps, shape), qdim
 
 
-def _match(flat, wi, candidates):
-    """The entry of ``candidates`` (same shape) whose kernel the INT8 tensor ``wi`` holds,
-    or None."""
+def _kernel_steps(flat, wi, kernel):
+    """How far (in the converter's steps, the largest over the values) the INT8 tensor ``wi``
+    is from ``kernel``."""
     values, steps, _ = _dequantized(flat, wi)
-    best, best_err = None, MATCH_STEPS
-    for entry, kernel in candidates:
-        err = float(np.max(np.abs(values - kernel) / np.where(steps > 0, steps, 1.0),
-                           initial=0.0))
-        if err <= best_err:
-            best, best_err = entry, err
-    return best
+    return float(np.max(np.abs(values - kernel) / np.where(steps > 0, steps, 1.0),
+                        initial=0.0))
+
+
+def _bias_steps(flat, op, kind, entry):
+    """How far (in the converter's bias steps, the largest over the channels) the operator's
+    INT32 bias is from ``entry``'s float bias; 0 when either has none to compare."""
+    a_slot, _, b_slot = WEIGHT_SLOTS[kind]
+    if (entry.bias is None or b_slot >= len(op.inputs) or op.inputs[b_slot] < 0
+            or flat.tensor(op.inputs[b_slot]).type != flat.types["INT32"]):
+        return 0.0
+    b32 = flat.data(op.inputs[b_slot]).view(np.int32).astype(np.float64)
+    bias = np.asarray(entry.bias, np.float64).ravel()
+    if bias.size != b32.size:
+        return 0.0
+    s8 = np.asarray(flat.tensor(op.inputs[WEIGHT_SLOTS[kind][1]]).quantization.scale,
+                    np.float64).ravel()
+    s_in = float(flat.tensor(op.inputs[a_slot]).quantization.scale[0])
+    old = np.broadcast_to(s8, b32.shape) * s_in
+    return float(np.max(np.abs(bias - b32 * old) / np.where(old > 0, old, 1.0), initial=0.0))
+
+
+def _assign(flat, ops, by_shape):
+    """``{operator index: entry}``: the layer whose kernel each INT8 weight tensor of ``ops``
+    (``(op index, op, kind, tensor index, shape)``) holds, each layer held by one operator at
+    most. A tensor holds a kernel when it is within :data:`MATCH_STEPS` of it. Several kernels
+    can be (equal kernels, as untrained twin layers or kernels whose inputs the calibration
+    never reached have): of those, a layer whose bias the operator's bias also holds is
+    preferred, and the operators and layers of one shape are paired for the least total
+    distance (``scipy.optimize.linear_sum_assignment``), so no layer is written into two
+    operators and none is left out when each can be held. A layer that is not rounded (a
+    shared layer, one the rounding left to the converter) only lends its name and reason: it
+    goes to every operator closest to it that holds no rounded layer."""
+    from scipy.optimize import linear_sum_assignment
+
+    groups: dict[tuple, list] = {}
+    for item in ops:
+        groups.setdefault(item[4], []).append(item)
+    out = {}
+    for shape, group in groups.items():
+        candidates = by_shape.get(shape, [])
+        if not candidates:
+            continue
+        cost = np.full((len(group), len(candidates)), np.inf)
+        for i, (_, op, kind, wi, _) in enumerate(group):
+            for j, (entry, kernel) in enumerate(candidates):
+                err = _kernel_steps(flat, wi, kernel)
+                if err <= MATCH_STEPS:
+                    cost[i, j] = err + (_bias_steps(flat, op, kind, entry) > MATCH_STEPS)
+        allowed = np.isfinite(cost)
+        rounded = np.array([entry.bits is not None for entry, _ in candidates])
+        if rounded.any():
+            unique = allowed & rounded[None, :]
+            rows, cols = linear_sum_assignment(
+                np.where(unique, cost, 1e9)[:, rounded])
+            index = np.flatnonzero(rounded)
+            for i, j in zip(rows, index[cols]):
+                if unique[i, j]:
+                    out[group[i][0]] = candidates[j][0]
+        for i, item in enumerate(group):
+            shared = np.where(allowed[i] & ~rounded, cost[i], np.inf)
+            if item[0] not in out and np.isfinite(shared).any():
+                out[item[0]] = candidates[int(np.argmin(shared))][0]
+    return out
 
 
 def _grid_integers(entry, kernel, qdim, s8):
@@ -338,9 +395,11 @@ def store_weights(content: bytes, layers: list[LayerWeights]) -> tuple[bytes, li
         if kernel is not None:
             by_shape.setdefault(kernel.shape, []).append((entry, kernel))
     stored, held = [], set()
-    for _, op, kind, wi in list(flat.weights()):
-        row = _describe(flat, kind, wi)
-        entry = _match(flat, wi, by_shape.get(row.shape, [])) if row.storage == "INT8" else None
+    ops = [(oi, op, kind, wi, _describe(flat, kind, wi)) for oi, op, kind, wi in flat.weights()]
+    assigned = _assign(flat, [(oi, op, kind, wi, row.shape) for oi, op, kind, wi, row in ops
+                              if row.storage == "INT8"], by_shape)
+    for oi, op, kind, wi, row in ops:
+        entry = assigned.get(oi)
         if entry is not None:
             row.layer = entry.layer
             row.reason = entry.reason or row.reason

@@ -30,11 +30,12 @@ __all__ = ["DATA_DAMP_LOW_BITS", "SYNTHETIC_DAMP", "SYNTHETIC_SHRINK", "WIDE_SIZ
 #: data more so.
 WIDE_SIZE_RATIO = 0.595
 #: With data, below 8 bits: the rounding's relative ridge on the calibration inputs' statistics
-#: (GPTQ's and AdaRound's; thirty times :data:`cle._math.rounding.DAMP`). A layer of the late blocks sees its inputs on few
-#: positions per crop and a classifier head on one: the rounding then fits the calibration
-#: inputs better than it fits others. Chosen from a sweep on MobileNetV2 and EfficientNet-Lite1
-#: with 64 crops (docs/quantize_w4.md): on the whole 4-bit grid at least as close as a tenth in
-#: both figures on both networks.
+#: (GPTQ's and AdaRound's; thirty times :data:`cle._math.rounding.DAMP`). A layer of the late
+#: blocks sees its inputs on few positions per crop and a classifier head on one: the rounding
+#: then fits the calibration inputs better than it fits others. Chosen from a sweep on
+#: MobileNetV2 and EfficientNet-Lite1 with 64 crops (docs/quantize_w4.md): with GPTQ on the
+#: whole 4-bit grid at least as close as a tenth in both figures on both networks; with
+#: AdaRound neither a tenth nor 1 is closer in both figures on both networks.
 DATA_DAMP_LOW_BITS = 0.3
 #: Without data: GPTQ's relative ridge on the synthetic inputs' statistics (ten times
 #: :data:`cle._math.rounding.DAMP`: their correlations are trusted less than real data's).
