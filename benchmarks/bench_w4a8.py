@@ -199,7 +199,8 @@ def main(argv=None):
     parser.add_argument("--net", choices=sorted(NETS), action="append",
                         help="one network (repeatable; default: both, each in its own "
                              "process)")
-    parser.add_argument("--rows", nargs="*", choices=DEFAULT_ROWS + tuple(CANDIDATES) + tuple(NODATA_CANDIDATES),
+    parser.add_argument("--rows", nargs="*",
+                        choices=DEFAULT_ROWS + tuple(CANDIDATES) + tuple(NODATA_CANDIDATES),
                         help="only these rows (default: the goals' rows, "
                              f"{' '.join(DEFAULT_ROWS)})")
     parser.add_argument("--json", help="append every row to this JSON-lines file")
@@ -208,6 +209,9 @@ def main(argv=None):
                              f"{EVAL_CROPS} then crops of another seed, for a top-1 agreement "
                              "less noisy than on 256 crops of nine photos)")
     args = parser.parse_args(argv)
+    if args.eval_crops < EVAL_CROPS:
+        parser.error(f"--eval-crops must be at least {EVAL_CROPS} (the goals' crops come "
+                     f"first). Received: {args.eval_crops}")
     print(f"{_cpu()}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}; cle "
           f"{cle.__version__}", flush=True)
     rows = []

@@ -10,8 +10,9 @@ Run it directly (one network per process; a few minutes per network on 2 cores):
     .venv/bin/python scripts/gen_w4a8_results.py --knobs knobs.jsonl     # the docs' table
 
 Each row is ``cle.quantize(model, x64, weight_bits=4, rounding=...)`` with the two module
-constants set as the row says (``--rows K...``: only the rows of these indices of ``ROWS``), judged as ``benchmarks/bench_w4a8.py`` judges (LiteRT on 256 other crops against
-the float Keras model: top-1 agreement and SQNR). It prints figures and asserts nothing.
+constants set as the row says (``--rows K...``: only the rows of these indices of ``ROWS``),
+judged as ``benchmarks/bench_w4a8.py`` judges (LiteRT on 256 other crops against the float
+Keras model: top-1 agreement and SQNR). It prints figures and asserts nothing.
 """
 
 from __future__ import annotations

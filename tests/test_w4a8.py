@@ -308,11 +308,14 @@ def test_a_bias_too_large_for_its_step_widens_the_step(net, data):
 
 
 @NOT_ON_JAX
-def test_equal_kernels_are_each_stored_in_their_own_operator():
+@pytest.mark.parametrize("bias_scale", [1.0, 100.0])
+def test_equal_kernels_are_each_stored_in_their_own_operator(bias_scale):
     """Two rounded layers whose kernels are equal (untrained twins, or kernels whose inputs
     the calibration never reached) are both within half a step of either weight tensor:
-    each operator gets its own layer, told apart by its bias, so no layer is written into two
-    operators or left out, and the file computes what the rounded Keras model computes."""
+    each operator gets the layer whose bias it holds (also with biases of many thousand
+    steps, where float32 round-off passes half a step), whatever the layers' order, so no
+    layer is written into two operators or left out, and the file computes what the rounded
+    Keras model computes."""
     keras.utils.set_random_seed(3)
     x = keras.Input((6, 6, 3))
     a = L.Conv2D(4, 3, padding="same", name="a")(x)
@@ -320,14 +323,28 @@ def test_equal_kernels_are_each_stored_in_their_own_operator():
     b = L.Conv2D(4, 3, padding="same", name="b")(L.ReLU()(x))
     model = keras.Model(x, L.Concatenate(name="cat")([L.ReLU()(a), b]))
     kernel = np.random.default_rng(0).normal(size=(3, 3, 3, 4)).astype(np.float32)
-    model.get_layer("a").set_weights([kernel, np.array([1.0, -2.0, 0.5, 3.0], np.float32)])
-    model.get_layer("b").set_weights([kernel, np.array([-4.0, 2.5, -1.0, 0.0], np.float32)])
+    kernel /= bias_scale
+    model.get_layer("a").set_weights([kernel, bias_scale * np.array([1.0, -2.0, 0.5, 3.0],
+                                                                    np.float32)])
+    model.get_layer("b").set_weights([kernel, bias_scale * np.array([-4.0, 2.5, -1.0, 0.0],
+                                                                    np.float32)])
     data = np.random.default_rng(1).normal(size=(16, 6, 6, 3)).astype(np.float32)
     _, entries = round_model(model, [data], bits=4, per_channel=True, method="nearest",
                              free_bias=False)
     ka, kb = (keras.ops.convert_to_numpy(model.get_layer(n).kernel) for n in "ab")
     np.testing.assert_array_equal(ka, kb)  # rounded alike: equal kernels, biases apart
     w8 = tflite.convert_int8(model, data, per_channel=True)
+    flat = W._Flat(w8)
+    ops = [(oi, op, kind, wi, tuple(int(d) for d in flat.tensor(wi).shape))
+           for oi, op, kind, wi in flat.weights()]
+    candidates = [(e, e.tflite_kernel()) for e in entries]
+    for order in (1, -1):
+        pairs = W._assign(flat, ops, {candidates[0][1].shape: candidates[::order]})
+        assert sorted(e.layer for e in pairs.values()) == ["a", "b"]
+        for oi, entry in pairs.items():
+            op, kind = flat.graph.operators[oi], flat.kinds[oi]
+            held = W._converter_bias(flat, op, kind, flat.tensor(op.inputs[1]).quantization.scale)
+            assert W._holds_bias(held, entry), (order, entry.layer)
     w4, stored = W.store_weights(w8, entries)
     assert sorted((w.layer, w.storage) for w in stored) == [("a", "INT4"), ("b", "INT4")]
     ref = model.predict(data, verbose=0)

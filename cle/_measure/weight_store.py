@@ -6,7 +6,9 @@ TF Lite's converter writes 8-bit weights only: for a kernel already on a grid ``
 s8)`` with its own step ``s8 = max|w| / 127``, which holds the grid only approximately.
 :func:`store_weights` puts the grid back exactly: it finds, by value, the Keras layer each
 weight tensor of a CONV_2D, DEPTHWISE_CONV_2D or FULLY_CONNECTED operator holds (the
-converter's ``q8·s8`` is within half a step of the layer's kernel), writes ``k`` with the step
+converter's ``q8·s8`` is within half a step of the layer's kernel; where several layers are,
+operators and layers are paired for the least distance, their biases too, each rounded layer
+written once), writes ``k`` with the step
 ``s`` and requantizes the operator's int32 bias from the layer's float bias to its new scale
 ``input scale · s``.
 
@@ -212,43 +214,49 @@ def _dequantized(flat, wi):
     return q8 * steps, np.broadcast_to(steps, shape), qdim
 
 
-def _kernel_steps(flat, wi, kernel):
-    """How far (in the converter's steps, the largest over the values) the INT8 tensor ``wi``
-    is from ``kernel``."""
-    values, steps, _ = _dequantized(flat, wi)
-    return float(np.max(np.abs(values - kernel) / np.where(steps > 0, steps, 1.0),
-                        initial=0.0))
-
-
-def _bias_steps(flat, op, kind, entry):
-    """How far (in the converter's bias steps, the largest over the channels) the operator's
-    INT32 bias is from ``entry``'s float bias; 0 when either has none to compare."""
+def _converter_bias(flat, op, kind, s8, what=None):
+    """``(converter's float bias, its steps, input scale)`` of the operator with the
+    converter's weight steps ``s8``, or None without an INT32 bias input. A bias of another
+    type raises, naming the layer ``what`` (None: no bias to compare, no error)."""
     a_slot, _, b_slot = WEIGHT_SLOTS[kind]
-    if (entry.bias is None or b_slot >= len(op.inputs) or op.inputs[b_slot] < 0
-            or flat.tensor(op.inputs[b_slot]).type != flat.types["INT32"]):
-        return 0.0
+    if b_slot >= len(op.inputs) or op.inputs[b_slot] < 0:
+        return None
+    t = flat.tensor(op.inputs[b_slot])
+    if t.type != flat.types["INT32"]:
+        if what is None:
+            return None
+        raise ValueError(f"layer '{what}': the {kind} bias is "
+                         f"{flat.type_names.get(t.type)}, not INT32")
     b32 = flat.data(op.inputs[b_slot]).view(np.int32).astype(np.float64)
-    bias = np.asarray(entry.bias, np.float64).ravel()
-    if bias.size != b32.size:
-        return 0.0
-    s8 = np.asarray(flat.tensor(op.inputs[WEIGHT_SLOTS[kind][1]]).quantization.scale,
-                    np.float64).ravel()
+    s8 = np.asarray(s8, np.float64).ravel()
     s_in = float(flat.tensor(op.inputs[a_slot]).quantization.scale[0])
     old = np.broadcast_to(s8, b32.shape) * s_in
-    return float(np.max(np.abs(bias - b32 * old) / np.where(old > 0, old, 1.0), initial=0.0))
+    return b32 * old, old, s_in
+
+
+def _holds_bias(converted, entry):
+    """Whether the converter's bias ``(value, steps)`` holds ``entry``'s float bias: within
+    half a step of it (and float32 round-off) in every channel. True when either has none to
+    compare."""
+    if converted is None or entry.bias is None:
+        return True
+    value, old = converted[:2]
+    bias = np.asarray(entry.bias, np.float64).ravel()
+    return bias.size != value.size or bool(
+        np.all(np.abs(bias - value) <= old * 1.001 + 1e-6 * np.abs(bias)))
 
 
 def _assign(flat, ops, by_shape):
     """``{operator index: entry}``: the layer whose kernel each INT8 weight tensor of ``ops``
-    (``(op index, op, kind, tensor index, shape)``) holds, each layer held by one operator at
-    most. A tensor holds a kernel when it is within :data:`MATCH_STEPS` of it. Several kernels
-    can be (equal kernels, as untrained twin layers or kernels whose inputs the calibration
-    never reached have): of those, a layer whose bias the operator's bias also holds is
-    preferred, and the operators and layers of one shape are paired for the least total
-    distance (``scipy.optimize.linear_sum_assignment``), so no layer is written into two
-    operators and none is left out when each can be held. A layer that is not rounded (a
-    shared layer, one the rounding left to the converter) only lends its name and reason: it
-    goes to every operator closest to it that holds no rounded layer."""
+    (``(op index, op, kind, tensor index, shape)``) holds. A tensor holds a kernel when it is
+    within :data:`MATCH_STEPS` of it, and several kernels can be (equal kernels, as untrained
+    twin layers or kernels whose inputs the calibration never reached have). So the operators
+    and layers of one shape are paired for the least total distance
+    (``scipy.optimize.linear_sum_assignment``; a layer whose bias the operator's bias does
+    not hold costs one step more): a rounded layer is written into one operator at most, and
+    none is left out when each can be held. A layer that is not rounded (a shared layer, one
+    the rounding left to the converter) is never written, only named: each operator may take
+    the closest such layer instead, at its own distance."""
     from scipy.optimize import linear_sum_assignment
 
     groups: dict[tuple, list] = {}
@@ -259,27 +267,46 @@ def _assign(flat, ops, by_shape):
         candidates = by_shape.get(shape, [])
         if not candidates:
             continue
-        cost = np.full((len(group), len(candidates)), np.inf)
+        rounded = [j for j, (entry, _) in enumerate(candidates) if entry.bits is not None]
+        column = {j: c for c, j in enumerate(rounded)}
+        n = len(group)
+        # columns: the rounded layers, then one per operator for its closest other layer
+        cost = np.full((n, len(rounded) + n), np.inf)
+        other = [None] * n
         for i, (_, op, kind, wi, _) in enumerate(group):
+            values, steps, _ = _dequantized(flat, wi)
+            inv = 1.0 / np.where(steps > 0, steps, 1.0)
+            converted = (_converter_bias(flat, op, kind, flat.tensor(wi).quantization.scale)
+                         if rounded else None)
             for j, (entry, kernel) in enumerate(candidates):
-                err = _kernel_steps(flat, wi, kernel)
-                if err <= MATCH_STEPS:
-                    cost[i, j] = err + (_bias_steps(flat, op, kind, entry) > MATCH_STEPS)
+                err = float(np.max(np.abs(values - kernel) * inv, initial=0.0))
+                if err > MATCH_STEPS:
+                    continue
+                if entry.bits is None:
+                    if err < cost[i, len(rounded) + i]:
+                        cost[i, len(rounded) + i], other[i] = err, entry
+                else:
+                    cost[i, column[j]] = err + (not _holds_bias(converted, entry))
         allowed = np.isfinite(cost)
-        rounded = np.array([entry.bits is not None for entry, _ in candidates])
-        if rounded.any():
-            unique = allowed & rounded[None, :]
-            rows, cols = linear_sum_assignment(
-                np.where(unique, cost, 1e9)[:, rounded])
-            index = np.flatnonzero(rounded)
-            for i, j in zip(rows, index[cols]):
-                if unique[i, j]:
-                    out[group[i][0]] = candidates[j][0]
-        for i, item in enumerate(group):
-            shared = np.where(allowed[i] & ~rounded, cost[i], np.inf)
-            if item[0] not in out and np.isfinite(shared).any():
-                out[item[0]] = candidates[int(np.argmin(shared))][0]
+        rows, cols = linear_sum_assignment(np.where(allowed, cost, 1e9))
+        for i, c in zip(rows, cols):
+            if allowed[i, c]:
+                out[group[i][0]] = (candidates[rounded[c]][0] if c < len(rounded)
+                                    else other[i])
     return out
+
+
+def _bias_value(flat, op, kind, entry, s8):
+    """``(float bias, input scale)`` of the operator (None without an INT32 bias input): the
+    layer's float bias when the converter's bias holds it, else the converter's integers."""
+    converted = _converter_bias(flat, op, kind, s8, entry.layer)
+    if converted is None:
+        return None
+    value, _, s_in = converted
+    if (entry.bias is not None and np.size(entry.bias) == value.size
+            and _holds_bias(converted, entry)):
+        value = np.asarray(entry.bias, np.float64).ravel()
+    return value, s_in
 
 
 def _grid_integers(entry, kernel, qdim, s8):
@@ -313,27 +340,6 @@ def _write_weight(flat, op, kind, entry, k, s):
     t.quantization.zeroPoint = np.zeros(s.size, np.int64)
     t.quantization.min = t.quantization.max = None
     return "INT4" if int4 else "INT8"
-
-
-def _bias_value(flat, op, kind, entry, s8):
-    """``(float bias, input scale)`` of the operator (None without an INT32 bias input): the
-    layer's float bias when the converter's bias holds it, else the converter's integers."""
-    a_slot, _, b_slot = WEIGHT_SLOTS[kind]
-    if b_slot >= len(op.inputs) or op.inputs[b_slot] < 0:
-        return None
-    t = flat.tensor(op.inputs[b_slot])
-    if t.type != flat.types["INT32"]:
-        raise ValueError(f"layer '{entry.layer}': the {kind} bias is "
-                         f"{flat.type_names.get(t.type)}, not INT32")
-    b32 = flat.data(op.inputs[b_slot]).view(np.int32).astype(np.float64)
-    s_in = float(flat.tensor(op.inputs[a_slot]).quantization.scale[0])
-    old = np.broadcast_to(np.asarray(s8, np.float64).ravel(), b32.shape) * s_in
-    value = b32 * old
-    if entry.bias is not None and np.asarray(entry.bias).size == b32.size:
-        bias = np.asarray(entry.bias, np.float64).ravel()
-        if np.all(np.abs(bias - value) <= old * 1.001 + 1e-6 * np.abs(bias)):
-            value = bias
-    return value, s_in
 
 
 def _fit_bias(flat, op, kind, entry, kernel, qdim, s8, k, s):
