@@ -387,6 +387,7 @@ def test_quantize_w4a8(net, data, w4):
         "c1": "INT4", "dw": "INT4", "grouped": "INT4", UP[0]: "INT8", "logits": "INT4"}
     text = report.summary()
     assert "target: INT4 weights per-channel" in text
+    assert "input/output; rounding adaround (for each layer's output, learned)" in text
     assert "rounding (adaround): 4 layers on their 4-bit per-channel grid" in text
     assert f"{UP[0] or 'CONV_2D'}: INT8, " in text
     assert report.size == len(content) and report.size_int8 > 0  # (a tiny net: no smaller)
@@ -725,6 +726,12 @@ def test_cli_weight_flags_refused_with_one_line(cli_dir, capsys, flags, fragment
     for fragment in fragments:
         assert fragment in lines[0], (fragment, lines[0])
     assert not (cli_dir / "x.tflite").exists()
+
+
+def test_the_report_names_every_rounding():
+    from cle._quantize import options, report
+
+    assert set(report.ROUNDING_SAID) == set(options.ROUNDINGS) - {"auto"}
 
 
 def test_cli_choices_are_the_librarys():

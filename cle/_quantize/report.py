@@ -13,6 +13,20 @@ import numpy as np
 __all__ = ["QuantizeReport"]
 
 
+#: How the target line names each rounding (:data:`cle._quantize.options.ROUNDINGS`).
+ROUNDING_SAID = {
+    "nearest": "to nearest (TF Lite's converter)",
+    "tapsum": "tapsum (to nearest, each channel pair's sum over its taps kept)",
+    "gptq": "gptq (for each layer's output)",
+    "adaround": "adaround (for each layer's output, learned)",
+}
+
+
+def _rounding_said(method) -> str:
+    """The target line's ending that names the kernels' rounding ("" for none known)."""
+    return f"; rounding {ROUNDING_SAID.get(method, method)}" if method else ""
+
+
 @dataclasses.dataclass
 class QuantizeReport:
     """What :func:`quantize` did, and how close the quantized model is to the float model.
@@ -158,7 +172,7 @@ class QuantizeReport:
             f"{'per-channel' if t['per_channel'] else 'per-tensor'}, "
             f"{t['activation_bits']}-bit activations, "
             f"{('int16' if t['activation_bits'] == 16 else 'int8') if t['integer_io'] else 'float32'}"
-            " input/output",
+            " input/output" + _rounding_said(t.get("rounding")),
             self._calibration_line(),
         ]
         lines += self._input_lines()
