@@ -60,14 +60,14 @@ MINUTES_LIMIT = 10.0
 #: The evaluation crops of the goals (issue 27); ``--eval-crops`` takes more.
 EVAL_CROPS = 256
 DEFAULT_ROWS = ("baseline", "w4_data", "w4_nodata", "w8_default", "w8_nearest")
-#: The other rounding candidates, with 64 real crops: row key -> (name, weight bits, rounding).
-CANDIDATES = {"w4_nearest": ("W4A8 nearest", 4, "nearest"),
-              "w4_gptq": ("W4A8 gptq", 4, "gptq"),
-              "w4_adaround": ("W4A8 adaround", 4, "adaround"),
-              "w8_gptq": ("W8A8 gptq", 8, "gptq"),
-              "w8_adaround": ("W8A8 adaround", 8, "adaround")}
-#: The same without data (the input range of the network's preprocessing, as "w4_nodata").
-NODATA_CANDIDATES = {"w4_nodata_adaround": ("W4A8 no data adaround", 4, "adaround")}
+#: The other rounding candidates: row key -> (name, weight bits, rounding, with the 64 real
+#: crops or without data (the input range of the network's preprocessing, as "w4_nodata")).
+CANDIDATES = {"w4_nearest": ("W4A8 nearest", 4, "nearest", True),
+              "w4_gptq": ("W4A8 gptq", 4, "gptq", True),
+              "w4_adaround": ("W4A8 adaround", 4, "adaround", True),
+              "w8_gptq": ("W8A8 gptq", 8, "gptq", True),
+              "w8_adaround": ("W8A8 adaround", 8, "adaround", True),
+              "w4_nodata_adaround": ("W4A8 no data adaround", 4, "adaround", False)}
 
 
 def _cpu():
@@ -145,15 +145,11 @@ def measure(net, rows=None, json_path=None, eval_crops=EVAL_CROPS):
     if "w8_nearest" in wanted:
         (content, rep), sec = timed(cle.quantize, model, x_cal, rounding="nearest")
         row("W8A8 nearest", content, sec, rep)
-    for key, (name, bits, method) in CANDIDATES.items():
+    for key, (name, bits, method, with_data) in CANDIDATES.items():
         if key in wanted:
-            (content, rep), sec = timed(cle.quantize, model, x_cal, weight_bits=bits,
-                                        rounding=method)
-            row(name, content, sec, rep)
-    for key, (name, bits, method) in NODATA_CANDIDATES.items():
-        if key in wanted:
+            data = {"calibration_data": x_cal} if with_data else {"input_range": input_range}
             (content, rep), sec = timed(cle.quantize, model, weight_bits=bits,
-                                        input_range=input_range, rounding=method)
+                                        rounding=method, **data)
             row(name, content, sec, rep)
     return out
 
@@ -199,8 +195,7 @@ def main(argv=None):
     parser.add_argument("--net", choices=sorted(NETS), action="append",
                         help="one network (repeatable; default: both, each in its own "
                              "process)")
-    parser.add_argument("--rows", nargs="*",
-                        choices=DEFAULT_ROWS + tuple(CANDIDATES) + tuple(NODATA_CANDIDATES),
+    parser.add_argument("--rows", nargs="*", choices=DEFAULT_ROWS + tuple(CANDIDATES),
                         help="only these rows (default: the goals' rows, "
                              f"{' '.join(DEFAULT_ROWS)})")
     parser.add_argument("--json", help="append every row to this JSON-lines file")

@@ -174,19 +174,13 @@ def candidates_table(rows):
 def save_knobs(paths):
     """The rows of ``benchmarks/bench_w4a8_knobs.py`` (JSON lines) into :data:`KNOBS`, the
     last of each (network, rounding, budget, ridge) kept."""
-    _merge(KNOBS, paths, lambda r: (r["net"], _rounding(r), r["size_ratio"], r["damp"]))
-
-
-def _rounding(r):
-    """A knobs row's rounding: rows from before the benchmark recorded it are "gptq", the
-    default then."""
-    return r.get("rounding", "gptq")
+    _merge(KNOBS, paths, lambda r: (r["net"], r["rounding"], r["size_ratio"], r["damp"]))
 
 
 def knobs_table(rows):
     nets = [n for n in NETS if any(r["net"] == n for r in rows)]
-    keys = list(dict.fromkeys((_rounding(r), r["size_ratio"], r["damp"]) for r in rows))
-    by = {(r["net"], _rounding(r), r["size_ratio"], r["damp"]): r for r in rows}
+    keys = list(dict.fromkeys((r["rounding"], r["size_ratio"], r["damp"]) for r in rows))
+    by = {(r["net"], r["rounding"], r["size_ratio"], r["damp"]): r for r in rows}
     lines = _head(
         "`cle.quantize(model, crops, weight_bits=4, rounding=...)` with 64 real crops, "
         "TFLite per-channel, with `WIDE_SIZE_RATIO` (the file budget of the 8-bit kernels; "

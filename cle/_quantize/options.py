@@ -36,10 +36,11 @@ AUTO_ROUNDING = {8: "nearest"}
 #: real networks outside this repository; top-1 agreement level or better).
 AUTO_ROUNDING_TAPSUM = {8: "tapsum"}
 #: The rounding ``"auto"`` takes at 4 bits, with calibration data or without (keyed by
-#: ``has_data``): with data "adaround", at least as close to the float model as "gptq" in
-#: both figures on both real networks on 1,024 crops, and closer in SQNR on the two real
-#: networks outside this repository; without data "gptq", closer than "adaround" on the
-#: synthetic calibration inputs (docs/quantize_w4.md).
+#: ``has_data``): with data "adaround", closer to the float model than "gptq" in SQNR on both
+#: real networks (on three sets of crops) and on the two real networks outside this
+#: repository, top-1 agreement mixed and within its noise between sets of crops; without
+#: data "gptq", closer than "adaround" on the synthetic calibration inputs
+#: (docs/quantize_w4.md).
 AUTO_ROUNDING_LOW_BITS = {True: "adaround", False: "gptq"}
 
 
