@@ -12,6 +12,7 @@ import pytest
 
 from cle._math import rounding as R
 from cle._math.moments import Geometry, moments
+from cle._quantize import rounding as stage
 
 
 def _toy_layer(seed=0, rows=16, d=24, samples=4000):
@@ -186,26 +187,27 @@ def _layer_cases():
         (L.Conv2D(6, 3, padding="same", groups=2), (2, 7, 7, 4), 2),
         (L.DepthwiseConv2D(3, strides=2, padding="same", depth_multiplier=2), (2, 8, 9, 3), 1),
         (L.Dense(5), (2, 6, 4), 1),
+        (L.Conv1D(6, 3, strides=2, padding="same"), (3, 11, 4), 1),
+        (L.Conv1D(6, 3, dilation_rate=2, padding="valid", groups=2), (3, 12, 4), 2),
     ]
 
 
-@pytest.mark.parametrize("case", range(5))
+@pytest.mark.parametrize("case", range(len(_layer_cases())))
 def test_moments_are_the_layers_own_patches(case):
     """For each output channel ``o`` of a layer, ``[w_o, b_o]ᵀ H [w_o, b_o]`` is the mean
     square of the layer's own output channel over every position: the patches hold the
-    inputs (order, padding, strides, groups) the layer multiplies."""
+    inputs (order, padding, strides, groups) the layer multiplies. The geometry and the
+    channels-last input are the rounding stage's own (a Conv1D's sequence read as one row)."""
     layer, shape, groups = _layer_cases()[case]
     rng = np.random.default_rng(case)
     x = rng.normal(size=shape).astype(np.float32)
     y = keras.ops.convert_to_numpy(layer(x)).astype(np.float64)
     layer.bias.assign(rng.normal(size=layer.bias.shape).astype(np.float32))
     y = keras.ops.convert_to_numpy(layer(x)).astype(np.float64)
-    kind = {"Conv2D": "conv", "DepthwiseConv2D": "depthwise", "Dense": "dense"}[
-        type(layer).__name__]
-    geometry = (Geometry("dense") if kind == "dense" else
-                Geometry(kind, layer.kernel_size, layer.strides, layer.dilation_rate,
-                         layer.padding, groups))
-    H, G = moments(x, x, geometry, bias=True)
+    kind = stage._kind(layer)
+    assert stage._geometry(layer).groups == groups
+    a = stage._channels_last(layer, x)
+    H, G = moments(a, a, stage._geometry(layer), bias=True)
     assert G is H
     W = R.to_rows(keras.ops.convert_to_numpy(layer.kernel),
                   keras.ops.convert_to_numpy(layer.bias), kind, groups)

@@ -359,6 +359,62 @@ def test_transpose_conv_stays_int8_with_its_reason(rounded):
                                    "not rounded by cle: 8 bits")
 
 
+# --------------------------------------------------------------------------------- Conv1D
+
+
+def _seq_net():
+    """A sequence model: Conv1D ('same'), grouped strided Conv1D ('valid'), causal Conv1D
+    (left to the converter), dilated Conv1D, Conv1D of kernel size 1, dense head."""
+    keras.utils.set_random_seed(4)
+    inp = keras.Input((24, 3))
+    x = L.ReLU(name="r1")(L.BatchNormalization(name="bn1")(
+        L.Conv1D(8, 5, padding="same", name="seq1")(inp)))
+    x = L.ReLU(name="r2")(L.Conv1D(12, 3, strides=2, groups=4, name="seq2")(x))
+    x = L.Conv1D(6, 3, padding="causal", dilation_rate=2, name="causal")(x)
+    x = L.Conv1D(6, 2, dilation_rate=2, name="dilated")(x)
+    x = L.Conv1D(5, 1, name="pointwise")(x)
+    out = L.Dense(4, name="head")(L.Flatten(name="flat")(x))
+    model = keras.Model(inp, out, name="seqnet")
+    randomize_batch_norms(model, seed=4, deep=True)
+    return model
+
+
+def test_conv1d_kernels_are_rounded_and_stored_int4():
+    """A Conv1D is written as a CONV_2D over one row: its kernel is rounded for its output
+    (the statistics read its patches along the sequence, strides and dilation included),
+    stored INT4 under its name, and LiteRT runs the file as the Keras model with those
+    kernels; a causal one stays 8-bit, named, with its reason."""
+    net = _seq_net()
+    x = np.random.default_rng(2).normal(size=(48, 24, 3)).astype(np.float32)
+    folded = cle.fold_all_batch_norms(net)[1]
+    report, entries = round_model(folded, [x], bits=4, per_channel=True, method="gptq")
+    rounded = {r.layer: r for r in report.layers}
+    assert list(rounded) == ["seq1", "seq2", "dilated", "pointwise", "head"]
+    # (the patches themselves: test_rounding's test_moments_are_the_layers_own_patches)
+    assert rounded["seq1"].sqnr_db > rounded["seq1"].sqnr_nearest_db  # 15 weights a channel
+    for name in ("seq2", "dilated"):
+        assert rounded[name].sqnr_db > rounded[name].sqnr_nearest_db + 3, name
+    assert report.kept == [("causal", pytest.approx(report.kept[0][1]))]
+    assert report.kept[0][1].startswith("causal padding")
+    w8 = tflite.convert_int8(folded, x, per_channel=True)
+    w4, stored = W.store_weights(w8, entries)
+    kinds = {w.layer: (w.op, w.storage, w.rounded) for w in stored}
+    assert kinds == {"seq1": ("CONV_2D", "INT4", True), "seq2": ("CONV_2D", "INT4", True),
+                     "causal": ("CONV_2D", "INT8", False),
+                     "dilated": ("CONV_2D", "INT4", True),
+                     "pointwise": ("CONV_2D", "INT4", True),
+                     "head": ("FULLY_CONNECTED", "INT4", True)}
+    assert {w.layer: w.reason for w in stored}["causal"].startswith("causal padding")
+    y4 = Q.run_tflite(w4, x, batch_size=16)
+    np.testing.assert_array_equal(y4, Q.run_tflite(W.int8_twin(w4), x, batch_size=16))
+    ref = folded.predict(x, verbose=0)  # the rounded kernels, float activations
+    assert Q.sqnr_db(ref, y4) > 25
+    near = cle.fold_all_batch_norms(net)[1]
+    round_model(near, [x], bits=4, per_channel=True, method="nearest", free_bias=False)
+    # The rounded kernels are in the file: against the kernels rounded to nearest it is far.
+    assert Q.sqnr_db(near.predict(x, verbose=0), y4) < Q.sqnr_db(ref, y4) - 3
+
+
 # -------------------------------------------------------------------------- cle.quantize
 
 

@@ -83,6 +83,8 @@ class LayerWeights:
         k = np.asarray(self.kernel)
         if self.kind == "conv" and k.ndim == 4:
             return k.transpose(3, 0, 1, 2)  # (O, kh, kw, C/g)
+        if self.kind == "conv" and k.ndim == 3:  # Conv1D, a CONV_2D over one row
+            return k.transpose(2, 0, 1)[:, None]  # (O, 1, k, C/g)
         if self.kind == "depthwise" and k.ndim == 4:
             return k.reshape((1,) + k.shape[:2] + (-1,))  # (1, kh, kw, C·m)
         if self.kind == "dense" and k.ndim == 2:
@@ -90,6 +92,16 @@ class LayerWeights:
         if self.kind == "transpose" and k.ndim == 4:
             return k.transpose(2, 0, 1, 3)  # (O, kh, kw, I)
         return None
+
+    def tflite_layouts(self) -> list[np.ndarray]:
+        """:meth:`tflite_kernel` and the other layouts a converter writes it in: a Conv1D's
+        sequence as the kernel's row (from TensorFlow) or its column (from JAX)."""
+        k = self.tflite_kernel()
+        if k is None:
+            return []
+        if self.kind == "conv" and np.ndim(self.kernel) == 3 and k.shape[2] > 1:
+            return [k, k.reshape(k.shape[0], k.shape[2], 1, k.shape[3])]
+        return [k]
 
 
 @dataclasses.dataclass
@@ -397,8 +409,7 @@ def store_weights(content: bytes, layers: list[LayerWeights]) -> tuple[bytes, li
     flat = _Flat(content)
     by_shape: dict[tuple, list] = {}
     for entry in layers:
-        kernel = entry.tflite_kernel()
-        if kernel is not None:
+        for kernel in entry.tflite_layouts():
             by_shape.setdefault(kernel.shape, []).append((entry, kernel))
     stored, held = [], set()
     ops = [(oi, op, kind, wi, _describe(flat, kind, wi)) for oi, op, kind, wi in flat.weights()]
@@ -416,8 +427,9 @@ def store_weights(content: bytes, layers: list[LayerWeights]) -> tuple[bytes, li
         q = flat.tensor(wi).quantization
         s8 = np.asarray(q.scale, np.float64)
         qdim = int(q.quantizedDimension or 0)
-        k, s = _grid_integers(entry, entry.tflite_kernel(), qdim, s8)
-        k, s = _fit_bias(flat, op, kind, entry, entry.tflite_kernel(), qdim, s8, k, s)
+        kernel = entry.tflite_kernel().reshape(row.shape)  # the operator's layout
+        k, s = _grid_integers(entry, kernel, qdim, s8)
+        k, s = _fit_bias(flat, op, kind, entry, kernel, qdim, s8, k, s)
         row.storage = _write_weight(flat, op, kind, entry, k, s)
         row.rounded = True
         _write_bias(flat, op, kind, entry, s8, s)

@@ -1,5 +1,5 @@
-"""The rounding stage of :func:`cle.quantize`: every Conv2D, DepthwiseConv2D and Dense kernel
-put on its ``bits``-bit grid, rounded for the layer's output rather than to nearest.
+"""The rounding stage of :func:`cle.quantize`: every Conv1D, Conv2D, DepthwiseConv2D and Dense
+kernel put on its ``bits``-bit grid, rounded for the layer's output rather than to nearest.
 
 :func:`round_model` walks the model's graph view once, in order, with two streams of
 activations over the calibration inputs (real data, or the synthetic inputs the no-data path
@@ -46,7 +46,10 @@ INT8_BYTES_PER_CHANNEL = 28
 #: shapes, activation ranges): MobileNetV2 and EfficientNet-Lite1 measured about 530 with
 #: BN folded; taken from above.
 INT8_BYTES_PER_LAYER = 640
-_ROUNDED = (keras.layers.Conv2D, keras.layers.DepthwiseConv2D, keras.layers.Dense)
+_KINDS = {keras.layers.Conv1D: "conv", keras.layers.Conv2D: "conv",
+          keras.layers.DepthwiseConv2D: "depthwise", keras.layers.Dense: "dense"}
+#: Why a layer of another type keeps the kernel the converter writes.
+NOT_ROUNDED = "the rounding stage rounds Conv1D, Conv2D, DepthwiseConv2D and Dense layers"
 
 
 @dataclasses.dataclass
@@ -155,11 +158,13 @@ def kept_reason(call, view, bits) -> str | None:
     reason = untouchable_reason(layer, view.n_calls(layer))
     if reason:
         return reason + "; rounded to nearest at 8 bits by TF Lite's converter"
-    if type(layer) not in _ROUNDED:
+    if type(layer) not in _KINDS:
         kind = layout_of(layer).kind
-        why = (NO_INT4["TRANSPOSE_CONV"] if kind == "transpose" and bits <= 4 else
-               "the rounding stage rounds Conv2D, DepthwiseConv2D and Dense layers")
+        why = NO_INT4["TRANSPOSE_CONV"] if kind == "transpose" and bits <= 4 else NOT_ROUNDED
         return f"{why}; rounded to nearest at 8 bits by TF Lite's converter"
+    if getattr(layer, "padding", None) == "causal":
+        return ("causal padding (the rounding stage reads 'same' and 'valid' patches); rounded "
+                "to nearest at 8 bits by TF Lite's converter")
     if not is_plain_call(call):
         return ("called with arguments other than its input; rounded to nearest at 8 bits "
                 "by TF Lite's converter")
@@ -170,16 +175,18 @@ def kept_reason(call, view, bits) -> str | None:
 
 
 def _kind(layer) -> str:
-    return {keras.layers.Conv2D: "conv", keras.layers.DepthwiseConv2D: "depthwise",
-            keras.layers.Dense: "dense"}[type(layer)]
+    return _KINDS[type(layer)]
 
 
 def _geometry(layer) -> Geometry:
+    """How the layer reads its channels-last input (:func:`_channels_last`: a Conv1D's
+    sequence is one row, its kernel ``1 x k``)."""
     kind = _kind(layer)
     if kind == "dense":
         return Geometry("dense")
-    return Geometry(kind, tuple(layer.kernel_size), tuple(layer.strides),
-                    tuple(layer.dilation_rate), layer.padding,
+    lead = (1,) * (2 - len(layer.kernel_size))
+    return Geometry(kind, lead + tuple(layer.kernel_size), lead + tuple(layer.strides),
+                    lead + tuple(layer.dilation_rate), layer.padding,
                     int(getattr(layer, "groups", 1) or 1))
 
 
@@ -242,10 +249,13 @@ def _gram(a, b):
 
 
 def _channels_last(layer, value):
+    """The layer's input, channels last; a Conv1D's ``(N, L, C)`` as ``(N, 1, L, C)``."""
     x = np.asarray(keras.ops.convert_to_numpy(value), np.float32)
-    if getattr(layer, "data_format", "channels_last") == "channels_first" and x.ndim == 4:
+    if _kind(layer) == "dense":
+        return x
+    if getattr(layer, "data_format", "channels_last") == "channels_first":
         x = np.moveaxis(x, 1, -1)
-    return x
+    return x[:, None] if x.ndim == 3 else x
 
 
 def reads_inputs(method, free_bias) -> bool:
