@@ -19,6 +19,7 @@ from cle._core.inputs import ModelInputs
 from cle._measure import tflite
 from cle._measure import weight_store as W
 from cle._quantize import pipeline
+from cle._quantize import rounding as stage_rounding
 from cle._quantize.rounding import round_model, wide_share_within
 
 from conftest import no_tflite_on_torch, randomize_batch_norms, real_mobilenet_v2
@@ -413,6 +414,27 @@ def test_conv1d_kernels_are_rounded_and_stored_int4():
     round_model(near, [x], bits=4, per_channel=True, method="nearest", free_bias=False)
     # The rounded kernels are in the file: against the kernels rounded to nearest it is far.
     assert Q.sqnr_db(near.predict(x, verbose=0), y4) < Q.sqnr_db(ref, y4) - 3
+
+
+def test_separable_conv_stays_int8_named_with_its_reason():
+    """A SeparableConv2D is not rounded: both its weight tensors (the DEPTHWISE_CONV_2D and
+    the 1x1 CONV_2D the converter writes) stay INT8, each named with the reason."""
+    keras.utils.set_random_seed(5)
+    inp = keras.Input((8, 8, 3))
+    x = L.ReLU(name="r")(L.Conv2D(4, 3, padding="same", name="c")(inp))
+    x = L.SeparableConv2D(6, 3, padding="same", depth_multiplier=2, name="sep")(x)
+    out = L.Dense(3, name="head")(L.GlobalAveragePooling2D(name="gap")(x))
+    model = keras.Model(inp, out)
+    x_cal = np.random.default_rng(3).normal(size=(24, 8, 8, 3)).astype(np.float32)
+    report, entries = round_model(model, [x_cal], bits=4, per_channel=True, method="nearest")
+    w8 = tflite.convert_int8(model, x_cal, per_channel=True)
+    _, stored = W.store_weights(w8, entries)
+    sep = [w for w in stored if w.layer == "sep"]
+    assert sorted((w.op, w.storage, w.rounded) for w in sep) == [
+        ("CONV_2D", "INT8", False), ("DEPTHWISE_CONV_2D", "INT8", False)]
+    assert all(w.reason.startswith(stage_rounding.NOT_ROUNDED) for w in sep)
+    assert {w.layer for w in stored} == {"c", "sep", "head"}
+    assert report.kept == [("sep", pytest.approx(report.kept[0][1]))]
 
 
 # -------------------------------------------------------------------------- cle.quantize

@@ -206,11 +206,19 @@ def _plan(view, bits):
             targets.append(call)
         else:
             kept.append((layer.name, reason))
+        bias = getattr(layer, "bias", None)
+        bias = None if bias is None else keras.ops.convert_to_numpy(bias)
         if kernel is not None and layout.out_kernel == layout.in_kernel:
-            bias = getattr(layer, "bias", None)
             entries[id(layer)] = LayerWeights(
-                layer.name, layout.kind, keras.ops.convert_to_numpy(kernel),
-                None if bias is None else keras.ops.convert_to_numpy(bias), reason=reason)
+                layer.name, layout.kind, keras.ops.convert_to_numpy(kernel), bias,
+                reason=reason)
+        elif layout.kind == "separable" and getattr(layer, "rank", 2) == 2:
+            # not rounded; named: its DEPTHWISE_CONV_2D (no bias) and 1x1 CONV_2D
+            entries[id(layer)] = LayerWeights(
+                layer.name, "depthwise", keras.ops.convert_to_numpy(layer.depthwise_kernel),
+                reason=reason)
+            entries[(id(layer), "pointwise")] = LayerWeights(
+                layer.name, "conv", keras.ops.convert_to_numpy(kernel), bias, reason=reason)
     return targets, kept, entries
 
 
