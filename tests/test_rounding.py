@@ -204,10 +204,11 @@ def test_moments_are_the_layers_own_patches(case):
     y = keras.ops.convert_to_numpy(layer(x)).astype(np.float64)
     layer.bias.assign(rng.normal(size=layer.bias.shape).astype(np.float32))
     y = keras.ops.convert_to_numpy(layer(x)).astype(np.float64)
-    kind = stage._kind(layer)
-    assert stage._geometry(layer).groups == groups
+    (part,) = stage._parts(layer)
+    kind = part.kind
+    assert part.geometry.groups == part.groups == groups
     a = stage._channels_last(layer, x)
-    H, G = moments(a, a, stage._geometry(layer), bias=True)
+    H, G = moments(a, a, part.geometry, bias=True)
     assert G is H
     W = R.to_rows(keras.ops.convert_to_numpy(layer.kernel),
                   keras.ops.convert_to_numpy(layer.bias), kind, groups)

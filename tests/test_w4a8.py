@@ -416,25 +416,93 @@ def test_conv1d_kernels_are_rounded_and_stored_int4():
     assert Q.sqnr_db(near.predict(x, verbose=0), y4) < Q.sqnr_db(ref, y4) - 3
 
 
-def test_separable_conv_stays_int8_named_with_its_reason():
-    """A SeparableConv2D is not rounded: both its weight tensors (the DEPTHWISE_CONV_2D and
-    the 1x1 CONV_2D the converter writes) stay INT8, each named with the reason."""
+def _separable_net():
     keras.utils.set_random_seed(5)
-    inp = keras.Input((8, 8, 3))
-    x = L.ReLU(name="r")(L.Conv2D(4, 3, padding="same", name="c")(inp))
-    x = L.SeparableConv2D(6, 3, padding="same", depth_multiplier=2, name="sep")(x)
-    out = L.Dense(3, name="head")(L.GlobalAveragePooling2D(name="gap")(x))
+    inp = keras.Input((12, 12, 3))
+    x = L.ReLU(name="r")(L.BatchNormalization(name="bn")(L.Conv2D(8, 3, padding="same",
+                                                                   name="c")(inp)))
+    x = L.SeparableConv2D(10, 3, strides=2, padding="same", depth_multiplier=2, name="sep")(x)
+    x = L.ReLU(name="r2")(x)
+    x = L.SeparableConv2D(9, 3, dilation_rate=2, name="sep_dilated")(x)
+    x = L.Reshape((-1, 9), name="seq")(x)
+    x = L.SeparableConv1D(6, 3, padding="same", name="sep1d")(x)
+    out = L.Dense(3, name="head")(L.GlobalAveragePooling1D(name="gap")(x))
     model = keras.Model(inp, out)
-    x_cal = np.random.default_rng(3).normal(size=(24, 8, 8, 3)).astype(np.float32)
-    report, entries = round_model(model, [x_cal], bits=4, per_channel=True, method="nearest")
-    w8 = tflite.convert_int8(model, x_cal, per_channel=True)
-    _, stored = W.store_weights(w8, entries)
-    sep = [w for w in stored if w.layer == "sep"]
-    assert sorted((w.op, w.storage, w.rounded) for w in sep) == [
-        ("CONV_2D", "INT8", False), ("DEPTHWISE_CONV_2D", "INT8", False)]
-    assert all(w.reason.startswith(stage_rounding.NOT_ROUNDED) for w in sep)
-    assert {w.layer for w in stored} == {"c", "sep", "head"}
-    assert report.kept == [("sep", pytest.approx(report.kept[0][1]))]
+    randomize_batch_norms(model, seed=5, deep=True)
+    return model
+
+
+def test_separable_parts_compute_the_layer():
+    """A separable layer's parts, as the stage reads them: the pointwise kernel (and the
+    bias) on :func:`_depthwise_out` of the depthwise part is the layer's output."""
+    model = _separable_net()
+    x = np.random.default_rng(3).normal(size=(4, 12, 12, 3)).astype(np.float32)
+    for name in ("sep", "sep_dilated", "sep1d"):
+        layer = model.get_layer(name)
+        a = keras.Model(model.inputs, layer.input).predict(x, verbose=0)
+        depthwise, pointwise = stage_rounding._parts(layer)
+        mid = stage_rounding._depthwise_out(depthwise, stage_rounding._channels_last(layer, a),
+                                            keras.ops.convert_to_numpy(layer.depthwise_kernel))
+        pw = keras.ops.convert_to_numpy(layer.pointwise_kernel).reshape(mid.shape[-1], -1)
+        y = mid @ pw + keras.ops.convert_to_numpy(layer.bias)
+        ref = keras.ops.convert_to_numpy(layer(a))
+        np.testing.assert_allclose(y.reshape(ref.shape), ref, rtol=1e-4, atol=1e-5)
+
+
+def test_separable_kernels_are_rounded_and_stored_int4():
+    """Both kernels of a SeparableConv1D/2D are rounded for their outputs (the depthwise
+    kernel for its own output, the pointwise kernel on the rounded depthwise output) and
+    stored INT4 in the DEPTHWISE_CONV_2D and the 1x1 CONV_2D the converter writes; LiteRT
+    runs the file as the Keras model with those kernels."""
+    net = _separable_net()
+    x = np.random.default_rng(3).normal(size=(48, 12, 12, 3)).astype(np.float32)
+    folded = cle.fold_all_batch_norms(net)[1]
+    messages = []
+    report, entries = round_model(folded, [x], bits=4, per_channel=True, method="gptq",
+                                  say=messages.append)
+    assert [(r.layer, r.kind) for r in report.layers] == [
+        ("c", "conv"), ("sep", "depthwise"), ("sep", "pointwise"),
+        ("sep_dilated", "depthwise"), ("sep_dilated", "pointwise"),
+        ("sep1d", "depthwise"), ("sep1d", "pointwise"), ("head", "dense")]
+    assert [r.shape for r in report.layers if r.layer == "sep"] == [(3, 3, 8, 2),
+                                                                    (1, 1, 16, 10)]
+    assert sum(m.startswith("rounding [2/5] sep (") for m in messages) == 2
+    assert report.kept == []
+    for r in report.layers:
+        assert r.sqnr_db > r.sqnr_nearest_db, r
+    w8 = tflite.convert_int8(folded, x, per_channel=True)
+    w4, stored = W.store_weights(w8, entries)
+    rows = sorted((w.layer, w.op, w.storage, w.rounded) for w in stored)
+    assert rows == sorted(
+        [("c", "CONV_2D", "INT4", True), ("head", "FULLY_CONNECTED", "INT4", True)]
+        + [(name, op, "INT4", True) for name in ("sep", "sep_dilated", "sep1d")
+           for op in ("CONV_2D", "DEPTHWISE_CONV_2D")])
+    y4 = Q.run_tflite(w4, x, batch_size=16)
+    np.testing.assert_array_equal(y4, Q.run_tflite(W.int8_twin(w4), x, batch_size=16))
+    assert Q.sqnr_db(folded.predict(x, verbose=0), y4) > 25
+    near = cle.fold_all_batch_norms(net)[1]
+    round_model(near, [x], bits=4, per_channel=True, method="nearest", free_bias=False)
+    assert Q.sqnr_db(near.predict(x, verbose=0), y4) < Q.sqnr_db(folded.predict(x, verbose=0),
+                                                                 y4) - 3
+
+
+def test_int8_file_estimate_counts_separable_kernels_at_a_byte_a_weight():
+    """The 8-bit file's estimate (the file budget's base) on a network of separable layers
+    errs high, by little: both kernels of each at a byte a weight, not as float weights."""
+    from cle._quantize.rounding import int8_file_bytes
+
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((16, 16, 3))
+    x = L.Conv2D(32, 3, padding="same")(inp)
+    for c in (64, 128, 128, 256):
+        x = L.ReLU()(L.SeparableConv2D(c, 3, padding="same")(x))
+    model = keras.Model(inp, L.Dense(10)(L.GlobalAveragePooling2D()(x)))
+    w8 = tflite.convert_int8(model, np.random.default_rng(0).normal(
+        size=(8, 16, 16, 3)).astype(np.float32))
+    # From JAX the converter writes each bias as an INT8 tensor of its own added by an ADD,
+    # under long tensor names: there the estimate reads a little low (measured 0.94x).
+    low = 1.0 if keras.backend.backend() == "tensorflow" else 0.9
+    assert low * len(w8) <= int8_file_bytes(model) <= 1.1 * len(w8)
 
 
 # -------------------------------------------------------------------------- cle.quantize

@@ -87,6 +87,8 @@ class LayerWeights:
             return k.transpose(2, 0, 1)[:, None]  # (O, 1, k, C/g)
         if self.kind == "depthwise" and k.ndim == 4:
             return k.reshape((1,) + k.shape[:2] + (-1,))  # (1, kh, kw, C·m)
+        if self.kind == "depthwise" and k.ndim == 3:  # 1-D, over one row
+            return k.reshape((1, 1, k.shape[0], -1))  # (1, 1, k, C·m)
         if self.kind == "dense" and k.ndim == 2:
             return k.T
         if self.kind == "transpose" and k.ndim == 4:
@@ -94,12 +96,13 @@ class LayerWeights:
         return None
 
     def tflite_layouts(self) -> list[np.ndarray]:
-        """:meth:`tflite_kernel` and the other layouts a converter writes it in: a Conv1D's
-        sequence as the kernel's row (from TensorFlow) or its column (from JAX)."""
+        """:meth:`tflite_kernel` and the other layouts a converter writes it in: a 1-D
+        convolution's sequence as the kernel's row (from TensorFlow) or its column (from
+        JAX)."""
         k = self.tflite_kernel()
         if k is None:
             return []
-        if self.kind == "conv" and np.ndim(self.kernel) == 3 and k.shape[2] > 1:
+        if self.kind in ("conv", "depthwise") and np.ndim(self.kernel) == 3 and k.shape[2] > 1:
             return [k, k.reshape(k.shape[0], k.shape[2], 1, k.shape[3])]
         return [k]
 

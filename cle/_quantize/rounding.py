@@ -47,9 +47,11 @@ INT8_BYTES_PER_CHANNEL = 28
 #: BN folded; taken from above.
 INT8_BYTES_PER_LAYER = 640
 _KINDS = {keras.layers.Conv1D: "conv", keras.layers.Conv2D: "conv",
-          keras.layers.DepthwiseConv2D: "depthwise", keras.layers.Dense: "dense"}
+          keras.layers.DepthwiseConv2D: "depthwise", keras.layers.Dense: "dense",
+          keras.layers.SeparableConv1D: "separable", keras.layers.SeparableConv2D: "separable"}
 #: Why a layer of another type keeps the kernel the converter writes.
-NOT_ROUNDED = "the rounding stage rounds Conv1D, Conv2D, DepthwiseConv2D and Dense layers"
+NOT_ROUNDED = ("the rounding stage rounds Conv1D, Conv2D, DepthwiseConv2D, SeparableConv1D, "
+               "SeparableConv2D and Dense layers")
 
 
 @dataclasses.dataclass
@@ -174,20 +176,56 @@ def kept_reason(call, view, bits) -> str | None:
     return None
 
 
+@dataclasses.dataclass(frozen=True)
+class _Part:
+    """One kernel of a layer the stage rounds, read as its own layer: a SeparableConv's
+    depthwise kernel (no bias) feeds its pointwise kernel (a 1x1 convolution with the
+    layer's bias); every other layer is one part.
+
+    Attributes:
+        attr: the kernel's attribute.
+        kind: its rows' layout (:func:`cle._math.rounding.to_rows`): "conv", "depthwise",
+            "dense".
+        label: :attr:`RoundedLayer.kind` ("pointwise" for a separable layer's second part).
+        bias: the part's output takes the layer's bias.
+        geometry: how it reads its channels-last input.
+        groups: input channel groups.
+    """
+
+    attr: str
+    kind: str
+    label: str
+    bias: bool
+    geometry: Geometry
+    groups: int = 1
+
+
 def _kind(layer) -> str:
     return _KINDS[type(layer)]
 
 
-def _geometry(layer) -> Geometry:
-    """How the layer reads its channels-last input (:func:`_channels_last`: a Conv1D's
-    sequence is one row, its kernel ``1 x k``)."""
+def _parts(layer) -> list[_Part]:
+    """The kernels of a layer the stage rounds, in the order they read the input (a Conv1D's
+    or SeparableConv1D's sequence is one row of :func:`_channels_last`, its kernel ``1 x k``)."""
     kind = _kind(layer)
     if kind == "dense":
-        return Geometry("dense")
+        return [_Part("kernel", "dense", "dense", layer.use_bias, Geometry("dense"))]
     lead = (1,) * (2 - len(layer.kernel_size))
-    return Geometry(kind, lead + tuple(layer.kernel_size), lead + tuple(layer.strides),
-                    lead + tuple(layer.dilation_rate), layer.padding,
-                    int(getattr(layer, "groups", 1) or 1))
+    spatial = (lead + tuple(layer.kernel_size), lead + tuple(layer.strides),
+               lead + tuple(layer.dilation_rate), layer.padding)
+    if kind == "separable":
+        return [_Part("depthwise_kernel", "depthwise", "depthwise", False,
+                      Geometry("depthwise", *spatial)),
+                _Part("pointwise_kernel", "conv", "pointwise", layer.use_bias,
+                      Geometry("conv"))]
+    groups = int(getattr(layer, "groups", 1) or 1)
+    return [_Part("kernel", kind, kind, layer.use_bias, Geometry(kind, *spatial, groups),
+                  groups)]
+
+
+def _entry_key(layer, i):
+    """Key of a layer's ``i``-th part's :class:`LayerWeights` in :func:`_plan`."""
+    return id(layer) if i == 0 else (id(layer), i)
 
 
 def _plan(view, bits):
@@ -212,30 +250,32 @@ def _plan(view, bits):
             entries[id(layer)] = LayerWeights(
                 layer.name, layout.kind, keras.ops.convert_to_numpy(kernel), bias,
                 reason=reason)
-        elif layout.kind == "separable" and getattr(layer, "rank", 2) == 2:
-            # not rounded; named: its DEPTHWISE_CONV_2D (no bias) and 1x1 CONV_2D
-            entries[id(layer)] = LayerWeights(
-                layer.name, "depthwise", keras.ops.convert_to_numpy(layer.depthwise_kernel),
-                reason=reason)
-            entries[(id(layer), "pointwise")] = LayerWeights(
-                layer.name, "conv", keras.ops.convert_to_numpy(kernel), bias, reason=reason)
+        elif type(layer) in _KINDS:  # a separable layer: a DEPTHWISE_CONV_2D, a 1x1 CONV_2D
+            for i, part in enumerate(_parts(layer)):
+                entries[_entry_key(layer, i)] = LayerWeights(
+                    layer.name, part.kind,
+                    keras.ops.convert_to_numpy(getattr(layer, part.attr)),
+                    bias if part.bias else None, reason=reason)
     return targets, kept, entries
 
 
-def _rows(layer, kind):
-    kernel = keras.ops.convert_to_numpy(layer.kernel)
-    bias = keras.ops.convert_to_numpy(layer.bias) if layer.use_bias else None
-    return R.to_rows(kernel, bias, kind, int(getattr(layer, "groups", 1) or 1))
+def _rows(layer, part):
+    kernel = keras.ops.convert_to_numpy(getattr(layer, part.attr))
+    bias = keras.ops.convert_to_numpy(layer.bias) if part.bias else None
+    return R.to_rows(kernel, bias, part.kind, part.groups)
 
 
-def _assign(layer, kind, Q, bias):
-    """Write rows ``Q`` (and the bias columns) into the layer; return the kernel written."""
-    kernel = R.from_rows(Q, kind, tuple(layer.kernel.shape),
-                         int(getattr(layer, "groups", 1) or 1)).astype(np.float32)
-    layer.kernel.assign(kernel)
-    if layer.use_bias and bias is not None:
+def _kernel(layer, part, Q):
+    """The part's kernel (its Keras shape) whose rows are ``Q``."""
+    return R.from_rows(Q, part.kind, tuple(getattr(layer, part.attr).shape),
+                       part.groups).astype(np.float32)
+
+
+def _assign(layer, part, Q, bias):
+    """Write rows ``Q`` (and the bias columns) into the layer's part."""
+    getattr(layer, part.attr).assign(_kernel(layer, part, Q))
+    if part.bias and bias is not None:
         layer.bias.assign(np.asarray(bias, np.float64).reshape(-1).astype(np.float32))
-    return kernel
 
 
 def _sqnr(reference, test) -> float:
@@ -257,9 +297,10 @@ def _gram(a, b):
 
 
 def _channels_last(layer, value):
-    """The layer's input, channels last; a Conv1D's ``(N, L, C)`` as ``(N, 1, L, C)``."""
+    """The layer's input, channels last; a 1-D convolution's ``(N, L, C)`` as
+    ``(N, 1, L, C)``."""
     x = np.asarray(keras.ops.convert_to_numpy(value), np.float32)
-    if _kind(layer) == "dense":
+    if isinstance(layer, keras.layers.Dense):
         return x
     if getattr(layer, "data_format", "channels_last") == "channels_first":
         x = np.moveaxis(x, 1, -1)
@@ -272,69 +313,99 @@ def reads_inputs(method, free_bias) -> bool:
     return method != "nearest" or bool(free_bias)
 
 
+def _depthwise_out(part, a, kernel):
+    """A separable layer's depthwise output, channels last, from its channels-last input
+    ``a`` with ``kernel`` (a 1-D layer's as one row)."""
+    g = part.geometry
+    k = np.reshape(kernel, g.kernel + tuple(np.shape(kernel)[-2:]))
+    out = keras.ops.depthwise_conv(a, k, strides=g.strides, padding=g.padding,
+                                   data_format="channels_last", dilation_rate=g.dilation)
+    return np.asarray(keras.ops.convert_to_numpy(out), np.float32)
+
+
 def _round_call(call, xf, xq, method, bits, per_tensor, free_bias, seed, damp=R.DAMP,
                 shrink=0.0):
-    """Round one layer on its inputs in both streams; returns ``(float output, quantized
-    output, RoundedLayer, steps)``."""
-    start = time.perf_counter()
+    """Round one layer on its inputs in both streams, part by part (:func:`_parts`: a
+    separable layer's pointwise kernel on the output of its depthwise kernel, float and
+    rounded); returns ``(float output, quantized output, [RoundedLayer], [steps])``, one
+    record and one array of steps per part."""
     layer = call.layer
-    kind = _kind(layer)
-    if not reads_inputs(method, free_bias and layer.use_bias):
-        H = G = None
-    else:
-        parted = xf[0] is not xq[0]
+    parts = _parts(layer)
+    a_q = a_f = None
+    if len(parts) > 1 or reads_inputs(method, free_bias and parts[0].bias):
         a_q = _channels_last(layer, xq[0])
-        a_f = _channels_last(layer, xf[0]) if parted else a_q
-        H, G = moments(a_q, a_f, _geometry(layer), layer.use_bias, MAX_POSITIONS, seed, _gram)
-        del a_q, a_f
-    W = _rows(layer, kind)
-    n = W.shape[2] - int(layer.use_bias)
-    if shrink and H is not None:
-        H, G = R.shrunk(H, G, shrink, n)
-    Q, bias, s = R.round_rows(W, H, G, bits, method, n, per_tensor, free_bias, damp)
-    del H, G
-    out_f = run_call(call, xf)
-    q_near, _, _ = R.round_rows(W, None, None, bits, "nearest", n, per_tensor)
-    near = R.from_rows(q_near, kind, tuple(layer.kernel.shape),
-                       int(getattr(layer, "groups", 1) or 1)).astype(np.float32)
-    with keras.StatelessScope(state_mapping=[(layer.kernel, keras.ops.convert_to_tensor(near))]):
-        out_n = run_call(call, xq)
-    _assign(layer, kind, Q, bias if layer.use_bias else None)
-    out_q = run_call(call, xq)
-    record = RoundedLayer(layer.name, kind, tuple(layer.kernel.shape),
-                          _sqnr(out_f[0], out_n[0]), _sqnr(out_f[0], out_q[0]), bits=bits)
-    record.seconds = time.perf_counter() - start
-    return out_f, out_q, record, s
+        a_f = _channels_last(layer, xf[0]) if xf[0] is not xq[0] else a_q
+    out_f = run_call(call, xf)  # the float layer, before any part is rounded
+    out_q = None
+    records, steps = [], []
+    for i, part in enumerate(parts):
+        start = time.perf_counter()
+        var = getattr(layer, part.attr)
+        W = _rows(layer, part)
+        n = W.shape[2] - int(part.bias)
+        H = G = None
+        if reads_inputs(method, free_bias and part.bias):
+            H, G = moments(a_q, a_f, part.geometry, part.bias, MAX_POSITIONS, seed, _gram)
+            if shrink:
+                H, G = R.shrunk(H, G, shrink, n)
+        if i + 1 == len(parts):
+            a_q = a_f = None  # (a large layer's inputs: freed before its outputs are made)
+        Q, bias, s = R.round_rows(W, H, G, bits, method, n, per_tensor, free_bias, damp)
+        del H, G
+        q_near, _, _ = R.round_rows(W, None, None, bits, "nearest", n, per_tensor)
+        near = _kernel(layer, part, q_near)
+        if i + 1 < len(parts):  # the depthwise part: its output is the next part's input
+            mid_f = _depthwise_out(part, a_f, keras.ops.convert_to_numpy(var))
+            mid_n = _depthwise_out(part, a_q, near)
+            _assign(layer, part, Q, bias)
+            mid_q = _depthwise_out(part, a_q, _kernel(layer, part, Q))
+            sqnr = (_sqnr(mid_f, mid_n), _sqnr(mid_f, mid_q))
+            a_f, a_q = mid_f, mid_q
+            del mid_n
+        else:
+            with keras.StatelessScope(state_mapping=[(var, keras.ops.convert_to_tensor(near))]):
+                out_n = run_call(call, xq)
+            _assign(layer, part, Q, bias)
+            out_q = run_call(call, xq)
+            sqnr = (_sqnr(out_f[0], out_n[0]), _sqnr(out_f[0], out_q[0]))
+        record = RoundedLayer(layer.name, part.label, tuple(var.shape), *sqnr, bits=bits)
+        record.seconds = time.perf_counter() - start
+        records.append(record)
+        steps.append(s)
+    return out_f, out_q, records, steps
 
 
 def _nearest_noise(call, xf, xq, method, bits, per_tensor, free_bias, seed, damp=R.DAMP,
                    shrink=0.0):
-    """:func:`_round_call`'s contract for the noise pass of :func:`round_model`: the kernel
-    rounded to nearest on its ``bits``-bit grid (no statistics), and in the record's
-    ``sqnr_db`` the noise it adds to its own output, measured on the quantized stream's
-    inputs against the float kernel on the same inputs, relative to the float layer's output
-    (as an SQNR in dB)."""
+    """:func:`_round_call`'s contract for the noise pass of :func:`round_model`: the kernels
+    rounded to nearest on their ``bits``-bit grid (no statistics), and in the one record's
+    ``sqnr_db`` the noise they add to the layer's output, measured on the quantized stream's
+    inputs against the float kernels on the same inputs, relative to the float layer's
+    output (as an SQNR in dB)."""
     start = time.perf_counter()
     layer = call.layer
-    kind = _kind(layer)
     out_f = run_call(call, xf)
     out_qf = out_f if all(a is b for a, b in zip(xf, xq)) else run_call(call, xq)
-    W = _rows(layer, kind)
-    n = W.shape[2] - int(layer.use_bias)
-    Q, _, s = R.round_rows(W, None, None, bits, "nearest", n, per_tensor)
-    _assign(layer, kind, Q, None)
+    steps, size = [], 0
+    for part in _parts(layer):
+        W = _rows(layer, part)
+        Q, _, s = R.round_rows(W, None, None, bits, "nearest", W.shape[2] - int(part.bias),
+                               per_tensor)
+        _assign(layer, part, Q, None)
+        steps.append(s)
+        size += int(np.prod(getattr(layer, part.attr).shape))
     out_q = run_call(call, xq)
-    record = RoundedLayer(layer.name, kind, tuple(layer.kernel.shape),
+    record = RoundedLayer(layer.name, _kind(layer), (size,),
                           sqnr_db=_sqnr(out_f[0], out_f[0] + out_q[0] - out_qf[0]), bits=bits)
     record.seconds = time.perf_counter() - start
-    return out_f, out_q, record, s
+    return out_f, out_q, [record], steps
 
 
 def _stream_pass(view, targets, inputs, method, bits, per_channel, free_bias, say,
                  damp=R.DAMP, shrink=0.0, layer_fn=None):
     """Both streams through the graph, rounding each target on the way (``bits``: one per
     target; ``layer_fn``: :func:`_round_call` or :func:`_nearest_noise`); yields ``(call,
-    RoundedLayer, steps)``."""
+    [RoundedLayer], [steps])``, one of each per part."""
     layer_fn = layer_fn or _round_call
     calls = calls_leading_to(view, targets)
     index = {id(c): k for k, c in enumerate(targets, start=1)}
@@ -348,12 +419,13 @@ def _stream_pass(view, targets, inputs, method, bits, per_channel, free_bias, sa
         xf, xq = (list(v) for v in zip(*(live[id(t)] for t in call.inputs)))
         k = index.get(id(call))
         if k is not None:
-            out_f, out_q, record, s = layer_fn(call, xf, xq, method, bits[k - 1],
-                                               not per_channel, free_bias, seed=k, damp=damp,
-                                               shrink=shrink)
+            out_f, out_q, records, steps = layer_fn(call, xf, xq, method, bits[k - 1],
+                                                    not per_channel, free_bias, seed=k,
+                                                    damp=damp, shrink=shrink)
             if layer_fn is _round_call:
-                say(f"rounding [{k}/{len(targets)}] {record.line()}")
-            yield call, record, s
+                for record in records:
+                    say(f"rounding [{k}/{len(targets)}] {record.line()}")
+            yield call, records, steps
         else:
             out_f = run_call(call, xf)
             parted = any(a is not b for a, b in zip(xf, xq))
@@ -429,47 +501,57 @@ def round_model(model, inputs, *, bits, per_channel, method, free_bias=True, sou
     if not reads:
         done = []
         for call, b in zip(targets, widths):
-            kind = _kind(call.layer)
-            W = _rows(call.layer, kind)
-            n = W.shape[2] - int(call.layer.use_bias)
-            Q, _, s = R.round_rows(W, None, None, b, "nearest", n, not per_channel)
-            _assign(call.layer, kind, Q, None)
-            done.append((call, RoundedLayer(call.layer.name, kind,
-                                            tuple(call.layer.kernel.shape), bits=b), s))
+            records, steps = [], []
+            for part in _parts(call.layer):
+                W = _rows(call.layer, part)
+                Q, _, s = R.round_rows(W, None, None, b, "nearest", W.shape[2] - int(part.bias),
+                                       not per_channel)
+                _assign(call.layer, part, Q, None)
+                records.append(RoundedLayer(call.layer.name, part.label,
+                                            tuple(getattr(call.layer, part.attr).shape), bits=b))
+                steps.append(s)
+            done.append((call, records, steps))
     else:
         done = _stream_pass(view, targets, inputs, method, widths, per_channel, free_bias,
                             say, damp, shrink)
-    for call, record, s in done:
-        report.layers.append(record)
+    for call, records, steps in done:
         layer = call.layer
-        entry = entries[id(layer)]
-        entry.kernel = keras.ops.convert_to_numpy(layer.kernel)
-        entry.bias = keras.ops.convert_to_numpy(layer.bias) if layer.use_bias else None
-        entry.bits = record.bits
-        entry.scales = R.channel_order(s) if per_channel else np.ravel(s)[:1]
-        if record.bits != bits:
-            entry.wide_reason = _wide_reason(bits, wide_by, report.size_ratio)
+        for i, (part, record, s) in enumerate(zip(_parts(layer), records, steps)):
+            report.layers.append(record)
+            entry = entries[_entry_key(layer, i)]
+            entry.kernel = keras.ops.convert_to_numpy(getattr(layer, part.attr))
+            entry.bias = keras.ops.convert_to_numpy(layer.bias) if part.bias else None
+            entry.bits = record.bits
+            entry.scales = R.channel_order(s) if per_channel else np.ravel(s)[:1]
+            if record.bits != bits:
+                entry.wide_reason = _wide_reason(bits, wide_by, report.size_ratio)
     report.seconds = time.perf_counter() - start
     return report, list(entries.values())
 
 
 def int8_file_bytes(model) -> int:
     """An estimate, from above, of the bytes of ``model``'s 8-bit ``.tflite``: the kernel of
-    each layer keras-cle knows (Conv2D, DepthwiseConv2D, Conv2DTranspose, Dense, ...) one byte
-    per weight and :data:`INT8_BYTES_PER_CHANNEL` per output channel (its bias included);
-    every other weight (a separable layer's too) four bytes; and
+    each layer keras-cle knows (Conv2D, DepthwiseConv2D, Conv2DTranspose, Dense, both of a
+    SeparableConv's, ...) one byte per weight and :data:`INT8_BYTES_PER_CHANNEL` per output
+    channel (its bias included); every other weight four bytes; and
     :data:`INT8_BYTES_PER_LAYER` per layer."""
     rest = {id(v): int(np.prod(v.shape)) for v in model.weights}
     total = INT8_BYTES_PER_LAYER * len(sublayers(model))
     for layer in kernel_layers(model):
         layout = layout_of(layer)
         kernel = getattr(layer, layout.out_kernel, None)
-        if kernel is None or layout.out_kernel != layout.in_kernel or id(kernel) not in rest:
+        if kernel is None or id(kernel) not in rest:
             continue
-        shape = tuple(kernel.shape)
-        channels = (shape[-2] * shape[-1] if layout.kind == "depthwise"
-                    else shape[layout.out_axis])
-        total += rest.pop(id(kernel)) + INT8_BYTES_PER_CHANNEL * int(channels)
+        if layout.out_kernel == layout.in_kernel:
+            kernels = [(kernel, layout.kind == "depthwise", layout.out_axis)]
+        elif layout.kind == "separable":  # a DEPTHWISE_CONV_2D and a 1x1 CONV_2D
+            kernels = [(getattr(layer, layout.in_kernel), True, -1), (kernel, False, -1)]
+        else:
+            continue
+        for var, depthwise, axis in kernels:
+            shape = tuple(var.shape)
+            channels = shape[-2] * shape[-1] if depthwise else shape[axis]
+            total += rest.pop(id(var), 0) + INT8_BYTES_PER_CHANNEL * int(channels)
         bias = getattr(layer, "bias", None)
         if bias is not None:
             rest.pop(id(bias), None)
@@ -499,8 +581,9 @@ def _wide_reason(bits, wide_by, size_ratio) -> str:
 
 
 def _sizes(targets) -> list[int]:
-    """The weights of each target's kernel."""
-    return [int(np.prod(call.layer.kernel.shape)) for call in targets]
+    """The weights of each target's kernels."""
+    return [sum(int(np.prod(getattr(call.layer, part.attr).shape))
+                for part in _parts(call.layer)) for call in targets]
 
 
 def _widths(targets, bits, wide_share, noise=None):
@@ -522,14 +605,15 @@ def _widths_by_noise(view, targets, inputs, bits, per_channel, wide_share, say):
     at ``bits`` bits to nearest within ``wide_share`` of the rounded weights, measured in one
     pass of both streams over ``inputs`` (the kernels are given back as they were)."""
     start = time.perf_counter()
-    saved = [keras.ops.convert_to_numpy(call.layer.kernel) for call in targets]
+    saved = [(getattr(call.layer, part.attr), keras.ops.convert_to_numpy(
+        getattr(call.layer, part.attr))) for call in targets for part in _parts(call.layer)]
     try:
-        noise = {id(call): 10 ** (-record.sqnr_db / 10) for call, record, _ in _stream_pass(
-            view, targets, inputs, "nearest", [bits] * len(targets), per_channel, False,
-            say, layer_fn=_nearest_noise)}
+        noise = {id(call): 10 ** (-records[0].sqnr_db / 10) for call, records, _ in
+                 _stream_pass(view, targets, inputs, "nearest", [bits] * len(targets),
+                              per_channel, False, say, layer_fn=_nearest_noise)}
     finally:
-        for call, kernel in zip(targets, saved):
-            call.layer.kernel.assign(kernel)
+        for var, kernel in saved:
+            var.assign(kernel)
     widths = _widths(targets, bits, wide_share, [noise[id(call)] for call in targets])
     say(f"rounding: the 8-bit kernels chosen by the noise each adds at {bits} bits "
         f"({time.perf_counter() - start:.1f} s)")
