@@ -76,10 +76,10 @@ def quantize(model, calibration_data=None, *, per_channel: bool = True, weight_b
             the input range found from the model, or ``input_range``).
         per_channel: one weight scale per output channel (TF Lite's default) or, with False,
             one per tensor; the scaling is chosen for it.
-        weight_bits: 8, or 4: INT4 weights (W4A8) for every Conv1D, Conv2D, DepthwiseConv2D
-            and Dense layer (packed two per byte in the ``.tflite``, where LiteRT runs them;
-            the report's ``weights`` says per layer what was stored how and why a layer
-            stays 8-bit).
+        weight_bits: 8, or 4: INT4 weights (W4A8) for every Conv1D, Conv2D, DepthwiseConv2D,
+            SeparableConv1D/2D and Dense layer (packed two per byte in the ``.tflite``, where
+            LiteRT runs them; the report's ``weights`` says per layer what was stored how and
+            why a layer stays 8-bit).
         activation_bits: 8, or 16 for TF Lite's 16x8 mode (per-channel weights only).
         integer_io: int8 (int16 in 16x8 mode) model inputs and outputs instead of float32.
         bias_correction: "auto" (default): empirical with data, analytic without; or

@@ -1,5 +1,6 @@
-"""The rounding stage of :func:`cle.quantize`: every Conv1D, Conv2D, DepthwiseConv2D and Dense
-kernel put on its ``bits``-bit grid, rounded for the layer's output rather than to nearest.
+"""The rounding stage of :func:`cle.quantize`: every Conv1D, Conv2D, DepthwiseConv2D,
+SeparableConv1D/2D and Dense kernel put on its ``bits``-bit grid, rounded for the layer's
+output rather than to nearest (a separable layer's two kernels one after the other).
 
 :func:`round_model` walks the model's graph view once, in order, with two streams of
 activations over the calibration inputs (real data, or the synthetic inputs the no-data path
