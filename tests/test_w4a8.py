@@ -468,6 +468,7 @@ def test_separable_kernels_are_rounded_and_stored_int4():
                                                                     (1, 1, 16, 10)]
     assert sum(m.startswith("rounding [2/5] sep (") for m in messages) == 2
     assert report.kept == []
+    assert report.summary_lines()[0].startswith("rounding (gptq): 5 layers on their 4-bit")
     for r in report.layers:
         assert r.sqnr_db > r.sqnr_nearest_db, r
     w8 = tflite.convert_int8(folded, x, per_channel=True)

@@ -57,15 +57,17 @@ NOT_ROUNDED = ("the rounding stage rounds Conv1D, Conv2D, DepthwiseConv2D, Separ
 
 @dataclasses.dataclass
 class RoundedLayer:
-    """One layer the stage rounded.
+    """One kernel the stage rounded: a layer's, or one of a separable layer's two.
 
     Attributes:
-        layer: its name.
-        kind: "conv", "depthwise" or "dense".
+        layer: the layer's name.
+        kind: "conv", "depthwise" or "dense"; a separable layer's "depthwise" and
+            "pointwise".
         shape: its kernel's shape.
-        sqnr_nearest_db: SQNR (dB) of its output with the kernel rounded to nearest, against
-            the float layer, on the calibration inputs in the quantized stream (None when not
-            measured: "nearest" measures no output).
+        sqnr_nearest_db: SQNR (dB) of its output (a separable layer's depthwise kernel: the
+            output of that kernel, before the pointwise one) with the kernel rounded to
+            nearest, against the float layer, on the calibration inputs in the quantized
+            stream (None when not measured: "nearest" measures no output).
         sqnr_db: the same with the rounding chosen (and its bias).
         seconds: time spent on the layer.
         bits: the grid's bits of this layer (8 for a kernel kept wide: see
@@ -99,7 +101,8 @@ class RoundingReport:
         source: what the statistics were measured on ("calibration data", "synthetic
             inputs"; "" when none were: "nearest" without bias correction).
         n_inputs: how many.
-        layers: every layer rounded, in order.
+        layers: every kernel rounded, in order (a :class:`RoundedLayer` each; a separable
+            layer has two).
         kept: ``(layer, reason)`` of every layer with a kernel the stage left to TF Lite's
             converter (8 bits, rounded to nearest).
         seconds: the stage's time.
@@ -118,8 +121,9 @@ class RoundingReport:
     def summary_lines(self) -> list[str]:
         grid = f"{self.bits}-bit {'per-channel' if self.per_channel else 'per-tensor'} grid"
         wide = [r for r in self.layers if r.bits is not None and r.bits != self.bits]
-        head = (f"rounding ({self.method}): {len(self.layers)} layers on their {grid}"
-                + (f" ({len(wide)} of them on 8-bit grids)" if wide else "")
+        n_layers, n_wide = len({r.layer for r in self.layers}), len({r.layer for r in wide})
+        head = (f"rounding ({self.method}): {n_layers} layers on their {grid}"
+                + (f" ({n_wide} of them on 8-bit grids)" if wide else "")
                 + (f", chosen for their outputs on {self.n_inputs} {self.source}"
                    if self.method != "nearest" else ", to nearest")
                 + f", {self.seconds:.1f} s")
