@@ -189,6 +189,7 @@ def _layer_cases():
         (L.Dense(5), (2, 6, 4), 1),
         (L.Conv1D(6, 3, strides=2, padding="same"), (3, 11, 4), 1),
         (L.Conv1D(6, 3, dilation_rate=2, padding="valid", groups=2), (3, 12, 4), 2),
+        (L.DepthwiseConv1D(3, strides=2, padding="same", depth_multiplier=2), (3, 11, 4), 1),
     ]
 
 

@@ -365,7 +365,8 @@ def test_transpose_conv_stays_int8_with_its_reason(rounded):
 
 def _seq_net():
     """A sequence model: Conv1D ('same'), grouped strided Conv1D ('valid'), causal Conv1D
-    (left to the converter), dilated Conv1D, Conv1D of kernel size 1, dense head."""
+    (left to the converter), dilated Conv1D, DepthwiseConv1D, Conv1D of kernel size 1, dense
+    head."""
     keras.utils.set_random_seed(4)
     inp = keras.Input((24, 3))
     x = L.ReLU(name="r1")(L.BatchNormalization(name="bn1")(
@@ -373,6 +374,7 @@ def _seq_net():
     x = L.ReLU(name="r2")(L.Conv1D(12, 3, strides=2, groups=4, name="seq2")(x))
     x = L.Conv1D(6, 3, padding="causal", dilation_rate=2, name="causal")(x)
     x = L.Conv1D(6, 2, dilation_rate=2, name="dilated")(x)
+    x = L.DepthwiseConv1D(3, padding="same", depth_multiplier=2, name="dw1d")(x)
     x = L.Conv1D(5, 1, name="pointwise")(x)
     out = L.Dense(4, name="head")(L.Flatten(name="flat")(x))
     model = keras.Model(inp, out, name="seqnet")
@@ -390,11 +392,12 @@ def test_conv1d_kernels_are_rounded_and_stored_int4():
     folded = cle.fold_all_batch_norms(net)[1]
     report, entries = round_model(folded, [x], bits=4, per_channel=True, method="gptq")
     rounded = {r.layer: r for r in report.layers}
-    assert list(rounded) == ["seq1", "seq2", "dilated", "pointwise", "head"]
+    assert list(rounded) == ["seq1", "seq2", "dilated", "dw1d", "pointwise", "head"]
     # (the patches themselves: test_rounding's test_moments_are_the_layers_own_patches)
     assert rounded["seq1"].sqnr_db > rounded["seq1"].sqnr_nearest_db  # 15 weights a channel
     for name in ("seq2", "dilated"):
         assert rounded[name].sqnr_db > rounded[name].sqnr_nearest_db + 3, name
+    assert rounded["dw1d"].sqnr_db > rounded["dw1d"].sqnr_nearest_db
     assert report.kept == [("causal", pytest.approx(report.kept[0][1]))]
     assert report.kept[0][1].startswith("causal padding")
     w8 = tflite.convert_int8(folded, x, per_channel=True)
@@ -403,6 +406,7 @@ def test_conv1d_kernels_are_rounded_and_stored_int4():
     assert kinds == {"seq1": ("CONV_2D", "INT4", True), "seq2": ("CONV_2D", "INT4", True),
                      "causal": ("CONV_2D", "INT8", False),
                      "dilated": ("CONV_2D", "INT4", True),
+                     "dw1d": ("DEPTHWISE_CONV_2D", "INT4", True),
                      "pointwise": ("CONV_2D", "INT4", True),
                      "head": ("FULLY_CONNECTED", "INT4", True)}
     assert {w.layer: w.reason for w in stored}["causal"].startswith("causal padding")

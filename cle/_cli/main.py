@@ -333,8 +333,8 @@ def build_parser() -> argparse.ArgumentParser:
            "a quarter is held out for the check. Without it: no data (the input range is "
            "found from the model, synthetic inputs are distilled from its batch norms)")
     p.add_argument("--weight-bits", type=int, choices=(4, 8), default=8,
-                   help="8 (default) or 4: INT4 weights (W4A8) for Conv1D, Conv2D, "
-                        "DepthwiseConv2D, SeparableConv1D/2D and Dense layers, stored packed "
+                   help="8 (default) or 4: INT4 weights (W4A8) for Conv1D/2D, "
+                        "DepthwiseConv1D/2D, SeparableConv1D/2D and Dense layers, stored packed "
                         "in the .tflite where LiteRT runs them")
     p.add_argument("--rounding", choices=("auto", "nearest", "tapsum", "gptq", "adaround"),
                    default="auto",

@@ -76,7 +76,7 @@ def quantize(model, calibration_data=None, *, per_channel: bool = True, weight_b
             the input range found from the model, or ``input_range``).
         per_channel: one weight scale per output channel (TF Lite's default) or, with False,
             one per tensor; the scaling is chosen for it.
-        weight_bits: 8, or 4: INT4 weights (W4A8) for every Conv1D, Conv2D, DepthwiseConv2D,
+        weight_bits: 8, or 4: INT4 weights (W4A8) for every Conv1D/2D, DepthwiseConv1D/2D,
             SeparableConv1D/2D and Dense layer (packed two per byte in the ``.tflite``, where
             LiteRT runs them; the report's ``weights`` says per layer what was stored how and
             why a layer stays 8-bit).

@@ -1,4 +1,4 @@
-"""The rounding stage of :func:`cle.quantize`: every Conv1D, Conv2D, DepthwiseConv2D,
+"""The rounding stage of :func:`cle.quantize`: every Conv1D/2D, DepthwiseConv1D/2D,
 SeparableConv1D/2D and Dense kernel put on its ``bits``-bit grid, rounded for the layer's
 output rather than to nearest (a separable layer's two kernels one after the other).
 
@@ -48,11 +48,12 @@ INT8_BYTES_PER_CHANNEL = 28
 #: BN folded; taken from above.
 INT8_BYTES_PER_LAYER = 640
 _KINDS = {keras.layers.Conv1D: "conv", keras.layers.Conv2D: "conv",
-          keras.layers.DepthwiseConv2D: "depthwise", keras.layers.Dense: "dense",
+          keras.layers.DepthwiseConv1D: "depthwise", keras.layers.DepthwiseConv2D: "depthwise",
+          keras.layers.Dense: "dense",
           keras.layers.SeparableConv1D: "separable", keras.layers.SeparableConv2D: "separable"}
 #: Why a layer of another type keeps the kernel the converter writes.
-NOT_ROUNDED = ("the rounding stage rounds Conv1D, Conv2D, DepthwiseConv2D, SeparableConv1D, "
-               "SeparableConv2D and Dense layers")
+NOT_ROUNDED = ("the rounding stage rounds Conv1D/2D, DepthwiseConv1D/2D, SeparableConv1D/2D "
+               "and Dense layers")
 
 
 @dataclasses.dataclass
