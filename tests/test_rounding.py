@@ -14,6 +14,8 @@ from cle._math import rounding as R
 from cle._math.moments import Geometry, moments
 from cle._quantize import rounding as stage
 
+from conftest import needs_nchw_conv
+
 
 def _toy_layer(seed=0, rows=16, d=24, samples=4000):
     """A dense layer with correlated, non-zero-mean inputs (as after a ReLU): ``(W with its
@@ -213,6 +215,29 @@ def test_moments_are_the_layers_own_patches(case):
     assert G is H
     W = R.to_rows(keras.ops.convert_to_numpy(layer.kernel),
                   keras.ops.convert_to_numpy(layer.bias), kind, groups)
+    predicted = np.einsum("brd,bde,bre->br", W, H, W)
+    measured = (y.reshape(-1, y.shape[-1]) ** 2).mean(axis=0)
+    np.testing.assert_allclose(R.channel_order(predicted), measured, rtol=1e-4)
+
+
+@needs_nchw_conv
+@pytest.mark.parametrize("make", [
+    lambda: keras.layers.Conv1D(5, 3, strides=2, padding="same", data_format="channels_first"),
+    lambda: keras.layers.DepthwiseConv1D(3, padding="valid", depth_multiplier=2,
+                                         data_format="channels_first")])
+def test_moments_of_channels_first_1d_layers(make):
+    """A channels_first 1-D layer's input ``(N, C, L)`` is read channels last, as one row."""
+    layer = make()
+    x = np.random.default_rng(4).normal(size=(3, 4, 11)).astype(np.float32)
+    layer.build(x.shape)
+    layer.bias.assign(np.random.default_rng(5).normal(size=layer.bias.shape).astype(np.float32))
+    y = np.moveaxis(keras.ops.convert_to_numpy(layer(x)).astype(np.float64), 1, -1)
+    (part,) = stage._parts(layer)
+    a = stage._channels_last(layer, x)
+    assert a.shape == (3, 1, 11, 4)
+    H, _ = moments(a, a, part.geometry, bias=True)
+    W = R.to_rows(keras.ops.convert_to_numpy(layer.kernel),
+                  keras.ops.convert_to_numpy(layer.bias), part.kind, part.groups)
     predicted = np.einsum("brd,bde,bre->br", W, H, W)
     measured = (y.reshape(-1, y.shape[-1]) ** 2).mean(axis=0)
     np.testing.assert_allclose(R.channel_order(predicted), measured, rtol=1e-4)

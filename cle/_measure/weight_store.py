@@ -51,6 +51,10 @@ BIAS_LIMIT = 2.0 ** 31 * 0.99
 #: A kernel matches a weight tensor when every value is within this many of the converter's
 #: steps of it (half a step is its rounding; the margin covers float32 round-off).
 MATCH_STEPS = 0.5 + 1e-3
+#: The pairing's extra cost for a kernel found in another layout than its own (a 1-D
+#: kernel as a column): where a 2-D kernel of that shape holds the same values, each keeps
+#: its own operator.
+OTHER_LAYOUT = 1e-3
 
 
 @dataclasses.dataclass
@@ -265,49 +269,51 @@ def _assign(flat, ops, by_shape):
     """``{operator index: entry}``: the layer whose kernel each INT8 weight tensor of ``ops``
     (``(op index, op, kind, tensor index, shape)``) holds. A tensor holds a kernel when it is
     within :data:`MATCH_STEPS` of it, and several kernels can be (equal kernels, as untrained
-    twin layers or kernels whose inputs the calibration never reached have). So the operators
-    and layers of one shape are paired for the least total distance
+    twin layers or kernels whose inputs the calibration never reached have). So operators and
+    layers are paired for the least total distance, over all operators at once
     (``scipy.optimize.linear_sum_assignment``; a layer whose bias the operator's bias does
-    not hold costs one step more): a rounded layer is written into one operator at most, and
-    none is left out when each can be held. A layer that is not rounded (a shared layer, one
-    the rounding left to the converter) is never written, only named: each operator may take
-    the closest such layer instead, at its own distance."""
+    not hold costs one step more, a layer in another layout than its own, as a 1-D kernel
+    written as a column, :data:`OTHER_LAYOUT` more): a rounded layer is written into one
+    operator at most, and none is left out when each can be held. A layer that is not rounded
+    (a shared layer, one the rounding left to the converter) is never written, only named:
+    each operator may take the closest such layer instead, at its own distance.
+    ``by_shape``: ``{shape: [(entry, kernel in that shape, its own layout)]}``."""
     from scipy.optimize import linear_sum_assignment
 
-    groups: dict[tuple, list] = {}
-    for item in ops:
-        groups.setdefault(item[4], []).append(item)
-    out = {}
-    for shape, group in groups.items():
+    rounded = list({id(e): e for group in by_shape.values() for e, _, _ in group
+                    if e.bits is not None}.values())
+    column = {id(e): c for c, e in enumerate(rounded)}
+    n = len(ops)
+    if not n:
+        return {}
+    # columns: the rounded layers, then one per operator for its closest other layer
+    cost = np.full((n, len(rounded) + n), np.inf)
+    other = [None] * n
+    for i, (_, op, kind, wi, shape) in enumerate(ops):
         candidates = by_shape.get(shape, [])
         if not candidates:
             continue
-        rounded = [j for j, (entry, _) in enumerate(candidates) if entry.bits is not None]
-        column = {j: c for c, j in enumerate(rounded)}
-        n = len(group)
-        # columns: the rounded layers, then one per operator for its closest other layer
-        cost = np.full((n, len(rounded) + n), np.inf)
-        other = [None] * n
-        for i, (_, op, kind, wi, _) in enumerate(group):
-            values, steps, _ = _dequantized(flat, wi)
-            inv = 1.0 / np.where(steps > 0, steps, 1.0)
-            converted = (_converter_bias(flat, op, kind, flat.tensor(wi).quantization.scale)
-                         if rounded else None)
-            for j, (entry, kernel) in enumerate(candidates):
-                err = float(np.max(np.abs(values - kernel) * inv, initial=0.0))
-                if err > MATCH_STEPS:
-                    continue
-                if entry.bits is None:
-                    if err < cost[i, len(rounded) + i]:
-                        cost[i, len(rounded) + i], other[i] = err, entry
-                else:
-                    cost[i, column[j]] = err + (not _holds_bias(converted, entry))
-        allowed = np.isfinite(cost)
-        rows, cols = linear_sum_assignment(np.where(allowed, cost, 1e9))
-        for i, c in zip(rows, cols):
-            if allowed[i, c]:
-                out[group[i][0]] = (candidates[rounded[c]][0] if c < len(rounded)
-                                    else other[i])
+        values, steps, _ = _dequantized(flat, wi)
+        inv = 1.0 / np.where(steps > 0, steps, 1.0)
+        converted = (_converter_bias(flat, op, kind, flat.tensor(wi).quantization.scale)
+                     if any(e.bits is not None for e, _, _ in candidates) else None)
+        for entry, kernel, own in candidates:
+            err = float(np.max(np.abs(values - kernel) * inv, initial=0.0))
+            if err > MATCH_STEPS:
+                continue
+            err += 0.0 if own else OTHER_LAYOUT
+            if entry.bits is None:
+                if err < cost[i, len(rounded) + i]:
+                    cost[i, len(rounded) + i], other[i] = err, entry
+            else:
+                c = column[id(entry)]
+                cost[i, c] = min(cost[i, c], err + (not _holds_bias(converted, entry)))
+    allowed = np.isfinite(cost)
+    rows, cols = linear_sum_assignment(np.where(allowed, cost, 1e9))
+    out = {}
+    for i, c in zip(rows, cols):
+        if allowed[i, c]:
+            out[ops[i][0]] = rounded[c] if c < len(rounded) else other[i]
     return out
 
 
@@ -412,8 +418,8 @@ def store_weights(content: bytes, layers: list[LayerWeights]) -> tuple[bytes, li
     flat = _Flat(content)
     by_shape: dict[tuple, list] = {}
     for entry in layers:
-        for kernel in entry.tflite_layouts():
-            by_shape.setdefault(kernel.shape, []).append((entry, kernel))
+        for j, kernel in enumerate(entry.tflite_layouts()):
+            by_shape.setdefault(kernel.shape, []).append((entry, kernel, j == 0))
     stored, held = [], set()
     ops = [(oi, op, kind, wi, _describe(flat, kind, wi)) for oi, op, kind, wi in flat.weights()]
     assigned = _assign(flat, [(oi, op, kind, wi, row.shape) for oi, op, kind, wi, row in ops
