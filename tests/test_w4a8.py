@@ -536,7 +536,7 @@ def test_separable_pointwise_kernel_is_rounded_on_the_rounded_depthwise_output(m
     round_model(folded, [x], bits=4, per_channel=True, method="gptq")
     k = next(i for i, (_, _, g) in enumerate(seen) if g.kind == "depthwise"
              and g.strides == (2, 2))
-    (dq, df, g), (pq, pf, g2) = seen[k], seen[k + 1]
+    (dq, df, _), (pq, pf, g2) = seen[k], seen[k + 1]
     assert g2.kind == "conv" and g2.kernel == (1, 1)
     depthwise = stage_rounding._parts(sep)[0]
     np.testing.assert_allclose(pq, stage_rounding._depthwise_out(
