@@ -12,7 +12,7 @@ import pytest
 
 from cle._math import rounding as R
 from cle._math.moments import Geometry, moments
-from cle._quantize import rounding as stage
+from cle._quantize import layer_parts
 
 from conftest import needs_nchw_conv
 
@@ -207,10 +207,10 @@ def test_moments_are_the_layers_own_patches(case):
     y = keras.ops.convert_to_numpy(layer(x)).astype(np.float64)
     layer.bias.assign(rng.normal(size=layer.bias.shape).astype(np.float32))
     y = keras.ops.convert_to_numpy(layer(x)).astype(np.float64)
-    (part,) = stage._parts(layer)
+    (part,) = layer_parts.parts(layer)
     kind = part.kind
     assert part.geometry.groups == part.groups == groups
-    a = stage._channels_last(layer, x)
+    a = layer_parts.channels_last(layer, x)
     H, G = moments(a, a, part.geometry, bias=True)
     assert G is H
     W = R.to_rows(keras.ops.convert_to_numpy(layer.kernel),
@@ -232,8 +232,8 @@ def test_moments_of_channels_first_1d_layers(make):
     layer.build(x.shape)
     layer.bias.assign(np.random.default_rng(5).normal(size=layer.bias.shape).astype(np.float32))
     y = np.moveaxis(keras.ops.convert_to_numpy(layer(x)).astype(np.float64), 1, -1)
-    (part,) = stage._parts(layer)
-    a = stage._channels_last(layer, x)
+    (part,) = layer_parts.parts(layer)
+    a = layer_parts.channels_last(layer, x)
     assert a.shape == (3, 1, 11, 4)
     H, _ = moments(a, a, part.geometry, bias=True)
     W = R.to_rows(keras.ops.convert_to_numpy(layer.kernel),

@@ -19,6 +19,7 @@ from cle._core.inputs import ModelInputs
 from cle._measure import tflite
 from cle._measure import weight_store as W
 from cle._quantize import pipeline
+from cle._quantize import layer_parts
 from cle._quantize import rounding as stage_rounding
 from cle._quantize.rounding import round_model, wide_share_within
 
@@ -464,8 +465,8 @@ def test_separable_parts_compute_the_layer():
     for name in ("sep", "sep_dilated", "sep1d"):
         layer = model.get_layer(name)
         a = keras.Model(model.inputs, layer.input).predict(x, verbose=0)
-        depthwise, pointwise = stage_rounding._parts(layer)
-        mid = stage_rounding._depthwise_out(depthwise, stage_rounding._channels_last(layer, a),
+        depthwise, pointwise = layer_parts.parts(layer)
+        mid = layer_parts.depthwise_out(depthwise, layer_parts.channels_last(layer, a),
                                             keras.ops.convert_to_numpy(layer.depthwise_kernel))
         pw = keras.ops.convert_to_numpy(layer.pointwise_kernel).reshape(mid.shape[-1], -1)
         y = mid @ pw + keras.ops.convert_to_numpy(layer.bias)
@@ -538,10 +539,10 @@ def test_separable_pointwise_kernel_is_rounded_on_the_rounded_depthwise_output(m
              and g.strides == (2, 2))
     (dq, df, _), (pq, pf, g2) = seen[k], seen[k + 1]
     assert g2.kind == "conv" and g2.kernel == (1, 1)
-    depthwise = stage_rounding._parts(sep)[0]
-    np.testing.assert_allclose(pq, stage_rounding._depthwise_out(
+    depthwise = layer_parts.parts(sep)[0]
+    np.testing.assert_allclose(pq, layer_parts.depthwise_out(
         depthwise, dq, keras.ops.convert_to_numpy(sep.depthwise_kernel)), rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(pf, stage_rounding._depthwise_out(depthwise, df, float_depthwise),
+    np.testing.assert_allclose(pf, layer_parts.depthwise_out(depthwise, df, float_depthwise),
                                rtol=1e-5, atol=1e-6)
     assert not np.allclose(pq, pf)
 

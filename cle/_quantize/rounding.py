@@ -29,8 +29,10 @@ from cle._core.keras_internals import sublayers
 from cle._core.layouts import (bias_on_wrong_axis, kernel_layers, layout_of,
                                untouchable_reason)
 from cle._math import rounding as R
-from cle._math.moments import Geometry, moments, numpy_gram
+from cle._math.moments import moments, numpy_gram
 from cle._measure.weight_store import NO_INT4, LayerWeights
+from cle._quantize.layer_parts import (KINDS, NOT_ROUNDED, channels_last, depthwise_out,
+                                       kind_of, parts)
 from cle._transforms.bias_pass import quantized_kernels
 
 __all__ = ["METHODS", "RoundedLayer", "RoundingReport", "reads_inputs", "round_model"]
@@ -47,13 +49,6 @@ INT8_BYTES_PER_CHANNEL = 28
 #: shapes, activation ranges): MobileNetV2 and EfficientNet-Lite1 measured about 530 with
 #: BN folded; taken from above.
 INT8_BYTES_PER_LAYER = 640
-_KINDS = {keras.layers.Conv1D: "conv", keras.layers.Conv2D: "conv",
-          keras.layers.DepthwiseConv1D: "depthwise", keras.layers.DepthwiseConv2D: "depthwise",
-          keras.layers.Dense: "dense",
-          keras.layers.SeparableConv1D: "separable", keras.layers.SeparableConv2D: "separable"}
-#: Why a layer of another type keeps the kernel the converter writes.
-NOT_ROUNDED = ("the rounding stage rounds Conv1D/2D, DepthwiseConv1D/2D, SeparableConv1D/2D "
-               "and Dense layers")
 
 
 @dataclasses.dataclass
@@ -166,7 +161,7 @@ def kept_reason(call, view, bits) -> str | None:
     reason = untouchable_reason(layer, view.n_calls(layer))
     if reason:
         return reason + "; rounded to nearest at 8 bits by TF Lite's converter"
-    if type(layer) not in _KINDS:
+    if type(layer) not in KINDS:
         kind = layout_of(layer).kind
         why = NO_INT4["TRANSPOSE_CONV"] if kind == "transpose" and bits <= 4 else NOT_ROUNDED
         return f"{why}; rounded to nearest at 8 bits by TF Lite's converter"
@@ -180,53 +175,6 @@ def kept_reason(call, view, bits) -> str | None:
     if reason:
         return reason + "; rounded to nearest at 8 bits by TF Lite's converter"
     return None
-
-
-@dataclasses.dataclass(frozen=True)
-class _Part:
-    """One kernel of a layer the stage rounds, read as its own layer: a SeparableConv's
-    depthwise kernel (no bias) feeds its pointwise kernel (a 1x1 convolution with the
-    layer's bias); every other layer is one part.
-
-    Attributes:
-        attr: the kernel's attribute.
-        kind: its rows' layout (:func:`cle._math.rounding.to_rows`): "conv", "depthwise",
-            "dense".
-        label: :attr:`RoundedLayer.kind` ("pointwise" for a separable layer's second part).
-        bias: the part's output takes the layer's bias.
-        geometry: how it reads its channels-last input.
-        groups: input channel groups.
-    """
-
-    attr: str
-    kind: str
-    label: str
-    bias: bool
-    geometry: Geometry
-    groups: int = 1
-
-
-def _kind(layer) -> str:
-    return _KINDS[type(layer)]
-
-
-def _parts(layer) -> list[_Part]:
-    """The kernels of a layer the stage rounds, in the order they read the input (a Conv1D's
-    or SeparableConv1D's sequence is one row of :func:`_channels_last`, its kernel ``1 x k``)."""
-    kind = _kind(layer)
-    if kind == "dense":
-        return [_Part("kernel", "dense", "dense", layer.use_bias, Geometry("dense"))]
-    lead = (1,) * (2 - len(layer.kernel_size))
-    spatial = (lead + tuple(layer.kernel_size), lead + tuple(layer.strides),
-               lead + tuple(layer.dilation_rate), layer.padding)
-    if kind == "separable":
-        return [_Part("depthwise_kernel", "depthwise", "depthwise", False,
-                      Geometry("depthwise", *spatial)),
-                _Part("pointwise_kernel", "conv", "pointwise", layer.use_bias,
-                      Geometry("conv"))]
-    groups = int(getattr(layer, "groups", 1) or 1)
-    return [_Part("kernel", kind, kind, layer.use_bias, Geometry(kind, *spatial, groups),
-                  groups)]
 
 
 def _entry_key(layer, i):
@@ -256,8 +204,8 @@ def _plan(view, bits):
             entries[id(layer)] = LayerWeights(
                 layer.name, layout.kind, keras.ops.convert_to_numpy(kernel), bias,
                 reason=reason)
-        elif type(layer) in _KINDS:  # a separable layer: a DEPTHWISE_CONV_2D, a 1x1 CONV_2D
-            for i, part in enumerate(_parts(layer)):
+        elif type(layer) in KINDS:  # a separable layer: a DEPTHWISE_CONV_2D, a 1x1 CONV_2D
+            for i, part in enumerate(parts(layer)):
                 entries[_entry_key(layer, i)] = LayerWeights(
                     layer.name, part.kind,
                     keras.ops.convert_to_numpy(getattr(layer, part.attr)),
@@ -302,50 +250,29 @@ def _gram(a, b):
     return keras.ops.convert_to_numpy(keras.ops.einsum("pd,pe->de", a, b))
 
 
-def _channels_last(layer, value):
-    """The layer's input, channels last; a 1-D convolution's ``(N, L, C)`` as
-    ``(N, 1, L, C)``."""
-    x = np.asarray(keras.ops.convert_to_numpy(value), np.float32)
-    if isinstance(layer, keras.layers.Dense):
-        return x
-    if getattr(layer, "data_format", "channels_last") == "channels_first":
-        x = np.moveaxis(x, 1, -1)
-    return x[:, None] if x.ndim == 3 else x
-
-
 def reads_inputs(method, free_bias) -> bool:
     """Whether rounding by ``method`` reads the calibration inputs: every rounding but
     "nearest" without a bias to correct."""
     return method != "nearest" or bool(free_bias)
 
 
-def _depthwise_out(part, a, kernel):
-    """A separable layer's depthwise output, channels last, from its channels-last input
-    ``a`` with ``kernel`` (a 1-D layer's as one row)."""
-    g = part.geometry
-    k = np.reshape(kernel, g.kernel + tuple(np.shape(kernel)[-2:]))
-    out = keras.ops.depthwise_conv(a, k, strides=g.strides, padding=g.padding,
-                                   data_format="channels_last", dilation_rate=g.dilation)
-    return np.asarray(keras.ops.convert_to_numpy(out), np.float32)
-
-
 def _round_call(call, xf, xq, method, bits, per_tensor, free_bias, seed, damp=R.DAMP,
                 shrink=0.0):
-    """Round one layer on its inputs in both streams, part by part (:func:`_parts`: a
-    separable layer's pointwise kernel on the output of its depthwise kernel, float and
-    rounded); returns ``(float output, quantized output, [RoundedLayer], [steps])``, one
-    record and one array of steps per part. A part's time includes the layer's own float run
-    for the first part."""
+    """Round one layer on its inputs in both streams, part by part
+    (:func:`cle._quantize.layer_parts.parts`: a separable layer's pointwise kernel on the
+    output of its depthwise kernel, float and rounded); returns ``(float output, quantized
+    output, [RoundedLayer], [steps])``, one record and one array of steps per part. A part's
+    time includes the layer's own float run for the first part."""
     start = time.perf_counter()
     layer = call.layer
-    parts = _parts(layer)
+    split = parts(layer)
     a_q = a_f = None
-    if len(parts) > 1 or reads_inputs(method, free_bias and parts[0].bias):
-        a_q = _channels_last(layer, xq[0])
-        a_f = _channels_last(layer, xf[0]) if xf[0] is not xq[0] else a_q
+    if len(split) > 1 or reads_inputs(method, free_bias and split[0].bias):
+        a_q = channels_last(layer, xq[0])
+        a_f = channels_last(layer, xf[0]) if xf[0] is not xq[0] else a_q
     out_f = out_q = None
     records, steps = [], []
-    for i, part in enumerate(parts):
+    for i, part in enumerate(split):
         var = getattr(layer, part.attr)
         W = _rows(layer, part)
         n = W.shape[2] - int(part.bias)
@@ -354,7 +281,7 @@ def _round_call(call, xf, xq, method, bits, per_tensor, free_bias, seed, damp=R.
             H, G = moments(a_q, a_f, part.geometry, part.bias, MAX_POSITIONS, seed, _gram)
             if shrink:
                 H, G = R.shrunk(H, G, shrink, n)
-        if i + 1 == len(parts):
+        if i + 1 == len(split):
             a_q = a_f = None  # (a large layer's inputs: freed before its outputs are made)
         Q, bias, s = R.round_rows(W, H, G, bits, method, n, per_tensor, free_bias, damp)
         del H, G
@@ -362,11 +289,11 @@ def _round_call(call, xf, xq, method, bits, per_tensor, free_bias, seed, damp=R.
         near = _kernel(layer, part, q_near)
         if out_f is None:
             out_f = run_call(call, xf)  # the float layer, before any of its kernels is rounded
-        if i + 1 < len(parts):  # the depthwise part: its output is the next part's input
-            mid_f = _depthwise_out(part, a_f, keras.ops.convert_to_numpy(var))
-            sqnr_near = _sqnr(mid_f, _depthwise_out(part, a_q, near))
+        if i + 1 < len(split):  # the depthwise part: its output is the next part's input
+            mid_f = depthwise_out(part, a_f, keras.ops.convert_to_numpy(var))
+            sqnr_near = _sqnr(mid_f, depthwise_out(part, a_q, near))
             _assign(layer, part, Q, bias)
-            a_q, a_f = _depthwise_out(part, a_q, _kernel(layer, part, Q)), mid_f
+            a_q, a_f = depthwise_out(part, a_q, _kernel(layer, part, Q)), mid_f
             sqnr = (sqnr_near, _sqnr(a_f, a_q))
             del mid_f
         else:
@@ -396,7 +323,7 @@ def _nearest_noise(call, xf, xq, method, bits, per_tensor, free_bias, seed, damp
     out_f = run_call(call, xf)
     out_qf = out_f if all(a is b for a, b in zip(xf, xq)) else run_call(call, xq)
     steps, size = [], 0
-    for part in _parts(layer):
+    for part in parts(layer):
         W = _rows(layer, part)
         Q, _, s = R.round_rows(W, None, None, bits, "nearest", W.shape[2] - int(part.bias),
                                per_tensor)
@@ -404,7 +331,7 @@ def _nearest_noise(call, xf, xq, method, bits, per_tensor, free_bias, seed, damp
         steps.append(s)
         size += int(np.prod(getattr(layer, part.attr).shape))
     out_q = run_call(call, xq)
-    record = RoundedLayer(layer.name, _kind(layer), (size,),
+    record = RoundedLayer(layer.name, kind_of(layer), (size,),
                           sqnr_db=_sqnr(out_f[0], out_f[0] + out_q[0] - out_qf[0]), bits=bits)
     record.seconds = time.perf_counter() - start
     return out_f, out_q, [record], steps
@@ -511,7 +438,7 @@ def round_model(model, inputs, *, bits, per_channel, method, free_bias=True, sou
         done = []
         for call, b in zip(targets, widths):
             records, steps = [], []
-            for part in _parts(call.layer):
+            for part in parts(call.layer):
                 W = _rows(call.layer, part)
                 Q, _, s = R.round_rows(W, None, None, b, "nearest", W.shape[2] - int(part.bias),
                                        not per_channel)
@@ -525,7 +452,7 @@ def round_model(model, inputs, *, bits, per_channel, method, free_bias=True, sou
                             say, damp, shrink)
     for call, records, steps in done:
         layer = call.layer
-        for i, (part, record, s) in enumerate(zip(_parts(layer), records, steps)):
+        for i, (part, record, s) in enumerate(zip(parts(layer), records, steps)):
             report.layers.append(record)
             entry = entries[_entry_key(layer, i)]
             entry.kernel = keras.ops.convert_to_numpy(getattr(layer, part.attr))
@@ -596,7 +523,7 @@ def _wide_reason(bits, wide_by, size_ratio) -> str:
 def _sizes(targets) -> list[int]:
     """The weights of each target's kernels."""
     return [sum(int(np.prod(getattr(call.layer, part.attr).shape))
-                for part in _parts(call.layer)) for call in targets]
+                for part in parts(call.layer)) for call in targets]
 
 
 def _widths(targets, bits, wide_share, noise=None):
@@ -619,7 +546,7 @@ def _widths_by_noise(view, targets, inputs, bits, per_channel, wide_share, say):
     pass of both streams over ``inputs`` (the kernels are given back as they were)."""
     start = time.perf_counter()
     saved = [(getattr(call.layer, part.attr), keras.ops.convert_to_numpy(
-        getattr(call.layer, part.attr))) for call in targets for part in _parts(call.layer)]
+        getattr(call.layer, part.attr))) for call in targets for part in parts(call.layer)]
     try:
         noise = {id(call): 10 ** (-records[0].sqnr_db / 10) for call, records, _ in
                  _stream_pass(view, targets, inputs, "nearest", [bits] * len(targets),
