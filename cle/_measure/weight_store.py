@@ -8,9 +8,8 @@ s8)`` with its own step ``s8 = max|w| / 127``, which holds the grid only approxi
 weight tensor of a CONV_2D, DEPTHWISE_CONV_2D or FULLY_CONNECTED operator holds (the
 converter's ``q8·s8`` is within half a step of the layer's kernel; where several layers are,
 operators and layers are paired for the least distance, their biases too, each rounded layer
-written once), writes ``k`` with the step
-``s`` and requantizes the operator's int32 bias from the layer's float bias to its new scale
-``input scale · s``.
+written once), writes ``k`` with the step ``s`` and requantizes the operator's int32 bias from
+the layer's float bias to its new scale ``input scale · s``.
 
 Storage (measured with ``ai_edge_litert`` 2.3; docs/quantize_w4.md): CONV_2D (grouped too),
 DEPTHWISE_CONV_2D and FULLY_CONNECTED run ``TensorType.INT4`` weights, bit for bit as an INT8

@@ -219,6 +219,16 @@ def _rows(layer, part):
     return R.to_rows(kernel, bias, part.kind, part.groups)
 
 
+def _to_nearest(layer, part, bits, per_tensor):
+    """Round the part's kernel to nearest on its ``bits``-bit grid, in place (its bias as it
+    is); returns the grid's steps."""
+    W = _rows(layer, part)
+    Q, _, s = R.round_rows(W, None, None, bits, "nearest", W.shape[2] - int(part.bias),
+                           per_tensor)
+    _assign(layer, part, Q, None)
+    return s
+
+
 def _kernel(layer, part, Q):
     """The part's kernel (its Keras shape) whose rows are ``Q``."""
     return R.from_rows(Q, part.kind, tuple(getattr(layer, part.attr).shape),
@@ -322,14 +332,8 @@ def _nearest_noise(call, xf, xq, method, bits, per_tensor, free_bias, seed, damp
     layer = call.layer
     out_f = run_call(call, xf)
     out_qf = out_f if all(a is b for a, b in zip(xf, xq)) else run_call(call, xq)
-    steps, size = [], 0
-    for part in parts(layer):
-        W = _rows(layer, part)
-        Q, _, s = R.round_rows(W, None, None, bits, "nearest", W.shape[2] - int(part.bias),
-                               per_tensor)
-        _assign(layer, part, Q, None)
-        steps.append(s)
-        size += int(np.prod(getattr(layer, part.attr).shape))
+    steps = [_to_nearest(layer, part, bits, per_tensor) for part in parts(layer)]
+    size = sum(int(np.prod(getattr(layer, part.attr).shape)) for part in parts(layer))
     out_q = run_call(call, xq)
     record = RoundedLayer(layer.name, kind_of(layer), (size,),
                           sqnr_db=_sqnr(out_f[0], out_f[0] + out_q[0] - out_qf[0]), bits=bits)
@@ -437,16 +441,11 @@ def round_model(model, inputs, *, bits, per_channel, method, free_bias=True, sou
     if not reads:
         done = []
         for call, b in zip(targets, widths):
-            records, steps = [], []
-            for part in parts(call.layer):
-                W = _rows(call.layer, part)
-                Q, _, s = R.round_rows(W, None, None, b, "nearest", W.shape[2] - int(part.bias),
-                                       not per_channel)
-                _assign(call.layer, part, Q, None)
-                records.append(RoundedLayer(call.layer.name, part.label,
-                                            tuple(getattr(call.layer, part.attr).shape), bits=b))
-                steps.append(s)
-            done.append((call, records, steps))
+            split = parts(call.layer)
+            steps = [_to_nearest(call.layer, part, b, not per_channel) for part in split]
+            done.append((call, [RoundedLayer(call.layer.name, part.label,
+                                             tuple(getattr(call.layer, part.attr).shape),
+                                             bits=b) for part in split], steps))
     else:
         done = _stream_pass(view, targets, inputs, method, widths, per_channel, free_bias,
                             say, damp, shrink)
