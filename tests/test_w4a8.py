@@ -550,7 +550,7 @@ def test_separable_pointwise_kernel_is_rounded_on_the_rounded_depthwise_output(m
 def test_int8_file_estimate_counts_separable_kernels_at_a_byte_a_weight():
     """The 8-bit file's estimate (the file budget's base) on a network of separable layers
     errs high, by little: both kernels of each at a byte a weight, not as float weights."""
-    from cle._quantize.rounding import int8_file_bytes
+    from cle._measure.weight_store import int8_file_bytes
 
     keras.utils.set_random_seed(0)
     inp = keras.Input((16, 16, 3))
@@ -574,7 +574,7 @@ def test_int8_file_estimate_counts_separable_kernels_at_a_byte_a_weight():
     # 3 more multipliers: 3·9·16 depthwise and 3·16·32 pointwise weights at a byte each, and
     # 3·16 depthwise channels
     assert one(4) - one(1) == (3 * 9 * 16 + 3 * 16 * 32
-                               + 3 * 16 * stage_rounding.INT8_BYTES_PER_CHANNEL)
+                               + 3 * 16 * W.INT8_BYTES_PER_CHANNEL)
 
 
 # -------------------------------------------------------------------------- cle.quantize
@@ -853,7 +853,7 @@ def test_real_mobilenet_v2_int4_file():
     runs it as its INT8 twin. The INT8 file's estimate errs high, by little, and the kernels
     kept 8-bit within the budget's share of the weights keep the file within the budget."""
     from cle import pretrained as P
-    from cle._quantize.rounding import int8_file_bytes
+    from cle._measure.weight_store import int8_file_bytes
 
     model = cle.fold_all_batch_norms(real_mobilenet_v2())[1]
     x = P.preprocess_imagenet(P.sample_images(8, 224, seed=1))

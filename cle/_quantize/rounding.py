@@ -25,12 +25,11 @@ import keras
 import numpy as np
 
 from cle._core.graph import calls_leading_to, graph_view, is_plain_call, run_call
-from cle._core.keras_internals import sublayers
-from cle._core.layouts import (bias_on_wrong_axis, kernel_layers, layout_of,
+from cle._core.layouts import (bias_on_wrong_axis, layout_of,
                                untouchable_reason)
 from cle._math import rounding as R
 from cle._math.moments import moments, numpy_gram
-from cle._measure.weight_store import NO_INT4, LayerWeights
+from cle._measure.weight_store import NO_INT4, LayerWeights, int8_file_bytes
 from cle._quantize.layer_parts import (KINDS, NOT_ROUNDED, channels_last, depthwise_out,
                                        kind_of, parts)
 from cle._transforms.bias_pass import quantized_kernels
@@ -40,15 +39,6 @@ __all__ = ["METHODS", "RoundedLayer", "RoundingReport", "reads_inputs", "round_m
 METHODS = R.METHODS
 #: Output positions (over all calibration inputs) a layer's statistics are measured on.
 MAX_POSITIONS = 1 << 16
-#: Bytes an 8-bit ``.tflite`` spends per output channel of a kernel besides the kernel itself:
-#: the INT32 bias, and the weight's and the bias's quantization (a float32 scale and an int64
-#: zero point each), 28; the flatbuffer's own structure measured 26-27 per channel all told on
-#: MobileNetV2 and EfficientNetB0 (``keras.applications``).
-INT8_BYTES_PER_CHANNEL = 28
-#: Bytes an 8-bit ``.tflite`` spends per Keras layer on its operators and tensors (names,
-#: shapes, activation ranges): MobileNetV2 and EfficientNet-Lite1 measured about 530 with
-#: BN folded; taken from above.
-INT8_BYTES_PER_LAYER = 640
 
 
 @dataclasses.dataclass
@@ -462,39 +452,6 @@ def round_model(model, inputs, *, bits, per_channel, method, free_bias=True, sou
                 entry.wide_reason = _wide_reason(bits, wide_by, report.size_ratio)
     report.seconds = time.perf_counter() - start
     return report, list(entries.values())
-
-
-def int8_file_bytes(model) -> int:
-    """An estimate, from above, of the bytes of ``model``'s 8-bit ``.tflite``: the kernel of
-    each layer keras-cle knows (Conv2D, DepthwiseConv2D, Conv2DTranspose, Dense, both of a
-    SeparableConv's, ...) one byte per weight and :data:`INT8_BYTES_PER_CHANNEL` per output
-    channel (its bias included); every other weight four bytes; and
-    :data:`INT8_BYTES_PER_LAYER` per layer (twice for a separable one: two operators). From
-    above on the networks measured (MobileNetV2 and EfficientNet-Lite1, from TensorFlow and
-    from JAX); on a small network converted from JAX, whose biases are tensors and operators
-    of their own under long names, it read a few percent low."""
-    rest = {id(v): int(np.prod(v.shape)) for v in model.weights}
-    total = INT8_BYTES_PER_LAYER * len(sublayers(model))
-    for layer in kernel_layers(model):
-        layout = layout_of(layer)
-        kernel = getattr(layer, layout.out_kernel, None)
-        if kernel is None or id(kernel) not in rest:
-            continue
-        if layout.out_kernel == layout.in_kernel:
-            kernels = [(kernel, layout.kind == "depthwise", layout.out_axis)]
-        elif layout.kind == "separable":  # a DEPTHWISE_CONV_2D and a 1x1 CONV_2D
-            kernels = [(getattr(layer, layout.in_kernel), True, -1), (kernel, False, -1)]
-            total += INT8_BYTES_PER_LAYER  # its second operator
-        else:
-            continue
-        for var, depthwise, axis in kernels:
-            shape = tuple(var.shape)
-            channels = shape[-2] * shape[-1] if depthwise else shape[axis]
-            total += rest.pop(id(var), 0) + INT8_BYTES_PER_CHANNEL * int(channels)
-        bias = getattr(layer, "bias", None)
-        if bias is not None:
-            rest.pop(id(bias), None)
-    return total + 4 * sum(rest.values())
 
 
 def wide_share_within(model, targets, bits, size_ratio) -> float:

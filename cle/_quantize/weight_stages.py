@@ -23,7 +23,7 @@ __all__ = ["DATA_DAMP_LOW_BITS", "SYNTHETIC_DAMP", "SYNTHETIC_SHRINK", "WIDE_SIZ
 #: kernels whose 4-bit rounding to nearest adds the most noise to their own layer's output per
 #: weight (measured in a first pass over the calibration inputs, real or synthetic: the first
 #: blocks, depthwise kernels, the projections of inverted residual blocks) stay on 8-bit grids
-#: until the file, estimated from above (:func:`cle._quantize.rounding.int8_file_bytes`),
+#: until the file, estimated from above (:func:`cle._measure.weight_store.int8_file_bytes`),
 #: reaches it; a 4-bit file alone takes a little over half the 8-bit one, so this spends what
 #: remains of the size goal of docs/quantize_w4.md. With data the rounding alone leaves the
 #: 4-bit error of some layers too large for the rest of the network (measured there); without
