@@ -512,6 +512,29 @@ def test_separable_kernels_are_rounded_and_stored_int4():
                                                                  y4) - 3
 
 
+def test_separable_layer_to_nearest_baseline_rounds_both_kernels():
+    """A separable layer's pointwise record compares its rounding with the whole layer rounded
+    to nearest (both kernels), not with the depthwise kernel as chosen and the pointwise one
+    to nearest: its gain is what the rounding did for the layer."""
+    keras.utils.set_random_seed(7)
+    inp = keras.Input((10, 10, 3))
+    y = L.SeparableConv2D(6, 3, padding="same", depth_multiplier=2, name="sep")(inp)
+    model = keras.Model(inp, L.Dense(4, name="head")(L.GlobalAveragePooling2D()(y)))
+    x = np.random.default_rng(8).normal(size=(16, 10, 10, 3)).astype(np.float32)
+    twin = keras.models.clone_model(model)
+    twin.set_weights(model.get_weights())
+    sep = twin.get_layer("sep")
+    y_float = sep(x)
+    for part in layer_parts.parts(sep):
+        stage_rounding._to_nearest(sep, part, 4, False)
+    expected = stage_rounding._sqnr(y_float, sep(x))
+    report, _ = round_model(model, [x], bits=4, per_channel=True, method="gptq")
+    records = [r for r in report.layers if r.layer == "sep"]
+    assert [r.kind for r in records] == ["depthwise", "pointwise"]
+    assert records[1].sqnr_nearest_db == pytest.approx(expected, abs=1e-3)
+    assert records[1].sqnr_db > records[1].sqnr_nearest_db
+
+
 def test_separable_pointwise_kernel_is_rounded_on_the_rounded_depthwise_output(monkeypatch):
     """The pointwise part's statistics read the depthwise output of the quantized stream with
     the depthwise kernel as rounded, crossed with the float stream's with the float kernel;

@@ -50,10 +50,11 @@ class RoundedLayer:
         kind: "conv", "depthwise" or "dense"; a separable layer's "depthwise" and
             "pointwise".
         shape: its kernel's shape.
-        sqnr_nearest_db: SQNR (dB) of its output (a separable layer's depthwise kernel: the
-            output of that kernel, before the pointwise one) with the kernel rounded to
-            nearest, against the float layer, on the calibration inputs in the quantized
-            stream (None when not measured: "nearest" measures no output).
+        sqnr_nearest_db: SQNR (dB) of its output with the kernel rounded to nearest, against
+            the float layer, on the calibration inputs in the quantized stream (None when not
+            measured: "nearest" measures no output). A separable layer's depthwise kernel: the
+            output of that kernel, before the pointwise one; its pointwise kernel: the layer's
+            output with both kernels rounded to nearest.
         sqnr_db: the same with the rounding chosen (and its bias).
         seconds: time spent on the layer.
         bits: the grid's bits of this layer (8 for a kernel kept wide: see
@@ -271,7 +272,7 @@ def _round_call(call, xf, xq, method, bits, per_tensor, free_bias, seed, damp=R.
         a_q = channels_last(layer, xq[0])
         a_f = channels_last(layer, xf[0]) if xf[0] is not xq[0] else a_q
     out_f = out_q = None
-    records, steps = [], []
+    records, steps, nearest = [], [], []
     for i, part in enumerate(split):
         var = getattr(layer, part.attr)
         W = _rows(layer, part)
@@ -287,6 +288,7 @@ def _round_call(call, xf, xq, method, bits, per_tensor, free_bias, seed, damp=R.
         del H, G
         q_near, _, _ = R.round_rows(W, None, None, bits, "nearest", n, per_tensor)
         near = _kernel(layer, part, q_near)
+        nearest.append((var, keras.ops.convert_to_tensor(near)))
         if out_f is None:
             out_f = run_call(call, xf)  # the float layer, before any of its kernels is rounded
         if i + 1 < len(split):  # the depthwise part: its output is the next part's input
@@ -297,7 +299,7 @@ def _round_call(call, xf, xq, method, bits, per_tensor, free_bias, seed, damp=R.
             sqnr = (sqnr_near, _sqnr(a_f, a_q))
             del mid_f
         else:
-            with keras.StatelessScope(state_mapping=[(var, keras.ops.convert_to_tensor(near))]):
+            with keras.StatelessScope(state_mapping=nearest):  # every kernel to nearest
                 out_n = run_call(call, xq)
             _assign(layer, part, Q, bias)
             out_q = run_call(call, xq)
