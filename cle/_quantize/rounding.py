@@ -25,8 +25,7 @@ import keras
 import numpy as np
 
 from cle._core.graph import calls_leading_to, graph_view, is_plain_call, run_call
-from cle._core.layouts import (bias_on_wrong_axis, layout_of,
-                               untouchable_reason)
+from cle._core.layouts import bias_on_wrong_axis, layout_of, untouchable_reason
 from cle._math import rounding as R
 from cle._math.moments import moments, numpy_gram
 from cle._measure.weight_store import NO_INT4, LayerWeights, int8_file_bytes
@@ -325,9 +324,8 @@ def _nearest_noise(call, xf, xq, method, bits, per_tensor, free_bias, seed, damp
     out_f = run_call(call, xf)
     out_qf = out_f if all(a is b for a, b in zip(xf, xq)) else run_call(call, xq)
     steps = [_to_nearest(layer, part, bits, per_tensor) for part in parts(layer)]
-    size = sum(int(np.prod(getattr(layer, part.attr).shape)) for part in parts(layer))
     out_q = run_call(call, xq)
-    record = RoundedLayer(layer.name, kind_of(layer), (size,),
+    record = RoundedLayer(layer.name, kind_of(layer), (_sizes([call])[0],),
                           sqnr_db=_sqnr(out_f[0], out_f[0] + out_q[0] - out_qf[0]), bits=bits)
     record.seconds = time.perf_counter() - start
     return out_f, out_q, [record], steps
