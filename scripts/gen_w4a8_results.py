@@ -14,6 +14,11 @@ The figures come from ``benchmarks/bench_w4a8.py``, which writes one JSON line p
 
     .venv/bin/python scripts/gen_w4a8_results.py --knobs knobs.jsonl
 
+``benchmarks/bench_w4a8_apps.py`` runs W4A8 on ``keras.applications`` models with random
+weights (block ``w4a8-apps``, rows in ``docs/data/w4a8_apps.json``)::
+
+    .venv/bin/python scripts/gen_w4a8_results.py --apps apps.jsonl
+
 ``--jsonl`` keeps the last row of each (network, row) in ``docs/data/w4a8.json`` (rows saved
 earlier stay unless measured again), then renders. A row without the machine's name (older
 benchmark output) gets the name of the machine this script runs on: run it where the
@@ -35,6 +40,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.join(HERE, "..")
 DATA = os.path.join(REPO, "docs", "data", "w4a8.json")
 KNOBS = os.path.join(REPO, "docs", "data", "w4a8_knobs.json")
+APPS = os.path.join(REPO, "docs", "data", "w4a8_apps.json")
 DOC = "docs/quantize_w4.md"
 NETS = {"mobilenet_v2": "MobileNetV2", "efficientnet_lite1": "EfficientNet-Lite1"}
 #: (row name, what it is) of the goals' table.
@@ -109,9 +115,11 @@ def _time(r):
 
 def _machine(rows):
     cpus = sorted({f"{r['cpu']}, {r['cores']} cores" for r in rows})
-    loads = [r["load"] for r in rows]
-    return wrap(f"Measured on {'; '.join(cpus)}, shared with other work (load average "
-                f"{min(loads):.1f}–{max(loads):.1f} at the end of the rows).")
+    loads = [r["load"] for r in rows if r.get("load") is not None]
+    load = (f" (load average {min(loads):.1f}–{max(loads):.1f} at the end of the rows"
+            + ("; not recorded for some" if len(loads) < len(rows) else "") + ")"
+            if loads else " (load not recorded; some rows ran beside another measurement)")
+    return wrap(f"Measured on {'; '.join(cpus)}, shared with other work{load}.")
 
 
 def goals_table(rows):
@@ -200,6 +208,41 @@ def knobs_table(rows):
     return "\n".join(lines) + "\n\n" + _machine(rows) + "\n"
 
 
+def save_apps(paths):
+    """The rows of ``benchmarks/bench_w4a8_apps.py`` (JSON lines) into :data:`APPS`, the last
+    of each (model, mode, rounding) kept, in the models' order."""
+    _merge(APPS, paths, lambda r: (r["model"], r["mode"], r["rounding"]),
+           lambda r: (r["model"], r["rounding"] != "auto", r["rounding"], r["mode"]))
+
+
+def _app_cell(r):
+    if r is None:
+        return "–"
+    if r["result"] != "ran":
+        return r["result"].replace("|", "/")
+    return (f"ran, {r['bytes'] / 1e6:.2f} MB, {r['seconds']:.0f} s "
+            f"(rounding {r['rounding_s']:.0f} s)")
+
+
+def apps_table(rows):
+    by = {(r["model"], r["rounding"], r["mode"]): r for r in rows}
+    keys = list(dict.fromkeys((r["model"], r["rounding"]) for r in rows))
+    lines = [wrap(
+        "`cle.quantize(model, x, weight_bits=4, rounding=...)` on `keras.applications` "
+        "models at the smallest input each accepts, with random weights "
+        "(`benchmarks/bench_w4a8_apps.py`): with data, 24 photo crops (`compare=True`); "
+        "without, none. Whether the call gave a `.tflite` that LiteRT ran (its size), or "
+        "what it said instead; wall time of the call (of its rounding stage). With random "
+        "weights the check's figures say nothing about a trained model, so none are shown."),
+        "", "| model | weights | rounding | with data | without data |", "|---|---|---|---|---|"]
+    for model, method in keys:
+        r0 = by.get((model, method, "data")) or by.get((model, method, "no data"))
+        lines.append(f"| {model} | {r0['params'] / 1e6:.1f}M | `{method}` | "
+                     f"{_app_cell(by.get((model, method, 'data')))} | "
+                     f"{_app_cell(by.get((model, method, 'no data')))} |")
+    return "\n".join(lines) + "\n\n" + _machine(rows) + "\n"
+
+
 def rendered():
     """``{(doc path relative to the repo, block name): text}`` from the saved rows."""
     rows = load()["rows"]
@@ -208,6 +251,9 @@ def rendered():
     if os.path.exists(KNOBS):
         with open(KNOBS, encoding="utf-8") as f:
             out[(DOC, "w4a8-knobs")] = knobs_table(json.load(f)["rows"])
+    if os.path.exists(APPS):
+        with open(APPS, encoding="utf-8") as f:
+            out[(DOC, "w4a8-apps")] = apps_table(json.load(f)["rows"])
     return out
 
 
@@ -216,6 +262,7 @@ def main(argv=None):
     parser.add_argument("--jsonl", nargs="+", help="bench_w4a8.py's JSON lines to save")
     parser.add_argument("--knobs", nargs="+",
                         help="bench_w4a8_knobs.py's JSON lines to save")
+    parser.add_argument("--apps", nargs="+", help="bench_w4a8_apps.py's JSON lines to save")
     parser.add_argument("--render", action="store_true",
                         help="only render the docs from docs/data/w4a8.json (the default "
                              "without --jsonl)")
@@ -225,6 +272,8 @@ def main(argv=None):
         save_rows(args.jsonl)
     if args.knobs and not args.render:
         save_knobs(args.knobs)
+    if args.apps and not args.render:
+        save_apps(args.apps)
     publish([(os.path.join(REPO, doc), name, text) for (doc, name), text in rendered().items()],
             print_only=args.no_write, root=REPO)
 
