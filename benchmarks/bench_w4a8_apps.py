@@ -87,10 +87,11 @@ def _line(r):
         return f"{r['model']:<22} {r['mode']:<8} {r['result'][:160]}"
     plain = (f"; plain W8A8 {r['plain'][0]:.0%} / {r['plain'][1]:.2f} dB" if "plain" in r
              else "")
+    rounding = ("" if r["rounding_s"] is None
+                else f" (rounding {r['rounding']} {r['rounding_s']:.0f} s)")
     return (f"{r['model']:<22} {r['mode']:<8} {r['params'] / 1e6:6.1f}M weights, "
             f"{r['bytes'] / 1e6:.2f} MB ({r['int4_bytes'] / 1e6:.2f} MB INT4), "
-            f"{r['top1']:.0%} / {r['sqnr_db']:.2f} dB{plain}, {r['seconds']:.0f} s "
-            f"(rounding {r['rounding']} {r['rounding_s']:.0f} s)")
+            f"{r['top1']:.0%} / {r['sqnr_db']:.2f} dB{plain}, {r['seconds']:.0f} s{rounding}")
 
 
 def main(argv=None):

@@ -220,8 +220,9 @@ def _app_cell(r):
         return "–"
     if r["result"] != "ran":
         return r["result"].replace("|", "/")
-    return (f"ran, {r['bytes'] / 1e6:.2f} MB, {r['seconds']:.0f} s "
-            f"(rounding {r['rounding_s']:.0f} s)")
+    rounding = r.get("rounding_s")
+    return (f"ran, {r['bytes'] / 1e6:.2f} MB, {r['seconds']:.0f} s"
+            + ("" if rounding is None else f" (rounding {rounding:.0f} s)"))
 
 
 def apps_table(rows):
