@@ -12,7 +12,7 @@ Run it directly (one row per model and mode; minutes per model on 2 cores, the r
 grows with each layer's weights times its inputs per output, not with the input size)::
 
     .venv/bin/python benchmarks/bench_w4a8_apps.py --max-params 15e6 --json apps.jsonl
-    .venv/bin/python benchmarks/bench_w4a8_apps.py NASNetMobile RegNetX002
+    .venv/bin/python benchmarks/bench_w4a8_apps.py NASNetMobile Xception
     .venv/bin/python benchmarks/bench_w4a8_apps.py ConvNeXtTiny --modes data --rounding gptq
     .venv/bin/python scripts/gen_w4a8_results.py --apps apps.jsonl     # the docs' table
 
