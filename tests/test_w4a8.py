@@ -229,7 +229,7 @@ def test_wide_by_noise_keeps_the_kernels_adding_most_noise_per_weight(net, data)
     assert bits["grouped"] == 8 and bits != {"c1": 8, "dw": 4, "grouped": 4, "logits": 8}
     assert {e.layer: e.wide_reason for e in entries}["grouped"] == (
         "kept 8-bit, its 4-bit rounding to nearest adds more noise to its output per weight "
-        "than the others', within the share of the weights kept 8-bit")
+        "than the other kernels' roundings, within the share of the weights kept 8-bit")
     assert sum(int(np.prod(r.shape)) for r in report.layers if r.bits == 8) <= 0.35 * 213
     # the same rounding as with the 8-bit kernels named by hand: the pass left no trace
     import cle._quantize.rounding as QR
@@ -342,8 +342,9 @@ def test_equal_kernels_are_each_stored_in_their_own_operator(bias_scale):
     candidates = [(e, e.tflite_kernel(), True) for e in entries]
     for order in (1, -1):
         pairs = W._assign(flat, ops, {candidates[0][1].shape: candidates[::order]})
-        assert sorted(e.layer for e in pairs.values()) == ["a", "b"]
-        for oi, entry in pairs.items():
+        assert sorted(e.layer for e, _ in pairs.values()) == ["a", "b"]
+        assert [factor for _, factor in pairs.values()] == [1.0, 1.0]  # held as they are
+        for oi, (entry, _) in pairs.items():
             op, kind = flat.graph.operators[oi], flat.kinds[oi]
             held = W._converter_bias(flat, op, kind, flat.tensor(op.inputs[1]).quantization.scale)
             assert W._holds_bias(held, entry), (order, entry.layer)
@@ -440,6 +441,44 @@ def test_a_1d_kernel_and_a_2d_kernel_of_the_same_values_each_keep_their_operator
     assert sorted((w.layer, w.storage, w.rounded) for w in stored) == [
         ("a1d", "INT4", True), ("b2d", "INT4", True)]
 
+
+
+@pytest.mark.parametrize("pad", [False, True], ids=["same", "zero-padded"])
+def test_a_kernel_the_converter_scaled_is_stored_on_its_grid_scaled(pad):
+    """TF Lite's converter folds an input ``Rescaling`` without offset (a zero padding between
+    or not) into the first convolution's kernel: the rounded kernel is still found there and
+    stored INT4 under its name, its steps times the scaling (its reason says so), and LiteRT
+    runs the file as the rounded Keras model. (Before, that operator was left as the
+    converter wrote it, 8-bit and unnamed.)"""
+    keras.utils.set_random_seed(3)
+    inp = keras.Input((10, 10, 3))
+    x = L.Rescaling(1 / 255.0, name="scale")(inp)
+    if pad:
+        x = L.ZeroPadding2D(1, name="pad")(x)
+    x = L.Conv2D(8, 3, padding="valid" if pad else "same", name="stem")(x)
+    x = L.Conv2D(12, 1, name="pw")(L.ReLU(name="relu")(x))
+    model = keras.Model(inp, L.Dense(5, name="head")(L.GlobalAveragePooling2D(name="gap")(x)))
+    x = np.random.default_rng(4).uniform(0, 255, (32, 10, 10, 3)).astype(np.float32)
+    _, entries = round_model(model, [x], bits=4, per_channel=True, method="gptq")
+    w4, stored = W.store_weights(tflite.convert_int8(model, x, per_channel=True), entries)
+    rows = {w.layer: w for w in stored}
+    assert {name: (w.op, w.storage, w.rounded) for name, w in rows.items()} == {
+        "stem": ("CONV_2D", "INT4", True), "pw": ("CONV_2D", "INT4", True),
+        "head": ("FULLY_CONNECTED", "INT4", True)}
+    obj, graph = _model_tensors(w4)
+    int4 = [t for t in graph.tensors if t.type == 17]
+    stem = next(e for e in entries if e.layer == "stem")
+    scales = [np.asarray(t.quantization.scale, np.float64) for t in int4]
+    folded = [sc for sc in scales if sc.shape == (8,)]
+    assert len(folded) == 1
+    if not np.allclose(folded[0], stem.scales, rtol=1e-6):  # the converter scaled it
+        np.testing.assert_allclose(folded[0], np.asarray(stem.scales) / 255.0, rtol=1e-6)
+        assert "folded a scaling of its input by 0.00392157" in rows["stem"].reason
+    elif keras.backend.backend() == "tensorflow":
+        pytest.fail("TensorFlow's converter no longer folds the Rescaling into the kernel")
+    y4 = Q.run_tflite(w4, x, batch_size=16)
+    np.testing.assert_array_equal(y4, Q.run_tflite(W.int8_twin(w4), x, batch_size=16))
+    assert Q.sqnr_db(model.predict(x, verbose=0), y4) > 25  # the rounded kernels
 
 def _separable_net():
     keras.utils.set_random_seed(5)
@@ -741,7 +780,7 @@ def test_wide_share_within_the_file_budget(net, data, monkeypatch):
     assert report.size_ratio == 1.0 and {r.bits for r in report.layers} == {8}
     assert {e.wide_reason for e in entries if e.bits is not None} == {
         "kept 8-bit, its 4-bit rounding to nearest adds more noise to its output per weight "
-        "than the others', within a file of 1x the 8-bit one"}
+        "than the other kernels' roundings, within a file of 1x the 8-bit one"}
     monkeypatch.setattr(QR, "int8_file_bytes", lambda model: 250)
     # the file must save 0.4 * 250 = 100 bytes: 200 weights at 4 bits, 13 may stay at 8
     assert QR.wide_share_within(folded, targets, 4, 0.6) == pytest.approx((n - 200) / n)

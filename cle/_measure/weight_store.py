@@ -57,6 +57,9 @@ MATCH_STEPS = 0.5 + 1e-3
 #: kernel as a column): where a 2-D kernel of that shape holds the same values, each keeps
 #: its own operator.
 OTHER_LAYOUT = 1e-3
+#: The pairing's extra cost for a kernel found only scaled (:func:`_scaled_error`): a tensor
+#: that holds a kernel as it is takes it first.
+SCALED = 1e-2
 
 
 @dataclasses.dataclass
@@ -275,11 +278,14 @@ def _assign(flat, ops, by_shape):
     layers are paired for the least total distance, over all operators at once
     (``scipy.optimize.linear_sum_assignment``; a layer whose bias the operator's bias does
     not hold costs one step more, a layer in another layout than its own, as a 1-D kernel
-    written as a column, :data:`OTHER_LAYOUT` more): a rounded layer is written into one
-    operator at most, and none is left out when each can be held. A layer that is not rounded
-    (a shared layer, one the rounding left to the converter) is never written, only named:
-    each operator may take the closest such layer instead, at its own distance.
-    ``by_shape``: ``{shape: [(entry, kernel in that shape, its own layout)]}``."""
+    written as a column, :data:`OTHER_LAYOUT` more; a rounded kernel the tensor holds only
+    times a factor, :func:`_scaled_error`, :data:`SCALED` more): a rounded layer is written
+    into one operator at most, and none is left out when each can be held. A layer that is
+    not rounded (a shared layer, one the rounding left to the converter) is never written,
+    only named: each operator may take the closest such layer instead, at its own distance.
+    ``by_shape``: ``{shape: [(entry, kernel in that shape, its own layout)]}``. Returns
+    ``{operator index: (entry, factor)}``, ``factor`` the scaling the operator's kernel has
+    (1: none)."""
     from scipy.optimize import linear_sum_assignment
 
     rounded = list({id(e): e for group in by_shape.values() for e, _, _ in group
@@ -290,6 +296,7 @@ def _assign(flat, ops, by_shape):
         return {}
     # columns: the rounded layers, then one per operator for its closest other layer
     cost = np.full((n, len(rounded) + n), np.inf)
+    factors = np.ones(cost.shape)
     other = [None] * n
     for i, (_, op, kind, wi, shape) in enumerate(ops):
         candidates = by_shape.get(shape, [])
@@ -300,23 +307,42 @@ def _assign(flat, ops, by_shape):
         converted = (_converter_bias(flat, op, kind, flat.tensor(wi).quantization.scale)
                      if any(e.bits is not None for e, _, _ in candidates) else None)
         for entry, kernel, own in candidates:
-            err = float(np.max(np.abs(values - kernel) * inv, initial=0.0))
-            if err > MATCH_STEPS:
+            err, factor = float(np.max(np.abs(values - kernel) * inv, initial=0.0)), 1.0
+            if err > MATCH_STEPS and entry.bits is not None:
+                err, factor = _scaled_error(values, kernel, inv)
+                err += SCALED
+            if err > MATCH_STEPS + SCALED:
                 continue
             err += 0.0 if own else OTHER_LAYOUT
             if entry.bits is None:
                 if err < cost[i, len(rounded) + i]:
-                    cost[i, len(rounded) + i], other[i] = err, entry
+                    cost[i, len(rounded) + i], other[i] = err, (entry, 1.0)
             else:
                 c = column[id(entry)]
-                cost[i, c] = min(cost[i, c], err + (not _holds_bias(converted, entry)))
+                err += not _holds_bias(converted, entry)
+                if err < cost[i, c]:
+                    cost[i, c], factors[i, c] = err, factor
     allowed = np.isfinite(cost)
     rows, cols = linear_sum_assignment(np.where(allowed, cost, 1e9))
     out = {}
     for i, c in zip(rows, cols):
         if allowed[i, c]:
-            out[ops[i][0]] = rounded[c] if c < len(rounded) else other[i]
+            out[ops[i][0]] = (rounded[c], factors[i, c]) if c < len(rounded) else other[i]
     return out
+
+
+def _scaled_error(values, kernel, inv):
+    """``(error in steps, c)``: how far ``values`` are from ``c · kernel``, in the converter's
+    steps, for ``c`` the ratio of their largest magnitudes (the converter's grid ends at
+    the kernel's largest weight, so that weight is held exactly). TF Lite's converter folds
+    a multiplication of a convolution's input by one constant (a ``Rescaling`` layer without
+    offset, before or after a zero padding) into its kernel; the kernel's grid, its steps
+    times ``c``, still holds it exactly."""
+    top = float(np.max(np.abs(kernel), initial=0.0))
+    c = float(np.max(np.abs(values), initial=0.0)) / top if top > 0 else 0.0
+    if not c > 0:
+        return np.inf, 1.0
+    return float(np.max(np.abs(values - c * kernel) * inv, initial=0.0)), c
 
 
 def _bias_value(flat, op, kind, entry, s8):
@@ -332,11 +358,11 @@ def _bias_value(flat, op, kind, entry, s8):
     return value, s_in
 
 
-def _grid_integers(entry, kernel, qdim, s8):
-    """``(k, steps)``: the integers of ``entry``'s grid in the flatbuffer's layout (a channel
-    of step 0, all zeros, keeps the converter's step ``s8``); raises if the kernel is not on
-    the grid."""
-    s = np.asarray(entry.scales, np.float64).ravel()
+def _grid_integers(entry, kernel, qdim, s8, factor=1.0):
+    """``(k, steps)``: the integers of ``entry``'s grid, its steps times ``factor``, in the
+    flatbuffer's layout (a channel of step 0, all zeros, keeps the converter's step ``s8``);
+    raises if the kernel is not on the grid."""
+    s = np.asarray(entry.scales, np.float64).ravel() * factor
     if np.any(s <= 0):
         fallback = np.broadcast_to(np.where(s8 > 0, s8, 1.0), s.shape)
         s = np.where(s > 0, s, fallback)
@@ -427,7 +453,7 @@ def store_weights(content: bytes, layers: list[LayerWeights]) -> tuple[bytes, li
     assigned = _assign(flat, [(oi, op, kind, wi, row.shape) for oi, op, kind, wi, row in ops
                               if row.storage == "INT8"], by_shape)
     for oi, op, kind, wi, row in ops:
-        entry = assigned.get(oi)
+        entry, factor = assigned.get(oi, (None, 1.0))
         if entry is not None:
             row.layer = entry.layer
             row.reason = entry.reason or row.reason
@@ -438,8 +464,9 @@ def store_weights(content: bytes, layers: list[LayerWeights]) -> tuple[bytes, li
         q = flat.tensor(wi).quantization
         s8 = np.asarray(q.scale, np.float64)
         qdim = int(q.quantizedDimension or 0)
-        kernel = entry.tflite_kernel().reshape(row.shape)  # the operator's layout
-        k, s = _grid_integers(entry, kernel, qdim, s8)
+        # the operator's layout (and the converter's scaling, when it folded one into it)
+        kernel = entry.tflite_kernel().reshape(row.shape) * factor
+        k, s = _grid_integers(entry, kernel, qdim, s8, factor)
         k, s = _fit_bias(flat, op, kind, entry, kernel, qdim, s8, k, s)
         row.storage = _write_weight(flat, op, kind, entry, k, s)
         row.rounded = True
@@ -450,6 +477,9 @@ def store_weights(content: bytes, layers: list[LayerWeights]) -> tuple[bytes, li
                            f"{NO_INT4.get(kind, kind + ' has no INT4 kernel')}")
         if entry.wide_reason:
             row.reason += f": {entry.wide_reason}"
+        if factor != 1.0:
+            row.reason += (f" (TF Lite's converter folded a scaling of its input by {factor:.6g} "
+                           "into the kernel; its steps are scaled with it)")
         stored.append(row)
     for entry in layers:
         if entry.bits is not None and id(entry) not in held:

@@ -470,7 +470,8 @@ def wide_share_within(model, targets, bits, size_ratio) -> float:
 def _wide_reason(bits, wide_by, size_ratio) -> str:
     """Why a kernel of a ``bits``-bit rounding is on an 8-bit grid."""
     which = (f"its {bits}-bit rounding to nearest adds more noise to its output per weight "
-             "than the others'" if wide_by == "noise" else "one of the smallest kernels")
+             "than the other kernels' roundings" if wide_by == "noise"
+             else "one of the smallest kernels")
     room = (f"within a file of {size_ratio:g}x the 8-bit one" if size_ratio
             else "within the share of the weights kept 8-bit")
     return f"kept 8-bit, {which}, {room}"
