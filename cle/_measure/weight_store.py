@@ -308,11 +308,13 @@ def _assign(flat, ops, by_shape):
                      if any(e.bits is not None for e, _, _ in candidates) else None)
         for entry, kernel, own in candidates:
             err, factor = float(np.max(np.abs(values - kernel) * inv, initial=0.0)), 1.0
-            if err > MATCH_STEPS and entry.bits is not None:
+            if err > MATCH_STEPS:
+                if entry.bits is None:
+                    continue
                 err, factor = _scaled_error(values, kernel, inv)
+                if err > MATCH_STEPS:
+                    continue
                 err += SCALED
-            if err > MATCH_STEPS + SCALED:
-                continue
             err += 0.0 if own else OTHER_LAYOUT
             if entry.bits is None:
                 if err < cost[i, len(rounded) + i]:
