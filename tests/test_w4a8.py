@@ -442,7 +442,6 @@ def test_a_1d_kernel_and_a_2d_kernel_of_the_same_values_each_keep_their_operator
         ("a1d", "INT4", True), ("b2d", "INT4", True)]
 
 
-
 @pytest.mark.parametrize("pad", [False, True], ids=["same", "zero-padded"])
 def test_a_kernel_the_converter_scaled_is_stored_on_its_grid_scaled(pad):
     """TF Lite's converter folds an input ``Rescaling`` without offset (a zero padding between
@@ -465,11 +464,10 @@ def test_a_kernel_the_converter_scaled_is_stored_on_its_grid_scaled(pad):
     assert {name: (w.op, w.storage, w.rounded) for name, w in rows.items()} == {
         "stem": ("CONV_2D", "INT4", True), "pw": ("CONV_2D", "INT4", True),
         "head": ("FULLY_CONNECTED", "INT4", True)}
-    obj, graph = _model_tensors(w4)
-    int4 = [t for t in graph.tensors if t.type == 17]
+    _, graph = _model_tensors(w4)
     stem = next(e for e in entries if e.layer == "stem")
-    scales = [np.asarray(t.quantization.scale, np.float64) for t in int4]
-    folded = [sc for sc in scales if sc.shape == (8,)]
+    folded = [np.asarray(t.quantization.scale, np.float64) for t in graph.tensors
+              if t.type == 17 and len(t.quantization.scale) == 8]  # INT4, the stem's 8 steps
     assert len(folded) == 1
     if not np.allclose(folded[0], stem.scales, rtol=1e-6):  # the converter scaled it
         np.testing.assert_allclose(folded[0], np.asarray(stem.scales) / 255.0, rtol=1e-6)
@@ -479,6 +477,7 @@ def test_a_kernel_the_converter_scaled_is_stored_on_its_grid_scaled(pad):
     y4 = Q.run_tflite(w4, x, batch_size=16)
     np.testing.assert_array_equal(y4, Q.run_tflite(W.int8_twin(w4), x, batch_size=16))
     assert Q.sqnr_db(model.predict(x, verbose=0), y4) > 25  # the rounded kernels
+
 
 def _separable_net():
     keras.utils.set_random_seed(5)

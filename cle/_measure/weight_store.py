@@ -296,7 +296,7 @@ def _assign(flat, ops, by_shape):
         return {}
     # columns: the rounded layers, then one per operator for its closest other layer
     cost = np.full((n, len(rounded) + n), np.inf)
-    factors = np.ones(cost.shape)
+    factors = np.ones((n, len(rounded)))  # of the rounded layers' columns
     other = [None] * n
     for i, (_, op, kind, wi, shape) in enumerate(ops):
         candidates = by_shape.get(shape, [])
