@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gc
+import tempfile
 from typing import Any, Callable
 
 import keras
@@ -23,6 +24,7 @@ import numpy as np
 
 from cle._core import keras_internals as internals
 from cle._core.graph import inner_function
+from cle._core.layouts import layout_of
 
 __all__ = ["CloneMap", "LayerEdit", "gc_paused", "own_configs", "rebuild"]
 
@@ -218,6 +220,7 @@ class _Rebuilder:
             edit = self.edits.get(id(old))
             if edit is None or not edit.sets_weights:
                 _copy_variables(old, new)
+                _carry_state(old, new)
                 continue
             dtypes = {np.dtype(w.dtype) for w in new.weights}
             values = edit.new_values(dtypes.pop() if len(dtypes) == 1 else None)
@@ -255,6 +258,41 @@ def _copy_variables(old, new):
                 f"internal error: weight '{src.path}' of layer '{old.name}' has shape "
                 f"{tuple(src.shape)} but its clone's has {tuple(dst.shape)}")
         dst.assign(keras.ops.copy(src))
+
+
+_BASE = keras.layers.Layer
+
+
+def _keeps_more_state(layer) -> bool:
+    """Whether ``layer``'s class loads more than its variables from a saved file: it overrides
+    ``load_own_variables`` or ``load_assets`` (Keras' saving protocol), e.g. ``Normalization``
+    derives its ``mean`` and ``variance`` from its adapt variables there, and the lookup layers
+    read their vocabulary from their assets. The kernel layers of :mod:`cle._core.layouts`
+    override it for their quantized modes only: their variables say everything."""
+    return layout_of(layer) is None and (
+        type(layer).load_own_variables is not _BASE.load_own_variables
+        or hasattr(layer, "load_assets"))
+
+
+def _carry_state(old, new):
+    """Give ``new`` (and each layer it holds) the state loading a saved ``old`` would give it
+    beyond the variables :func:`_copy_variables` copied, through Keras' own saving protocol in
+    memory: ``save_own_variables``/``load_own_variables`` and ``save_assets``/``load_assets``.
+
+    Without it a rebuilt adapted ``Normalization`` layer computed with mean 0 and variance 1
+    (its ``finalize_state`` never ran), and a rebuilt adapted ``IntegerLookup`` had no vocabulary.
+    """
+    for o, n in zip([old] + internals.sublayers(old), [new] + internals.sublayers(new)):
+        if not _keeps_more_state(n):
+            continue
+        store: dict = {}
+        o.save_own_variables(store)
+        n.load_own_variables({k: keras.ops.copy(v) if isinstance(v, keras.Variable) else v
+                              for k, v in store.items()})
+        if hasattr(n, "load_assets"):  # Keras' saving calls it where a layer has it
+            with tempfile.TemporaryDirectory() as folder:
+                o.save_assets(folder)
+                n.load_assets(folder)
 
 
 @contextlib.contextmanager
