@@ -50,6 +50,7 @@ _EXPORTS = {
     "CrossLayerScaling": "cle.cross_layer_equalization",
     "EqualizationReport": "cle.cross_layer_equalization",
     "HighBiasFold": "cle.cross_layer_equalization",
+    "NotExactError": "cle.cross_layer_equalization",
     "equalize_model": "cle.cross_layer_equalization",
     "replace_relu6_with_clipped_relu": "cle.cross_layer_equalization",
     "replace_relu6_with_relu": "cle.cross_layer_equalization",

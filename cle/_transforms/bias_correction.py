@@ -346,10 +346,11 @@ def _with_bias(plan, layer, delta):
         edit, config={**edit.config, "use_bias": True}, variables={}, compute=compute, keep=())
 
 
-def correct_in_plan(view, plan, opts):
+def correct_in_plan(view, plan, opts, applied: dict | None = None):
     """Analytic bias correction of :func:`cle.equalize_model`, computed on the input model's
     ``view`` from the planned weights and written into ``plan.edits`` before the one
-    rebuild. Returns the records."""
+    rebuild. Returns the records; ``applied``, if given, receives ``{id(layer): delta}`` of
+    every corrected layer (its new bias is the planned one less ``delta``)."""
     def kernel_of(layer):
         return _planned_kernel(plan, layer)
 
@@ -362,6 +363,8 @@ def correct_in_plan(view, plan, opts):
             records[id(call)] = _record(call.layer, "analytic", delta, note,
                                         not _had_bias(plan, call.layer))
             _with_bias(plan, call.layer, delta)
+            if applied is not None:
+                applied[id(call.layer)] = delta
     return _ordered(calls, records)
 
 

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
+
+import keras
+import numpy as np
+
 from cle._core.backend import check_runnable
 from cle._core.graph import graph_view
 from cle._core.inputs import check_calibration_data
 from cle._core.rebuild import rebuild
+from cle._transforms import exactness
+from cle._transforms.exactness import NotExactError
 from cle._transforms.bn_fold import FoldedPair
 from cle._transforms.options import EqualizeOptions
 from cle._transforms.plan import plan_equalization
@@ -21,6 +28,7 @@ __all__ = [
     "CrossLayerScaling",
     "EqualizationReport",
     "HighBiasFold",
+    "NotExactError",
     "equalize_checked",
     "equalize_model",
     "replace_relu6_with_clipped_relu",
@@ -137,25 +145,33 @@ def equalize_model(model, relu6="bound", high_bias_fold="none", margin=3.0,
     if opts.wants_data:  # refuse before any work what this backend cannot run, or bad data
         check_runnable(model, opts.data_use)
         x = check_calibration_data(model, calibration_data)  # the one check, the one copy
-    new_model, report = equalize_checked(model, view, opts, x, progress)
+    new_model, report = equalize_checked(model, view, opts, x, progress, guard_inputs=x)
     return (new_model, report) if return_report else new_model
 
 
-def equalize_checked(model, view, opts: EqualizeOptions, x, progress=None):
+def equalize_checked(model, view, opts: EqualizeOptions, x, progress=None, guard_inputs=None):
     """:func:`equalize_model` on what its door checked: ``view`` the model's graph view,
     ``opts`` its options, ``x`` the :class:`cle._core.inputs.ModelInputs` they need (or None).
-    Returns ``(new_model, report)``."""
+    With ``guard_inputs`` (model inputs) and options that are exact (``relu6`` not
+    "replace", no high-bias folding), the new model before its bias correction must compute
+    what ``model`` does on them (:func:`cle._transforms.exactness.guard`, which raises
+    :class:`cle._transforms.exactness.NotExactError`). Returns ``(new_model, report)``."""
     plan = plan_equalization(model, view, opts, x, progress)
     corrections = empirical = None
+    applied: dict = {}
     if opts.bias_correction != "none":
         # Imported here: a call without bias correction does not pay for loading it.
         from cle._transforms import bias_correction as correction
 
         if opts.bias_correction == "analytic":  # into the plan's edits, before the rebuild
-            corrections = correction.correct_in_plan(view, plan, opts)
+            corrections = correction.correct_in_plan(view, plan, opts, applied)
         else:  # a bias for every target in the rebuild; the pass corrects them in place
             empirical = correction.EmpiricalCorrection.prepare(view, plan)
     new_model, clones = rebuild(model, edits=plan.edits, bypass=plan.bypass)
+    if guard_inputs is not None and opts.relu6 != "replace" and opts.high_bias_fold == "none":
+        with _uncorrected(clones, applied):
+            exactness.guard(view, new_model, clones, set(plan.bypass), set(plan.edits),
+                            guard_inputs, "batch-norm folding and cross-layer scaling")
     if empirical is not None:
         corrections = empirical.run(view, plan, new_model, clones, x, opts, progress)
     report = EqualizationReport(
@@ -175,6 +191,23 @@ def equalize_checked(model, view, opts: EqualizeOptions, x, progress=None):
     if corrections is not None:
         report.bias_corrections = corrections
     return new_model, report
+
+
+@contextlib.contextmanager
+def _uncorrected(clones, applied):
+    """The new layers' biases without the analytic corrections ``applied`` (``{id(old
+    layer): delta}``) for the block, then exactly as they were."""
+    saved = []
+    for key, delta in applied.items():
+        bias = clones[key].bias
+        value = keras.ops.convert_to_numpy(bias)
+        saved.append((bias, value))
+        bias.assign((value.astype(np.float64) + delta).astype(value.dtype))
+    try:
+        yield
+    finally:
+        for bias, value in saved:
+            bias.assign(value)
 
 
 def _layers(links):
