@@ -24,7 +24,8 @@ activations, clipping, one channel far wider than the others, an error the layer
 amplify); :meth:`AnalysisReport.to_dict` is the JSON of ``cle analyze --report`` and
 :meth:`AnalysisReport.plot` draws the per-layer picture.
 
-The options are :func:`cle.quantize`'s, checked by the same door; models with one input and
+The options are :func:`cle.quantize`'s, checked by the same door (``output_kinds`` says which
+outputs are class scores: only those get a top-1 agreement); models with one input and
 one output only (others: ``ValueError`` naming the model). Without data the inputs are
 :func:`cle.quantize`'s synthetic ones (distilled from the model's batch-norm statistics, and
 natural-image-like inputs across the input range), the output's figures the lower of its two

@@ -79,7 +79,7 @@ def data():
 
 @pytest.fixture(scope="module")
 def report(net, data):
-    return cle.analyze(net, data)
+    return cle.analyze(net, data, output_kinds={"logits": "classes"})
 
 
 @pytest.fixture(scope="module")
@@ -91,10 +91,10 @@ def build(net, data):
 
 
 def test_the_tflite_is_the_one_quantize_writes_and_the_output_is_its_check(net, data, report):
-    content, quantized = cle.quantize(net, data)
+    content, quantized = cle.quantize(net, data, output_kinds={"logits": "classes"})
     assert report.tflite == content
     assert report.output["sqnr_db"] == quantized.sqnr_db
-    assert report.output["top1_agreement"] == quantized.top1_agreement
+    assert report.output["top1_agreement"] == quantized.top1_agreement > 0.5
     assert (report.n_check, report.check_inputs) == (10, "held-out calibration inputs")
 
 

@@ -400,6 +400,9 @@ def test_error_subclassed_model(capsys, tmp_path):
     (["inspect", "{m}", "--custom-objects", "{t}/none.py"], "no such file"),
     (["demo", "--images", "0"], "must be at least 1"),
     (["frobnicate"], "invalid choice: 'frobnicate'"),
+    (["quantize", "{m}", "-o", "{t}/o.tflite", "--output-kind", "logits"],
+     "expected OUTPUT=KIND with KIND one of classes, values"),
+    (["analyze", "{m}", "--output-kind", "logits=scores"], "received 'logits=scores'"),
 ])
 def test_usage_errors(capsys, tmp_path, model_file, argv, fragment):
     argv = [a.format(m=model_file, t=tmp_path) for a in argv]

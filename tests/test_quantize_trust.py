@@ -40,6 +40,10 @@ def _net(seed=0):
     return model
 
 
+#: The test nets end in linear logits: declared, so that the check gives their top-1.
+LOGITS = {"logits": "classes"}
+
+
 @pytest.fixture(scope="module")
 def net():
     return _net()
@@ -55,7 +59,7 @@ def data():
 
 def test_compare_gives_the_plain_conversions_own_figures(net, data):
     """Bug caught: `compare`'s plain figure computed from the INT8 model's own output."""
-    content, report = cle.quantize(net, data, compare=True)
+    content, report = cle.quantize(net, data, compare=True, output_kinds=LOGITS)
     x_cal, x_check = data[:30], data[30:]
     plain = Q.convert_to_tflite_int8(net, x_cal)  # the converter's defaults, same calibration
     ref = net.predict(x_check, verbose=0)
@@ -130,6 +134,27 @@ def test_a_zero_variance_channel_distills_finite_inputs():
     assert math.isfinite(report.sqnr_db) and report.sqnr_db > 5
 
 
+def test_a_dead_channel_distills_finite_inputs():
+    """A channel that is constant on every input (its kernel all zero: the batch norm after it
+    holds variance 0 and the batch's standard deviation is 0 too), as trained networks have.
+    Bug it catches: the epsilon dropped from the batch's standard deviation in the
+    distillation's loss (the gradient of sqrt at 0 is infinite: NaN synthetic inputs)."""
+    model = _net(seed=4)
+    conv, bn = model.get_layer("c1"), model.get_layer("bn1")
+    kernel = keras.ops.convert_to_numpy(conv.kernel).copy()
+    kernel[..., 5] = 0.0
+    conv.kernel.assign(kernel)
+    bias = keras.ops.convert_to_numpy(conv.bias).copy()
+    mean = keras.ops.convert_to_numpy(bn.moving_mean).copy()
+    var = keras.ops.convert_to_numpy(bn.moving_variance).copy()
+    mean[5], var[5] = bias[5], 0.0
+    bn.moving_mean.assign(mean)
+    bn.moving_variance.assign(var)
+    x, losses = _synthetic.distill(model, 4, steps=5, input_range=(-1.0, 1.0))
+    assert np.isfinite(x.arrays[0]).all() and np.isfinite(losses).all()
+    assert float(np.std(x.arrays[0])) > 0.01  # the inputs moved, and not to NaN
+
+
 def test_non_finite_distillation_is_an_error(monkeypatch):
     """Without the epsilon the loss turns non-finite: an error, never synthetic inputs."""
     monkeypatch.setattr(_synthetic, "EPS", 0.0)
@@ -201,13 +226,13 @@ def test_without_data_every_run_warns_its_figures_are_an_estimate():
                 {"inputs": "set b", "outputs": [C.OutputCheck(name, "logits", b, 1.0)]}]
 
     inputs = pipeline._Inputs(None, [], loss=[0.2, 0.3])
-    assert pipeline._warnings(model, sets(20.0, 18.0), inputs, []) == [C.estimate_caveat()]
-    warned = pipeline._warnings(model, sets(20.0, 16.5), inputs, [])
+    assert pipeline._warnings(model, sets(20.0, 18.0), inputs, [], LOGITS) == [C.estimate_caveat()]
+    warned = pipeline._warnings(model, sets(20.0, 16.5), inputs, [], LOGITS)
     assert warned[0] == C.estimate_caveat() and len(warned) == 2
     assert warned[1].startswith(f"output '{name}': the check's two sets of synthetic inputs "
                                 "disagree (20.0 dB on set a, 16.5 dB on set b)")
     inputs.loss = [0.2, pipeline.CONVERGED_LOSS * 2]
-    diverged, caveat = pipeline._warnings(model, sets(20.0, 18.0), inputs, [])
+    diverged, caveat = pipeline._warnings(model, sets(20.0, 18.0), inputs, [], LOGITS)
     assert diverged.startswith("the distillation did not converge (final batch-norm loss 2,")
     assert caveat == C.estimate_caveat()
 
@@ -227,14 +252,46 @@ def test_headline_figures_are_the_lower_of_each_over_the_check_sets():
 # ------------------------------------------------------------- outputs and inputs
 
 
-def test_output_kinds_take_top1_for_class_scores_only():
+def _kinds_model():
     inp = keras.Input((8,))
     outs = [L.Dense(10, name="logits")(inp), L.Dense(4, name="boxes")(inp),
             L.Dense(3, activation="softmax", name="probs")(inp), L.Dense(1, name="value")(inp),
-            L.Dense(12, activation="sigmoid", name="tags")(inp)]
-    model = keras.Model(inp, outs)
-    assert C.output_kinds(model) == ["logits", "values", "probabilities", "values", "values"]
-    assert C.output_names(model) == ["logits", "boxes", "probs", "value", "tags"]
+            L.Dense(12, activation="sigmoid", name="tags")(inp),
+            L.Dense(2, activation="softmax", name="two")(inp),
+            L.Dense(1, activation="sigmoid", name="binary")(inp),
+            L.Softmax(name="soft")(L.Dense(6)(inp)), L.Dense(6, name="six")(inp)]
+    return keras.Model(inp, outs)
+
+
+def test_output_kinds_take_top1_for_class_scores_only():
+    """Class scores end in a softmax or a sigmoid over two entries or more; a linear vector is
+    values (10 landmark coordinates are no classes) unless declared."""
+    model = _kinds_model()
+    assert C.output_kinds(model) == ["values", "values", "probabilities", "values",
+                                     "probabilities", "probabilities", "values",
+                                     "probabilities", "values"]
+    assert C.output_names(model) == ["logits", "boxes", "probs", "value", "tags", "two",
+                                     "binary", "soft", "six"]
+    assert C.undeclared_scores(model) == ["logits"]  # a linear vector of 10: maybe logits
+    declared = {"logits": "classes", "six": "classes", "probs": "values"}
+    assert C.output_kinds(model, declared) == ["logits", "values", "values", "values",
+                                               "probabilities", "probabilities", "values",
+                                               "probabilities", "logits"]
+    assert C.undeclared_scores(model, declared) == []
+
+
+@pytest.mark.parametrize("declared, message", [
+    ({"nope": "classes"}, r"output_kinds names an output model '.*' does not have\. "
+                          r"Received: 'nope'; its outputs: \['logits', 'boxes'"),
+    ({"value": "classes"}, r"output 'value' has 1 entries per sample: class scores need two"),
+    ({"logits": "scores"}, r"maps output names to one of \('classes', 'values'\)\. "
+                           r"Received: output_kinds\['logits'\]='scores'"),
+    ({}, r"must be None or a dict"),
+])
+def test_output_kinds_refuses_what_it_cannot_honour(declared, message):
+    model = _kinds_model()
+    with pytest.raises(ValueError, match=message):
+        cle.quantize(model, np.zeros((16, 8), np.float32), output_kinds=declared)
 
 
 def test_two_outputs_each_checked_and_protected(zoo):
@@ -245,7 +302,7 @@ def test_two_outputs_each_checked_and_protected(zoo):
 
     x = _zoo.inputs("two_output", 24, seed=_zoo.BUILD_SEED, size=48)
     for data in (x, None):
-        content, report = cle.quantize(model, data)
+        content, report = cle.quantize(model, data, output_kinds={"scores": "classes"})
         assert [(o.name, o.kind) for o in report.outputs] == [("scores", "logits"),
                                                               ("boxes", "values")]
         assert math.isnan(report.outputs[1].top1_agreement)
@@ -609,3 +666,65 @@ def test_cli_equalize_reads_calibration_with_the_same_reader(zoo, tmp_path, caps
                      "--bias-correction", "empirical", "--calibration", str(tmp_path / "bad.npy")])
     err = capsys.readouterr().err
     assert code == 2 and "has the wrong channel count" in err
+
+
+def test_an_undeclared_linear_vector_is_values_and_the_report_says_how_to_declare_it():
+    """No top-1 agreement (never "nan%") for a linear vector nobody declared; one sentence
+    naming the option that would give it."""
+    inp = keras.Input((8,))
+    h = L.Dense(16, activation="relu")(inp)
+    model = keras.Model(inp, [L.Dense(10, name="landmarks")(h),
+                              L.Dense(3, activation="softmax", name="cls")(h)])
+    x = np.random.default_rng(0).normal(0, 1, (64, 8)).astype(np.float32)
+    _, report = cle.quantize(model, x)
+    assert [o.kind for o in report.outputs] == ["values", "probabilities"]
+    text = report.summary()
+    assert "nan" not in text
+    assert "output 'landmarks': SQNR" in text and "output 'cls': top-1 agreement" in text
+    hint = [w for w in report.warnings if "output 'landmarks' is a linear vector" in w]
+    assert len(hint) == 1 and "--output-kind landmarks=classes" in hint[0]
+    _, report = cle.quantize(model, x, output_kinds={"landmarks": "values"})
+    assert not [w for w in report.warnings if "linear vector" in w]
+
+
+# ------------------------------------------------- never worse than the plain converter
+
+
+def test_with_data_the_closest_build_is_written_and_said(net, data, monkeypatch):
+    """With data, cle's build, the same with min/max ranges and the plain conversion are
+    measured on the held-out inputs and the closest is written: on this net cle's own; with
+    ranges cut far too deep (tails of 5 %), the min/max one; if that one is no better either,
+    the plain conversion. Each time the report says which and the figures are the file's."""
+    from cle._quantize import choice as _choice
+    from cle._quantize import ranges as _ranges
+
+    x_check = data[30:]
+    ref = net.predict(x_check, verbose=0)
+    content, report = cle.quantize(net, data, compare=True, output_kinds=LOGITS)
+    assert report.choice.written == "cle"
+    assert set(report.choice.sqnr_db) == set(_choice.CANDIDATES)
+    assert report.choice.sqnr_db["cle"][0] == pytest.approx(report.sqnr_db, abs=1e-6)
+    assert report.choice.sqnr_db["plain"][0] == pytest.approx(report.plain["sqnr_db"], abs=1e-6)
+    assert "written: cle's build (activation ranges at their tails), the closest" in \
+        report.summary()
+    assert report.to_dict()["choice"]["written"] == "cle"
+
+    monkeypatch.setattr(_ranges, "TAIL", 0.05)
+    content, report = cle.quantize(net, data, output_kinds=LOGITS)
+    scores = {k: np.mean(v) for k, v in report.choice.sqnr_db.items()}
+    assert scores["cle, min/max ranges"] > scores["cle"] + _choice.SWITCH_DB
+    assert report.choice.written == max(scores, key=scores.get)
+    assert report.sqnr_db == pytest.approx(Q.sqnr_db(ref, Q.run_tflite(content, x_check)),
+                                           abs=1e-4)
+    assert any(w.startswith("the file written is ") for w in report.warnings)
+
+    monkeypatch.setattr(_choice, "_minmax", lambda build: build.content)
+    content, report = cle.quantize(net, data, output_kinds=LOGITS)
+    assert report.choice.written == "plain"
+    assert content == Q.convert_to_tflite_int8(net, data[:30])
+    assert "written: the float model straight into TF Lite's converter" in report.summary()
+
+
+def test_no_choice_without_data_or_off_the_default_route(net):
+    _, report = cle.quantize(net, input_range=(-1.0, 1.0), output_kinds=LOGITS)
+    assert report.choice is None and report.to_dict()["choice"] is None

@@ -10,7 +10,7 @@ import traceback
 from cle._cli.commands import cmd_demo, cmd_equalize, cmd_fold, cmd_inspect
 from cle._cli.quantize import (
     check_calibration_options, check_quantize_options, cmd_analyze, cmd_quantize,
-    input_range_arg,
+    input_range_arg, output_kind_arg,
 )
 from cle._cli.commands import inspect_lines  # noqa: F401  (cle.cli.inspect_lines)
 from cle._cli.common import (
@@ -177,6 +177,13 @@ def _quantize_data_options(p, calibration_help):
                         "(--input-range=-1,1): a negative LOW would read as an option. "
                         "Default: found from the model (its preprocessing layers or its first "
                         "batch norm); refused when the model cannot tell")
+    p.add_argument("--output-kind", type=output_kind_arg, action="append",
+                   metavar="OUTPUT=KIND",
+                   help="classes or values: what an output holds, where the model does not "
+                        "show it (repeat it per output). Class scores get a top-1 agreement: "
+                        "outputs ending in a softmax or a sigmoid over two entries or more, "
+                        "and those declared classes (e.g. linear logits); the rest get their "
+                        "SQNR only")
     p.add_argument("--limit", type=_positive_int, metavar="N",
                    help="read at most N images from a --calibration folder")
     p.add_argument("--per-tensor", dest="per_channel", action="store_false",

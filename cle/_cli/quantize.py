@@ -14,7 +14,7 @@ from cle._cli.common import (
 )
 
 __all__ = ["check_quantize_options", "cmd_analyze", "cmd_quantize", "input_range_arg",
-           "quantize_options"]
+           "output_kind_arg", "quantize_options"]
 
 
 def input_range_arg(text):
@@ -31,6 +31,20 @@ def input_range_arg(text):
     if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
         raise argparse.ArgumentTypeError(f"expected LOW < HIGH; received {text!r}")
     return name or None, (lo, hi)
+
+
+def output_kind_arg(text):
+    """``--output-kind OUTPUT=KIND`` as ``(output name, kind)``."""
+    import argparse
+
+    from cle._quantize.options import OUTPUT_KINDS
+
+    name, _, kind = text.rpartition("=")
+    if not name or kind not in OUTPUT_KINDS:
+        raise argparse.ArgumentTypeError(
+            f"expected OUTPUT=KIND with KIND one of {', '.join(OUTPUT_KINDS)} (e.g. "
+            f"--output-kind predictions=classes); received {text!r}")
+    return name, kind
 
 
 def _stated_range(args):
@@ -78,7 +92,9 @@ def quantize_options(args):
             ranges=args.ranges, input_range=_stated_range(args),
             compare=getattr(args, "compare", False), tune=getattr(args, "tune", False),
             weight_bits=getattr(args, "weight_bits", 8),
-            rounding=getattr(args, "rounding", "auto"), has_data=bool(args.calibration))
+            rounding=getattr(args, "rounding", "auto"),
+            output_kinds=dict(args.output_kind) if getattr(args, "output_kind", None) else None,
+            has_data=bool(args.calibration))
     except ValueError as exc:
         raise CliError(one_line(exc), EXIT_USAGE) from exc
 

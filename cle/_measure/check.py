@@ -2,10 +2,13 @@
 
 Every output gets its SQNR against the float model's; an output of class scores also gets its
 top-1 agreement (the share of samples, or of pixels, whose highest score is the float
-model's). An output counts as class scores when it ends in a softmax (any rank, two classes
-or more) or when it is a vector of at least :data:`MIN_CLASSES` linear scores; anything else
-(a regression value, box coordinates, an image) gets its SQNR only, since the position of its
-largest entry means nothing.
+model's). An output counts as class scores when it ends in a softmax or a sigmoid (any rank,
+two classes or more), or when the caller declares it so (``output_kinds={name: "classes"}``,
+``--output-kind NAME=classes``); anything else (a regression value, box or landmark
+coordinates, an image, and a linear vector nobody declared) gets its SQNR only, since the
+position of its largest entry may mean nothing. A linear vector of at least
+:data:`MIN_CLASSES` entries may well be logits: the report says how to declare it
+(:func:`undeclared_scores`).
 
 The figures come with what makes them rough: fewer than :data:`MIN_RELIABLE` inputs, or the
 two halves of the inputs disagreeing by more than :data:`DISAGREE_DB` in SQNR. Non-finite
@@ -24,11 +27,15 @@ import numpy as np
 
 from cle._core import keras_internals as internals
 
-__all__ = ["MIN_CLASSES", "OutputCheck", "check_outputs", "close_calls", "estimate_caveat",
-           "idle_top1", "output_kinds", "output_names", "rough_figures"]
+__all__ = ["MIN_CLASSES", "OutputCheck", "check_outputs", "close_calls", "declared_kinds",
+           "estimate_caveat", "guessed_scores", "idle_top1", "output_kinds", "output_names",
+           "rough_figures", "undeclared_scores"]
 
-#: A linear vector output with at least this many entries is taken for class logits.
+#: A linear vector output with at least this many entries may be class logits: the report
+#: says how to declare it, and the distillation without data steers it as such.
 MIN_CLASSES = 10
+#: Activations whose output, over two classes or more, is class scores.
+SCORE_ACTIVATIONS = ("softmax", "sigmoid")
 #: Fewer check inputs than this give rough figures (said in the report).
 MIN_RELIABLE = 16
 #: The two halves of the check inputs disagreeing by more SQNR than this: rough figures.
@@ -49,22 +56,84 @@ def _activation_name(layer):
     return getattr(fn, "__name__", "") if fn is not None else ""
 
 
-def output_kinds(model) -> list[str]:
-    """``"probabilities"``, ``"logits"`` or ``"values"`` for each output of ``model``."""
+def _ends_in(producer) -> str:
+    if isinstance(producer, keras.layers.Softmax):
+        return "softmax"
+    return _activation_name(producer)
+
+
+def _classes(out) -> int:
+    shape = tuple(out.shape)
+    return shape[-1] if shape and shape[-1] is not None else 0
+
+
+def declared_kinds(model, declared) -> dict[int, str]:
+    """``{output index: "classes" | "values"}`` of the outputs ``declared`` names (by the
+    name of the layer that makes the output, or by the model's output name).
+
+    Raises:
+        ValueError: a name that is no output of ``model``, or "classes" for an output with
+            fewer than two entries.
+    """
+    if not declared:
+        return {}
+    names, keras_names = output_names(model), list(getattr(model, "output_names", []) or [])
+    out = {}
+    for name, kind in declared.items():
+        hits = [k for k, n in enumerate(names) if n == name] or [
+            k for k, n in enumerate(keras_names) if n == name]
+        if not hits:
+            raise ValueError(f"output_kinds names an output model '{model.name}' does not have. "
+                             f"Received: {name!r}; its outputs: {names}")
+        k = hits[0]
+        if kind == "classes" and _classes(model.outputs[k]) < 2:
+            raise ValueError(f"output '{name}' has {_classes(model.outputs[k])} entries per "
+                             "sample: class scores need two or more. Received: "
+                             f"output_kinds[{name!r}]='classes'")
+        out[k] = kind
+    return out
+
+
+def output_kinds(model, declared=None) -> list[str]:
+    """``"probabilities"``, ``"logits"`` or ``"values"`` for each output of ``model``: an
+    output ending in a softmax or a sigmoid over two entries or more is probabilities, an
+    output ``declared`` (``{name: "classes" | "values"}``) is what it says (class scores
+    without such an ending are logits), anything else is values."""
+    given = declared_kinds(model, declared)
     kinds = []
-    for out in model.outputs:
-        shape = tuple(out.shape)
-        producer = internals.producer_of(out)
-        classes = shape[-1] if shape and shape[-1] is not None else 0
-        if classes >= 2 and (isinstance(producer, keras.layers.Softmax)
-                             or _activation_name(producer) == "softmax"):
+    for k, out in enumerate(model.outputs):
+        ending = _ends_in(internals.producer_of(out))
+        if given.get(k) == "values":
+            kinds.append("values")
+        elif _classes(out) >= 2 and ending in SCORE_ACTIVATIONS:
             kinds.append("probabilities")
-        elif len(shape) == 2 and classes >= MIN_CLASSES and _activation_name(producer) in (
-                "", "linear"):
+        elif given.get(k) == "classes":
             kinds.append("logits")
         else:
             kinds.append("values")
     return kinds
+
+
+def _linear_vector(out) -> bool:
+    return (len(tuple(out.shape)) == 2 and _classes(out) >= MIN_CLASSES
+            and _ends_in(internals.producer_of(out)) in ("", "linear"))
+
+
+def undeclared_scores(model, declared=None) -> list[str]:
+    """The names of the outputs that may be class logits (a linear vector of at least
+    :data:`MIN_CLASSES` entries) and that ``declared`` does not name: checked as values."""
+    given = declared_kinds(model, declared)
+    return [name for k, (out, name) in enumerate(zip(model.outputs, output_names(model)))
+            if k not in given and _linear_vector(out)]
+
+
+def guessed_scores(model) -> list[str]:
+    """Per output, what the distillation without data pushes inputs towards:
+    ``"probabilities"`` (a softmax, any rank, two classes or more), ``"logits"`` (a linear
+    vector of at least :data:`MIN_CLASSES` entries) or ``"values"`` (nothing)."""
+    return ["probabilities" if _classes(out) >= 2 and _ends_in(internals.producer_of(out))
+            == "softmax" else "logits" if _linear_vector(out) else "values"
+            for out in model.outputs]
 
 
 def output_names(model) -> list[str]:

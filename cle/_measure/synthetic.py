@@ -28,7 +28,7 @@ import numpy as np
 
 from cle._core.graph import graph_view, inner_function
 from cle._core.inputs import ModelInputs, input_signatures
-from cle._measure.check import output_kinds
+from cle._measure.check import guessed_scores
 
 EPS = 1e-5
 #: Weight of the cross-entropy term for outputs of class scores, against the BN loss.
@@ -61,7 +61,7 @@ def _scored(model):
     """``(output tensor, kind)`` of the outputs the cross-entropy pushes: vectors of class
     scores (a segmentation map's per-pixel scores are left to the BN statistics)."""
     function = inner_function(model)
-    return [(o, k) for o, k in zip(function.outputs, output_kinds(model))
+    return [(o, k) for o, k in zip(function.outputs, guessed_scores(model))
             if k != "values" and len(o.shape) == 2]
 
 
@@ -152,7 +152,7 @@ def distill(model, n: int, steps: int = STEPS, batch_size: int = BATCH,
             progress: Callable[[str], None] | None = None) -> tuple[ModelInputs, list]:
     """``n`` synthetic inputs whose statistics at every BN match its moving mean and variance.
 
-    For each vector of class scores (:func:`cle._measure.check.output_kinds`) each input is
+    For each vector of class scores (:func:`cle._measure.check.guessed_scores`) each input is
     also pushed towards a class of its own (cross-entropy with weight :data:`CE_WEIGHT`,
     targets spread over the classes), so the synthetic outputs span the confident range that
     real inputs give (DeepInversion, Yin et al. 2020); BN statistics alone give logits far

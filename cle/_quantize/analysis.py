@@ -47,11 +47,12 @@ def analyze(model, calibration_data=None, *, per_channel: bool = True,
             integer_io: bool = False, bias_correction: str = "auto",
             ranges: str = "percentile", input_range=None, seed: int = 0,
             layer_inputs: int = LAYER_INPUTS,
-            progress: Callable[[str], Any] | None = None) -> AnalysisReport:
+            progress: Callable[[str], Any] | None = None, output_kinds=None) -> AnalysisReport:
     """Where the INT8 error of ``model`` comes from, layer by layer (see :mod:`cle.analysis`)."""
     opts = QuantizeOptions.from_call(
         calibration_data, per_channel=per_channel, integer_io=integer_io,
-        bias_correction=bias_correction, ranges=ranges, input_range=input_range, seed=seed)
+        bias_correction=bias_correction, ranges=ranges, input_range=input_range, seed=seed,
+        output_kinds=output_kinds)
     return analyze_checked(model, calibration_data, opts, layer_inputs, progress)
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import io
 import math
 
+from cle._quantize.analysis_report import output_figures
+
 __all__ = ["plot", "render"]
 
 MATPLOTLIB_HINT = "pip install matplotlib"
@@ -117,8 +119,7 @@ def render(report, n: int = 5, title: str | None = None, note: str | None = None
     fig.suptitle(title or "Where the INT8 error comes from, layer by layer", fontsize=12)
     top.set_title(
         f"INT8 weights {'per-channel' if t['per_channel'] else 'per-tensor'}; output on "
-        f"{report.n_check} {report.check_inputs}: top-1 agreement "
-        f"{report.output['top1_agreement']:.1%}, SQNR {report.output['sqnr_db']:.1f} dB; "
+        f"{report.n_check} {report.check_inputs}: {output_figures(report.output, 1)}; "
         f"per-layer runs on {report.n_layer_inputs} of them", fontsize=9)
     if note:
         fig.text(0.99, 0.005, note, ha="right", va="bottom", fontsize=7, color="0.4")

@@ -9,8 +9,16 @@ from typing import Any
 
 from cle._quantize import analysis_stats
 
-__all__ = ["AnalysisReport", "LayerReport"]
+__all__ = ["AnalysisReport", "LayerReport", "output_figures"]
 
+
+
+def output_figures(output: dict, digits: int = 2) -> str:
+    """"top-1 agreement …, SQNR … dB" of the model's output, the top-1 agreement only for
+    class scores (it is None or NaN for other outputs)."""
+    top1 = output.get("top1_agreement")
+    sqnr = f"SQNR {output['sqnr_db']:.{digits}f} dB"
+    return sqnr if top1 is None or math.isnan(top1) else f"top-1 agreement {top1:.1%}, {sqnr}"
 
 @dataclasses.dataclass
 class LayerReport:
@@ -149,8 +157,7 @@ class AnalysisReport:
             f"target: INT8 weights {'per-channel' if t['per_channel'] else 'per-tensor'}, "
             f"8-bit activations, {'int8' if t['integer_io'] else 'float32'} input/output; "
             f"calibration: {data}",
-            f"output on {self.n_check} {self.check_inputs}: top-1 agreement "
-            f"{self.output['top1_agreement']:.1%}, SQNR {self.output['sqnr_db']:.2f} dB",
+            f"output on {self.n_check} {self.check_inputs}: {output_figures(self.output)}",
             f"per-layer runs on {self.n_layer_inputs} "
             f"{'of them' if self.layer_inputs in ('', self.check_inputs) else self.layer_inputs}"
             ", each layer quantized alone: "

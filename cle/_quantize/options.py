@@ -11,8 +11,8 @@ import numbers
 from typing import Any
 
 __all__ = ["AUTO_ROUNDING", "AUTO_ROUNDING_LOW_BITS", "AUTO_ROUNDING_TAPSUM", "BIAS_CORRECTIONS",
-           "GRID_ROUNDINGS", "METHODS", "QuantizeOptions", "RANGES", "ROUNDINGS", "WEIGHT_BITS",
-           "resolve_rounding", "stage_rounds"]
+           "GRID_ROUNDINGS", "METHODS", "OUTPUT_KINDS", "QuantizeOptions", "RANGES", "ROUNDINGS",
+           "WEIGHT_BITS", "normalize_output_kinds", "resolve_rounding", "stage_rounds"]
 
 RANGES = ("percentile", "minmax")
 BIAS_CORRECTIONS = ("auto", "empirical", "analytic", "none")
@@ -84,6 +84,26 @@ def _pair(value, what):
     return lo, hi
 
 
+#: What an output may be declared as (``output_kinds``, ``--output-kind NAME=KIND``).
+OUTPUT_KINDS = ("classes", "values")
+
+
+def normalize_output_kinds(value):
+    """None, or ``{output name: "classes" | "values"}`` (names are checked against the model
+    at :func:`cle.quantize`'s door)."""
+    if value is None:
+        return None
+    if not isinstance(value, dict) or not value:
+        raise ValueError("`output_kinds` must be None or a dict {output name: 'classes' or "
+                         "'values'} naming at least one output. Received: "
+                         f"output_kinds={value!r}")
+    for name, kind in value.items():
+        if not isinstance(name, str) or kind not in OUTPUT_KINDS:
+            raise ValueError(f"`output_kinds` maps output names to one of {OUTPUT_KINDS}. "
+                             f"Received: output_kinds[{name!r}]={kind!r}")
+    return dict(value)
+
+
 def normalize_input_range(value):
     """None, ``(lo, hi)`` for every input, or ``{name: (lo, hi)}`` (tuples of floats)."""
     if value is None:
@@ -115,6 +135,7 @@ class QuantizeOptions:
     seed: int = 0
     tune: bool = False
     rounding: str = "auto"
+    output_kinds: Any = None
     has_data: bool = False
 
     def __post_init__(self):
@@ -150,6 +171,7 @@ class QuantizeOptions:
         if not _is_int(self.seed):
             raise ValueError(f"`seed` must be an integer. Received: seed={self.seed!r}")
         object.__setattr__(self, "input_range", normalize_input_range(self.input_range))
+        object.__setattr__(self, "output_kinds", normalize_output_kinds(self.output_kinds))
         if self.bias_correction == "empirical" and not self.has_data:
             raise ValueError("bias_correction='empirical' needs calibration_data. Received: "
                              "calibration_data=None")

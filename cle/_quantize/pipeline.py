@@ -22,6 +22,7 @@ from cle._measure import input_range as _input_range
 from cle._measure import synthetic as _synthetic
 from cle._measure import tflite
 from cle._measure.inference import TFLITE_BATCH, predict_all, run_all
+from cle._quantize import choice as _choice
 from cle._quantize import tune as _tune
 from cle._quantize import weight_stages
 from cle._quantize.input_ranges import InputRangeUnknown, input_ranges_of
@@ -60,7 +61,8 @@ def quantize(model, calibration_data=None, *, per_channel: bool = True, weight_b
              bias_correction: str = "auto", ranges: str = "percentile",
              input_range=None, compare: bool = False, seed: int = 0,
              progress: Callable[[str], Any] | None = None,
-             tune: bool = False, rounding: str = "auto") -> tuple[bytes, QuantizeReport]:
+             tune: bool = False, rounding: str = "auto",
+             output_kinds=None) -> tuple[bytes, QuantizeReport]:
     """A full-integer TF Lite model of ``model`` (8-bit activations and 8- or 4-bit weights,
     or TF Lite's 16x8 mode), as close to it as this library can make it.
 
@@ -115,6 +117,12 @@ def quantize(model, calibration_data=None, *, per_channel: bool = True, weight_b
             "adaround" with data, "gptq" without; at 8, "tapsum" with per-tensor weights or
             without data (8-bit activations), else "nearest" (chosen by measurement:
             docs/quantize_w4.md).
+        output_kinds: ``{output name: "classes" | "values"}`` for outputs whose kind the
+            model does not show: the check gives top-1 agreement for class scores only, which
+            are outputs ending in a softmax or a sigmoid over two entries or more, and the
+            outputs declared "classes" (e.g. linear logits). A linear vector is values
+            unless declared. Names are the layers that make the outputs (or the model's
+            output names).
 
     Returns:
         ``(tflite_bytes, report)``: the ``.tflite`` flatbuffer and a :class:`QuantizeReport`.
@@ -142,7 +150,7 @@ def quantize(model, calibration_data=None, *, per_channel: bool = True, weight_b
         calibration_data, per_channel=per_channel, weight_bits=weight_bits,
         activation_bits=activation_bits, integer_io=integer_io,
         bias_correction=bias_correction, ranges=ranges, input_range=input_range,
-        compare=compare, seed=seed, tune=tune, rounding=rounding)
+        compare=compare, seed=seed, tune=tune, rounding=rounding, output_kinds=output_kinds)
     return quantize_checked(model, calibration_data, opts, progress)
 
 
@@ -155,7 +163,9 @@ def quantize_checked(model, calibration_data, opts: QuantizeOptions, progress=No
                           "cle.quantize(tune=True)" if opts.tune else None)
     if opts.tune:
         _timed(build.seconds, "tune", _tune.tune_build, build, model, say)
-    return build.content, check_build(model, build, say)
+    choice, plain = (_timed(build.seconds, "choose", _choice.choose, model, build, say)
+                     if _choice.chooses(build) else (None, None))
+    return build.content, check_build(model, build, say, plain, choice)
 
 
 @dataclasses.dataclass
@@ -256,13 +266,15 @@ def check_label(sets) -> str:
         "inputs the calibration never saw: " + " and ".join(c["inputs"] for c in sets))
 
 
-def check_build(model, build: Int8Build, say) -> QuantizeReport:
+def check_build(model, build: Int8Build, say, straight=None, choice=None) -> QuantizeReport:
     """The check of the build's ``.tflite`` (and, with ``compare``, of the float model
-    converted straight), and the :class:`QuantizeReport`."""
+    converted straight: ``straight``, its bytes when made already), and the
+    :class:`QuantizeReport` (``choice``: the :class:`cle._quantize.choice.Choice` made)."""
     opts, inputs, seconds = build.opts, build.inputs, build.seconds
     sets = check_sets(model, build, say)
-    plain = (_timed(seconds, "compare", _compare, model, inputs, sets, opts, say)
+    plain = (_timed(seconds, "compare", _compare, model, inputs, sets, opts, say, straight)
              if opts.compare else None)
+    warned = [] if choice is None or choice.warning() is None else [choice.warning()]
     data = build.calibration == "data"
     return QuantizeReport(
         target=opts.target, calibration=build.calibration,
@@ -273,7 +285,9 @@ def check_build(model, build: Int8Build, say) -> QuantizeReport:
         input_ranges=[] if data else [r.to_dict() for r in build.input_ranges],
         outputs=_lower(sets), check_sets=[_public(c) for c in sets], plain=plain,
         calibration_inputs=inputs.what, synthesis_loss=inputs.loss,
-        warnings=_warnings(model, sets, inputs, build.input_ranges) + (
+        choice=choice,
+        warnings=warned + _warnings(model, sets, inputs, build.input_ranges,
+                                    opts.output_kinds) + (
             build.tuning.warnings() if build.tuning is not None else []),
         seconds=seconds, tail=TAIL, tuning=build.tuning, rounding=build.rounding,
         weights=build.weights, size=len(build.content), size_int8=build.int8_size)
@@ -295,6 +309,7 @@ def _door(model, calibration_data, opts, single_io=None):
     ``single_io``, one input and one output), the backend, the data (one float32 copy) and,
     without data, every input's range. Returns ``(view, x or None, input ranges or None)``."""
     check_model(model)
+    _check.declared_kinds(model, opts.output_kinds)  # names that are no output: refused here
     if single_io is not None and (len(model.inputs) != 1 or len(model.outputs) != 1):
         raise ValueError(
             f"{single_io} supports models with one input and one output so far (several "
@@ -306,9 +321,10 @@ def _door(model, calibration_data, opts, single_io=None):
     check_runnable(model, "cle.quantize")
     if calibration_data is not None:
         return view, check_calibration_data(model, calibration_data), None
-    ranges = input_ranges_of(model, opts.input_range)
+    # A model without batch norms needs data whatever its input range: say that first, so
+    # one refusal names the one thing that settles it (not the input range, then the data).
     _synthetic.check_distillable(model)
-    return view, None, ranges
+    return view, None, input_ranges_of(model, opts.input_range)
 
 
 # ---------------------------------------------------------------------------- the stages
@@ -370,7 +386,8 @@ def _equalize(model, view, x, inputs, opts, say):
     say(f"equalizing (cross-layer scaling for "
         f"{'per-channel' if opts.per_channel else 'per-tensor'} INT{opts.weight_bits}, {mode} "
         "bias correction)")
-    return equalize_checked(model, view, eq_opts, inputs.calibration if with_data else None)
+    return equalize_checked(model, view, eq_opts, inputs.calibration if with_data else None,
+                            guard_inputs=inputs.calibration)
 
 
 def _convert(equalized, x_cal, opts, input_ranges, say):
@@ -404,7 +421,7 @@ def _check_model(model, content, checks, opts, say):
     float and quantized outputs and each output's :class:`cle._measure.check.OutputCheck`."""
     what = ("16x8" if opts.activation_bits == 16 else
             "W4A8" if opts.weight_bits == 4 else "INT8")
-    names, kinds = _check.output_names(model), _check.output_kinds(model)
+    names, kinds = _check.output_names(model), _check.output_kinds(model, opts.output_kinds)
     sets = []
     for label, x in checks:
         say(f"checking the {what} model on {len(x)} {label}")
@@ -430,13 +447,15 @@ def _public(check_set):
             "outputs": check_set["outputs"]}
 
 
-def _compare(model, inputs, sets, opts, say):
-    """The check's figures for the float model converted straight (TF Lite's defaults)."""
-    say("converting the float model straight, for comparison")
-    straight = (tflite.convert_int16(model, inputs.calibration) if opts.activation_bits == 16
-                else tflite.convert_int8(model, inputs.calibration,
-                                         per_channel=opts.per_channel))
-    names, kinds = _check.output_names(model), _check.output_kinds(model)
+def _compare(model, inputs, sets, opts, say, straight=None):
+    """The check's figures for the float model converted straight (TF Lite's defaults;
+    ``straight``: its bytes, when the choice of the build made them already)."""
+    if straight is None:
+        say("converting the float model straight, for comparison")
+        straight = (tflite.convert_int16(model, inputs.calibration)
+                    if opts.activation_bits == 16 else
+                    tflite.convert_int8(model, inputs.calibration, per_channel=opts.per_channel))
+    names, kinds = _check.output_names(model), _check.output_kinds(model, opts.output_kinds)
     plain = [{"outputs": _check.check_outputs(
         c["reference"], run_all(straight, x, batch_size=TFLITE_BATCH), names, kinds)}
         for c, (_, x) in zip(sets, inputs.checks)]
@@ -445,9 +464,14 @@ def _compare(model, inputs, sets, opts, say):
             "outputs": outputs}
 
 
-def _warnings(model, sets, inputs, input_ranges):
-    """What makes the result or its figures doubtful, each a sentence."""
-    out = [f"input '{r.name}': its range is a guess ({r.source}); state it with input_range "
+def _warnings(model, sets, inputs, input_ranges, declared=None):
+    """What makes the result or its figures doubtful, each a sentence (``declared``: the
+    caller's ``output_kinds``)."""
+    out = [f"output '{name}' is a linear vector that may hold class scores: it is checked as "
+           "values (SQNR only); if it holds class scores, say so to get its top-1 agreement: "
+           f"output_kinds={{{name!r}: 'classes'}} or --output-kind {name}=classes"
+           for name in _check.undeclared_scores(model, declared)]
+    out += [f"input '{r.name}': its range is a guess ({r.source}); state it with input_range "
            "or --input-range, or give calibration data" for r in input_ranges or ()
            if not r.sure]
     out += [r.note for r in input_ranges or () if r.note]
@@ -456,7 +480,7 @@ def _warnings(model, sets, inputs, input_ranges):
                    f"{max(inputs.loss):.3g}, above {CONVERGED_LOSS:g}): the synthetic inputs do "
                    "not match the model's batch-norm statistics, so the activation ranges may "
                    "be far from real inputs'; give calibration data")
-    names, kinds = _check.output_names(model), _check.output_kinds(model)
+    names, kinds = _check.output_names(model), _check.output_kinds(model, declared)
     for c in (c for c in sets if "reference" in c):
         out += _check.idle_top1(c["reference"], c["test"], names, kinds, c["inputs"])
     if len(sets) == 1:  # held-out data: too few inputs, or halves that disagree

@@ -75,6 +75,10 @@ class QuantizeReport:
         size: the ``.tflite``'s size in bytes.
         size_int8: the size of the same build's ``.tflite`` as TF Lite's converter wrote it,
             every weight 8-bit, before the rounded kernels were stored (0: not known).
+        choice: with data, which build was written (:class:`cle._quantize.choice.Choice`:
+            cle's, cle's with min/max activation ranges, or the float model straight into the
+            converter, whichever is closest to the float model on the held-out inputs); None
+            where no choice was made.
     """
 
     target: dict
@@ -99,6 +103,7 @@ class QuantizeReport:
     weights: list = dataclasses.field(default_factory=list)
     size: int = 0
     size_int8: int = 0
+    choice: Any = None
 
     @property
     def top1_agreement(self) -> float:
@@ -191,6 +196,8 @@ class QuantizeReport:
         lines += _storage_lines(self.weights, self.size, t["weight_bits"], self.size_int8)
         if self.tuning is not None:
             lines += self.tuning.lines()
+        if self.choice is not None:
+            lines.append(self.choice.line())
         lines += self._check_lines()
         lines += [f"warning: {w}" for w in self.warnings]
         return "\n".join(lines)
@@ -229,6 +236,7 @@ class QuantizeReport:
             "weights": [w.to_dict() for w in self.weights],
             "size": self.size,
             "size_int8": self.size_int8,
+            "choice": None if self.choice is None else self.choice.to_dict(),
             "seconds": dict(self.seconds),
         }
 
