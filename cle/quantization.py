@@ -10,7 +10,7 @@
 3. **calibration inputs**: the given data, less a held-out part for the check; without data,
    synthetic inputs distilled from the model's own BN statistics (:mod:`cle._measure.synthetic`);
 4. **activation ranges**: TF Lite's converter records each activation tensor's min/max on the
-   calibration inputs; ``ranges="percentile"`` (default) then replaces each by the range that
+   calibration inputs; ``ranges="auto"`` (default) and ``"percentile"`` then replace each by the range that
    holds all but a ``1e-4`` share of the tensor's values on each side (the model's output keeps
    its min/max: clipping the largest logits would change the top-1 class). One rare extreme
    value otherwise sets the step of every value of the tensor;

@@ -91,7 +91,10 @@ def build(net, data):
 
 
 def test_the_tflite_is_the_one_quantize_writes_and_the_output_is_its_check(net, data, report):
-    content, quantized = cle.quantize(net, data, output_kinds={"logits": "classes"})
+    # analyze measures cle's build (with ranges "auto" the tails; quantize may write another
+    # build it measured closer: the choice), which quantize writes with ranges="percentile"
+    content, quantized = cle.quantize(net, data, ranges="percentile",
+                                      output_kinds={"logits": "classes"})
     assert report.tflite == content
     assert report.output["sqnr_db"] == quantized.sqnr_db
     assert report.output["top1_agreement"] == quantized.top1_agreement > 0.5

@@ -74,14 +74,14 @@ DEFAULTS = {
     # cle.quantization
     "quantization.quantize": {
         "calibration_data": None, "per_channel": True, "weight_bits": 8, "activation_bits": 8,
-        "integer_io": False, "bias_correction": "auto", "ranges": "percentile",
+        "integer_io": False, "bias_correction": "auto", "ranges": "auto",
         "input_range": None, "compare": False, "seed": 0, "progress": None, "tune": False,
         "rounding": "auto", "output_kinds": None},
     "quantization.load_calibration": {"preprocessing": None, "limit": None},
     # cle.analysis
     "analysis.analyze": {
         "calibration_data": None, "per_channel": True, "integer_io": False,
-        "bias_correction": "auto", "ranges": "percentile", "input_range": None, "seed": 0,
+        "bias_correction": "auto", "ranges": "auto", "input_range": None, "seed": 0,
         "layer_inputs": 4, "progress": None, "output_kinds": None},
     "analysis.plot": {"n": 5, "title": None, "note": None},
     "quantization.input_range_of": {},

@@ -195,7 +195,7 @@ def test_written_ranges_reach_the_int8_model(net, data):
 def test_quantize_with_data(net, data):
     before = weights_snapshot(net)
     names = [layer.name for layer in net._flatten_layers()]
-    content, report = cle.quantize(net, data, output_kinds=LOGITS)
+    content, report = cle.quantize(net, data, ranges="percentile", output_kinds=LOGITS)
     assert_unchanged(net, before, names)  # the input model is untouched
     assert isinstance(content, bytes)
     assert report.calibration == "data" and report.bias_correction == "empirical"

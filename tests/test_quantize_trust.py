@@ -728,3 +728,47 @@ def test_with_data_the_closest_build_is_written_and_said(net, data, monkeypatch)
 def test_no_choice_without_data_or_off_the_default_route(net):
     _, report = cle.quantize(net, input_range=(-1.0, 1.0), output_kinds=LOGITS)
     assert report.choice is None and report.to_dict()["choice"] is None
+
+
+# ------------------------------------------------------- intervals and the compare verdict
+
+
+def test_the_sqnr_interval_covers_the_figure_and_narrows_with_more_inputs():
+    rng = np.random.default_rng(5)
+    ref = rng.normal(size=(400, 12))
+    y = ref + 0.05 * rng.normal(size=ref.shape) * rng.uniform(0.2, 3.0, size=(400, 1))
+    point = C._sqnr(ref, y)
+    small, large = C.sqnr_interval(ref[:16], y[:16]), C.sqnr_interval(ref, y)
+    assert small[0] < C._sqnr(ref[:16], y[:16]) < small[1]
+    assert large[0] < point < large[1]
+    assert large[1] - large[0] < small[1] - small[0]
+    assert C.sqnr_interval(ref[:3], y[:3]) is None  # under MIN_INTERVAL: no interval
+    (out,) = C.check_outputs([ref[:16]], [y[:16]], ["y"], ["values"])
+    assert out.sqnr_interval == small
+    assert f"(90% interval {small[0]:.1f} to {small[1]:.1f})" in out.text()
+    assert out.to_dict()["sqnr_interval_db"] == list(small)
+
+
+def test_the_compare_verdict_says_better_worse_or_not_distinguishable():
+    rng = np.random.default_rng(6)
+    ref = rng.normal(size=(64, 10))
+    noise = rng.normal(size=ref.shape)
+    close, far = ref + 0.01 * noise, ref + 0.1 * rng.normal(size=ref.shape)
+    verdict, (lo, hi) = C.compare_verdict(ref, close, far)
+    assert verdict == "better" and 15 < lo < hi < 25
+    assert C.compare_verdict(ref, far, close)[0] == "worse"
+    twin = ref + 0.01 * rng.normal(size=ref.shape)
+    verdict, (lo, hi) = C.compare_verdict(ref, close, twin)
+    assert verdict == "not distinguishable" and lo < 0 < hi
+    assert C.compare_verdict(ref[:3], close[:3], far[:3]) == (
+        "not distinguishable (too few inputs)", None)
+
+
+def test_compare_gives_a_verdict_per_output(net, data):
+    _, report = cle.quantize(net, data, compare=True, output_kinds=LOGITS)
+    (verdict,) = report.plain["verdicts"]
+    assert verdict["verdict"] in ("better", "worse", "not distinguishable")
+    lo, hi = verdict["interval_db"]
+    assert lo <= report.sqnr_db - report.plain["sqnr_db"] <= hi
+    assert "  verdict: " in report.summary()
+    assert report.to_dict()["plain_conversion"]["verdicts"][0]["verdict"] == verdict["verdict"]

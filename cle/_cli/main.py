@@ -193,9 +193,12 @@ def _quantize_data_options(p, calibration_help):
     p.add_argument("--bias-correction", choices=("auto", "empirical", "analytic", "none"),
                    default="auto",
                    help="auto (default): empirical with --calibration, analytic without")
-    p.add_argument("--ranges", choices=("percentile", "minmax"), default="percentile",
-                   help="activation ranges: percentile (default: each tensor's 1e-4 tails) or "
-                        "minmax (the converter's own)")
+    p.add_argument("--ranges", choices=("auto", "percentile", "minmax"), default="auto",
+                   help="activation ranges: auto (default: each tensor's 1e-4 tails; with "
+                        "--calibration the file written is the closest to the float model on "
+                        "the held-out inputs of that build, the same with min/max ranges and "
+                        "the plain conversion), percentile (the tails, always) or minmax (the "
+                        "converter's own)")
 
 
 def _analyze_options(p):

@@ -109,7 +109,7 @@ def check_quantize_options(args):
     if bits == 16 and not args.per_channel:
         raise CliError("--activation-bits 16 (TF Lite's 16x8 mode) quantizes weights per "
                        "channel; received --per-tensor", EXIT_USAGE)
-    if getattr(args, "tune", False) and (bits != 8 or args.ranges != "percentile"):
+    if getattr(args, "tune", False) and (bits != 8 or args.ranges == "minmax"):
         raise CliError("--tune chooses among 8-bit activation ranges measured on the "
                        f"calibration data; received --activation-bits {bits} --ranges "
                        f"{args.ranges}", EXIT_USAGE)

@@ -27,7 +27,8 @@ import numpy as np
 
 from cle._core import keras_internals as internals
 
-__all__ = ["MIN_CLASSES", "OutputCheck", "check_outputs", "close_calls", "declared_kinds",
+__all__ = ["MIN_CLASSES", "OutputCheck", "check_outputs", "close_calls", "compare_verdict",
+           "declared_kinds", "sqnr_gain", "sqnr_interval",
            "estimate_caveat", "guessed_scores", "idle_top1", "output_kinds", "output_names",
            "rough_figures", "undeclared_scores"]
 
@@ -45,6 +46,12 @@ DISAGREE_DB = 3.0
 #: measures and on real ImageNet networks that are not in this repository, per-channel and
 #: per-tensor (docs/design.md). Said on every run without data.
 SYNTHETIC_OVERSHOOT_DB = 5.0
+#: The coverage of the SQNR intervals (a bootstrap over the check's inputs).
+INTERVAL = 0.9
+#: Bootstrap resamples of an interval.
+BOOTSTRAP = 2000
+#: Fewer inputs than this get no interval.
+MIN_INTERVAL = 4
 #: A decision is close when the float model's lead of its top class over the runner-up is
 #: less than this many times the typical change (root mean square over the inputs) the
 #: quantized model makes to that lead.
@@ -154,12 +161,16 @@ class OutputCheck:
         sqnr_db: SQNR of the quantized output against the float one, in dB.
         top1_agreement: for class scores, the share of samples (or pixels) whose top class is
             the float model's; NaN for other outputs.
+        sqnr_interval: ``(low, high)``, the :data:`INTERVAL` bootstrap interval of the SQNR
+            over the inputs (:func:`sqnr_interval`); None with fewer than
+            :data:`MIN_INTERVAL` inputs.
     """
 
     name: str
     kind: str
     sqnr_db: float
     top1_agreement: float = math.nan
+    sqnr_interval: tuple | None = None
 
     @property
     def class_scores(self) -> bool:
@@ -167,10 +178,15 @@ class OutputCheck:
 
     def text(self) -> str:
         top1 = f"top-1 agreement {self.top1_agreement:.1%}, " if self.class_scores else ""
-        return f"{top1}SQNR {self.sqnr_db:.2f} dB"
+        interval = "" if self.sqnr_interval is None else (
+            f" ({INTERVAL:.0%} interval {self.sqnr_interval[0]:.1f} to "
+            f"{self.sqnr_interval[1]:.1f})")
+        return f"{top1}SQNR {self.sqnr_db:.2f} dB{interval}"
 
     def to_dict(self) -> dict:
         return {"output": self.name, "kind": self.kind, "sqnr_db": self.sqnr_db,
+                "sqnr_interval_db": None if self.sqnr_interval is None else
+                [float(v) for v in self.sqnr_interval],
                 "top1_agreement": None if not self.class_scores else self.top1_agreement}
 
 
@@ -195,6 +211,79 @@ def _finite(arrays, what):
                 f"{k}): the check cannot give a figure")
 
 
+def _energies(ref, y):
+    """Per input, the signal and the noise energy (sums over everything but the batch)."""
+    ref = np.asarray(ref, np.float64).reshape(len(ref), -1)
+    y = np.asarray(y, np.float64).reshape(ref.shape)
+    return np.sum(ref ** 2, axis=1), np.sum((ref - y) ** 2, axis=1)
+
+
+def _resamples(n, seed=0):
+    return np.random.default_rng(seed).integers(0, n, size=(BOOTSTRAP, n))
+
+
+def _db(signal, noise):
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return 10.0 * np.log10(signal / noise)
+
+
+def _bounds(values):
+    finite = values[~np.isnan(values)]
+    if not finite.size:
+        return None
+    tail = (1.0 - INTERVAL) / 2 * 100
+    lo, hi = np.percentile(finite, [tail, 100 - tail])
+    return float(lo), float(hi)
+
+
+def sqnr_interval(ref, y, seed=0) -> tuple | None:
+    """The :data:`INTERVAL` interval of the SQNR of ``y`` against ``ref`` over their inputs
+    (``(N, ...)`` arrays), by a bootstrap over the inputs: how much the figure would move on
+    another draw of as many inputs of the same kind. None with fewer than
+    :data:`MIN_INTERVAL` inputs."""
+    if len(ref) < MIN_INTERVAL:
+        return None
+    signal, noise = _energies(ref, y)
+    idx = _resamples(len(ref), seed)
+    return _bounds(_db(signal[idx].sum(axis=1), noise[idx].sum(axis=1)))
+
+
+def sqnr_gain(references, ys, others, seed=0) -> tuple[float, tuple | None]:
+    """``(gain, interval)``: how much closer ``ys`` are to ``references`` than ``others`` (one
+    array ``(N, ...)`` per output, the same ``N`` inputs), as the mean over the outputs of the
+    SQNR difference in dB, and its :data:`INTERVAL` interval by a paired bootstrap over the
+    inputs (None with fewer than :data:`MIN_INTERVAL` inputs)."""
+    point = float(np.mean([_sqnr(np.asarray(r, np.float64), np.asarray(a, np.float64))
+                           - _sqnr(np.asarray(r, np.float64), np.asarray(b, np.float64))
+                           for r, a, b in zip(references, ys, others)]))
+    n = len(references[0])
+    if n < MIN_INTERVAL:
+        return point, None
+    idx = _resamples(n, seed)
+    diffs = []
+    for r, a, b in zip(references, ys, others):
+        signal, noise = _energies(r, a)
+        _, noise_other = _energies(r, b)
+        s = signal[idx].sum(axis=1)
+        diffs.append(_db(s, noise[idx].sum(axis=1)) - _db(s, noise_other[idx].sum(axis=1)))
+    return point, _bounds(np.mean(diffs, axis=0))
+
+
+def compare_verdict(ref, y, y_other, seed=0) -> tuple[str, tuple | None]:
+    """``(verdict, interval)``: whether ``y`` is closer to ``ref`` than ``y_other`` in SQNR,
+    by a paired bootstrap over the inputs (:func:`sqnr_gain`): "better" when the
+    :data:`INTERVAL` interval of the difference (dB) lies above 0, "worse" below 0, else
+    "not distinguishable"."""
+    if len(ref) < MIN_INTERVAL:
+        return "not distinguishable (too few inputs)", None
+    _, bounds = sqnr_gain([ref], [y], [y_other], seed)
+    if bounds is None:
+        return "not distinguishable", None
+    verdict = ("better" if bounds[0] > 0 else "worse" if bounds[1] < 0 else
+               "not distinguishable")
+    return verdict, bounds
+
+
 def check_outputs(reference, test, names, kinds) -> list[OutputCheck]:
     """One :class:`OutputCheck` per output.
 
@@ -212,7 +301,7 @@ def check_outputs(reference, test, names, kinds) -> list[OutputCheck]:
     for ref, y, name, kind in zip(reference, test, names, kinds):
         ref, y = np.asarray(ref, np.float64), np.asarray(y, np.float64)
         top1 = _top1(ref, y) if kind != "values" else math.nan
-        out.append(OutputCheck(name, kind, _sqnr(ref, y), top1))
+        out.append(OutputCheck(name, kind, _sqnr(ref, y), top1, sqnr_interval(ref, y)))
     return out
 
 

@@ -45,7 +45,7 @@ SIM_BATCH = 16
 
 def analyze(model, calibration_data=None, *, per_channel: bool = True,
             integer_io: bool = False, bias_correction: str = "auto",
-            ranges: str = "percentile", input_range=None, seed: int = 0,
+            ranges: str = "auto", input_range=None, seed: int = 0,
             layer_inputs: int = LAYER_INPUTS,
             progress: Callable[[str], Any] | None = None, output_kinds=None) -> AnalysisReport:
     """Where the INT8 error of ``model`` comes from, layer by layer (see :mod:`cle.analysis`)."""

@@ -14,9 +14,11 @@ The candidates, in order of preference:
    inputs — what the user had.
 
 Each is run on the held-out inputs; the score of a candidate is its mean SQNR over the
-model's outputs, in dB. A later candidate replaces the pipeline's build only when it scores
-more than :data:`SWITCH_DB` above it, so on the models where cle's build wins (the ImageNet
-networks, by several dB) nothing changes. The choice and every candidate's figures are in the
+model's outputs, in dB. Another candidate replaces the pipeline's build only when it is closer
+by more than :data:`SWITCH_DB` *and* the held-out inputs can tell: the lower end of the
+interval of its gain (a paired bootstrap over the inputs,
+:func:`cle._measure.check.sqnr_gain`) lies above 0. So on the models where cle's build wins
+nothing changes, and a difference the inputs cannot resolve changes nothing either. The choice and every candidate's figures are in the
 report (``report.choice``): the choice is made on the inputs the check then measures, so the
 figure of the written file can flatter by the luck of the draw among three; the report says so.
 """
@@ -67,7 +69,8 @@ class Choice:
         head = (f"written: {SAID[self.written]}" if self.written != "cle" else
                 f"written: {SAID['cle']}, the closest")
         why = ("" if self.written == "cle" else
-               f", more than {SWITCH_DB:g} dB closer than cle's build")
+               f", closer than cle's build by more than {SWITCH_DB:g} dB and by more than the "
+               "held-out inputs' uncertainty")
         return (f"{head}{why} (mean SQNR over the outputs on the {self.n} held-out inputs: "
                 f"{figures}; the stages above describe cle's build)"
                 if self.written != "cle" else
@@ -89,14 +92,14 @@ class Choice:
 
 
 def chooses(build) -> bool:
-    """Whether the choice runs for ``build``: with calibration data held out for the check,
-    8-bit weights rounded by the converter, 8-bit activations, ranges at their tails, no
-    tuning (the tuning chooses its own ranges)."""
+    """Whether the choice runs for ``build``: ``ranges="auto"``, with calibration data held
+    out for the check, 8-bit weights rounded by the converter, 8-bit activations, no tuning
+    (the tuning chooses its own ranges)."""
     opts = build.opts
     return (build.calibration == "data" and build.calibrated is not None
             and build.inputs.checks[0][0] == "held-out calibration inputs"
             and opts.weight_bits == 8 and opts.activation_bits == 8 and not opts.rounds
-            and opts.ranges == "percentile" and not opts.tune)
+            and opts.ranges == "auto" and not opts.tune)
 
 
 def _minmax(build) -> bytes:
@@ -107,8 +110,7 @@ def _minmax(build) -> bytes:
                                       integer_io=build.opts.integer_io)
 
 
-def _sqnrs(reference, content, x) -> list[float]:
-    y = run_all(content, x, batch_size=TFLITE_BATCH)
+def _sqnrs(reference, y) -> list[float]:
     return [c.sqnr_db for c in _check.check_outputs(reference, y, ["?"] * len(y),
                                                     ["values"] * len(y))]
 
@@ -125,12 +127,15 @@ def choose(model, build, say) -> tuple[Choice, bytes | None]:
                                 per_channel=build.opts.per_channel,
                                 integer_io=build.opts.integer_io)
     contents = {"cle": build.content, "cle, min/max ranges": _minmax(build), "plain": plain}
-    sqnr = {name: _sqnrs(reference, content, x) for name, content in contents.items()}
-    finite = {k: v for k, v in sqnr.items() if not any(math.isnan(s) or s == -math.inf
-                                                         for s in v)}
-    best = max(finite, key=lambda k: (float(np.mean(finite[k])), -CANDIDATES.index(k)))
-    written = best if float(np.mean(sqnr[best])) > float(np.mean(sqnr["cle"])) + SWITCH_DB \
-        else "cle"
+    outputs = {name: run_all(content, x, batch_size=TFLITE_BATCH)
+               for name, content in contents.items()}
+    sqnr = {name: _sqnrs(reference, y) for name, y in outputs.items()}
+    gains = {name: _check.sqnr_gain(reference, y, outputs["cle"])
+             for name, y in outputs.items() if name != "cle"
+             and not any(math.isnan(s) or s == -math.inf for s in sqnr[name])}
+    better = {name: gain for name, (gain, interval) in gains.items()
+              if gain > SWITCH_DB and interval is not None and interval[0] > 0}
+    written = max(better, key=better.get) if better else "cle"
     if written != "cle":
         build.content = contents[written]
         if written == "cle, min/max ranges":

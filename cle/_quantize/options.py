@@ -14,7 +14,10 @@ __all__ = ["AUTO_ROUNDING", "AUTO_ROUNDING_LOW_BITS", "AUTO_ROUNDING_TAPSUM", "B
            "GRID_ROUNDINGS", "METHODS", "OUTPUT_KINDS", "QuantizeOptions", "RANGES", "ROUNDINGS",
            "WEIGHT_BITS", "normalize_output_kinds", "resolve_rounding", "stage_rounds"]
 
-RANGES = ("percentile", "minmax")
+#: "auto": each tensor at its tails ("percentile"), and with data the written file is the
+#: closest of that build, the same with min/max ranges and the plain conversion
+#: (:mod:`cle._quantize.choice`); "percentile": the tails, always; "minmax": the converter's.
+RANGES = ("auto", "percentile", "minmax")
 BIAS_CORRECTIONS = ("auto", "empirical", "analytic", "none")
 #: Weight bits :func:`cle.quantization.quantize` writes.
 WEIGHT_BITS = (4, 8)
@@ -129,7 +132,7 @@ class QuantizeOptions:
     activation_bits: int = 8
     integer_io: bool = False
     bias_correction: str = "auto"
-    ranges: str = "percentile"
+    ranges: str = "auto"
     input_range: Any = None
     compare: bool = False
     seed: int = 0
@@ -156,9 +159,10 @@ class QuantizeOptions:
         if self.ranges not in RANGES:
             raise ValueError(f"`ranges` must be one of {RANGES}. Received: "
                              f"ranges={self.ranges!r}")
-        if self.tune and (self.activation_bits != 8 or self.ranges != "percentile"):
+        if self.tune and (self.activation_bits != 8 or not self.tails):
             raise ValueError("tune=True chooses 8-bit activation ranges among those measured on "
-                             "the calibration data (ranges='percentile'). Received: tune=True "
+                             "the calibration data (ranges='auto' or 'percentile'). Received: "
+                             "tune=True "
                              f"with activation_bits={self.activation_bits!r}, "
                              f"ranges={self.ranges!r}")
         if self.tune and self.rounds:
@@ -213,6 +217,12 @@ class QuantizeOptions:
                              "written into the INT8 model; TF Lite's 16x8 mode is converted in "
                              f"one step). Received: rounding={self.rounding!r}, "
                              "activation_bits=16")
+
+    @property
+    def tails(self) -> bool:
+        """Whether the activation ranges start at each tensor's tails (``ranges`` "auto" or
+        "percentile")."""
+        return self.ranges != "minmax"
 
     @property
     def rounding_method(self) -> str:

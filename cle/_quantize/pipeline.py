@@ -58,7 +58,7 @@ class _Inputs:
 
 def quantize(model, calibration_data=None, *, per_channel: bool = True, weight_bits: int = 8,
              activation_bits: int = 8, integer_io: bool = False,
-             bias_correction: str = "auto", ranges: str = "percentile",
+             bias_correction: str = "auto", ranges: str = "auto",
              input_range=None, compare: bool = False, seed: int = 0,
              progress: Callable[[str], Any] | None = None,
              tune: bool = False, rounding: str = "auto",
@@ -86,8 +86,13 @@ def quantize(model, calibration_data=None, *, per_channel: bool = True, weight_b
         integer_io: int8 (int16 in 16x8 mode) model inputs and outputs instead of float32.
         bias_correction: "auto" (default): empirical with data, analytic without; or
             "empirical" (needs data), "analytic", "none".
-        ranges: "percentile" (default): each activation tensor's range holds all but a
-            :data:`TAIL` share of its values on each side; "minmax": the converter's own.
+        ranges: "auto" (default): each activation tensor's range holds all but a
+            :data:`TAIL` share of its values on each side, and with calibration data (8-bit
+            weights rounded by the converter, 8-bit activations, no tuning) the file written
+            is the closest to the float model, on the held-out inputs, of that build, the
+            same with every range at its min/max and the float model straight into TF Lite's
+            converter (:mod:`cle._quantize.choice`; ``report.choice``); "percentile": the
+            tails, always; "minmax": the converter's own min/max.
         input_range: without data only: ``(low, high)`` of every input (e.g. ``(-1, 1)`` for
             the ``tf`` preprocessing), or ``{input name: (low, high)}`` for some of them. An
             input without a stated range gets the range its preprocessing layers or its
@@ -399,7 +404,7 @@ def _convert(equalized, x_cal, opts, input_ranges, say):
         say(f"converting (TF Lite 16x8, calibration on {len(x_cal)} inputs)")
         return (tflite.convert_int16(equalized, x_cal, integer_io=opts.integer_io), [], None,
                 None)
-    percentile = opts.ranges == "percentile"
+    percentile = opts.tails
     say(f"calibrating activation ranges on {len(x_cal)} inputs")
     # With percentile ranges every min/max is measured again on all of x_cal, so one input
     # gives the converter what it needs (the tensors that carry a range).
@@ -456,12 +461,17 @@ def _compare(model, inputs, sets, opts, say, straight=None):
                     if opts.activation_bits == 16 else
                     tflite.convert_int8(model, inputs.calibration, per_channel=opts.per_channel))
     names, kinds = _check.output_names(model), _check.output_kinds(model, opts.output_kinds)
-    plain = [{"outputs": _check.check_outputs(
-        c["reference"], run_all(straight, x, batch_size=TFLITE_BATCH), names, kinds)}
-        for c, (_, x) in zip(sets, inputs.checks)]
+    plain, verdicts = [], []
+    for c, (_, x) in zip(sets, inputs.checks):
+        y = run_all(straight, x, batch_size=TFLITE_BATCH)
+        plain.append({"outputs": _check.check_outputs(c["reference"], y, names, kinds)})
+        verdicts += [{"inputs": c["inputs"], "output": name, "verdict": verdict,
+                      "interval_db": interval}
+                     for name, ref, ours, theirs in zip(names, c["reference"], c["test"], y)
+                     for verdict, interval in [_check.compare_verdict(ref, ours, theirs)]]
     outputs = _lower(plain)
     return {"top1_agreement": outputs[0].top1_agreement, "sqnr_db": outputs[0].sqnr_db,
-            "outputs": outputs}
+            "outputs": outputs, "verdicts": verdicts}
 
 
 def _warnings(model, sets, inputs, input_ranges, declared=None):

@@ -166,6 +166,9 @@ class QuantizeReport:
         if self.plain is not None:
             lines += _figure_lines("  the float model converted straight", self.plain["outputs"],
                                    "  ")
+            lines += [_verdict_line(v, len(self.plain["outputs"]) > 1,
+                                    len(self.check_sets) > 1)
+                      for v in self.plain.get("verdicts", [])]
         return lines
 
     def summary(self) -> str:
@@ -209,7 +212,10 @@ class QuantizeReport:
         plain = None if self.plain is None else {
             "top1_agreement": _json_float(self.plain["top1_agreement"]),
             "sqnr_db": self.plain["sqnr_db"],
-            "outputs": [o.to_dict() for o in self.plain["outputs"]]}
+            "outputs": [o.to_dict() for o in self.plain["outputs"]],
+            "verdicts": [dict(v, interval_db=None if v["interval_db"] is None
+                              else list(v["interval_db"]))
+                         for v in self.plain.get("verdicts", [])]}
         return {
             "target": dict(self.target),
             "calibration": self.calibration,
@@ -266,6 +272,20 @@ def _figure_lines(head, outputs, indent):
     if len(outputs) == 1:
         return [f"{head}: {outputs[0].text()}"]
     return [f"{head}:"] + [f"{indent}  output '{o.name}': {o.text()}" for o in outputs]
+
+
+def _verdict_line(v, name_output, name_inputs) -> str:
+    """One line of ``compare``'s verdict: this file against the plain conversion."""
+    where = (f" output '{v['output']}'" if name_output else "") + (
+        f" on the {v['inputs']}" if name_inputs else "")
+    interval = "" if v["interval_db"] is None else (
+        f" (the difference in SQNR, {v['interval_db'][0]:+.1f} to {v['interval_db'][1]:+.1f}"
+        " dB, is a 90% bootstrap interval over the inputs)")
+    said = {"better": "this file is closer to the float model than the plain conversion",
+            "worse": "the plain conversion is closer to the float model than this file"}
+    text = said.get(v["verdict"], "this file and the plain conversion cannot be told apart "
+                                  f"on these inputs ({v['verdict']})")
+    return f"  verdict{where}: {text}{interval}"
 
 
 def _json_float(value):

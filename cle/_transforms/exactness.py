@@ -121,10 +121,12 @@ def _affine_residual(old, new, axis=-1) -> float:
 
 
 def _run(view, values):
+    """Every tensor's value, the graph run call by call from ``values`` (its inputs'), each
+    as the layer made it (its own dtype)."""
     for call in view.calls:
         outs = run_call(call, [values[id(t)] for t in call.inputs])
         for t, v in zip(call.outputs, outs):
-            values[id(t)] = np.asarray(keras.ops.convert_to_numpy(v), dtype=np.float64)
+            values[id(t)] = keras.ops.convert_to_numpy(v)
     return values
 
 
@@ -147,7 +149,8 @@ def first_divergence(view, prepared, clones, bypass, edited, x) -> str:
             target = next(c for c in target.outputs[0].consumers if c.layer is after)
         inputs_equal = all(equal.get(id(t), False) for t in call.inputs)
         for t_old, t_new in zip(call.outputs, target.outputs):
-            a, b = old[id(t_old)], new[id(t_new)]
+            a = np.asarray(old[id(t_old)], np.float64)
+            b = np.asarray(new[id(t_new)], np.float64)
             if a.shape != b.shape:
                 equal[id(t_old)] = False
                 continue
