@@ -9,6 +9,7 @@ import logging
 import re
 from typing import Any
 
+import keras
 import numpy as np
 
 from cle._measure import tflite_internals as internals
@@ -23,7 +24,8 @@ WEIGHT_OPS = ("CONV_2D", "DEPTHWISE_CONV_2D", "CONV_3D", "TRANSPOSE_CONV", "FULL
 
 
 def predict(model, x):
-    """``model.predict(x)`` in batches of :data:`KERAS_BATCH`, as float64."""
+    """``model.predict(x)`` in batches of :data:`KERAS_BATCH`, as float64 (a model whose one
+    output is in a list or a dict: that output's array)."""
     # Every variant is a new model, so TensorFlow warns about tf.function retracing after a few
     # of them; that warning is about this loop, not the user's code.
     tf_logger = logging.getLogger("tensorflow")
@@ -33,12 +35,22 @@ def predict(model, x):
         y = model.predict(x, batch_size=KERAS_BATCH, verbose=0)
     finally:
         tf_logger.setLevel(level)
-    return np.asarray(y, dtype=np.float64)
+    ys = flat_outputs(y)
+    return np.asarray(ys[0] if len(ys) == 1 else ys, dtype=np.float64)
+
+
+def flat_outputs(y) -> list:
+    """The outputs ``model.predict`` returned (an array, a list or tuple, a dict, or a nest of
+    them: the structure of the model's outputs) as a list in the order of ``model.outputs``.
+    Keras orders ``model.outputs`` by ``keras.tree.flatten`` of that structure (a dict's
+    values by sorted key, whatever order the dict was built in), and TF Lite's converter
+    writes the flatbuffer's outputs in the same order (:func:`output_details_in_order`)."""
+    return keras.tree.flatten(y)
 
 
 def predict_all(model, x) -> list[np.ndarray]:
     """Every output of ``model`` on :class:`cle._core.inputs.ModelInputs` ``x``, as a list of
-    float64 arrays in the order of ``model.outputs``."""
+    float64 arrays in the order of ``model.outputs`` (:func:`flat_outputs`)."""
     tf_logger = logging.getLogger("tensorflow")
     level = tf_logger.level
     tf_logger.setLevel(logging.ERROR)
@@ -46,7 +58,11 @@ def predict_all(model, x) -> list[np.ndarray]:
         y = model.predict(x.feed(), batch_size=KERAS_BATCH, verbose=0)
     finally:
         tf_logger.setLevel(level)
-    ys = y if isinstance(y, (list, tuple)) else [y]
+    ys = flat_outputs(y)
+    if len(ys) != len(model.outputs):
+        raise ValueError(f"Model '{model.name}' returned {len(ys)} outputs but has "
+                         f"{len(model.outputs)} (model.outputs). Received: outputs of types "
+                         f"{[type(a).__name__ for a in ys]}")
     return [np.asarray(a, dtype=np.float64) for a in ys]
 
 

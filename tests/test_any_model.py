@@ -1,0 +1,104 @@
+"""Any model `cle quantize` accepts runs through every command without a crash (issue #41):
+outputs given as a dict, normalization and attention layers in `cle analyze`."""
+
+from __future__ import annotations
+
+import json
+
+import keras
+import numpy as np
+import pytest
+from keras import layers as L
+
+import cle
+from cle import cli
+from cle import quantization as Q
+from cle._core.inputs import check_calibration_data
+from cle._measure import check as C
+from cle._measure.inference import predict, predict_all
+
+from conftest import no_tflite_on_torch, randomize_batch_norms
+
+pytestmark = no_tflite_on_torch
+
+#: The keys of the dict outputs, in the order the dict is built (not sorted, so that an order
+#: taken from the dict instead of ``model.outputs`` shows), and each head's width: two heads
+#: of the same width, so that outputs paired in the wrong order still have the right shapes.
+HEADS = {"zbox": 4, "acls": 10, "mid": 4}
+
+
+def _dict_net(heads=HEADS, seed=0):
+    keras.utils.set_random_seed(seed)
+    inp = keras.Input((16, 16, 3), name="image")
+    x = L.ReLU()(L.BatchNormalization(name="bn1")(L.Conv2D(8, 3, padding="same",
+                                                              name="c1")(inp)))
+    x = L.GlobalAveragePooling2D(name="gap")(x)
+    model = keras.Model(inp, {key: L.Dense(width, name=f"{key}_layer")(x)
+                              for key, width in heads.items()}, name="dict_heads")
+    randomize_batch_norms(model, seed=seed, deep=True)
+    return model
+
+
+@pytest.fixture(scope="module")
+def dict_net():
+    return _dict_net()
+
+
+@pytest.fixture(scope="module")
+def data():
+    return np.random.default_rng(1).uniform(-1, 1, (24, 16, 16, 3)).astype(np.float32)
+
+
+# ------------------------------------------------------------------------ dict outputs
+
+
+def test_dict_outputs_are_read_in_the_order_of_model_outputs(dict_net, data):
+    """``predict_all`` gives the outputs in the order of ``model.outputs`` (a dict's keys
+    sorted, as Keras flattens it), named by their keys; a one-output dict is one array."""
+    keys = sorted(HEADS)
+    assert C.output_names(dict_net) == keys
+    x = check_calibration_data(dict_net, data[:5])
+    got = predict_all(dict_net, x)
+    want = dict_net.predict(data[:5], verbose=0)
+    assert [g.shape[1] for g in got] == [t.shape[1] for t in dict_net.outputs]
+    for g, key in zip(got, keys):
+        np.testing.assert_array_equal(g, want[key])
+    one = _dict_net({"only": 10})
+    assert C.output_names(one) == ["only"]
+    np.testing.assert_array_equal(predict(one, data[:3]), one.predict(data[:3], verbose=0)["only"])
+
+
+@pytest.mark.parametrize("with_data", [True, False], ids=["data", "no_data"])
+def test_dict_outputs_quantize_each_output_checked_under_its_key(dict_net, data, with_data):
+    """cle.quantize (with ``compare``) on a model whose outputs are a dict: every output is
+    checked under its key, and with data each figure is that output's own (the .tflite's
+    outputs paired with the Keras model's by key, recomputed here)."""
+    content, report = cle.quantize(dict_net, data if with_data else None, compare=True)
+    keys = sorted(HEADS)
+    assert [o.name for o in report.outputs] == keys
+    assert [o.name for o in report.plain["outputs"]] == keys
+    assert all(o.sqnr_db > 15 for o in report.outputs), report.summary()
+    assert "output 'acls': top-1 agreement" in report.summary()
+    if with_data:
+        x_check = data[18:]  # the held-out quarter
+        ref = dict_net.predict(x_check, verbose=0)
+        got = Q.run_tflite(content, x_check)
+        assert [Q.sqnr_db(ref[key], g) for key, g in zip(keys, got)] == pytest.approx(
+            [o.sqnr_db for o in report.outputs], abs=1e-4)
+
+
+def test_dict_outputs_through_the_command_line(dict_net, data, tmp_path, capsys,
+                                               monkeypatch):
+    """`cle quantize` on a saved model with dict outputs, and `cle analyze` on one with a
+    one-key dict output (several outputs are refused there with a usage error)."""
+    monkeypatch.chdir(tmp_path)
+    dict_net.save("m.keras")
+    _dict_net({"only": 10}).save("one.keras")
+    np.save("cal.npy", data)
+    assert cli.main(["quantize", "m.keras", "-o", "m.tflite", "--calibration", "cal.npy",
+                     "--report", "r.json"]) == 0, capsys.readouterr().err
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert [o["output"] for o in report["check"]["outputs"]] == sorted(HEADS)
+    assert cli.main(["analyze", "one.keras", "--calibration", "cal.npy", "--layer-inputs",
+                     "2"]) == 0, capsys.readouterr().err
+    assert "only_layer (Dense)" in capsys.readouterr().out
