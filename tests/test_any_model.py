@@ -102,3 +102,91 @@ def test_dict_outputs_through_the_command_line(dict_net, data, tmp_path, capsys,
     assert cli.main(["analyze", "one.keras", "--calibration", "cal.npy", "--layer-inputs",
                      "2"]) == 0, capsys.readouterr().err
     assert "only_layer (Dense)" in capsys.readouterr().out
+
+
+# ------------------------------------- cle analyze: normalization and attention layers
+
+
+def _attention_net(seed=0):
+    """Conv2D → GroupNormalization → ReLU → a sequence → LayerNormalization →
+    MultiHeadAttention (residual) → GlobalAveragePooling1D → Dense softmax, with random
+    weights that are not trivial (γ around 1, β, biases and kernels spread)."""
+    keras.utils.set_random_seed(seed)
+    inp = keras.Input((16, 16, 3), name="image")
+    x = L.Conv2D(16, 3, strides=2, padding="same", name="conv")(inp)
+    x = L.ReLU(name="relu")(L.GroupNormalization(groups=4, name="gn")(x))
+    x = L.LayerNormalization(name="ln")(L.Reshape((64, 16), name="seq")(x))
+    x = L.Add(name="res")([x, L.MultiHeadAttention(num_heads=2, key_dim=8, name="mha")(x, x)])
+    x = L.GlobalAveragePooling1D(name="gap")(x)
+    model = keras.Model(inp, L.Dense(10, activation="softmax", name="probs")(x),
+                        name="attention")
+    rng = np.random.default_rng(seed)
+    for w in model.weights:
+        w.assign(rng.normal(1.0 if "gamma" in w.path else 0.0, 0.3, w.shape).astype("float32"))
+    return model
+
+
+@pytest.fixture(scope="module")
+def attention():
+    return _attention_net()
+
+
+@pytest.fixture(scope="module")
+def attention_build(attention, data):
+    from cle._quantize.options import QuantizeOptions
+    from cle._quantize.pipeline import build_checked
+
+    return build_checked(attention, data, QuantizeOptions(has_data=True), lambda message: None)
+
+
+def test_an_operator_the_int8_model_runs_in_float_reads_its_inputs_own_quantization(
+        attention_build):
+    """The normalizations' NEG (and on TensorFlow SQUARE) have no INT8 kernel: the INT8 model
+    runs them in float on their input dequantized. That input is not requantized (it was
+    listed as requantized with no INT8 scale, and the simulation crashed with a TypeError):
+    every input listed as requantized is read at an INT8 scale of its own."""
+    from cle._measure.flatgraph import FlatGraph, align
+
+    f, q = FlatGraph(attention_build.calibrated), FlatGraph(attention_build.content)
+    alignment = align(f, q)
+    in_float = [op for op in q.ops if op.kind == "NEG"]
+    assert in_float and all(q.params(op.inputs[0]) is None for op in in_float)
+    for i, p, u in alignment.requantized:
+        assert q.params(u) is not None, (f.ops[i].kind, p, q.name(u))
+
+
+def test_the_simulation_of_attention_is_the_float_model_off_and_near_the_int8_model_on(
+        attention_build, data):
+    """Every switch off: the float model; every switch on: closer to the INT8 model than the
+    float model is. On JAX the attention's Dense layers run on ``(samples × positions,
+    features)``: those tensors hold no row per sample, so the rows run one at a time."""
+    from cle._measure import quant_sim
+
+    build = attention_build
+    sim = quant_sim.build(build.calibrated, build.content)
+    x = data[18:22]
+    masks = np.zeros((8, len(sim.switches)), np.float32)
+    masks[4:] = 1.0
+    out, got = sim.float_graph.outputs[0], []
+    sim.run(x, np.array([0, 1, 2, 3, 0, 1, 2, 3]), masks,
+            lambda start, stop, read: got.append(read(out)), batch=8)
+    y = np.concatenate(got)
+    float_y, int8_y = Q.run_tflite(build.calibrated, x), Q.run_tflite(build.content, x)
+    assert np.max(np.abs(y[:4] - float_y)) <= 1e-5 * np.max(np.abs(float_y))
+    assert np.linalg.norm(y[4:] - int8_y) < np.linalg.norm(float_y - int8_y)
+
+
+def test_analyze_reports_normalization_and_attention_layers(attention, data):
+    """cle.analyze on GroupNormalization, LayerNormalization and MultiHeadAttention: a
+    report with an entry for every layer with weights (or the reason it has none), finite
+    figures, and its JSON."""
+    report = cle.analyze(attention, data, layer_inputs=2)
+    entries = {name for layer in report.layers for name in layer.layers}
+    unmatched = dict(report.unmatched)
+    for name in ("conv", "gn", "ln", "mha", "probs"):
+        assert name in entries or unmatched.get(name), (name, report.summary())
+    assert {"conv", "mha", "probs"} <= entries, report.summary()
+    assert all(np.isfinite(layer.output_sqnr_db) for layer in report.layers)
+    assert np.isfinite(report.output["sqnr_db"]) and report.output["sqnr_db"] > 5
+    assert "worst layers" in report.summary()
+    json.dumps(report.to_dict())

@@ -171,15 +171,19 @@ class QuantSim:
     float_graph: FlatGraph
     alignment: Alignment
     n_inputs: int = 1
+    apart: frozenset = frozenset()
 
     def run(self, x: np.ndarray, rows: np.ndarray, masks: np.ndarray,
             consume: Callable[[int, int, Callable], None], batch: int = 16):
         """Run the simulation on ``x[rows[k]]`` with switches ``masks[k]`` (one row of 0/1
         per run, a column per switch), ``batch`` rows per invocation; after each
         invocation ``consume(start, stop, read)`` is called for rows ``start:stop``, where
-        ``read(tensor)`` gives a readable tensor's values (a copy)."""
+        ``read(tensor)`` gives a readable tensor's values (a copy), one row per run. When a
+        switched or readable tensor does not hold one row per sample (:attr:`apart`), the
+        rows run one at a time and such a tensor is read whole as its row."""
         with quiet():  # LiteRT announces its XNNPACK delegate on stderr
             interp = interpreter(self.content, delegates=True)
+        batch = 1 if self.apart else batch
         size = None
         for start in range(0, len(rows), batch):
             stop = min(start + batch, len(rows))
@@ -188,8 +192,12 @@ class QuantSim:
                 model_input, switch_inputs, outputs = self._resize(interp, x, size)
             self._feed(interp, x[rows[start:stop]], masks[start:stop], model_input,
                        switch_inputs)
-            consume(start, stop,
-                    lambda t: interp.get_tensor(outputs[self.readable[t]]["index"]))
+            consume(start, stop, lambda t: self._read(interp, outputs, t))
+
+    def _read(self, interp, outputs, t):
+        value = interp.get_tensor(outputs[self.readable[t]]["index"])
+        tensor = self.float_graph.ops[t[1]].outputs[0] if isinstance(t, tuple) else t
+        return value[None] if tensor in self.apart else value
 
     @staticmethod
     def _feed(interp, x, masks, model_input, switch_inputs):
@@ -373,10 +381,12 @@ def build(float_content: bytes, int8_content: bytes, watch=(), alternatives=None
             masks.append(mask)
         for t in op.outputs:
             activation(t, op.index)
-    return _finish(ed, work, f, alignment, switches, masks, current, watch, pre_activations)
+    return _finish(ed, work, f, alignment, switches, masks, current, watch, pre_activations,
+                   float_content)
 
 
-def _finish(ed, work, f, alignment, switches, masks, current, watch, pre) -> QuantSim:
+def _finish(ed, work, f, alignment, switches, masks, current, watch, pre,
+            float_content) -> QuantSim:
     graph = ed.graph
     graph.operators = ed.pending
     graph.inputs = np.array(list(work.inputs) + masks, np.int32)
@@ -388,5 +398,29 @@ def _finish(ed, work, f, alignment, switches, masks, current, watch, pre) -> Qua
     order = list(readable)
     graph.outputs = np.array([readable[t] for t in order], np.int32)
     content = internals.write_model(ed.model)
+    tensors = {s.tensor for s in switches} | {
+        f.ops[t[1]].outputs[0] if isinstance(t, tuple) else t for t in order}
     return QuantSim(content, switches, {t: p for p, t in enumerate(order)}, f, alignment,
-                    n_inputs=len(work.inputs))
+                    n_inputs=len(work.inputs), apart=frozenset(
+                        tensors - batch_leading(float_content, tensors)))
+
+
+def batch_leading(content: bytes, tensors) -> set[int]:
+    """The tensors of ``tensors`` that hold one row per sample: shape ``(1, ...)`` on one
+    sample and ``(2, ...)`` on two (found by running ``content`` on zeros). Others hold
+    several samples in one row or one sample in several: JAX's export runs a Dense layer on
+    a sequence as one matrix product over ``(samples × positions, features)``."""
+    shapes = []
+    for n in (1, 2):
+        interp = interpreter(content, preserve_all_tensors=True)
+        details = interp.get_input_details()
+        for d in details:
+            interp.resize_tensor_input(d["index"], (n,) + tuple(d["shape"][1:]), strict=False)
+        interp.allocate_tensors()
+        for d in details:
+            interp.set_tensor(d["index"], np.zeros((n,) + tuple(d["shape"][1:]), d["dtype"]))
+        with np.errstate(all="ignore"):
+            interp.invoke()
+        shapes.append({t: tuple(interp.get_tensor(t).shape) for t in tensors})
+    one, two = shapes
+    return {t for t in tensors if one[t][:1] == (1,) and two[t] == (2,) + one[t][1:]}

@@ -238,8 +238,9 @@ class _Measure:
                 if u is None or q.params(u) is None:
                     self.real_noise[k] = np.nan
                     continue
-                v = dequantize(interp.get_tensor(u), q.params(u))[0]
-                self.real_noise[k] += _energy(v, self.ref[i][k])
+                v = dequantize(interp.get_tensor(u), q.params(u))  # one sample's
+                self.real_noise[k] += _energy(v.reshape(np.shape(self.ref[i][k])),
+                                              self.ref[i][k])
         self.ref = {}
 
     def summary(self) -> dict:
