@@ -190,3 +190,63 @@ def test_analyze_reports_normalization_and_attention_layers(attention, data):
     assert np.isfinite(report.output["sqnr_db"]) and report.output["sqnr_db"] > 5
     assert "worst layers" in report.summary()
     json.dumps(report.to_dict())
+
+
+# --------------------------------------------- cle analyze: several inputs and outputs
+
+
+@pytest.mark.parametrize("name", ["two_output", "two_input"])
+def test_analyze_takes_several_inputs_and_outputs(zoo, name):
+    """cle.analyze on a model with two outputs (class scores and boxes) and on one with two
+    inputs: the .tflite is cle.quantize's, each output has its check's figures, each input
+    its own entry, each layer with weights an entry, and with two outputs each layer its
+    SQNR per output (the lowest is its output SQNR). A layer of one head leaves the other
+    head's output exact."""
+    import _zoo
+
+    model = zoo(name, 48)
+    x = _zoo.inputs(name, 24, seed=_zoo.BUILD_SEED, size=48)
+    data = tuple(x) if isinstance(x, list) else x
+    report = cle.analyze(model, data, layer_inputs=2)
+    content, quantized = cle.quantize(model, data)
+    assert report.tflite == content
+    assert [(o["output"], o["sqnr_db"]) for o in report.outputs] == [
+        (o.name, o.sqnr_db) for o in quantized.outputs]
+    assert report.output["sqnr_db"] == quantized.outputs[0].sqnr_db
+    inputs = [layer.name for layer in report.layers if layer.kind == "InputLayer"]
+    assert inputs == list(_zoo.INPUT_NAMES.get(name, ("image",)))
+    names = {layer.name for layer in report.layers}
+    kernels = {layer.name for layer in model.layers if layer.weights
+               and not isinstance(layer, L.BatchNormalization)}
+    assert kernels <= names, (kernels, names)
+    assert sum(layer.share for layer in report.layers) == pytest.approx(1.0)
+    by_name = {layer.name: layer for layer in report.layers}
+    if name == "two_output":
+        heads = {"scores": "boxes", "boxes": "scores"}
+        for head, other in heads.items():
+            per_output = by_name[head].outputs_sqnr_db
+            assert per_output[other] == np.inf and np.isfinite(per_output[head])
+            assert by_name[head].output_sqnr_db == per_output[head]
+        assert "output 'boxes': SQNR" in report.summary()
+        data = json.loads(json.dumps(report.to_dict()))
+        assert [o["output"] for o in data["outputs"]] == ["scores", "boxes"]
+    else:
+        assert all(layer.outputs_sqnr_db is None for layer in report.layers)
+
+
+def test_analyze_of_two_outputs_through_the_command_line(zoo, tmp_path, capsys, monkeypatch):
+    """`cle analyze` on a model with two outputs: each output's figures printed, the JSON and
+    the picture written (it refused the model with exit 2)."""
+    import _zoo
+
+    monkeypatch.chdir(tmp_path)
+    zoo("two_output", 48).save("m.keras")
+    np.save("cal.npy", _zoo.inputs("two_output", 16, seed=_zoo.BUILD_SEED, size=48))
+    code = cli.main(["analyze", "m.keras", "--calibration", "cal.npy", "--layer-inputs", "1",
+                     "--report", "a.json", "--plot", "a.png"])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    assert "output 'scores': top-1 agreement" in out.out and "output 'boxes': SQNR" in out.out
+    assert [o["output"] for o in json.loads((tmp_path / "a.json").read_text())["outputs"]] == [
+        "scores", "boxes"]
+    assert (tmp_path / "a.png").read_bytes()[:4] == b"\x89PNG"

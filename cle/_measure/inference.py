@@ -72,12 +72,12 @@ def input_name(tflite_name) -> str:
     return re.sub(r"^serving_default_", "", re.sub(r":\d+$", "", str(tflite_name)))
 
 
-def input_details_by_name(interp, names) -> list[dict]:
-    """The interpreter's input details in the order of the model input ``names``: matched by
-    name (``name``, or ``serving_default_<name>:0`` as Keras' export writes it), else in the
-    order of the input tensors (the order of the model's inputs, as the converter writes
-    them)."""
-    details = interp.get_input_details()
+def input_details_by_name(interp, names, details=None) -> list[dict]:
+    """The interpreter's input details (or those of ``details``) in the order of the model
+    input ``names``: matched by name (``name``, or ``serving_default_<name>:0`` as Keras'
+    export writes it), else in the order of the input tensors (the order of the model's
+    inputs, as the converter writes them)."""
+    details = interp.get_input_details() if details is None else details
     found = {input_name(d["name"]): d for d in details}
     if all(n in found for n in names):
         return [found[n] for n in names]
@@ -92,18 +92,23 @@ def output_details_in_order(interp) -> list[dict]:
     converter names them ``Identity``, ``Identity_1``, ... (a traced function) or ``...:k``
     (Keras' export), numbered in that order."""
     details = interp.get_output_details()
+    return [details[k] for k in keras_output_order([d["name"] for d in details])]
 
-    def position(d):
-        m = re.search(r":(\d+)$", d["name"]) or re.fullmatch(r"Identity(?:_(\d+))?", d["name"])
+
+def keras_output_order(names) -> list[int]:
+    """The positions of a flatbuffer's output tensors, given their ``names``, in the order of
+    the Keras model's outputs (see :func:`output_details_in_order`)."""
+
+    def position(name):
+        m = re.search(r":(\d+)$", name) or re.fullmatch(r"Identity(?:_(\d+))?", name)
         return None if m is None else int(m.group(1) or 0)
 
-    positions = [position(d) for d in details]
-    if sorted(p for p in positions if p is not None) == list(range(len(details))):
-        return [d for _, d in sorted(zip(positions, details), key=lambda pd: pd[0])]
-    if len(details) == 1:
-        return details
-    raise RuntimeError("cannot tell which TF Lite output is which Keras output: "
-                       f"{[d['name'] for d in details]}")
+    positions = [position(n) for n in names]
+    if sorted(p for p in positions if p is not None) == list(range(len(names))):
+        return sorted(range(len(names)), key=lambda k: positions[k])
+    if len(names) == 1:
+        return [0]
+    raise RuntimeError(f"cannot tell which TF Lite output is which Keras output: {list(names)}")
 
 
 def _to_float(y, detail):

@@ -34,7 +34,7 @@ import numpy as np
 
 from cle._measure import tflite_internals as internals
 from cle._measure.flatgraph import FLOAT32, Alignment, FlatGraph, align, dequantize
-from cle._measure.inference import interpreter
+from cle._measure.inference import input_details_by_name, interpreter
 from cle._measure.tflite import quiet
 
 __all__ = ["QuantSim", "Switch", "build"]
@@ -173,14 +173,16 @@ class QuantSim:
     n_inputs: int = 1
     apart: frozenset = frozenset()
 
-    def run(self, x: np.ndarray, rows: np.ndarray, masks: np.ndarray,
+    def run(self, x, rows: np.ndarray, masks: np.ndarray,
             consume: Callable[[int, int, Callable], None], batch: int = 16):
         """Run the simulation on ``x[rows[k]]`` with switches ``masks[k]`` (one row of 0/1
         per run, a column per switch), ``batch`` rows per invocation; after each
         invocation ``consume(start, stop, read)`` is called for rows ``start:stop``, where
-        ``read(tensor)`` gives a readable tensor's values (a copy), one row per run. When a
+        ``read(tensor)`` gives a readable tensor's values (a copy), one row per run. ``x``:
+        an array (a one-input model) or :class:`cle._core.inputs.ModelInputs`. When a
         switched or readable tensor does not hold one row per sample (:attr:`apart`), the
         rows run one at a time and such a tensor is read whole as its row."""
+        arrays, names = (x.arrays, x.names) if hasattr(x, "arrays") else ((x,), ("",))
         with quiet():  # LiteRT announces its XNNPACK delegate on stderr
             interp = interpreter(self.content, delegates=True)
         batch = 1 if self.apart else batch
@@ -189,9 +191,10 @@ class QuantSim:
             stop = min(start + batch, len(rows))
             if stop - start != size:
                 size = stop - start
-                model_input, switch_inputs, outputs = self._resize(interp, x, size)
-            self._feed(interp, x[rows[start:stop]], masks[start:stop], model_input,
-                       switch_inputs)
+                model_inputs, switch_inputs, outputs = self._resize(interp, arrays, names,
+                                                                    size)
+            self._feed(interp, [a[rows[start:stop]] for a in arrays], masks[start:stop],
+                       model_inputs, switch_inputs)
             consume(start, stop, lambda t: self._read(interp, outputs, t))
 
     def _read(self, interp, outputs, t):
@@ -200,26 +203,30 @@ class QuantSim:
         return value[None] if tensor in self.apart else value
 
     @staticmethod
-    def _feed(interp, x, masks, model_input, switch_inputs):
-        """Set the model input and the switches' masks, and invoke."""
-        interp.set_tensor(model_input["index"], x)
+    def _feed(interp, arrays, masks, model_inputs, switch_inputs):
+        """Set the model inputs and the switches' masks, and invoke."""
+        for d, a in zip(model_inputs, arrays):
+            interp.set_tensor(d["index"], a)
         for k, d in enumerate(switch_inputs):
             column = masks[:, k].astype(np.float32)
-            interp.set_tensor(d["index"], column.reshape((len(x),) + tuple(d["shape"][1:])))
+            interp.set_tensor(d["index"], column.reshape((len(masks),) + tuple(d["shape"][1:])))
         interp.invoke()
 
-    def _resize(self, interp, x, size):
+    def _resize(self, interp, arrays, names, size):
         """Resize the interpreter's inputs to ``size`` rows and allocate; returns the model
-        input's details, the switches' and the outputs'."""
+        inputs' details (in the order of ``names``), the switches' and the outputs'."""
         details = interp.get_input_details()
-        model_input, switch_inputs = details[0], details[self.n_inputs:]
-        interp.resize_tensor_input(model_input["index"], (size,) + x.shape[1:], strict=False)
+        model_inputs = (details[:1] if len(arrays) == 1 else
+                        input_details_by_name(interp, names, details[:self.n_inputs]))
+        switch_inputs = details[self.n_inputs:]
+        for d, a in zip(model_inputs, arrays):
+            interp.resize_tensor_input(d["index"], (size,) + a.shape[1:], strict=False)
         for d in switch_inputs:
             interp.resize_tensor_input(d["index"], (size,) + tuple(d["shape"][1:]),
                                        strict=False)
         with quiet():
             interp.allocate_tensors()
-        return model_input, switch_inputs, interp.get_output_details()
+        return model_inputs, switch_inputs, interp.get_output_details()
 
 
 def _rank_mask(editor: _Editor, like: int, k: int) -> int:
