@@ -65,6 +65,8 @@ def test_dict_outputs_are_read_in_the_order_of_model_outputs(dict_net, data):
         np.testing.assert_array_equal(g, want[key])
     one = _dict_net({"only": 10})
     assert C.output_names(one) == ["only"]
+    sequential = keras.Sequential([keras.Input((4,)), L.Dense(3, name="head")])
+    assert C.output_names(sequential) == ["head"]  # a Sequential never called has no .output
     np.testing.assert_array_equal(predict(one, data[:3]), one.predict(data[:3], verbose=0)["only"])
 
 

@@ -81,8 +81,15 @@ def output_names(model) -> list[str]:
 
 def _output_keys(model) -> list[str] | None:
     """The dict keys of each output, in the order of ``model.outputs``, or None when the
-    outputs are not given by key (one tensor, a list or a tuple)."""
-    paths = [path for path, _ in keras.tree.flatten_with_path(model.output)]
+    outputs are not given by key (one tensor, a list or a tuple; a Sequential model, whose
+    ``output`` Keras gives only once it has been called)."""
+    if not isinstance(model, keras.Model) or isinstance(model, keras.Sequential):
+        return None
+    try:
+        struct = model.output
+    except (AttributeError, ValueError):
+        return None
+    paths = [path for path, _ in keras.tree.flatten_with_path(struct)]
     if len(paths) != len(model.outputs) or not any(
             isinstance(p, str) for path in paths for p in path):
         return None
