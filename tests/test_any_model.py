@@ -252,3 +252,17 @@ def test_analyze_of_two_outputs_through_the_command_line(zoo, tmp_path, capsys, 
     assert [o["output"] for o in json.loads((tmp_path / "a.json").read_text())["outputs"]] == [
         "scores", "boxes"]
     assert (tmp_path / "a.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_analyze_with_integer_io(dict_net, data):
+    """With ``integer_io`` the .tflite takes int8 inputs: the INT8 model's own run gets its
+    inputs quantized (a float32 input was refused by LiteRT: 'Got value of type FLOAT32 but
+    expected type INT8'), and the input's entry reads as without ``integer_io``."""
+    one = _dict_net({"only": 10})
+    report = cle.analyze(one, data, integer_io=True, layer_inputs=2)
+    _, quantized = cle.quantize(one, data, integer_io=True)
+    assert report.output["sqnr_db"] == quantized.sqnr_db
+    plain = cle.analyze(one, data, layer_inputs=2)
+    assert report.layers[0].kind == plain.layers[0].kind == "InputLayer"
+    assert report.layers[0].sqnr_db == pytest.approx(plain.layers[0].sqnr_db, abs=0.01)
+    assert all(np.isfinite(layer.sqnr_db) for layer in report.layers[1:])

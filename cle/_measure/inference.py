@@ -118,7 +118,9 @@ def _to_float(y, detail):
     return np.array(y, dtype=np.float32)
 
 
-def _to_input(chunk, detail):
+def to_input(chunk, detail):
+    """Float model inputs ``chunk`` as the interpreter's input ``detail`` takes them:
+    quantized to its scale and zero point for an integer input, else cast."""
     if np.dtype(detail["dtype"]) in (np.int8, np.uint8, np.int16):
         scale, zero = detail["quantization"]
         info = np.iinfo(detail["dtype"])
@@ -142,7 +144,7 @@ def run_all(tflite_model, x, batch_size=TFLITE_BATCH) -> list[np.ndarray]:
             current = shapes
             outs = output_details_in_order(interp)
         for d, a in zip(ins, chunk.arrays):
-            interp.set_tensor(d["index"], _to_input(a, d))
+            interp.set_tensor(d["index"], to_input(a, d))
         interp.invoke()
         results.append([_to_float(interp.get_tensor(d["index"]), d) for d in outs])
     return [np.concatenate(parts, axis=0) for parts in zip(*results)]

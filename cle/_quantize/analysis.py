@@ -26,7 +26,7 @@ import numpy as np
 from cle._measure import quant_sim, tflite
 from cle._measure.flatgraph import FlatGraph, dequantize
 from cle._measure.inference import (input_details_by_name, input_name, interpreter,
-                                     keras_output_order)
+                                     keras_output_order, to_input)
 from cle._measure.layer_map import Entry, map_layers
 from cle._quantize import analysis_stats as describe
 from cle._quantize import weight_stages
@@ -237,8 +237,8 @@ class _Measure:
         int8_of = self.sim.alignment.int8_of
         q = FlatGraph(content)
         for i in range(len(self.x)):
-            for d, a in zip(ins, self.x.arrays):
-                interp.set_tensor(d["index"], a[i: i + 1])
+            for d, a in zip(ins, self.x.arrays):  # integer inputs (integer_io) quantized
+                interp.set_tensor(d["index"], to_input(a[i: i + 1], d))
             interp.invoke()
             for k, entry in enumerate(self.entries):
                 u = int8_of.get(entry.tensor)
