@@ -25,8 +25,11 @@ amplify); :meth:`AnalysisReport.to_dict` is the JSON of ``cle analyze --report``
 :meth:`AnalysisReport.plot` draws the per-layer picture.
 
 The options are :func:`cle.quantize`'s, checked by the same door (``output_kinds`` says which
-outputs are class scores: only those get a top-1 agreement); models with one input and
-one output only (others: ``ValueError`` naming the model). Without data the inputs are
+outputs are class scores: only those get a top-1 agreement); any number of inputs and
+outputs (each input's own quantization is an entry of its own; with several outputs the report
+gives each output's figures, and each layer its output SQNR per output, the lowest as its
+``output_sqnr_db``, and its share of the outputs' errors, each over its output's signal,
+summed). Without data the inputs are
 :func:`cle.quantize`'s synthetic ones (distilled from the model's batch-norm statistics, and
 natural-image-like inputs across the input range), the output's figures the lower of its two
 check sets the calibration never saw (the per-layer runs use that set), and the summary says

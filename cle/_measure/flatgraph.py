@@ -136,7 +136,9 @@ class Alignment:
             float input's is the output of the QUANTIZE the INT8 model adds).
         requantized: ``(float operator, input position, int8 tensor)`` for every input an
             INT8 operator reads at another scale than its producer wrote (through a QUANTIZE
-            the quantize step added).
+            the quantize step added). An operator the INT8 model runs in float (no INT8
+            kernel: NEG, SQUARE, ...) reads its input through a DEQUANTIZE: the value of the
+            input's own quantization, not requantized, so it is not listed.
     """
 
     op_of: dict[int, int]
@@ -183,6 +185,20 @@ def _requantized_from(q: FlatGraph, t: int, sources) -> bool:
     return True
 
 
+def _quantized_read(q: FlatGraph, t: int, sources) -> int | None:
+    """The quantized tensor whose value an operator reading ``t`` (made from one of
+    ``sources`` by conversions) sees: ``t`` itself when quantized, else, for a float read
+    (an operator the INT8 model runs in float, after a DEQUANTIZE), the nearest quantized
+    tensor back along the conversions; None when that is a source itself or there is none
+    (the operator reads the source's own value, in float)."""
+    while q.params(t) is None and t not in sources:
+        k = q.producer.get(t)
+        if k is None or q.ops[k].kind not in CONVERSIONS:
+            return None
+        t = q.ops[k].inputs[0]
+    return None if t in sources or q.params(t) is None else t
+
+
 def align(f: FlatGraph, q: FlatGraph) -> Alignment:
     """Pair the float model ``f`` with the INT8 model ``q`` made from it (see the module's
     docstring). Raises ValueError naming the first operator where they differ."""
@@ -216,7 +232,9 @@ def align(f: FlatGraph, q: FlatGraph) -> Alignment:
                     f"Input {p} of float operator {i} ({f.ops[i].kind}) is '{f.name(a)}', but "
                     f"its INT8 operator reads '{q.name(b)}', which is not made from it. "
                     f"Received: INT8 operator {j}")
-            requantized.append((i, p, b))
+            read = _quantized_read(q, b, sources)
+            if read is not None:
+                requantized.append((i, p, read))
     return Alignment(op_of, tensor_of, int8_of, requantized)
 
 

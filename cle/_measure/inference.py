@@ -9,6 +9,7 @@ import logging
 import re
 from typing import Any
 
+import keras
 import numpy as np
 
 from cle._measure import tflite_internals as internals
@@ -23,7 +24,8 @@ WEIGHT_OPS = ("CONV_2D", "DEPTHWISE_CONV_2D", "CONV_3D", "TRANSPOSE_CONV", "FULL
 
 
 def predict(model, x):
-    """``model.predict(x)`` in batches of :data:`KERAS_BATCH`, as float64."""
+    """``model.predict(x)`` in batches of :data:`KERAS_BATCH`, as float64 (a model whose one
+    output is in a list or a dict: that output's array)."""
     # Every variant is a new model, so TensorFlow warns about tf.function retracing after a few
     # of them; that warning is about this loop, not the user's code.
     tf_logger = logging.getLogger("tensorflow")
@@ -33,12 +35,22 @@ def predict(model, x):
         y = model.predict(x, batch_size=KERAS_BATCH, verbose=0)
     finally:
         tf_logger.setLevel(level)
-    return np.asarray(y, dtype=np.float64)
+    ys = flat_outputs(y)
+    return np.asarray(ys[0] if len(ys) == 1 else ys, dtype=np.float64)
+
+
+def flat_outputs(y) -> list:
+    """The outputs ``model.predict`` returned (an array, a list or tuple, a dict, or a nest of
+    them: the structure of the model's outputs) as a list in the order of ``model.outputs``.
+    Keras orders ``model.outputs`` by ``keras.tree.flatten`` of that structure (a dict's
+    values by sorted key, whatever order the dict was built in), and TF Lite's converter
+    writes the flatbuffer's outputs in the same order (:func:`output_details_in_order`)."""
+    return keras.tree.flatten(y)
 
 
 def predict_all(model, x) -> list[np.ndarray]:
     """Every output of ``model`` on :class:`cle._core.inputs.ModelInputs` ``x``, as a list of
-    float64 arrays in the order of ``model.outputs``."""
+    float64 arrays in the order of ``model.outputs`` (:func:`flat_outputs`)."""
     tf_logger = logging.getLogger("tensorflow")
     level = tf_logger.level
     tf_logger.setLevel(logging.ERROR)
@@ -46,7 +58,11 @@ def predict_all(model, x) -> list[np.ndarray]:
         y = model.predict(x.feed(), batch_size=KERAS_BATCH, verbose=0)
     finally:
         tf_logger.setLevel(level)
-    ys = y if isinstance(y, (list, tuple)) else [y]
+    ys = flat_outputs(y)
+    if len(ys) != len(model.outputs):
+        raise ValueError(f"Model '{model.name}' returned {len(ys)} outputs but has "
+                         f"{len(model.outputs)} (model.outputs). Received: outputs of types "
+                         f"{[type(a).__name__ for a in ys]}")
     return [np.asarray(a, dtype=np.float64) for a in ys]
 
 
@@ -56,12 +72,12 @@ def input_name(tflite_name) -> str:
     return re.sub(r"^serving_default_", "", re.sub(r":\d+$", "", str(tflite_name)))
 
 
-def input_details_by_name(interp, names) -> list[dict]:
-    """The interpreter's input details in the order of the model input ``names``: matched by
-    name (``name``, or ``serving_default_<name>:0`` as Keras' export writes it), else in the
-    order of the input tensors (the order of the model's inputs, as the converter writes
-    them)."""
-    details = interp.get_input_details()
+def input_details_by_name(interp, names, details=None) -> list[dict]:
+    """The interpreter's input details (or those of ``details``) in the order of the model
+    input ``names``: matched by name (``name``, or ``serving_default_<name>:0`` as Keras'
+    export writes it), else in the order of the input tensors (the order of the model's
+    inputs, as the converter writes them)."""
+    details = interp.get_input_details() if details is None else details
     found = {input_name(d["name"]): d for d in details}
     if all(n in found for n in names):
         return [found[n] for n in names]
@@ -76,18 +92,23 @@ def output_details_in_order(interp) -> list[dict]:
     converter names them ``Identity``, ``Identity_1``, ... (a traced function) or ``...:k``
     (Keras' export), numbered in that order."""
     details = interp.get_output_details()
+    return [details[k] for k in keras_output_order([d["name"] for d in details])]
 
-    def position(d):
-        m = re.search(r":(\d+)$", d["name"]) or re.fullmatch(r"Identity(?:_(\d+))?", d["name"])
+
+def keras_output_order(names) -> list[int]:
+    """The positions of a flatbuffer's output tensors, given their ``names``, in the order of
+    the Keras model's outputs (see :func:`output_details_in_order`)."""
+
+    def position(name):
+        m = re.search(r":(\d+)$", name) or re.fullmatch(r"Identity(?:_(\d+))?", name)
         return None if m is None else int(m.group(1) or 0)
 
-    positions = [position(d) for d in details]
-    if sorted(p for p in positions if p is not None) == list(range(len(details))):
-        return [d for _, d in sorted(zip(positions, details), key=lambda pd: pd[0])]
-    if len(details) == 1:
-        return details
-    raise RuntimeError("cannot tell which TF Lite output is which Keras output: "
-                       f"{[d['name'] for d in details]}")
+    positions = [position(n) for n in names]
+    if sorted(p for p in positions if p is not None) == list(range(len(names))):
+        return sorted(range(len(names)), key=lambda k: positions[k])
+    if len(names) == 1:
+        return [0]
+    raise RuntimeError(f"cannot tell which TF Lite output is which Keras output: {list(names)}")
 
 
 def _to_float(y, detail):
@@ -97,7 +118,9 @@ def _to_float(y, detail):
     return np.array(y, dtype=np.float32)
 
 
-def _to_input(chunk, detail):
+def to_input(chunk, detail):
+    """Float model inputs ``chunk`` as the interpreter's input ``detail`` takes them:
+    quantized to its scale and zero point for an integer input, else cast."""
     if np.dtype(detail["dtype"]) in (np.int8, np.uint8, np.int16):
         scale, zero = detail["quantization"]
         info = np.iinfo(detail["dtype"])
@@ -121,7 +144,7 @@ def run_all(tflite_model, x, batch_size=TFLITE_BATCH) -> list[np.ndarray]:
             current = shapes
             outs = output_details_in_order(interp)
         for d, a in zip(ins, chunk.arrays):
-            interp.set_tensor(d["index"], _to_input(a, d))
+            interp.set_tensor(d["index"], to_input(a, d))
         interp.invoke()
         results.append([_to_float(interp.get_tensor(d["index"]), d) for d in outs])
     return [np.concatenate(parts, axis=0) for parts in zip(*results)]

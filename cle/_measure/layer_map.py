@@ -22,7 +22,7 @@ import numpy as np
 
 from cle._core.graph import graph_view, run_call
 from cle._measure.flatgraph import FLOAT32, FlatGraph
-from cle._measure.inference import interpreter
+from cle._measure.inference import input_details_by_name, interpreter
 
 __all__ = ["Entry", "LayerMap", "map_layers"]
 
@@ -61,11 +61,12 @@ class LayerMap:
     unmatched: list[tuple[str, str]]
 
 
-def _keras_values(model, x) -> tuple[list, dict]:
-    """Every call of the model's view in order, and each tensor's value on ``x``."""
+def _keras_values(model, arrays) -> tuple[list, dict]:
+    """Every call of the model's view in order, and each tensor's value on ``arrays`` (one
+    per model input)."""
     view = graph_view(model)
     values = {id(t): keras.ops.convert_to_numpy(v)
-              for t, v in zip(view.inputs, [x])}
+              for t, v in zip(view.inputs, arrays)}
     for call in view.calls:
         outs = run_call(call, [values[id(t)] for t in call.inputs])
         for t, v in zip(call.outputs, outs):
@@ -73,16 +74,20 @@ def _keras_values(model, x) -> tuple[list, dict]:
     return view, values
 
 
-def _flat_values(content, graph: FlatGraph, x) -> dict[int, np.ndarray]:
-    """Every float tensor the flatbuffer computes (and its input) on ``x``."""
+def _flat_values(content, graph: FlatGraph, arrays, names) -> tuple[list, dict]:
+    """The flatbuffer's input tensors in the order of the model's inputs (``names``), and
+    every float tensor it computes (and its inputs) on ``arrays``."""
     interp = interpreter(content, preserve_all_tensors=True)
-    inp = interp.get_input_details()[0]
-    interp.resize_tensor_input(inp["index"], x.shape, strict=False)
+    ins = input_details_by_name(interp, names)
+    for d, a in zip(ins, arrays):
+        interp.resize_tensor_input(d["index"], a.shape, strict=False)
     interp.allocate_tensors()
-    interp.set_tensor(inp["index"], x)
+    for d, a in zip(ins, arrays):
+        interp.set_tensor(d["index"], a)
     interp.invoke()
     wanted = list(graph.inputs) + [t for op in graph.ops for t in op.outputs]
-    return {t: interp.get_tensor(t) for t in wanted if graph.type(t) == FLOAT32}
+    return [int(d["index"]) for d in ins], {t: interp.get_tensor(t) for t in wanted
+                                             if graph.type(t) == FLOAT32}
 
 
 def _matches(value, flat, order, after) -> list[int]:
@@ -94,10 +99,11 @@ def _matches(value, flat, order, after) -> list[int]:
             and float(np.max(np.abs(v - value))) <= tol]
 
 
-def _pair(view, values, flat, graph) -> dict[int, int]:
-    """Keras call index -> flatbuffer tensor holding its (first) output."""
+def _pair(view, values, flat, graph, inputs) -> dict[int, int]:
+    """Keras call index -> flatbuffer tensor holding its (first) output; ``inputs``: the
+    flatbuffer's input tensors in the order of the model's."""
     order = {t: graph.producer.get(t, -1) for t in flat}
-    where = {id(t): f for t, f in zip(view.inputs, graph.inputs)}
+    where = {id(t): f for t, f in zip(view.inputs, inputs)}
     paired = {}
     for call in view.calls:
         if not call.outputs:
@@ -175,13 +181,15 @@ def _own(entries, graph: FlatGraph) -> dict[int, int]:
     return owner
 
 
-def map_layers(model, content: bytes, x: np.ndarray) -> LayerMap:
+def map_layers(model, content: bytes, x) -> LayerMap:
     """The entries of ``model`` in its float flatbuffer ``content`` (converted from it), found
-    by running both on ``x`` (a few inputs; see the module docstring)."""
+    by running both on ``x`` (a few inputs: an array for a one-input model, or
+    :class:`cle._core.inputs.ModelInputs`; see the module docstring)."""
+    arrays, names = (x.arrays, x.names) if hasattr(x, "arrays") else ((x,), ("",))
     graph = FlatGraph(content)
-    view, values = _keras_values(model, x)
-    flat = _flat_values(content, graph, x)
-    paired = _pair(view, values, flat, graph)
+    view, values = _keras_values(model, arrays)
+    inputs, flat = _flat_values(content, graph, arrays, names)
+    paired = _pair(view, values, flat, graph, inputs)
     entries = _entries(_groups(view, paired), graph)
     owner = _own(entries, graph)
     held = {name for e in entries for name in e.layers}

@@ -34,7 +34,7 @@ import numpy as np
 
 from cle._measure import tflite_internals as internals
 from cle._measure.flatgraph import FLOAT32, Alignment, FlatGraph, align, dequantize
-from cle._measure.inference import interpreter
+from cle._measure.inference import input_details_by_name, interpreter
 from cle._measure.tflite import quiet
 
 __all__ = ["QuantSim", "Switch", "build"]
@@ -171,47 +171,62 @@ class QuantSim:
     float_graph: FlatGraph
     alignment: Alignment
     n_inputs: int = 1
+    apart: frozenset = frozenset()
 
-    def run(self, x: np.ndarray, rows: np.ndarray, masks: np.ndarray,
+    def run(self, x, rows: np.ndarray, masks: np.ndarray,
             consume: Callable[[int, int, Callable], None], batch: int = 16):
         """Run the simulation on ``x[rows[k]]`` with switches ``masks[k]`` (one row of 0/1
         per run, a column per switch), ``batch`` rows per invocation; after each
         invocation ``consume(start, stop, read)`` is called for rows ``start:stop``, where
-        ``read(tensor)`` gives a readable tensor's values (a copy)."""
+        ``read(tensor)`` gives a readable tensor's values (a copy), one row per run. ``x``:
+        an array (a one-input model) or :class:`cle._core.inputs.ModelInputs`. When a
+        switched or readable tensor does not hold one row per sample (:attr:`apart`), the
+        rows run one at a time and such a tensor is read whole as its row."""
+        arrays, names = (x.arrays, x.names) if hasattr(x, "arrays") else ((x,), ("",))
         with quiet():  # LiteRT announces its XNNPACK delegate on stderr
             interp = interpreter(self.content, delegates=True)
+        batch = 1 if self.apart else batch
         size = None
         for start in range(0, len(rows), batch):
             stop = min(start + batch, len(rows))
             if stop - start != size:
                 size = stop - start
-                model_input, switch_inputs, outputs = self._resize(interp, x, size)
-            self._feed(interp, x[rows[start:stop]], masks[start:stop], model_input,
-                       switch_inputs)
-            consume(start, stop,
-                    lambda t: interp.get_tensor(outputs[self.readable[t]]["index"]))
+                model_inputs, switch_inputs, outputs = self._resize(interp, arrays, names,
+                                                                    size)
+            self._feed(interp, [a[rows[start:stop]] for a in arrays], masks[start:stop],
+                       model_inputs, switch_inputs)
+            consume(start, stop, lambda t: self._read(interp, outputs, t))
+
+    def _read(self, interp, outputs, t):
+        value = interp.get_tensor(outputs[self.readable[t]]["index"])
+        tensor = self.float_graph.ops[t[1]].outputs[0] if isinstance(t, tuple) else t
+        return value[None] if tensor in self.apart else value
 
     @staticmethod
-    def _feed(interp, x, masks, model_input, switch_inputs):
-        """Set the model input and the switches' masks, and invoke."""
-        interp.set_tensor(model_input["index"], x)
+    def _feed(interp, arrays, masks, model_inputs, switch_inputs):
+        """Set the model inputs and the switches' masks, and invoke."""
+        for d, a in zip(model_inputs, arrays):
+            interp.set_tensor(d["index"], a)
         for k, d in enumerate(switch_inputs):
             column = masks[:, k].astype(np.float32)
-            interp.set_tensor(d["index"], column.reshape((len(x),) + tuple(d["shape"][1:])))
+            interp.set_tensor(d["index"], column.reshape((len(masks),) + tuple(d["shape"][1:])))
         interp.invoke()
 
-    def _resize(self, interp, x, size):
+    def _resize(self, interp, arrays, names, size):
         """Resize the interpreter's inputs to ``size`` rows and allocate; returns the model
-        input's details, the switches' and the outputs'."""
+        inputs' details (in the order of ``names``), the switches' and the outputs'."""
         details = interp.get_input_details()
-        model_input, switch_inputs = details[0], details[self.n_inputs:]
-        interp.resize_tensor_input(model_input["index"], (size,) + x.shape[1:], strict=False)
+        model_inputs = (details[:1] if len(arrays) == 1 else
+                        input_details_by_name(interp, names, details[:self.n_inputs]))
+        switch_inputs = details[self.n_inputs:]
+        for d, a in zip(model_inputs, arrays):
+            interp.resize_tensor_input(d["index"], (size,) + a.shape[1:], strict=False)
         for d in switch_inputs:
             interp.resize_tensor_input(d["index"], (size,) + tuple(d["shape"][1:]),
                                        strict=False)
         with quiet():
             interp.allocate_tensors()
-        return model_input, switch_inputs, interp.get_output_details()
+        return model_inputs, switch_inputs, interp.get_output_details()
 
 
 def _rank_mask(editor: _Editor, like: int, k: int) -> int:
@@ -373,10 +388,12 @@ def build(float_content: bytes, int8_content: bytes, watch=(), alternatives=None
             masks.append(mask)
         for t in op.outputs:
             activation(t, op.index)
-    return _finish(ed, work, f, alignment, switches, masks, current, watch, pre_activations)
+    return _finish(ed, work, f, alignment, switches, masks, current, watch, pre_activations,
+                   float_content)
 
 
-def _finish(ed, work, f, alignment, switches, masks, current, watch, pre) -> QuantSim:
+def _finish(ed, work, f, alignment, switches, masks, current, watch, pre,
+            float_content) -> QuantSim:
     graph = ed.graph
     graph.operators = ed.pending
     graph.inputs = np.array(list(work.inputs) + masks, np.int32)
@@ -388,5 +405,29 @@ def _finish(ed, work, f, alignment, switches, masks, current, watch, pre) -> Qua
     order = list(readable)
     graph.outputs = np.array([readable[t] for t in order], np.int32)
     content = internals.write_model(ed.model)
+    tensors = {s.tensor for s in switches} | {
+        f.ops[t[1]].outputs[0] if isinstance(t, tuple) else t for t in order}
     return QuantSim(content, switches, {t: p for p, t in enumerate(order)}, f, alignment,
-                    n_inputs=len(work.inputs))
+                    n_inputs=len(work.inputs), apart=frozenset(
+                        tensors - batch_leading(float_content, tensors)))
+
+
+def batch_leading(content: bytes, tensors) -> set[int]:
+    """The tensors of ``tensors`` that hold one row per sample: shape ``(1, ...)`` on one
+    sample and ``(2, ...)`` on two (found by running ``content`` on zeros). Others hold
+    several samples in one row or one sample in several: JAX's export runs a Dense layer on
+    a sequence as one matrix product over ``(samples × positions, features)``."""
+    shapes = []
+    for n in (1, 2):
+        interp = interpreter(content, preserve_all_tensors=True)
+        details = interp.get_input_details()
+        for d in details:
+            interp.resize_tensor_input(d["index"], (n,) + tuple(d["shape"][1:]), strict=False)
+        interp.allocate_tensors()
+        for d in details:
+            interp.set_tensor(d["index"], np.zeros((n,) + tuple(d["shape"][1:]), d["dtype"]))
+        with np.errstate(all="ignore"):
+            interp.invoke()
+        shapes.append({t: tuple(interp.get_tensor(t).shape) for t in tensors})
+    one, two = shapes
+    return {t for t in tensors if one[t][:1] == (1,) and two[t] == (2,) + one[t][1:]}

@@ -1,7 +1,7 @@
 """The implementation of :func:`cle.analysis.analyze` (documented in :mod:`cle.analysis`).
 
 It builds the ``.tflite`` :func:`cle.quantize` would write (through its door and the same
-stages, :func:`cle._quantize.pipeline.build_checked`; models with one input and one output),
+stages, :func:`cle._quantize.pipeline.build_checked`; any number of inputs and outputs),
 pairs every Keras layer with its operators and tensors in it
 (:func:`cle._measure.layer_map.map_layers`), and measures on the check inputs:
 
@@ -25,7 +25,8 @@ import numpy as np
 
 from cle._measure import quant_sim, tflite
 from cle._measure.flatgraph import FlatGraph, dequantize
-from cle._measure.inference import interpreter
+from cle._measure.inference import (input_details_by_name, input_name, interpreter,
+                                     keras_output_order, to_input)
 from cle._measure.layer_map import Entry, map_layers
 from cle._quantize import analysis_stats as describe
 from cle._quantize import weight_stages
@@ -74,11 +75,11 @@ def analyze_checked(model, calibration_data, opts: QuantizeOptions,
                          "activations, untuned, without a comparison. Received: "
                          f"activation_bits={opts.activation_bits}, tune={opts.tune}, "
                          f"compare={opts.compare}")
-    build = build_checked(model, calibration_data, opts, say, "cle.analyze")
+    build = build_checked(model, calibration_data, opts, say)
     sets = check_sets(model, build, say)
-    output = lower(sets)[0]
-    worst = min(range(len(sets)), key=lambda k: sets[k]["outputs"][0].sqnr_db)
-    x_check = build.inputs.checks[worst][1].arrays[0]
+    outputs = lower(sets)
+    worst = min(range(len(sets)), key=lambda k: min(o.sqnr_db for o in sets[k]["outputs"]))
+    x_check = build.inputs.checks[worst][1]
     seconds = build.seconds
     start = time.perf_counter()
     x_layer = x_check[: min(int(layer_inputs), len(x_check))]
@@ -87,11 +88,12 @@ def analyze_checked(model, calibration_data, opts: QuantizeOptions,
         " inputs")
     lmap = map_layers(build.equalized, reference, x_layer[:PROBE_INPUTS])
     sim = quant_sim.build(reference, build.content, watch=[e.tensor for e in lmap.entries])
-    entries = _with_switches([_input_entry(model, sim)] + lmap.entries, lmap.owner, sim)
+    entries, entry_of = _with_switches(_input_entries(x_layer.names, sim) + lmap.entries,
+                                       lmap.owner, sim)
     seconds["map"] = time.perf_counter() - start
 
     start = time.perf_counter()
-    measured = _Measure(sim, entries, lmap.owner, x_layer)
+    measured = _Measure(sim, entries, entry_of, x_layer)
     say(f"measuring {len(entries)} layers on {len(x_layer)} inputs "
         f"({len(measured.rows)} runs of the simulated INT8 model)")
     sim.run(x_layer, measured.rows, measured.masks, measured.consume, batch=SIM_BATCH)
@@ -104,8 +106,10 @@ def analyze_checked(model, calibration_data, opts: QuantizeOptions,
         check_inputs=check_label(sets), n_check=sum(c["n"] for c in sets),
         n_layer_inputs=len(x_layer), layer_inputs=sets[worst]["inputs"],
         calibration_inputs=build.inputs.what, bias_correction=opts.bias_mode,
-        output={"top1_agreement": output.top1_agreement, "sqnr_db": output.sqnr_db},
-        layers=_layers(entries, measured, build, sim), unmatched=list(lmap.unmatched),
+        output={"top1_agreement": outputs[0].top1_agreement, "sqnr_db": outputs[0].sqnr_db},
+        outputs=[o.to_dict() for o in outputs],
+        layers=_layers(entries, measured, build, sim, [o.name for o in outputs]),
+        unmatched=list(lmap.unmatched),
         simulation=measured.summary(), tflite=build.content, seconds=seconds,
         equalization=build.equalization)
 
@@ -125,44 +129,44 @@ def _float_reference(build, say) -> bytes:
     return tflite.with_ranges(calibrated, build.ranges)
 
 
-def _input_entry(model, sim) -> Entry:
-    """The model input's own quantization, named after its ``InputLayer``."""
-    import keras
+def _input_entries(names, sim) -> list[Entry]:
+    """Each model input's own quantization, named after its ``InputLayer`` (``names``, in
+    the order of the model's inputs)."""
+    graph = sim.float_graph
+    found = {input_name(graph.name(t)): t for t in graph.inputs}
+    tensors = ([found[n] for n in names] if all(n in found for n in names)
+               else sorted(graph.inputs))
+    return [Entry(n or "input", [n or "input"], "InputLayer", t)
+            for n, t in zip(names, tensors)]
 
-    names = [layer.name for layer in model.layers if isinstance(layer, keras.layers.InputLayer)]
-    name = names[0] if names else "input"
-    return Entry(name, [name], "InputLayer", sim.float_graph.inputs[0])
 
-
-def _with_switches(entries, owner, sim) -> list[Entry]:
+def _with_switches(entries, owner, sim) -> tuple[list[Entry], np.ndarray]:
     """The entries that own a quantization (a layer the INT8 model computes exactly, such as
-    zero padding at its input's scale, has none); ``owner`` is renumbered in place."""
-    owned = {owner.get(s.op, -1) + 1 if s.op >= 0 else 0 for s in sim.switches}
-    keep = [k for k in range(len(entries)) if k in owned]
-    new = {old - 1: k - 1 for k, old in enumerate(keep)}
-    for op, e in list(owner.items()):
-        owner[op] = new.get(e, -1) if e in new else _nearest(e, new)
-    return [entries[k] for k in keep]
-
-
-def _nearest(e, new) -> int:
-    """An operator of a dropped entry counts for the kept entry before it."""
-    before = [old for old in new if old < e]
-    return new[max(before)] if before else -1
+    zero padding at its input's scale, has none), and each switch's entry among them.
+    ``entries`` are the model inputs' then the layer map's; ``owner`` (operator -> entry of
+    the layer map, -1 for none) places an operator's switches (an operator of no entry
+    counts for the first input)."""
+    n_in = len(sim.float_graph.inputs)
+    inputs = {e.tensor: k for k, e in enumerate(entries[:n_in])}
+    full = [inputs.get(s.tensor, 0) if s.op < 0 else
+            (n_in + owner[s.op] if owner.get(s.op, -1) >= 0 else 0) for s in sim.switches]
+    keep = sorted(set(full))
+    new = {old: k for k, old in enumerate(keep)}
+    return [entries[k] for k in keep], np.array([new[e] for e in full], np.int64)
 
 
 class _Measure:
     """The simulation's rows (per input: all switches off, all on, then each entry's weights
     alone and activations alone) and what they measure."""
 
-    def __init__(self, sim, entries, owner, x):
-        self.sim, self.entries, self.x = sim, entries, x
+    def __init__(self, sim, entries, entry_of, x):
+        self.sim, self.entries, self.x, self.entry_of = sim, entries, x, entry_of
         n_e = len(entries)
-        self.entry_of = np.array([owner.get(s.op, -1) + 1 if s.op >= 0 else 0
-                                  for s in sim.switches], np.int64)
         kinds = np.array([s.kind if s.alternative == 0 else "alternative"
                           for s in sim.switches])
-        self.output = sim.float_graph.outputs[0]
+        graph = sim.float_graph
+        self.outputs = [graph.outputs[k] for k in
+                        keras_output_order([graph.name(t) for t in graph.outputs])]
         plan = []  # (input, what, entry)
         for i in range(len(x)):
             plan += [(i, "off", -1), (i, "on", -1)]
@@ -182,8 +186,9 @@ class _Measure:
         z = np.zeros(n_e)
         self.signal, self.sim_noise, self.real_noise = z.copy(), z.copy(), z.copy()
         self.local = {"weight": z.copy(), "activation": z.copy()}
-        self.out = {"weight": z.copy(), "activation": z.copy()}
-        self.out_signal = self.out_on = 0.0
+        n_o = len(self.outputs)
+        self.out = {"weight": np.zeros((n_e, n_o)), "activation": np.zeros((n_e, n_o))}
+        self.out_signal, self.out_on = np.zeros(n_o), np.zeros(n_o)
         self.stats = [describe.Accumulator() for _ in entries]
 
     def consume(self, start, stop, read):
@@ -197,10 +202,10 @@ class _Measure:
         for r in range(start, stop):
             i, what, e = self.plan[r]
             b = r - start
-            y = get(self.output)[b].astype(np.float64)
+            y = [get(t)[b].astype(np.float64) for t in self.outputs]
             if what == "off":
                 self.ref[i] = {"out": y}
-                self.out_signal += float(np.sum(y ** 2))
+                self.out_signal += [float(np.sum(v ** 2)) for v in y]
                 for k, entry in enumerate(self.entries):
                     v = get(entry.tensor)[b]
                     self.ref[i][k] = v
@@ -208,12 +213,12 @@ class _Measure:
                     self.stats[k].add(v, self._params(k))
                 continue
             if what == "on":
-                self.out_on += _energy(y, self.ref[i]["out"])
+                self.out_on += [_energy(v, w) for v, w in zip(y, self.ref[i]["out"])]
                 for k, entry in enumerate(self.entries):
                     self.sim_noise[k] += _energy(get(entry.tensor)[b], self.ref[i][k])
                 continue
             self.local[what][e] += _energy(get(self.entries[e].tensor)[b], self.ref[i][e])
-            self.out[what][e] += _energy(y, self.ref[i]["out"])
+            self.out[what][e] += [_energy(v, w) for v, w in zip(y, self.ref[i]["out"])]
 
     def _params(self, k):
         """The INT8 quantization of entry ``k``'s output tensor (None: not quantized)."""
@@ -226,27 +231,37 @@ class _Measure:
     def real(self, content):
         """Each entry's output in the INT8 model itself against the float values."""
         interp = interpreter(content, preserve_all_tensors=True)
-        inp = interp.get_input_details()[0]
-        interp.resize_tensor_input(inp["index"], (1,) + self.x.shape[1:], strict=False)
+        ins = input_details_by_name(interp, self.x.names)
+        for d, a in zip(ins, self.x.arrays):
+            interp.resize_tensor_input(d["index"], (1,) + a.shape[1:], strict=False)
         interp.allocate_tensors()
         int8_of = self.sim.alignment.int8_of
         q = FlatGraph(content)
         for i in range(len(self.x)):
-            interp.set_tensor(inp["index"], self.x[i: i + 1])
+            for d, a in zip(ins, self.x.arrays):  # integer inputs (integer_io) quantized
+                interp.set_tensor(d["index"], to_input(a[i: i + 1], d))
             interp.invoke()
             for k, entry in enumerate(self.entries):
                 u = int8_of.get(entry.tensor)
                 if u is None or q.params(u) is None:
                     self.real_noise[k] = np.nan
                     continue
-                v = dequantize(interp.get_tensor(u), q.params(u))[0]
-                self.real_noise[k] += _energy(v, self.ref[i][k])
+                v = dequantize(interp.get_tensor(u), q.params(u))  # one sample's
+                self.real_noise[k] += _energy(v.reshape(np.shape(self.ref[i][k])),
+                                              self.ref[i][k])
         self.ref = {}
 
+    def relative(self, noise) -> np.ndarray:
+        """Output noise energies (last axis: one per output) over each output's signal,
+        summed over the outputs: the error of several outputs in one figure (for one
+        output, its noise over its signal)."""
+        return np.sum(np.asarray(noise) / np.maximum(self.out_signal, 1e-300), axis=-1)
+
     def summary(self) -> dict:
-        total = float(sum(self.out["weight"]) + sum(self.out["activation"]))
-        return {"output_sqnr_db": _db(self.out_signal, self.out_on),
-                "sum_of_layers_share": total / self.out_on if self.out_on > 0 else np.nan,
+        total = float(np.sum(self.relative(self.out["weight"] + self.out["activation"])))
+        whole = float(self.relative(self.out_on))
+        return {"output_sqnr_db": min(_db(s, n) for s, n in zip(self.out_signal, self.out_on)),
+                "sum_of_layers_share": total / whole if whole > 0 else np.nan,
                 "n_runs": int(len(self.plan))}
 
 
@@ -263,33 +278,40 @@ def _db(signal, noise) -> float:
     return 10.0 * float(np.log10(signal / noise))
 
 
-def _layers(entries, m: _Measure, build, sim) -> list[LayerReport]:
+def _layers(entries, m: _Measure, build, sim, names) -> list[LayerReport]:
+    """One :class:`LayerReport` per entry; ``names``: the model's outputs'. With several
+    outputs, a layer's output SQNR is the lowest of its outputs' and the shares are of the
+    outputs' errors, each over its output's signal, summed (:meth:`_Measure.relative`)."""
     ranges = {r.index: r for r in build.ranges}
     protected = describe.protected_tensors(build.calibrated)
     folded = {}
     for pair in build.equalization.folded:
         folded.setdefault(pair.layer.name, []).append(pair.bn.name)
     added = m.out["weight"] + m.out["activation"]
-    total = float(np.sum(added))
+    relative = {what: m.relative(m.out[what]) for what in ("weight", "activation")}
+    total = float(np.sum(relative["weight"] + relative["activation"]))
     out = []
     for k, entry in enumerate(entries):
         has = {what: bool(np.any((m.entry_of == k) & np.array(
             [s.kind == what for s in sim.switches]))) for what in ("weight", "activation")}
-        names = list(entry.layers)
+        layers = list(entry.layers)
         for name in entry.layers:
-            names += [f"{bn} (folded)" for bn in folded.get(name, [])]
+            layers += [f"{bn} (folded)" for bn in folded.get(name, [])]
+        per_output = [_db(s, n) for s, n in zip(m.out_signal, added[k])]
         r = ranges.get(entry.tensor)
         out.append(LayerReport(
-            name=entry.name, layers=names, kind=entry.kind, depth=k,
+            name=entry.name, layers=layers, kind=entry.kind, depth=k,
             sqnr_db=_db(m.signal[k], m.real_noise[k]),
             weight_sqnr_db=_db(m.signal[k], m.local["weight"][k]) if has["weight"] else None,
             activation_sqnr_db=(_db(m.signal[k], m.local["activation"][k])
                                 if has["activation"] else None),
             simulated_sqnr_db=_db(m.signal[k], m.sim_noise[k]),
-            output_sqnr_db=_db(m.out_signal, added[k]),
-            share=float(added[k] / total) if total > 0 else 0.0,
-            weight_share=float(m.out["weight"][k] / total) if total > 0 else 0.0,
-            activation_share=float(m.out["activation"][k] / total) if total > 0 else 0.0,
+            output_sqnr_db=min(per_output),
+            outputs_sqnr_db=dict(zip(names, per_output)) if len(names) > 1 else None,
+            share=float(relative["weight"][k] + relative["activation"][k]) / total
+            if total > 0 else 0.0,
+            weight_share=float(relative["weight"][k] / total) if total > 0 else 0.0,
+            activation_share=float(relative["activation"][k] / total) if total > 0 else 0.0,
             range=describe.range_of(r, m.stats[k], protected),
             stats=m.stats[k].summary(),
             weights=describe.weights_of(sim.float_graph, entry.ops)))

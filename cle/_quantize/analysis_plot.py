@@ -38,8 +38,12 @@ def _sqnr_panel(ax, report, worst, depth):
                label="its weights alone quantized (on float inputs)")
     ax.scatter(depth, act, s=22, marker="o", color=_ACTIVATION, zorder=4,
                label="its output's range and rounding alone (on float inputs)")
-    ax.axhline(report.output["sqnr_db"], color=_OUTPUT, linestyle="--", linewidth=1.2,
-               label=f"the model's output: {report.output['sqnr_db']:.1f} dB")
+    outputs = report.outputs if len(report.outputs) > 1 else [
+        {"output": None, "sqnr_db": report.output["sqnr_db"]}]
+    for k, o in enumerate(outputs):  # one dashed line per output
+        what = "the model's output" if o["output"] is None else f"output '{o['output']}'"
+        ax.axhline(o["sqnr_db"], color=_OUTPUT, linestyle=("--", ":", "-.")[k % 3],
+                   linewidth=1.2, label=f"{what}: {o['sqnr_db']:.1f} dB")
     for layer in worst:
         ax.axvline(layer.depth, color="0.8", linewidth=5, zorder=0)
     ax.set_ylabel("SQNR against float (dB)\nhigher is better")
@@ -117,9 +121,12 @@ def render(report, n: int = 5, title: str | None = None, note: str | None = None
     _ticks(bottom, report.layers)
     t = report.target
     fig.suptitle(title or "Where the INT8 error comes from, layer by layer", fontsize=12)
+    figures = (output_figures(report.output, 1) if len(report.outputs) < 2 else
+               f"{len(report.outputs)} outputs, lowest SQNR "
+               f"{min(o['sqnr_db'] for o in report.outputs):.1f} dB")
     top.set_title(
         f"INT8 weights {'per-channel' if t['per_channel'] else 'per-tensor'}; output on "
-        f"{report.n_check} {report.check_inputs}: {output_figures(report.output, 1)}; "
+        f"{report.n_check} {report.check_inputs}: {figures}; "
         f"per-layer runs on {report.n_layer_inputs} of them", fontsize=9)
     if note:
         fig.text(0.99, 0.005, note, ha="right", va="bottom", fontsize=7, color="0.4")

@@ -38,8 +38,10 @@ class LayerReport:
             range and rounding; None: no quantized activation).
         simulated_sqnr_db: ``sqnr_db`` in the simulation with everything quantized (how
             closely the simulation follows the ``.tflite``).
-        output_sqnr_db: SQNR of the model's output with this layer alone quantized.
-        share: its share of the output's error (the sum of every layer's error alone);
+        output_sqnr_db: SQNR of the model's output with this layer alone quantized (with
+            several outputs, the lowest of ``outputs_sqnr_db``).
+        share: its share of the output's error (the sum of every layer's error alone; with
+            several outputs, each output's error over its signal, summed);
             ``weight_share`` + ``activation_share``.
         range: the range of its output tensor: ``low``, ``high``, ``how`` it was chosen,
             ``calibrated`` (the min/max of the calibration inputs).
@@ -47,6 +49,8 @@ class LayerReport:
             ``clip_share``, ``steps_used``, ``step``).
         weights: measured facts about its weights (``channel_spread``, ``outlier``), or None.
         reason: what :meth:`AnalysisReport.summary` says about it.
+        outputs_sqnr_db: with several outputs, ``{output: SQNR}`` with this layer alone
+            quantized; None with one output.
     """
 
     name: str
@@ -65,6 +69,7 @@ class LayerReport:
     stats: dict
     weights: dict | None
     reason: str = ""
+    outputs_sqnr_db: dict | None = None
 
     def to_dict(self) -> dict:
         return {"name": self.name, "kind": self.kind, "layers": list(self.layers),
@@ -75,7 +80,9 @@ class LayerReport:
                 "share": self.share, "weight_share": self.weight_share,
                 "activation_share": self.activation_share,
                 "simulated_sqnr_db": _num(self.simulated_sqnr_db),
-                "stats": dict(self.stats), "weights": self.weights, "reason": self.reason}
+                "stats": dict(self.stats), "weights": self.weights, "reason": self.reason,
+                "outputs_sqnr_db": None if self.outputs_sqnr_db is None else {
+                    k: _num(v) for k, v in self.outputs_sqnr_db.items()}}
 
 
 def _num(value):
@@ -108,7 +115,9 @@ class AnalysisReport:
             distilled, how many are natural-image-like).
         bias_correction: the bias correction run.
         output: ``top1_agreement`` and ``sqnr_db`` of the ``.tflite`` against the Keras model
-            on the check inputs (what :func:`cle.quantize` reports).
+            on the check inputs (what :func:`cle.quantize` reports), of its first output.
+        outputs: every output's figures (``output``, ``kind``, ``sqnr_db``,
+            ``top1_agreement``), in the order of ``model.outputs``.
         layers: one :class:`LayerReport` per layer, in the order of the network.
         unmatched: ``(layer, reason)`` for layers with weights no entry holds.
         simulation: ``output_sqnr_db`` of the simulated INT8 model, ``sum_of_layers_share``
@@ -135,6 +144,7 @@ class AnalysisReport:
     equalization: Any = dataclasses.field(repr=False, default=None)
     layer_inputs: str = ""
     calibration_inputs: str = "inputs given"
+    outputs: list = dataclasses.field(default_factory=list)
 
     def __post_init__(self):
         for layer in self.layers:
@@ -157,7 +167,7 @@ class AnalysisReport:
             f"target: INT8 weights {'per-channel' if t['per_channel'] else 'per-tensor'}, "
             f"8-bit activations, {'int8' if t['integer_io'] else 'float32'} input/output; "
             f"calibration: {data}",
-            f"output on {self.n_check} {self.check_inputs}: {output_figures(self.output)}",
+            *self._output_lines(),
             f"per-layer runs on {self.n_layer_inputs} "
             f"{'of them' if self.layer_inputs in ('', self.check_inputs) else self.layer_inputs}"
             ", each layer quantized alone: "
@@ -178,6 +188,17 @@ class AnalysisReport:
 
     __str__ = summary
 
+    def _output_lines(self) -> list[str]:
+        if len(self.outputs) < 2:
+            return [f"output on {self.n_check} {self.check_inputs}: "
+                    f"{output_figures(self.output)}"]
+        lines = [f"outputs on {self.n_check} {self.check_inputs} (a layer's output SQNR "
+                 "below is the lowest of its outputs', its share of their errors summed, "
+                 "each over its output's signal):"]
+        for o in self.outputs:
+            lines.append(f"  output '{o['output']}': {output_figures(o)}")
+        return lines
+
     def to_dict(self) -> dict:
         """A JSON-ready dict (what ``cle analyze --report`` writes): the output entry and one
         entry per layer."""
@@ -188,6 +209,8 @@ class AnalysisReport:
                           "layer_inputs": self.layer_inputs or self.check_inputs,
                           "n_layer_inputs": self.n_layer_inputs},
                 "output": {k: _num(v) for k, v in self.output.items()},
+                "outputs": [{k: _num(v) if k in ("sqnr_db", "top1_agreement") else v
+                             for k, v in o.items()} for o in self.outputs],
                 "simulation": {k: v if isinstance(v, int) else _num(v)
                                for k, v in self.simulation.items()},
                 "layers": [layer.to_dict() for layer in self.layers],

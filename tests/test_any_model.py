@@ -1,0 +1,269 @@
+"""Any model `cle quantize` accepts runs through every command without a crash (issue #41):
+outputs given as a dict, normalization and attention layers in `cle analyze`."""
+
+from __future__ import annotations
+
+import json
+
+import keras
+import numpy as np
+import pytest
+from keras import layers as L
+
+import cle
+from cle import cli
+from cle import quantization as Q
+from cle._core.inputs import check_calibration_data
+from cle._measure import check as C
+from cle._measure.inference import predict, predict_all
+
+from conftest import no_tflite_on_torch, randomize_batch_norms
+
+pytestmark = no_tflite_on_torch
+
+#: The keys of the dict outputs, in the order the dict is built (not sorted, so that an order
+#: taken from the dict instead of ``model.outputs`` shows), and each head's width: two heads
+#: of the same width, so that outputs paired in the wrong order still have the right shapes.
+HEADS = {"zbox": 4, "acls": 10, "mid": 4}
+
+
+def _dict_net(heads=HEADS, seed=0):
+    keras.utils.set_random_seed(seed)
+    inp = keras.Input((16, 16, 3), name="image")
+    x = L.ReLU()(L.BatchNormalization(name="bn1")(L.Conv2D(8, 3, padding="same",
+                                                              name="c1")(inp)))
+    x = L.GlobalAveragePooling2D(name="gap")(x)
+    model = keras.Model(inp, {key: L.Dense(width, name=f"{key}_layer")(x)
+                              for key, width in heads.items()}, name="dict_heads")
+    randomize_batch_norms(model, seed=seed, deep=True)
+    return model
+
+
+@pytest.fixture(scope="module")
+def dict_net():
+    return _dict_net()
+
+
+@pytest.fixture(scope="module")
+def data():
+    return np.random.default_rng(1).uniform(-1, 1, (24, 16, 16, 3)).astype(np.float32)
+
+
+# ------------------------------------------------------------------------ dict outputs
+
+
+def test_dict_outputs_are_read_in_the_order_of_model_outputs(dict_net, data):
+    """``predict_all`` gives the outputs in the order of ``model.outputs`` (a dict's keys
+    sorted, as Keras flattens it), named by their keys; a one-output dict is one array."""
+    keys = sorted(HEADS)
+    assert C.output_names(dict_net) == keys
+    x = check_calibration_data(dict_net, data[:5])
+    got = predict_all(dict_net, x)
+    want = dict_net.predict(data[:5], verbose=0)
+    assert [g.shape[1] for g in got] == [t.shape[1] for t in dict_net.outputs]
+    for g, key in zip(got, keys):
+        np.testing.assert_array_equal(g, want[key])
+    one = _dict_net({"only": 10})
+    assert C.output_names(one) == ["only"]
+    sequential = keras.Sequential([keras.Input((4,)), L.Dense(3, name="head")])
+    assert C.output_names(sequential) == ["head"]  # a Sequential never called has no .output
+    np.testing.assert_array_equal(predict(one, data[:3]), one.predict(data[:3], verbose=0)["only"])
+
+
+@pytest.mark.parametrize("with_data", [True, False], ids=["data", "no_data"])
+def test_dict_outputs_quantize_each_output_checked_under_its_key(dict_net, data, with_data):
+    """cle.quantize (with ``compare``) on a model whose outputs are a dict: every output is
+    checked under its key, and with data each figure is that output's own (the .tflite's
+    outputs paired with the Keras model's by key, recomputed here)."""
+    content, report = cle.quantize(dict_net, data if with_data else None, compare=True,
+                                   output_kinds={"acls": "classes"})  # declared by its key
+    keys = sorted(HEADS)
+    assert [o.name for o in report.outputs] == keys
+    assert [o.name for o in report.plain["outputs"]] == keys
+    assert all(o.sqnr_db > 15 for o in report.outputs), report.summary()
+    assert "output 'acls': top-1 agreement" in report.summary()
+    if with_data:
+        x_check = data[18:]  # the held-out quarter
+        ref = dict_net.predict(x_check, verbose=0)
+        got = Q.run_tflite(content, x_check)
+        assert [Q.sqnr_db(ref[key], g) for key, g in zip(keys, got)] == pytest.approx(
+            [o.sqnr_db for o in report.outputs], abs=1e-4)
+
+
+def test_dict_outputs_through_the_command_line(dict_net, data, tmp_path, capsys,
+                                               monkeypatch):
+    """`cle quantize` on a saved model with dict outputs, and `cle analyze` on one with a
+    one-key dict output (several outputs are refused there with a usage error)."""
+    monkeypatch.chdir(tmp_path)
+    dict_net.save("m.keras")
+    _dict_net({"only": 10}).save("one.keras")
+    np.save("cal.npy", data)
+    assert cli.main(["quantize", "m.keras", "-o", "m.tflite", "--calibration", "cal.npy",
+                     "--report", "r.json"]) == 0, capsys.readouterr().err
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert [o["output"] for o in report["check"]["outputs"]] == sorted(HEADS)
+    assert cli.main(["analyze", "one.keras", "--calibration", "cal.npy", "--layer-inputs",
+                     "2"]) == 0, capsys.readouterr().err
+    assert "only_layer (Dense)" in capsys.readouterr().out
+
+
+# ------------------------------------- cle analyze: normalization and attention layers
+
+
+def _attention_net(seed=0):
+    """Conv2D → GroupNormalization → ReLU → a sequence → LayerNormalization →
+    MultiHeadAttention (residual) → GlobalAveragePooling1D → Dense softmax, with random
+    weights that are not trivial (γ around 1, β, biases and kernels spread)."""
+    keras.utils.set_random_seed(seed)
+    inp = keras.Input((16, 16, 3), name="image")
+    x = L.Conv2D(16, 3, strides=2, padding="same", name="conv")(inp)
+    x = L.ReLU(name="relu")(L.GroupNormalization(groups=4, name="gn")(x))
+    x = L.LayerNormalization(name="ln")(L.Reshape((64, 16), name="seq")(x))
+    x = L.Add(name="res")([x, L.MultiHeadAttention(num_heads=2, key_dim=8, name="mha")(x, x)])
+    x = L.GlobalAveragePooling1D(name="gap")(x)
+    model = keras.Model(inp, L.Dense(10, activation="softmax", name="probs")(x),
+                        name="attention")
+    rng = np.random.default_rng(seed)
+    for w in model.weights:
+        w.assign(rng.normal(1.0 if "gamma" in w.path else 0.0, 0.3, w.shape).astype("float32"))
+    return model
+
+
+@pytest.fixture(scope="module")
+def attention():
+    return _attention_net()
+
+
+@pytest.fixture(scope="module")
+def attention_build(attention, data):
+    from cle._quantize.options import QuantizeOptions
+    from cle._quantize.pipeline import build_checked
+
+    return build_checked(attention, data, QuantizeOptions(has_data=True), lambda message: None)
+
+
+def test_an_operator_the_int8_model_runs_in_float_reads_its_inputs_own_quantization(
+        attention_build):
+    """The normalizations' NEG (and on TensorFlow SQUARE) have no INT8 kernel: the INT8 model
+    runs them in float on their input dequantized. That input is not requantized (it was
+    listed as requantized with no INT8 scale, and the simulation crashed with a TypeError):
+    every input listed as requantized is read at an INT8 scale of its own."""
+    from cle._measure.flatgraph import FlatGraph, align
+
+    f, q = FlatGraph(attention_build.calibrated), FlatGraph(attention_build.content)
+    alignment = align(f, q)
+    in_float = [op for op in q.ops if op.kind == "NEG"]
+    assert in_float and all(q.params(op.inputs[0]) is None for op in in_float)
+    for i, p, u in alignment.requantized:
+        assert q.params(u) is not None, (f.ops[i].kind, p, q.name(u))
+
+
+def test_the_simulation_of_attention_is_the_float_model_off_and_near_the_int8_model_on(
+        attention_build, data):
+    """Every switch off: the float model; every switch on: closer to the INT8 model than the
+    float model is. On JAX the attention's Dense layers run on ``(samples × positions,
+    features)``: those tensors hold no row per sample, so the rows run one at a time."""
+    from cle._measure import quant_sim
+
+    build = attention_build
+    sim = quant_sim.build(build.calibrated, build.content)
+    x = data[18:22]
+    masks = np.zeros((8, len(sim.switches)), np.float32)
+    masks[4:] = 1.0
+    out, got = sim.float_graph.outputs[0], []
+    sim.run(x, np.array([0, 1, 2, 3, 0, 1, 2, 3]), masks,
+            lambda start, stop, read: got.append(read(out)), batch=8)
+    y = np.concatenate(got)
+    float_y, int8_y = Q.run_tflite(build.calibrated, x), Q.run_tflite(build.content, x)
+    assert np.max(np.abs(y[:4] - float_y)) <= 1e-5 * np.max(np.abs(float_y))
+    assert np.linalg.norm(y[4:] - int8_y) < np.linalg.norm(float_y - int8_y)
+
+
+def test_analyze_reports_normalization_and_attention_layers(attention, data):
+    """cle.analyze on GroupNormalization, LayerNormalization and MultiHeadAttention: a
+    report with an entry for every layer with weights (or the reason it has none), finite
+    figures, and its JSON."""
+    report = cle.analyze(attention, data, layer_inputs=2)
+    entries = {name for layer in report.layers for name in layer.layers}
+    unmatched = dict(report.unmatched)
+    for name in ("conv", "gn", "ln", "mha", "probs"):
+        assert name in entries or unmatched.get(name), (name, report.summary())
+    assert {"conv", "mha", "probs"} <= entries, report.summary()
+    assert all(np.isfinite(layer.output_sqnr_db) for layer in report.layers)
+    assert np.isfinite(report.output["sqnr_db"]) and report.output["sqnr_db"] > 5
+    assert "worst layers" in report.summary()
+    json.dumps(report.to_dict())
+
+
+# --------------------------------------------- cle analyze: several inputs and outputs
+
+
+@pytest.mark.parametrize("name", ["two_output", "two_input"])
+def test_analyze_takes_several_inputs_and_outputs(zoo, name):
+    """cle.analyze on a model with two outputs (class scores and boxes) and on one with two
+    inputs: the .tflite is cle.quantize's, each output has its check's figures, each input
+    its own entry, each layer with weights an entry, and with two outputs each layer its
+    SQNR per output (the lowest is its output SQNR). A layer of one head leaves the other
+    head's output exact."""
+    import _zoo
+
+    model = zoo(name, 48)
+    x = _zoo.inputs(name, 24, seed=_zoo.BUILD_SEED, size=48)
+    data = tuple(x) if isinstance(x, list) else x
+    report = cle.analyze(model, data, layer_inputs=2)
+    content, quantized = cle.quantize(model, data)
+    assert report.tflite == content
+    assert [(o["output"], o["sqnr_db"]) for o in report.outputs] == [
+        (o.name, o.sqnr_db) for o in quantized.outputs]
+    assert report.output["sqnr_db"] == quantized.outputs[0].sqnr_db
+    inputs = [layer.name for layer in report.layers if layer.kind == "InputLayer"]
+    assert inputs == list(_zoo.INPUT_NAMES.get(name, ("image",)))
+    names = {layer.name for layer in report.layers}
+    kernels = {layer.name for layer in model.layers if layer.weights
+               and not isinstance(layer, L.BatchNormalization)}
+    assert kernels <= names, (kernels, names)
+    assert sum(layer.share for layer in report.layers) == pytest.approx(1.0)
+    by_name = {layer.name: layer for layer in report.layers}
+    if name == "two_output":
+        heads = {"scores": "boxes", "boxes": "scores"}
+        for head, other in heads.items():
+            per_output = by_name[head].outputs_sqnr_db
+            assert per_output[other] == np.inf and np.isfinite(per_output[head])
+            assert by_name[head].output_sqnr_db == per_output[head]
+        assert "output 'boxes': SQNR" in report.summary()
+        data = json.loads(json.dumps(report.to_dict()))
+        assert [o["output"] for o in data["outputs"]] == ["scores", "boxes"]
+    else:
+        assert all(layer.outputs_sqnr_db is None for layer in report.layers)
+
+
+def test_analyze_of_two_outputs_through_the_command_line(zoo, tmp_path, capsys, monkeypatch):
+    """`cle analyze` on a model with two outputs: each output's figures printed, the JSON and
+    the picture written (it refused the model with exit 2)."""
+    import _zoo
+
+    monkeypatch.chdir(tmp_path)
+    zoo("two_output", 48).save("m.keras")
+    np.save("cal.npy", _zoo.inputs("two_output", 16, seed=_zoo.BUILD_SEED, size=48))
+    code = cli.main(["analyze", "m.keras", "--calibration", "cal.npy", "--layer-inputs", "1",
+                     "--report", "a.json", "--plot", "a.png", "--output-kind", "scores=classes"])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    assert "output 'scores': top-1 agreement" in out.out and "output 'boxes': SQNR" in out.out
+    assert [o["output"] for o in json.loads((tmp_path / "a.json").read_text())["outputs"]] == [
+        "scores", "boxes"]
+    assert (tmp_path / "a.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_analyze_with_integer_io(dict_net, data):
+    """With ``integer_io`` the .tflite takes int8 inputs: the INT8 model's own run gets its
+    inputs quantized (a float32 input was refused by LiteRT: 'Got value of type FLOAT32 but
+    expected type INT8'), and the input's entry reads as without ``integer_io``."""
+    one = _dict_net({"only": 10})
+    report = cle.analyze(one, data, integer_io=True, layer_inputs=2)
+    _, quantized = cle.quantize(one, data, integer_io=True)
+    assert report.output["sqnr_db"] == quantized.sqnr_db
+    plain = cle.analyze(one, data, layer_inputs=2)
+    assert report.layers[0].kind == plain.layers[0].kind == "InputLayer"
+    assert report.layers[0].sqnr_db == pytest.approx(plain.layers[0].sqnr_db, abs=0.01)
+    assert all(np.isfinite(layer.sqnr_db) for layer in report.layers[1:])
