@@ -46,15 +46,15 @@ MAX_POSITIONS = 1 << 16
 #: The most inputs per output (a kernel's rows' length, per group; its bias not counted) a
 #: layer is rounded with on its inputs' whole second moments. The rounding reads a layer's
 #: inputs through ``(fan-in + 1)²`` float64 matrices, several at once (``H`` and ``G``, the
-#: products they are summed from, GPTQ's inverse and factor, AdaRound's copy): 8·fan-in²
-#: bytes each, 30.7 GB for a Dense on a flattened 22x22x128 map (61,952 inputs), whose rounding
-#: was stopped by the OOM killer at 19 GB (issue #41). A wider layer is rounded on contiguous
-#: blocks of at most this many inputs (:func:`cle._math.moments.column_blocks`), each with the
-#: diagonal block of the matrices only (:func:`cle._math.rounding.round_rows_blocked`; the
-#: correlations between blocks left out), so no matrix passes 8·MAX_FAN_IN² bytes (134 MB) and
-#: no array of patches :data:`cle._math.moments.CHUNK` positions of a block, whatever the
-#: layer's fan-in. 4096 is above every layer of the networks measured in docs/quantize_w4.md
-#: (the widest: ConvNeXtTiny's dense layers of 3,072 inputs), which keep their whole matrices.
+#: products they are summed from, GPTQ's inverse and factor, AdaRound's copy): 8·fan-in² bytes
+#: each, 30.7 GB for a Dense on a flattened 22x22x128 map (61,952 inputs; issue #41). A wider
+#: layer is rounded on contiguous blocks of at most this many inputs
+#: (:func:`cle._math.moments.column_blocks`), each with the diagonal block of the matrices only
+#: (:func:`cle._math.rounding.round_rows_blocked`; the correlations between blocks left out),
+#: so no matrix passes 8·MAX_FAN_IN² bytes (134 MB) and no array of patches
+#: :data:`cle._math.moments.CHUNK` positions of a block, whatever the layer's fan-in. 4096 is
+#: above every layer of the networks measured in docs/quantize_w4.md (the widest:
+#: ConvNeXtTiny's dense layers of 3,072 inputs), which keep their whole matrices.
 MAX_FAN_IN = 1 << 12
 
 
