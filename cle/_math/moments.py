@@ -9,6 +9,12 @@ network's, for up to ``max_positions`` output positions drawn at random (the sam
 in both streams). Patches are gathered tap by tap from the channels-last input, never as a
 whole im2col array; zero padding follows TensorFlow's ``'same'`` (the extra row or column at
 the end).
+
+A layer of many inputs per output (a Dense on a flattened map: 61,952 inputs make ``H`` a
+30 GB matrix) is rounded on ``H``'s diagonal blocks instead (:func:`column_blocks`;
+:func:`moments` with ``columns``): each block's moments gather only the block's columns of the
+patches, :data:`CHUNK` positions at a time, so their memory is bounded by the block's size
+whatever the layer's.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ import dataclasses
 
 import numpy as np
 
-__all__ = ["Geometry", "moments", "numpy_gram"]
+__all__ = ["Geometry", "column_blocks", "moments", "numpy_gram"]
 
 #: Rows of patches multiplied at once (float32 products, float64 sums).
 CHUNK = 8192
@@ -66,24 +72,30 @@ def _positions(geometry, shape, max_positions, rng):
     return image, row, col
 
 
-def _taps(x, geometry, where):
-    """Each tap of the patches of the channels-last input ``x`` at positions ``where``, in
-    the kernel's ``(kh, kw)`` order: ``(P, C)`` float32 arrays, zeros where the tap falls in
-    the padding."""
+def _tap(x, geometry, where, t, channels=slice(None)):
+    """Tap ``t`` (in the kernel's ``(kh, kw)`` order) of the patches of the channels-last
+    input ``x`` at positions ``where``, its ``channels`` only: a ``(P, C)`` float32 array,
+    zeros where the tap falls in the padding."""
     image, row, col = where
     _, h, w, _ = x.shape
     _, ph = geometry.out_size(h, 0)
     _, pw = geometry.out_size(w, 1)
+    i, j = divmod(t, geometry.kernel[1])
+    yy = row * geometry.strides[0] + i * geometry.dilation[0] - ph
+    xx = col * geometry.strides[1] + j * geometry.dilation[1] - pw
+    valid = (yy >= 0) & (yy < h) & (xx >= 0) & (xx < w)
+    tap = x[image, np.clip(yy, 0, h - 1), np.clip(xx, 0, w - 1), channels]
+    if not valid.all():
+        tap[~valid] = 0.0
+    return tap
+
+
+def _taps(x, geometry, where):
+    """Each tap of the patches of the channels-last input ``x`` at positions ``where``, in
+    the kernel's ``(kh, kw)`` order: ``(P, C)`` float32 arrays (:func:`_tap`)."""
     kh, kw = geometry.kernel
-    for i in range(kh):
-        yy = row * geometry.strides[0] + i * geometry.dilation[0] - ph
-        for j in range(kw):
-            xx = col * geometry.strides[1] + j * geometry.dilation[1] - pw
-            valid = (yy >= 0) & (yy < h) & (xx >= 0) & (xx < w)
-            tap = x[image, np.clip(yy, 0, h - 1), np.clip(xx, 0, w - 1)]
-            if not valid.all():
-                tap[~valid] = 0.0
-            yield tap
+    for t in range(kh * kw):
+        yield _tap(x, geometry, where, t)
 
 
 def _problems(x, geometry, where):
@@ -106,6 +118,56 @@ def _problems(x, geometry, where):
         return [out.reshape(n, -1)]
     out = out.reshape(n, kh * kw, g, c // g)
     return [np.ascontiguousarray(out[:, :, k, :]).reshape(n, -1) for k in range(g)]
+
+
+def column_blocks(n, limit):
+    """``[(start, stop)]``: ``n`` columns in contiguous blocks of at most ``limit``, as few as
+    that allows and of sizes differing by at most one (a single block when ``n <= limit``)."""
+    k = max(1, -(-int(n) // int(limit)))
+    edges = [i * n // k for i in range(k + 1)]
+    return list(zip(edges[:-1], edges[1:]))
+
+
+def _block_problems(x, geometry, where, columns):
+    """:func:`_problems`' matrices of a convolution or dense layer, columns ``[start, stop)``
+    of each problem only: ``[(P, stop − start)]``, one per group, gathered tap by tap (a
+    patch's column ``t · C/groups + c`` is tap ``t``'s channel ``c`` of the group)."""
+    start, stop = columns
+    g = geometry.groups
+    cg = x.shape[-1] // g
+    n = where[0].size
+    out = []
+    for k in range(g):
+        block = np.empty((n, stop - start), np.float32)
+        for t in range(start // cg, -(-stop // cg)):
+            lo, hi = max(start - t * cg, 0), min(stop - t * cg, cg)
+            block[:, t * cg + lo - start:t * cg + hi - start] = _tap(
+                x, geometry, where, t, slice(k * cg + lo, k * cg + hi))
+        out.append(block)
+    return out
+
+
+def _block_moments(x_q, x_f, geometry, where, columns, bias, gram):
+    """:func:`moments` of the patch columns ``columns`` only, the positions ``where`` taken
+    :data:`CHUNK` at a time (float64 sums of ``gram``'s products): no array holds more than
+    a chunk of positions or a block's square."""
+    same = x_f is x_q
+    n = where[0].size
+    prod_h = prod_g = sum_q = sum_f = 0.0
+    for start in range(0, max(n, 1), CHUNK):
+        at = tuple(v[start:start + CHUNK] for v in where)
+        a = _block_problems(x_q, geometry, at, columns)
+        b = a if same else _block_problems(x_f, geometry, at, columns)
+        prod_h = prod_h + np.stack([np.asarray(gram(ak, ak), np.float64) for ak in a])
+        sum_q = sum_q + np.stack([ak.sum(axis=0, dtype=np.float64) for ak in a])
+        if not same:
+            prod_g = prod_g + np.stack([np.asarray(gram(ak, bk), np.float64)
+                                        for ak, bk in zip(a, b)])
+            sum_f = sum_f + np.stack([bk.sum(axis=0, dtype=np.float64) for bk in b])
+        del a, b
+    H = _augmented(prod_h, sum_q, sum_q, n, bias)
+    del prod_h
+    return H, (H if same else _augmented(prod_g, sum_q, sum_f, n, bias))
 
 
 def _augmented(prod, sum_a, sum_b, n, bias):
@@ -148,20 +210,33 @@ def _second_moment(a, b, bias, gram):
 
 
 def moments(x_q, x_f, geometry: Geometry, bias: bool, max_positions=None, seed=0,
-            gram=numpy_gram):
+            gram=numpy_gram, columns=None):
     """``(H, G)``, each ``(B, D + bias, D + bias)``: ``H = E[p̃_q p̃_qᵀ]`` over the layer's
     input patches in the quantized stream ``x_q`` and ``G = E[p̃_q p̃_fᵀ]`` crossing them
     with the float stream ``x_f`` (``G is H`` when ``x_f is x_q``), ``p̃ = [p, 1]`` with
     ``bias``. Inputs are channels-last: ``(N, H, W, C)`` for convolutions, ``(..., D)`` for
     dense layers (every leading position is a sample). ``gram`` computes the products (the
     caller may hand them to another linear algebra library: :func:`numpy_gram`'s
-    contract)."""
+    contract).
+
+    ``columns``: ``(start, stop)`` of a convolution's or dense layer's patch columns (of each
+    group's): the moments of those inputs only (with the bias's row and column), a diagonal
+    block of the whole ``H`` and ``G``, on the same positions for the same ``seed``
+    (:func:`_block_moments`: the products summed over :data:`CHUNK` positions at a time, so
+    the figures differ from the whole matrices' in the last bits)."""
     rng = np.random.default_rng(seed)
     same = x_f is x_q
     if geometry.kind == "dense":
         d = x_q.shape[-1]
         x_q, x_f = (np.reshape(v, (-1, 1, 1, d)) for v in (x_q, x_f))
     where = _positions(geometry, x_q.shape, max_positions, rng)
+    if columns is not None:
+        if geometry.kind == "depthwise":
+            raise ValueError("`columns` is for a convolution's or dense layer's patches; a "
+                             "depthwise layer's inputs are its taps")
+        xq = np.asarray(x_q, np.float32)
+        return _block_moments(xq, xq if same else np.asarray(x_f, np.float32), geometry,
+                              where, tuple(columns), bias, gram)
     a = _problems(np.asarray(x_q, np.float32), geometry, where)
     H = _second_moment(a, a, bias, gram)
     if same:

@@ -37,7 +37,8 @@ import numpy as np
 __all__ = [
     "METHODS", "adaround", "asymmetric_target", "best_bias", "channel_order", "damped",
     "from_rows", "gptq", "grid_max", "grid_min", "keep_tap_sums", "mean_bias", "nearest",
-    "noisiest_within", "output_error", "round_rows", "scale_maxabs", "scale_mse", "schur_bias",
+    "noisiest_within", "output_error", "round_rows", "round_rows_blocked", "scale_maxabs",
+    "scale_mse", "schur_bias",
     "shrunk", "smallest_within", "to_rows",
 ]
 
@@ -327,6 +328,99 @@ def round_rows(W, H, G, bits, method, n_quant, per_tensor=False, free_bias=True,
         Q = adaround(target[:, :, :n_quant], schur_bias(damped(H, damp, n_quant), n_quant),
                      s, qmax, qmin=qmin)
     return Q, best_bias(target, Q, H, n_quant), s
+
+
+def round_rows_blocked(W, moments_of, blocks, bits, method, n_quant, per_tensor=False,
+                       free_bias=True, damp=DAMP):
+    """:func:`round_rows` on the diagonal blocks of ``H`` and ``G`` over the contiguous column
+    blocks ``blocks`` (``[(start, stop)]`` covering the first ``n_quant`` columns), for a layer
+    whose whole ``(D, D)`` matrices would not fit in memory: ``moments_of(start, stop)`` gives
+    ``(H_k, G_k)`` of those inputs with the bias's row and column (``G_k is H_k`` when the two
+    streams are one), and only one block's are held at a time.
+
+    Each block is its own layer, with a bias of its own (starting at 0): its target
+    (:func:`asymmetric_target`) and its rounding ("gptq": the error moved onto the block's
+    later columns only; "adaround") see only the block's inputs, and the bias it takes
+    (:func:`best_bias`; "nearest": :func:`mean_bias`) is added to the layer's. The covariances
+    between blocks are left out; the mean output error is still taken away whole, as the means
+    of every block are. Each row's step is chosen on the whole row (:func:`scale_mse` of every
+    block's target; "nearest": :func:`scale_maxabs`), as :func:`round_rows` does, so for
+    "gptq" and "adaround" with two streams every block's moments are measured twice (the
+    targets first, the rounding then; the last block's once). With one block this is
+    :func:`round_rows` up to the order of the floating-point sums. The ridge of ``damp`` is
+    relative to each block's own mean input power."""
+    if method not in METHODS:
+        raise ValueError(f"`method` must be one of {METHODS}. Received: method={method!r}")
+    qmax, qmin = grid_max(bits), grid_min(bits)
+    W = np.asarray(W, np.float64)
+    extra = W.shape[2] - n_quant
+    if method == "nearest":
+        return _blocked_nearest(W, moments_of, blocks, qmax, qmin, n_quant, per_tensor,
+                                free_bias)
+    if not free_bias and extra:  # the bias kept: the blocks rounded without its row
+        def without_bias(start, stop):
+            H, G = moments_of(start, stop)
+            d = stop - start
+            h = H[:, :d, :d]
+            return h, (h if G is H else G[:, :d, :d])
+        Q, _, s = round_rows_blocked(W[:, :, :n_quant], without_bias, blocks, bits, method,
+                                     n_quant, per_tensor, True, damp)
+        return Q, W[:, :, n_quant:], s
+    targets, held = _blocked_targets(W, moments_of, blocks, n_quant, damp)
+    s = scale_mse(np.concatenate([t[:, :, :t.shape[2] - extra] for t in targets], 2), qmax,
+                  per_tensor, qmin=qmin)
+    Q = np.zeros(W.shape[:2] + (n_quant,))
+    bias = np.array(W[:, :, n_quant:])
+    for k in sorted(range(len(blocks)), key=lambda k: k != held[0]):  # held's first
+        start, stop = blocks[k]
+        H = held[1] if held is not None and held[0] == k else moments_of(start, stop)[0]
+        held, target, d = None, targets[k], stop - start
+        if method == "gptq":
+            Q[:, :, start:stop], _ = gptq(target, H, s, qmax, d, damp, qmin=qmin)
+        else:
+            Q[:, :, start:stop] = adaround(target[:, :, :d],
+                                           schur_bias(damped(H, damp, d), d), s, qmax,
+                                           qmin=qmin)
+        bias += best_bias(target, Q[:, :, start:stop], H, d)
+        del H
+    return Q, bias, s
+
+
+def _own_block(W, start, stop, n_quant):
+    """Columns ``[start, stop)`` of ``W`` with bias columns of their own, at 0."""
+    return np.concatenate([W[:, :, start:stop], np.zeros(W.shape[:2] + (W.shape[2] - n_quant,))],
+                          2)
+
+
+def _blocked_nearest(W, moments_of, blocks, qmax, qmin, n_quant, per_tensor, free_bias):
+    """:func:`round_rows_blocked` for "nearest": the whole rows to nearest; with
+    ``free_bias`` the bias takes each block's mean output error away (:func:`mean_bias`,
+    which reads only the moments' bias rows: exact, the blocks' shares add up)."""
+    s = scale_maxabs(W[:, :, :n_quant], qmax, per_tensor, qmin)
+    Q = nearest(W[:, :, :n_quant], s, qmax, qmin)
+    bias = np.array(W[:, :, n_quant:])
+    if free_bias and W.shape[2] > n_quant:
+        for start, stop in blocks:
+            H, G = moments_of(start, stop)
+            bias += mean_bias(_own_block(W, start, stop, n_quant), Q[:, :, start:stop], H, G,
+                              stop - start)
+    return Q, bias, s
+
+
+def _blocked_targets(W, moments_of, blocks, n_quant, damp):
+    """``([target of each block], (k, H_k) of the last block measured)``: each block's
+    :func:`asymmetric_target`; with one stream (``G is H``) the weights as they are, after the
+    first block's moments only."""
+    targets, held = [], None
+    for k, (start, stop) in enumerate(blocks):
+        H, G = moments_of(start, stop)
+        own = _own_block(W, start, stop, n_quant)
+        if G is H:  # one stream: the weights are the target, block by block
+            return [_own_block(W, a, b, n_quant) for a, b in blocks], (k, H)
+        targets.append(asymmetric_target(own, H, G, damp, stop - start))
+        held = (k, H)
+        del G
+    return targets, held
 
 
 def smallest_within(sizes, share):

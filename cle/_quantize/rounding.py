@@ -14,6 +14,10 @@ the inputs the quantized network will really give it; the bias takes the mean ou
 away. Each layer's output is then measured in the quantized stream against the float stream,
 rounded to nearest and as chosen. The model (the pipeline's own equalized copy) is rounded in
 place.
+
+A layer of more than :data:`MAX_FAN_IN` inputs per output is rounded on the diagonal blocks of
+its statistics (:func:`cle._math.rounding.round_rows_blocked`), never on the whole matrices;
+its record says so and why.
 """
 
 from __future__ import annotations
@@ -27,17 +31,31 @@ import numpy as np
 from cle._core.graph import calls_leading_to, graph_view, is_plain_call, run_call
 from cle._core.layouts import bias_on_wrong_axis, layout_of, untouchable_reason
 from cle._math import rounding as R
-from cle._math.moments import moments, numpy_gram
+from cle._math.moments import column_blocks, moments, numpy_gram
 from cle._measure.weight_store import NO_INT4, LayerWeights, int8_file_bytes
 from cle._quantize.layer_parts import (KINDS, NOT_ROUNDED, channels_last, depthwise_out,
                                        kind_of, parts)
 from cle._transforms.bias_pass import quantized_kernels
 
-__all__ = ["METHODS", "RoundedLayer", "RoundingReport", "reads_inputs", "round_model"]
+__all__ = ["MAX_FAN_IN", "METHODS", "RoundedLayer", "RoundingReport", "reads_inputs",
+           "round_model"]
 
 METHODS = R.METHODS
 #: Output positions (over all calibration inputs) a layer's statistics are measured on.
 MAX_POSITIONS = 1 << 16
+#: The most inputs per output (a kernel's rows' length, per group; its bias not counted) a
+#: layer is rounded with on its inputs' whole second moments. The rounding reads a layer's
+#: inputs through ``(fan-in + 1)²`` float64 matrices, several at once (``H`` and ``G``, the
+#: products they are summed from, GPTQ's inverse and factor, AdaRound's copy): 8·fan-in² bytes
+#: each, 30.7 GB for a Dense on a flattened 22x22x128 map (61,952 inputs; issue #41). A wider
+#: layer is rounded on contiguous blocks of at most this many inputs
+#: (:func:`cle._math.moments.column_blocks`), each with the diagonal block of the matrices only
+#: (:func:`cle._math.rounding.round_rows_blocked`; the correlations between blocks left out),
+#: so no matrix passes 8·MAX_FAN_IN² bytes (134 MB) and no array of patches
+#: :data:`cle._math.moments.CHUNK` positions of a block, whatever the layer's fan-in. 4096 is
+#: above every layer of the networks measured in docs/quantize_w4.md (the widest:
+#: ConvNeXtTiny's dense layers of 3,072 inputs), which keep their whole matrices.
+MAX_FAN_IN = 1 << 12
 
 
 @dataclasses.dataclass
@@ -58,6 +76,8 @@ class RoundedLayer:
         seconds: time spent on the layer.
         bits: the grid's bits of this layer (8 for a kernel kept wide: see
             :func:`round_model`'s ``wide_share``).
+        reason: why the kernel was rounded on blocks of its inputs (its fan-in over
+            :data:`MAX_FAN_IN`), or None when it was rounded on its whole statistics.
     """
 
     layer: str
@@ -67,13 +87,15 @@ class RoundedLayer:
     sqnr_db: float | None = None
     seconds: float = 0.0
     bits: int | None = None
+    reason: str | None = None
 
     def line(self) -> str:
+        why = "" if self.reason is None else f"; {self.reason}"
         if self.sqnr_db is None:
-            return f"{self.layer} ({self.kind} {'x'.join(map(str, self.shape))})"
+            return f"{self.layer} ({self.kind} {'x'.join(map(str, self.shape))}){why}"
         return (f"{self.layer} ({self.kind} {'x'.join(map(str, self.shape))}): output SQNR "
                 f"{self.sqnr_nearest_db:.1f} dB to nearest -> {self.sqnr_db:.1f} dB, "
-                f"{self.seconds:.1f} s")
+                f"{self.seconds:.1f} s{why}")
 
 
 @dataclasses.dataclass
@@ -131,6 +153,11 @@ class RoundingReport:
                             "noise to their output per weight, within a file of "
                             f"{self.size_ratio:g}x the 8-bit one" if self.size_ratio else "")
                          + ")")
+        blocked = [r for r in self.layers if r.reason is not None]
+        if blocked:
+            lines.append(f"  {len(blocked)} kernels rounded on blocks of their inputs (more "
+                         f"than {MAX_FAN_IN} inputs per output): "
+                         + ", ".join(f"{r.layer} ({r.kind})" for r in blocked))
         if self.kept:
             lines.append(f"  {len(self.kept)} layers with kernels left to TF Lite's converter "
                          "(see the weights)")
@@ -276,14 +303,25 @@ def _round_call(call, xf, xq, method, bits, per_tensor, free_bias, seed, damp=R.
         var = getattr(layer, part.attr)
         W = _rows(layer, part)
         n = W.shape[2] - int(part.bias)
-        H = G = None
-        if reads_inputs(method, free_bias and part.bias):
+        H = G = reason = None
+        reads = reads_inputs(method, free_bias and part.bias)
+        blocks = (column_blocks(n, MAX_FAN_IN) if reads and part.kind != "depthwise"
+                  else [(0, n)])
+        if reads and len(blocks) == 1:
             H, G = moments(a_q, a_f, part.geometry, part.bias, MAX_POSITIONS, seed, _gram)
             if shrink:
                 H, G = R.shrunk(H, G, shrink, n)
-        if i + 1 == len(split):
+        if i + 1 == len(split) and len(blocks) == 1:
             a_q = a_f = None  # (a large layer's inputs: freed before its outputs are made)
-        Q, bias, s = R.round_rows(W, H, G, bits, method, n, per_tensor, free_bias, damp)
+        if len(blocks) == 1:
+            Q, bias, s = R.round_rows(W, H, G, bits, method, n, per_tensor, free_bias, damp)
+        else:  # a fan-in over MAX_FAN_IN: the statistics' diagonal blocks, one at a time
+            Q, bias, s = R.round_rows_blocked(W, _block_stats(a_q, a_f, part, seed, shrink),
+                                              blocks, bits, method, n, per_tensor, free_bias,
+                                              damp)
+            reason = _blocked_reason(n, blocks, method)
+            if i + 1 == len(split):
+                a_q = a_f = None
         del H, G
         q_near, _, _ = R.round_rows(W, None, None, bits, "nearest", n, per_tensor)
         near = _kernel(layer, part, q_near)
@@ -304,12 +342,38 @@ def _round_call(call, xf, xq, method, bits, per_tensor, free_bias, seed, damp=R.
             out_q = run_call(call, xq)
             sqnr = (_sqnr(out_f[0], out_n[0]), _sqnr(out_f[0], out_q[0]))
             del out_n
-        record = RoundedLayer(layer.name, part.label, tuple(var.shape), *sqnr, bits=bits)
+        record = RoundedLayer(layer.name, part.label, tuple(var.shape), *sqnr, bits=bits,
+                              reason=reason)
         record.seconds = time.perf_counter() - start
         start = time.perf_counter()
         records.append(record)
         steps.append(s)
     return out_f, out_q, records, steps
+
+
+def _block_stats(a_q, a_f, part, seed, shrink):
+    """``moments_of(start, stop)`` for :func:`cle._math.rounding.round_rows_blocked`: the
+    statistics of the part's input columns ``[start, stop)`` (with the bias's), on the
+    positions the whole layer's would be measured on, shrunk as the whole would be."""
+    def moments_of(start, stop):
+        H, G = moments(a_q, a_f, part.geometry, part.bias, MAX_POSITIONS, seed, _gram,
+                       columns=(start, stop))
+        return R.shrunk(H, G, shrink, stop - start) if shrink else (H, G)
+    return moments_of
+
+
+def _blocked_reason(n, blocks, method) -> str:
+    """Why (and how) a kernel of ``n`` inputs per output was rounded on ``blocks``."""
+    widest = max(stop - start for start, stop in blocks)
+    how = ("its bias's mean-error correction measured block by block (the same correction)"
+           if method == "nearest" else
+           "each block rounded on its own inputs' statistics, the correlations between "
+           "blocks left out")
+    size = 8 * (n + 1) ** 2
+    size = f"{size / 1e9:.1f} GB" if size >= 1e9 else f"{size / 1e6:.3g} MB"
+    return (f"{n:,} inputs per output, more than {MAX_FAN_IN:,} (their whole second-moment "
+            f"matrix would take {size}): rounded on {len(blocks)} "
+            f"blocks of at most {widest:,} inputs, {how}")
 
 
 def _nearest_noise(call, xf, xq, method, bits, per_tensor, free_bias, seed, damp=R.DAMP,
