@@ -26,8 +26,9 @@ and the plain converter's real figure. Flags:
 
 * ``below-plain``: real SQNR below plain − 0.5 dB (with data) or plain − 3 dB (without);
 * ``claim-off``: the claimed SQNR more than 2 dB from the real one;
-* ``CORRUPT``: a ``.tflite`` returned without error whose outputs are not finite or whose real
-  SQNR is more than 10 dB below plain (a silent corruption);
+* ``CORRUPT``: a ``.tflite`` returned without error that is broken where the plain
+  converter's is not (a silent corruption): outputs not finite, a real SQNR under 10 dB and
+  10 dB below plain's, or a top-1 agreement 20 points below plain's;
 * ``CRASH``: an exception other than a refusal (the exception's last line is printed);
 * ``refused``: a documented refusal (no input range, no batch norm to distil from).
 """
@@ -190,7 +191,7 @@ def flags(r):
     real = r["real"]["sqnr_db"]
     plain = r["plain"]["sqnr_db"] if r.get("plain") else None
     margin = DATA_MARGIN if r["mode"] == "data" else NODATA_MARGIN
-    if not r["finite"] or (plain is not None and real < plain - CORRUPT_DB):
+    if _corrupt(r):
         out.append("CORRUPT")
     if plain is not None and real < plain - margin:
         out.append("below-plain")
@@ -201,6 +202,21 @@ def flags(r):
         out.append(f"claim-off({claim - real:+.1f})" if math.isfinite(claim - real)
                    else "claim-off")
     return out
+
+
+def _corrupt(r):
+    """A ``.tflite`` returned without error that is broken where the plain converter's is
+    not: outputs not finite, an SQNR under ``CORRUPT_DB`` and ``CORRUPT_DB`` below plain's,
+    or a top-1 agreement 20 points below plain's."""
+    if not r["finite"]:
+        return True
+    plain = r.get("plain")
+    if not plain:
+        return r["real"]["sqnr_db"] < CORRUPT_DB
+    if r["real"]["sqnr_db"] < min(CORRUPT_DB, plain["sqnr_db"] - CORRUPT_DB):
+        return True
+    top1, plain_top1 = r["real"].get("top1"), plain.get("top1")
+    return top1 is not None and plain_top1 is not None and top1 < plain_top1 - 0.2
 
 
 def _claim_off(r):
@@ -306,7 +322,7 @@ def _worker(name, modes, path):
     measure_model(name, modes, emit)
 
 
-def _read(path):
+def read_rows(path):
     rows = []
     if os.path.exists(path):
         with open(path, encoding="utf-8") as f:
@@ -325,7 +341,7 @@ def run(names, modes, path):
         proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker", name,
                                "--modes", *modes, "--json", part],
                               capture_output=True, text=True)
-        rows = _read(part)
+        rows = read_rows(part)
         done = {r.get("mode") for r in rows if r["status"] != "info"}
         if proc.returncode != 0:
             tail = (proc.stderr.strip().splitlines() or [""])[-1][:300]
@@ -358,13 +374,13 @@ def main(argv=None):
     if args.worker:
         return _worker(args.worker, args.modes, args.json)
     if args.table:
-        rows = _read(args.table)
+        rows = read_rows(args.table)
     else:
         path = args.json or os.path.join(tempfile.mkdtemp(prefix="cle-zoo-"), "zoo.jsonl")
         print(f"rows: {path}", flush=True)
-        start = len(_read(path))
+        start = len(read_rows(path))
         run(args.models or list(Z.MODELS), args.modes, path)
-        rows = _read(path)[start:]
+        rows = read_rows(path)[start:]
     print()
     print(models_table(rows))
     print()
