@@ -27,8 +27,9 @@ and the plain converter's real figure. Flags:
 * ``below-plain``: real SQNR below plain − 0.5 dB (with data) or plain − 3 dB (without);
 * ``claim-off``: the claimed SQNR more than 2 dB from the real one;
 * ``CORRUPT``: a ``.tflite`` returned without error that is broken where the plain
-  converter's is not (a silent corruption): outputs not finite, a real SQNR under 10 dB and
-  10 dB below plain's, or a top-1 agreement 20 points below plain's;
+  converter's is not: outputs not finite, a real SQNR under 10 dB and 10 dB below plain's, or
+  a top-1 agreement 20 points below plain's; ``SILENT-CORRUPT`` when, moreover, the claim is
+  more than 2 dB above the real figure (the report hides it: a silent corruption);
 * ``CRASH``: an exception other than a refusal (the exception's last line is printed);
 * ``refused``: a documented refusal (no input range, no batch norm to distil from).
 """
@@ -191,11 +192,12 @@ def flags(r):
     real = r["real"]["sqnr_db"]
     plain = r["plain"]["sqnr_db"] if r.get("plain") else None
     margin = DATA_MARGIN if r["mode"] == "data" else NODATA_MARGIN
+    claim = (r.get("claimed") or {}).get("sqnr_db")
     if _corrupt(r):
-        out.append("CORRUPT")
+        hidden = claim is None or not math.isfinite(real) or claim - real > CLAIM_DB
+        out.append("SILENT-CORRUPT" if hidden else "CORRUPT")
     if plain is not None and real < plain - margin:
         out.append("below-plain")
-    claim = (r.get("claimed") or {}).get("sqnr_db")
     if claim is None:
         out.append("claim-off")
     elif not _close(claim, real, CLAIM_DB):
@@ -287,15 +289,23 @@ def summary(rows):
                          and r["status"] == "crash")
         good = [r for r in mine if "below-plain" not in flags(r)]
         claims = [r for r in mine if not _claim_off(r)]
-        corrupt = sorted({r["model"] for r in mine if "CORRUPT" in flags(r)})
+        broken = sorted({r["model"] for r in mine if {"CORRUPT", "SILENT-CORRUPT"} & set(
+            flags(r))})
+        corrupt = sorted({r["model"] for r in mine if "SILENT-CORRUPT" in flags(r)})
         misses = [f"{r['model']}[{r['output']}] {r['real']['sqnr_db']:.1f} vs "
                   f"{r['plain']['sqnr_db']:.1f}" for r in mine if "below-plain" in flags(r)]
         off = [f"{r['model']}[{r['output']}] claimed {r['claimed']['sqnr_db']:.1f}, real "
                f"{r['real']['sqnr_db']:.1f}" for r in mine if _claim_off(r)]
-        out.append(f"{mode}: {len(runs)} models; outputs >= plain - {margin:g} dB: "
+        met = sorted(m for m in runs if m in refused and mode == "nodata" or (
+            m not in crashed and m not in refused
+            and all("below-plain" not in flags(r) for r in mine if r["model"] == m)))
+        out.append(f"{mode}: models meeting the goal (every output >= plain - {margin:g} dB"
+                   f"{' or a refusal' if mode == 'nodata' else ''}): {len(met)}/{len(runs)}")
+        out.append(f"  {len(runs)} models; outputs >= plain - {margin:g} dB: "
                    f"{len(good)}/{len(mine)}; claims within {CLAIM_DB:g} dB: "
                    f"{len(claims)}/{len(mine)}; crashes: {len(crashed)} {crashed or ''}; "
-                   f"refusals: {len(refused)} {refused or ''}; silent corruptions: "
+                   f"refusals: {len(refused)} {refused or ''}; broken files: {len(broken)} "
+                   f"{broken or ''}, of which silent (claim > real + {CLAIM_DB:g} dB): "
                    f"{len(corrupt)} {corrupt or ''}")
         if misses:
             out.append(f"  below plain: {'; '.join(misses)}")
