@@ -61,6 +61,8 @@ DATA_MARGIN, NODATA_MARGIN, CLAIM_DB, CORRUPT_DB = 0.5, 3.0, 2.0, 10.0
 #: uses the public API only).
 REFUSALS = ("InputRangeUnknown", "NeedsData")
 EVAL_BATCH = 32
+#: Seconds one model (both modes) may take before its process is stopped.
+TIMEOUT = 3600.0
 
 
 # ------------------------------------------------------------------------------ measuring
@@ -240,25 +242,27 @@ def _fig(f):
 
 def table(rows, markdown=True):
     """The table of the rows (one per model × mode × output), a line per skip or crash."""
-    head = ["model", "mode", "output", "cle real", "cle claimed", "plain real", "flags"]
+    head = ["model", "mode", "output", "cle real", "cle claimed", "plain real", "flags",
+            "cle s"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         if r["status"] in ("info",):
             continue
         if r["status"] == "skipped":
-            lines.append(f"| {r['model']} | – | – | skipped: {r['why']} | | | |")
+            lines.append(f"| {r['model']} | – | – | skipped: {r['why']} | | | | |")
             continue
         if r["status"] in ("crash", "refused"):
             plain = " · ".join(_fig(p) for p in r.get("plain") or []) or \
                 (r.get("plain_error") or "–")
             lines.append(f"| {r['model']} | {r['mode']} | all | {r['status']}: "
                          f"{r['error'][:160]} ({r['where']}) | – | {plain} | "
-                         f"{' '.join(flags(r))} |")
+                         f"{' '.join(flags(r))} | {r['seconds']:.0f} |")
             continue
         plain = _fig(r.get("plain")) if r.get("plain") else f"converter: {r['plain_error']}"
         out = f"{r['output']} {r['output_name']} ({r['kind']})"
         lines.append(f"| {r['model']} | {r['mode']} | {out} | {_fig(r['real'])} | "
-                     f"{_fig(r['claimed'])} | {plain} | {' '.join(flags(r))} |")
+                     f"{_fig(r['claimed'])} | {plain} | {' '.join(flags(r))} | "
+                     f"{r['seconds']:.0f} |")
     return "\n".join(lines)
 
 
@@ -340,25 +344,28 @@ def read_rows(path):
     return rows
 
 
-def run(names, modes, path):
-    """Each model in a child process; a child that dies is recorded as a crash of the modes
-    it had not finished."""
+def run(names, modes, path, timeout=TIMEOUT):
+    """Each model in a child process; a child that dies (or takes more than ``timeout``
+    seconds) is recorded as a crash of the modes it had not finished."""
     for name in names:
         part = path + f".{name}.part"
         if os.path.exists(part):
             os.remove(part)
         start = time.perf_counter()
-        proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker", name,
-                               "--modes", *modes, "--json", part],
-                              capture_output=True, text=True)
+        try:
+            proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker", name,
+                                   "--modes", *modes, "--json", part],
+                                  capture_output=True, text=True, timeout=timeout)
+            code, tail = proc.returncode, (proc.stderr.strip().splitlines() or [""])[-1][:300]
+        except subprocess.TimeoutExpired:
+            code, tail = "timeout", f"no answer within {timeout:g} s"
         rows = read_rows(part)
         done = {r.get("mode") for r in rows if r["status"] != "info"}
-        if proc.returncode != 0:
-            tail = (proc.stderr.strip().splitlines() or [""])[-1][:300]
+        if code != 0:
             for mode in modes:
                 if mode not in done and not any(r["status"] == "skipped" for r in rows):
                     rows.append({"model": name, "mode": mode, "status": "crash",
-                                 "error": f"process died (exit {proc.returncode}): {tail}",
+                                 "error": f"process died (exit {code}): {tail}",
                                  "where": "-", "seconds": time.perf_counter() - start})
         with open(path, "a", encoding="utf-8") as f:
             for r in rows:
@@ -379,6 +386,8 @@ def main(argv=None):
     ap.add_argument("--json", help="rows as JSON lines (appended; default: a temporary file)")
     ap.add_argument("--table", metavar="JSONL", help="print the table of a JSON lines file, "
                     "measure nothing")
+    ap.add_argument("--timeout", type=float, default=TIMEOUT,
+                    help="seconds per model before its process is stopped (a crash row)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
@@ -389,7 +398,7 @@ def main(argv=None):
         path = args.json or os.path.join(tempfile.mkdtemp(prefix="cle-zoo-"), "zoo.jsonl")
         print(f"rows: {path}", flush=True)
         start = len(read_rows(path))
-        run(args.models or list(Z.MODELS), args.modes, path)
+        run(args.models or list(Z.MODELS), args.modes, path, args.timeout)
         rows = read_rows(path)[start:]
     print()
     print(models_table(rows))

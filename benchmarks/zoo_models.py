@@ -39,6 +39,8 @@ two_input           two inputs (RGB crop, luminance          trained: photo crop
                     histogram), 8-class softmax
 rescale255_prelu    Rescaling(1/255) on 0..255, PReLU, no BN trained: photo crops
 normalization_cnn   adapted Normalization on 0..255 RGB     trained: photo crops
+mobilenet_v3_photos keras.applications MobileNetV3Small:    trained: photo crops
+                    Rescaling inside, SE, hard-swish
 signal_conv1d       Conv1D + BN, 1-D signals, 5 classes      trained: synthetic sines
 =================== ======================================== ==============================
 """
@@ -595,6 +597,24 @@ def normalization_cnn():
         "trained: photo crops 48, 0..255 (Normalization adapted on them inside)")
 
 
+def mobilenet_v3_photos():
+    import keras
+
+    (xt, yt, _), (xc, _, _), (xe, _, _) = _photo_set(64)
+
+    def train():
+        _seed(11)
+        model = keras.applications.MobileNetV3Small(
+            input_shape=(64, 64, 3), alpha=0.75, weights=None, classes=8,
+            include_preprocessing=True, classifier_activation="softmax", dropout_rate=0.0)
+        return _fit(model, xt.astype(np.float32), yt, 8, "sparse_categorical_crossentropy")
+
+    return _cached("mobilenet_v3_photos", train), ZooData(
+        xc.astype(np.float32), xe.astype(np.float32), ("class",),
+        "keras.applications' MobileNetV3Small (alpha 0.75; Rescaling inside, squeeze-"
+        "excitation, hard-swish) trained: photo crops 64, 0..255; which photo (8)")
+
+
 # ---------------------------------------------------------------------------- 1-D signals
 
 
@@ -637,7 +657,7 @@ def signal_conv1d():
 MODELS: dict[str, Callable] = {f.__name__: f for f in [
     digits_sequential, digits_dict, digits_attention, breast_cancer, signal_conv1d,
     photo_regression, photo_detector, two_input, rescale255_prelu, normalization_cnn,
-    fer_emotion, mtcnn_onet, mobilenet_v2,
+    mobilenet_v3_photos, fer_emotion, mtcnn_onet, mobilenet_v2,
 ]}
 
 

@@ -50,7 +50,8 @@ def block(rows, meta) -> str:
         "*plain real*: the float model straight into TF Lite's converter with the same 64 "
         "calibration inputs. Flags: `below-plain` (under plain − 0.5 dB with data, − 3 dB "
         "without), `claim-off(±d)` (claim − real beyond 2 dB), `CORRUPT`, `CRASH` (the "
-        "exception's last line and where it was raised), `refused`.",
+        "exception's last line and where it was raised), `refused`; *cle s*: wall seconds of "
+        "the `cle.quantize` call (its check and the plain conversion of `compare` included).",
         "",
         B.table(rows),
         "",
