@@ -48,7 +48,8 @@ def block(rows, meta) -> str:
         "float model on the held-out inputs. *cle real*: the `.tflite` of `cle.quantize(model, "
         "x_cal or None, compare=True)`; *cle claimed*: what its report said (its own check); "
         "*plain real*: the float model straight into TF Lite's converter with the same 64 "
-        "calibration inputs. Flags: `below-plain` (under plain − 0.5 dB with data, − 3 dB "
+        "calibration inputs; *plain real, 48*: the same calibrated on the 48 of them "
+        "`cle.quantize` calibrates on (it holds the last 16 out for its check). Flags: `below-plain` (under plain − 0.5 dB with data, − 3 dB "
         "without), `claim-off(±d)` (claim − real beyond 2 dB), `CORRUPT`, `CRASH` (the "
         "exception's last line and where it was raised), `refused`; *cle s*: wall seconds of "
         "the `cle.quantize` call (its check and the plain conversion of `compare` included).",
