@@ -9,6 +9,10 @@ that model only; trained models are cached, see zoo_models.py)::
         --modes data --json /tmp/zoo.jsonl
     .venv/bin/python benchmarks/bench_zoo.py --table /tmp/zoo.jsonl   # print, measure nothing
 
+``--timeout`` (default 3600 s) stops a model's process that takes longer (a crash row). The
+pretrained models need packages that are not dependencies (zoo_models.py names the install
+commands); a model whose package is missing is printed as skipped, with the command.
+
 It prints figures, it asserts nothing. For each model:
 
 * **plain**: the float model straight into TF Lite's converter
