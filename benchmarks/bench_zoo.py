@@ -342,6 +342,9 @@ def summary(rows):
             out.append(f"  below plain: {'; '.join(misses)}")
         if off:
             out.append(f"  claim off: {'; '.join(off)}")
+    skipped = sorted(r["model"] for r in rows if r["status"] == "skipped")
+    if skipped:
+        out.append(f"skipped (weights package missing): {len(skipped)}{_names(skipped)}")
     return "\n".join(out)
 
 
