@@ -279,11 +279,11 @@ def mtcnn_onet():
 
     model = _cached("mtcnn_onet", load)
 
-    def prep(seed, n):  # a third of the crops around the astronaut's face, MTCNN's (x-127.5)/128
-        images, _, _ = photo_crops(n, 48, seed)
+    def prep(seed, n):  # a third of the crops around the astronaut's face, in random places
+        images, _, _ = photo_crops(n, 48, seed)  # (cle.quantize holds the last quarter out)
         faces = _face_crops(n // 3, seed)
-        images[: len(faces)] = faces
-        return (images.astype(np.float32) - 127.5) / 128.0
+        images[np.random.default_rng(seed).permutation(n)[: len(faces)]] = faces
+        return (images.astype(np.float32) - 127.5) / 128.0  # MTCNN's preprocessing
 
     return model, ZooData(prep(CAL_SEED, N_CAL), prep(EVAL_SEED, N_EVAL),
                           ("value", "value", "class"),

@@ -7,6 +7,8 @@ own; about half an hour on 2 cores, most of it the real MobileNetV2)::
     nice -n 10 .venv/bin/python scripts/gen_zoo_results.py               # measure, write
     .venv/bin/python scripts/gen_zoo_results.py --render                 # docs from docs/data
     .venv/bin/python scripts/gen_zoo_results.py --from /tmp/zoo.jsonl    # rows bench_zoo wrote
+    .venv/bin/python scripts/gen_zoo_results.py --models mtcnn_onet      # these again, the
+                                                                         # others' rows kept
     .venv/bin/python scripts/gen_zoo_results.py --render --no-write      # print the block
 
 The rows are kept in ``docs/data/zoo.jsonl`` (one JSON object per model × mode × output, the
@@ -49,10 +51,13 @@ def block(rows, meta) -> str:
         "x_cal or None, compare=True)`; *cle claimed*: what its report said (its own check); "
         "*plain real*: the float model straight into TF Lite's converter with the same 64 "
         "calibration inputs; *plain real, 48*: the same calibrated on the 48 of them "
-        "`cle.quantize` calibrates on (it holds the last 16 out for its check). Flags: `below-plain` (under plain − 0.5 dB with data, − 3 dB "
-        "without), `claim-off(±d)` (claim − real beyond 2 dB), `CORRUPT`, `CRASH` (the "
-        "exception's last line and where it was raised), `refused`; *cle s*: wall seconds of "
-        "the `cle.quantize` call (its check and the plain conversion of `compare` included).",
+        "`cle.quantize` calibrates on (it holds the last 16 out for its check). Flags: "
+        "`below-plain` (under plain − 0.5 dB with data, − 3 dB without), `claim-off(±d)` "
+        "(claim − real beyond 2 dB), `CORRUPT` (a file broken where plain's is not: under 10 dB "
+        "and 10 dB below plain, or top-1 20 points below), `SILENT-CORRUPT` (the same, its "
+        "claim more than 2 dB above the real figure), `CRASH` (the exception's last line and "
+        "where it was raised), `refused`; *cle s*: wall seconds of the `cle.quantize` call "
+        "(its check and the plain conversion of `compare` included).",
         "",
         B.table(rows),
         "",
@@ -107,6 +112,12 @@ def main(argv=None):
             B.run(args.models or list(Z.MODELS), list(B.MODES), path)
             rows = B.read_rows(path)
         meta = {"cpu": cpu_name(), "versions": _versions()}
+        if args.models and os.path.exists(DATA):  # the other models' saved rows stay
+            measured = {r["model"] for r in rows}
+            kept = [r for r in _load()[0] if r["model"] not in measured]
+            order = list(Z.MODELS)
+            rows = sorted(kept + rows, key=lambda r: order.index(r["model"])
+                          if r["model"] in order else len(order))
         if not args.no_write:
             _save(rows, meta)
     text = block(rows, meta)
