@@ -37,6 +37,7 @@ GENERATORS = {
     "quantize-": "gen_quantize_results.py",
     "analyze-": "gen_analysis_docs.py",
     "w4a8-": "gen_w4a8_results.py",
+    "zoo": "gen_zoo_results.py",
 }
 
 # Markers count only on a line of their own (a marker quoted in running text is not one).

