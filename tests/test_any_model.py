@@ -76,6 +76,7 @@ def test_dict_outputs_quantize_each_output_checked_under_its_key(dict_net, data,
     checked under its key, and with data each figure is that output's own (the .tflite's
     outputs paired with the Keras model's by key, recomputed here)."""
     content, report = cle.quantize(dict_net, data if with_data else None, compare=True,
+                                   input_range=None if with_data else (-1.0, 1.0),
                                    output_kinds={"acls": "classes"})  # declared by its key
     keys = sorted(HEADS)
     assert [o.name for o in report.outputs] == keys

@@ -546,3 +546,19 @@ def test_real_mobilenet_v2_with_data_beats_the_plain_conversion():
     ours = Q.run_tflite(content, x_eval, batch_size=32)
     assert Q.sqnr_db(ref, ours) >= Q.sqnr_db(ref, plain) + 2.0
     assert Q.top1_agreement(ref, ours) >= Q.top1_agreement(ref, plain)
+
+
+def test_a_guessed_input_range_is_refused_naming_what_settles_it(net):
+    """Without data, an input range the model can only guess (its first batch norm's fit near
+    no usual convention) is refused in one message naming the range and the data, as one it
+    cannot tell at all: quantized with such a guess, real inputs read far below the claim."""
+    from cle._measure.input_range import infer_input_ranges
+    from cle._quantize.input_ranges import InputRangeUnknown
+
+    (guess,) = infer_input_ranges(net)
+    assert guess.known and not guess.sure  # the fit of this net's random statistics
+    with pytest.raises(InputRangeUnknown,
+                       match=r"cannot tell the input range of model '.*' \(input '.*': the "
+                             r"statistics of its first batch norm .*\); pass input_range=\(low, "
+                             r"high\) or calibration_data"):
+        cle.quantize(net)

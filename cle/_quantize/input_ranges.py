@@ -12,7 +12,8 @@ __all__ = ["InputRangeUnknown", "input_ranges_of"]
 
 
 class InputRangeUnknown(ValueError):
-    """Without data, the range of some input cannot be told from the model and was not
+    """Without data, the range of some input cannot be told from the model (not at all, or
+    only as a guess: a batch-norm fit near no usual convention, or between two) and was not
     stated. ``unknown`` holds the :class:`cle._measure.input_range.InputRange` of each such
     input (its ``source`` says why)."""
 
@@ -57,7 +58,10 @@ def input_ranges_of(model, stated):
                           f"({inferred.source}); a wrong input range wrecks the quantized "
                           "model, check it")
         out.append(given)
-    unknown = [r for r in out if not r.known]
+    # A guess (a batch-norm fit near no usual convention, or between two) is not a range the
+    # tool can back: quantized with it, models read 15 dB and more below the figure their
+    # check claimed. Ask for the range instead, in the one message.
+    unknown = [r for r in out if not r.known or (not r.sure and r.source != "stated")]
     if unknown:
         raise InputRangeUnknown(model.name, unknown)
     return out

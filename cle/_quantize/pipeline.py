@@ -481,9 +481,6 @@ def _warnings(model, sets, inputs, input_ranges, declared=None):
            "values (SQNR only); if it holds class scores, say so to get its top-1 agreement: "
            f"output_kinds={{{name!r}: 'classes'}} or --output-kind {name}=classes"
            for name in _check.undeclared_scores(model, declared)]
-    out += [f"input '{r.name}': its range is a guess ({r.source}); state it with input_range "
-           "or --input-range, or give calibration data" for r in input_ranges or ()
-           if not r.sure]
     out += [r.note for r in input_ranges or () if r.note]
     if inputs.loss is not None and max(inputs.loss) > CONVERGED_LOSS:
         out.append(f"the distillation did not converge (final batch-norm loss "
