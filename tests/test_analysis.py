@@ -262,8 +262,9 @@ def test_without_data_it_analyses_quantizes_unseen_synthetic_check_sets(net):
     """Without data: the .tflite and the output's figures are cle.quantize's (the lower of its
     two check sets of synthetic inputs the calibration never saw), and the summary says the
     inputs are synthetic."""
-    report = cle.analyze(net, layer_inputs=2)
-    content, quantized = cle.quantize(net)
+    # the data's range, stated: the net's random statistics only let it guess (refused)
+    report = cle.analyze(net, layer_inputs=2, input_range=(-1.0, 1.0))
+    content, quantized = cle.quantize(net, input_range=(-1.0, 1.0))
     assert report.tflite == content and report.calibration == "synthetic"
     assert report.output["sqnr_db"] == quantized.sqnr_db
     assert report.check_inputs == quantized.check_inputs
@@ -443,7 +444,7 @@ def test_tuning_without_data_tunes_on_calibration_inputs_and_checks_on_unseen_se
     """Without data the tuning measures on the synthetic calibration inputs; the check is
     cle.quantize's two sets of synthetic inputs that neither the calibration nor the tuning
     saw (the lower figure), as without tuning."""
-    content, report = cle.quantize(net, tune=True)
+    content, report = cle.quantize(net, tune=True, input_range=(-1.0, 1.0))
     tuning = report.tuning
     assert tuning.inputs.startswith("synthetic calibration inputs") and tuning.n == 16
     assert not tuning.held_out and not tuning.flatters

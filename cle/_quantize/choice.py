@@ -66,16 +66,12 @@ class Choice:
 
     def line(self) -> str:
         figures = ", ".join(f"{name} {self.score(name):.2f} dB" for name in self.sqnr_db)
-        head = (f"written: {SAID[self.written]}" if self.written != "cle" else
-                f"written: {SAID['cle']}, the closest")
-        why = ("" if self.written == "cle" else
-               f", closer than cle's build by more than {SWITCH_DB:g} dB and by more than the "
-               "held-out inputs' uncertainty")
-        return (f"{head}{why} (mean SQNR over the outputs on the {self.n} held-out inputs: "
-                f"{figures}; the stages above describe cle's build)"
-                if self.written != "cle" else
-                f"{head} (mean SQNR over the outputs on the {self.n} held-out inputs: "
-                f"{figures})")
+        measured = f"mean SQNR over the outputs on the {self.n} held-out inputs: {figures}"
+        if self.written == "cle":
+            return f"written: {SAID['cle']}, the closest ({measured})"
+        return (f"written: {SAID[self.written]}, closer than cle's build by more than "
+                f"{SWITCH_DB:g} dB and by more than the held-out inputs' uncertainty "
+                f"({measured}; the stages above describe cle's build)")
 
     def warning(self) -> str | None:
         if self.written == "cle":
