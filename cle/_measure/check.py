@@ -269,17 +269,18 @@ def sqnr_interval(ref, y, seed=0) -> tuple | None:
     return _bounds(_db(signal[idx].sum(axis=1), noise[idx].sum(axis=1)))
 
 
-def sqnr_gain(references, ys, others, seed=0) -> tuple[float, tuple | None]:
-    """``(gain, interval)``: how much closer ``ys`` are to ``references`` than ``others`` (one
-    array ``(N, ...)`` per output, the same ``N`` inputs), as the mean over the outputs of the
-    SQNR difference in dB, and its :data:`INTERVAL` interval by a paired bootstrap over the
-    inputs (None with fewer than :data:`MIN_INTERVAL` inputs)."""
+def sqnr_gain(references, ys, others, seed=0) -> tuple[float, tuple | None, float]:
+    """``(gain, interval, support)``: how much closer ``ys`` are to ``references`` than
+    ``others`` (one array ``(N, ...)`` per output, the same ``N`` inputs), as the mean over
+    the outputs of the SQNR difference in dB; its :data:`INTERVAL` interval by a paired
+    bootstrap over the inputs (None with fewer than :data:`MIN_INTERVAL` inputs); and the
+    share of the bootstrap's resamples in which the gain is above 0 (NaN without them)."""
     point = float(np.mean([_sqnr(np.asarray(r, np.float64), np.asarray(a, np.float64))
                            - _sqnr(np.asarray(r, np.float64), np.asarray(b, np.float64))
                            for r, a, b in zip(references, ys, others)]))
     n = len(references[0])
     if n < MIN_INTERVAL:
-        return point, None
+        return point, None, math.nan
     idx = _resamples(n, seed)
     diffs = []
     for r, a, b in zip(references, ys, others):
@@ -287,7 +288,8 @@ def sqnr_gain(references, ys, others, seed=0) -> tuple[float, tuple | None]:
         _, noise_other = _energies(r, b)
         s = signal[idx].sum(axis=1)
         diffs.append(_db(s, noise[idx].sum(axis=1)) - _db(s, noise_other[idx].sum(axis=1)))
-    return point, _bounds(np.mean(diffs, axis=0))
+    gains = np.mean(diffs, axis=0)
+    return point, _bounds(gains), float(np.mean(gains > 0))
 
 
 def compare_verdict(ref, y, y_other, seed=0) -> tuple[str, tuple | None]:
@@ -297,7 +299,7 @@ def compare_verdict(ref, y, y_other, seed=0) -> tuple[str, tuple | None]:
     "not distinguishable"."""
     if len(ref) < MIN_INTERVAL:
         return "not distinguishable (too few inputs)", None
-    _, bounds = sqnr_gain([ref], [y], [y_other], seed)
+    _, bounds, _ = sqnr_gain([ref], [y], [y_other], seed)
     if bounds is None:
         return "not distinguishable", None
     verdict = ("better" if bounds[0] > 0 else "worse" if bounds[1] < 0 else
