@@ -772,3 +772,18 @@ def test_compare_gives_a_verdict_per_output(net, data):
     assert lo <= report.sqnr_db - report.plain["sqnr_db"] <= hi
     assert "  verdict: " in report.summary()
     assert report.to_dict()["plain_conversion"]["verdicts"][0]["verdict"] == verdict["verdict"]
+
+
+def test_sqnr_gain_is_the_mean_over_outputs_with_its_interval_and_support():
+    rng = np.random.default_rng(7)
+    refs = [rng.normal(size=(32, 6)), rng.normal(size=(32, 3))]
+    close = [r + 0.01 * rng.normal(size=r.shape) for r in refs]
+    far = [r + 0.1 * rng.normal(size=r.shape) for r in refs]
+    gain, (lo, hi), support = C.sqnr_gain(refs, close, far)
+    assert gain == pytest.approx(np.mean([C._sqnr(r, a) - C._sqnr(r, b)
+                                          for r, a, b in zip(refs, close, far)]))
+    assert 15 < lo < gain < hi < 25 and support == 1.0
+    assert C.sqnr_gain(refs, far, close)[2] == 0.0
+    gain, interval, support = C.sqnr_gain([r[:3] for r in refs], [a[:3] for a in close],
+                                          [b[:3] for b in far])
+    assert gain > 0 and interval is None and math.isnan(support)  # too few inputs to resample
