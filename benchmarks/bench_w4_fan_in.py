@@ -9,8 +9,9 @@ from the batch norms' statistics: ``gptq``). The peak is the child's largest res
 ``--rss-limit-gb`` (the machine is shared: a run that would grow without bound is stopped and
 reported as such, not left to the OOM killer).
 
-Run it directly (minutes per mode on 2 cores; the random weights make the check's figures
-meaningless, so only memory and time are printed)::
+Run it directly (minutes per mode on 2 cores, tens of minutes for the default ``adaround``
+with data on a loaded machine; the random weights make the check's figures meaningless, so
+only memory and time are printed)::
 
     .venv/bin/python benchmarks/bench_w4_fan_in.py
     .venv/bin/python benchmarks/bench_w4_fan_in.py --modes data --rounding gptq

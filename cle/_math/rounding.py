@@ -388,8 +388,8 @@ def round_rows_blocked(W, moments_of, blocks, bits, method, n_quant, per_tensor=
 
 def _own_block(W, start, stop, n_quant):
     """Columns ``[start, stop)`` of ``W`` with bias columns of their own, at 0."""
-    return np.concatenate([W[:, :, start:stop], np.zeros(W.shape[:2] + (W.shape[2] - n_quant,))],
-                          2)
+    bias = np.zeros(W.shape[:2] + (W.shape[2] - n_quant,))
+    return np.concatenate([W[:, :, start:stop], bias], 2)
 
 
 def _blocked_nearest(W, moments_of, blocks, qmax, qmin, n_quant, per_tensor, free_bias):
