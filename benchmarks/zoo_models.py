@@ -139,26 +139,10 @@ def _settle_bn(model, x):
 # ------------------------------------------------------------------------------- photos
 
 
-@functools.lru_cache(maxsize=1)
 def _photos():
-    from cle.pretrained import SAMPLE_PHOTOS, sample_images
+    from cle.pretrained import sample_photos
 
-    sample_images(1, size=8)  # fails with the install hint if scikit-image/-learn is missing
-    import skimage.data
-    from sklearn.datasets import load_sample_image
-
-    out = []
-    for source, name in SAMPLE_PHOTOS:
-        if name == "stereo_motorcycle":
-            img = skimage.data.stereo_motorcycle()[0]
-        elif source == "skimage":
-            img = getattr(skimage.data, name)()
-        else:
-            img = load_sample_image(name)
-        img = np.asarray(img)
-        img = np.repeat(img[..., None], 3, axis=-1) if img.ndim == 2 else img[..., :3]
-        out.append(np.ascontiguousarray(img, np.uint8))
-    return tuple(out)
+    return sample_photos()
 
 
 def photo_crops(n, size, seed):

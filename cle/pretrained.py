@@ -61,6 +61,7 @@ from cle._pretrained.networks import (  # noqa: F401
     preprocess_efficientnet_lite,
     center_crop,
     sample_images,
+    sample_photos,
     SAMPLE_PHOTOS,
 )
 
@@ -83,5 +84,6 @@ __all__ = [
     "preprocess_efficientnet_lite",
     "center_crop",
     "sample_images",
+    "sample_photos",
     "SAMPLE_PHOTOS",
 ]

@@ -115,6 +115,7 @@ DEFAULTS = {
     "pretrained.preprocess_imagenet": {},
     "pretrained.center_crop": {"size": 224, "crop_fraction": 0.875},
     "pretrained.sample_images": {"n": 32, "size": 224, "seed": 0},
+    "pretrained.sample_photos": {},
 }
 
 

@@ -32,6 +32,7 @@ __all__ = [
     "center_crop",
     "sample_images",
     "SAMPLE_PHOTOS",
+    "sample_photos",
 ]
 
 #: Import name of the package that ships the torchvision checkpoint.
@@ -251,7 +252,14 @@ SAMPLE_PHOTOS = (
 
 
 @functools.lru_cache(maxsize=1)
-def _load_photos() -> tuple[np.ndarray, ...]:
+def sample_photos() -> tuple[np.ndarray, ...]:
+    """The photos of :data:`SAMPLE_PHOTOS` at their own sizes, read-only uint8 RGB arrays
+    ``(height, width, 3)`` (grayscale repeated, alpha dropped), in that order; loaded once.
+
+    Raises:
+        ImportError: scikit-image or scikit-learn is missing (the message says how to
+            install it).
+    """
     try:
         import skimage.data
     except ImportError as exc:
@@ -353,7 +361,7 @@ def sample_images(n: int = 32, size: int = 224, seed: int = 0) -> np.ndarray:
     out = np.empty((n, size, size, 3), dtype=np.uint8)
     if n == 0:
         return out
-    photos = _load_photos()
+    photos = sample_photos()
     rng = np.random.default_rng(seed)
     for i in range(n):
         img = photos[i % len(photos)]
