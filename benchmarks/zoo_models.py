@@ -153,6 +153,8 @@ def photo_crops(n, size, seed):
     ``(centre y, centre x, height, width)`` as fractions of the photo's height and width."""
     from PIL import Image
 
+    from cle._pretrained.networks import random_crop_box
+
     photos = _photos()
     rng = np.random.default_rng(seed)
     images = np.empty((n, size, size, 3), np.uint8)
@@ -162,12 +164,7 @@ def photo_crops(n, size, seed):
         k = int(rng.integers(len(photos)))
         img = photos[k]
         h, w = img.shape[:2]
-        short = min(h, w)
-        area = rng.uniform(0.1, 1.0) * short * short
-        aspect = np.exp(rng.uniform(np.log(3 / 4), np.log(4 / 3)))
-        ch = min(h, max(1, int(round(np.sqrt(area / aspect)))))
-        cw = min(w, max(1, int(round(np.sqrt(area * aspect)))))
-        top, left = int(rng.integers(0, h - ch + 1)), int(rng.integers(0, w - cw + 1))
+        top, left, ch, cw = random_crop_box(rng, h, w, min_area=0.1)
         crop = Image.fromarray(img[top:top + ch, left:left + cw]).resize(
             (size, size), resample=Image.BILINEAR)
         images[i] = np.asarray(crop)

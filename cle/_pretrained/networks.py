@@ -33,6 +33,7 @@ __all__ = [
     "sample_images",
     "SAMPLE_PHOTOS",
     "sample_photos",
+    "random_crop_box",
 ]
 
 #: Import name of the package that ships the torchvision checkpoint.
@@ -293,6 +294,20 @@ def sample_photos() -> tuple[np.ndarray, ...]:
     return tuple(photos)
 
 
+def random_crop_box(rng, h: int, w: int, min_area: float = 0.25) -> tuple[int, int, int, int]:
+    """``(top, left, height, width)`` of a random crop of an ``h`` × ``w`` image, drawn from
+    ``rng`` (a ``numpy.random.Generator``): an area of ``min_area`` to all of the square on
+    the shorter side, an aspect ratio between 3:4 and 4:3, anywhere in the image."""
+    short = min(h, w)
+    area = rng.uniform(min_area, 1.0) * short * short
+    aspect = np.exp(rng.uniform(np.log(3 / 4), np.log(4 / 3)))
+    ch = min(h, max(1, int(round(np.sqrt(area / aspect)))))
+    cw = min(w, max(1, int(round(np.sqrt(area * aspect)))))
+    top = int(rng.integers(0, h - ch + 1))
+    left = int(rng.integers(0, w - cw + 1))
+    return top, left, ch, cw
+
+
 def _crop_resize(img: np.ndarray, top: int, left: int, h: int, w: int,
                  size: int, flip: bool) -> np.ndarray:
     from PIL import Image
@@ -365,14 +380,7 @@ def sample_images(n: int = 32, size: int = 224, seed: int = 0) -> np.ndarray:
     rng = np.random.default_rng(seed)
     for i in range(n):
         img = photos[i % len(photos)]
-        h, w = img.shape[:2]
-        short = min(h, w)
-        area = rng.uniform(0.25, 1.0) * short * short
-        aspect = np.exp(rng.uniform(np.log(3 / 4), np.log(4 / 3)))
-        ch = min(h, max(1, int(round(np.sqrt(area / aspect)))))
-        cw = min(w, max(1, int(round(np.sqrt(area * aspect)))))
-        top = int(rng.integers(0, h - ch + 1))
-        left = int(rng.integers(0, w - cw + 1))
+        top, left, ch, cw = random_crop_box(rng, *img.shape[:2])
         flip = bool(rng.random() < 0.5)
         out[i] = _crop_resize(img, top, left, ch, cw, size, flip)
     return out
