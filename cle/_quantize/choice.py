@@ -33,7 +33,7 @@ import numpy as np
 
 from cle._measure import check as _check
 from cle._measure import tflite
-from cle._measure.inference import TFLITE_BATCH, predict_all, run_all
+from cle._measure.inference import outputs_once
 
 __all__ = ["CANDIDATES", "SUPPORT", "SWITCH_DB", "Choice", "choose", "chooses"]
 
@@ -127,13 +127,12 @@ def choose(model, build, say) -> tuple[Choice, bytes | None]:
     x = build.inputs.checks[0][1]
     say(f"measuring cle's build against min/max ranges and TF Lite's plain conversion on "
         f"the {len(x)} held-out inputs")
-    reference = predict_all(model, x)
+    reference = outputs_once(build.runs, model, x)
     plain = tflite.convert_int8(model, build.inputs.calibration,
                                 per_channel=build.opts.per_channel,
                                 integer_io=build.opts.integer_io)
     contents = {"cle": build.content, "cle, min/max ranges": _minmax(build), "plain": plain}
-    outputs = {name: run_all(content, x, batch_size=TFLITE_BATCH)
-               for name, content in contents.items()}
+    outputs = {name: outputs_once(build.runs, content, x) for name, content in contents.items()}
     sqnr = {name: _sqnrs(reference, y) for name, y in outputs.items()}
     gains = {name: _check.sqnr_gain(reference, y, outputs["cle"])
              for name, y in outputs.items() if name != "cle"

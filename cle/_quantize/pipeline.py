@@ -21,7 +21,7 @@ from cle._measure import check as _check
 from cle._measure import input_range as _input_range
 from cle._measure import synthetic as _synthetic
 from cle._measure import tflite
-from cle._measure.inference import TFLITE_BATCH, predict_all, run_all
+from cle._measure.inference import outputs_once
 from cle._quantize import choice as _choice
 from cle._quantize import tune as _tune
 from cle._quantize import weight_stages
@@ -205,6 +205,10 @@ class Int8Build:
             them on their grids), ``{layer name: {attribute: kernel}}``.
         int8_size: the bytes of the converter's file, every weight 8-bit, before the store
             stage put the rounded kernels in it.
+        runs: the outputs already computed on the check's inputs, by model or ``.tflite``
+            and inputs (:func:`cle._measure.inference.outputs_once`): the choice of the build
+            runs the float model, the build written and the plain conversion on the held-out
+            inputs, and the check and ``compare`` take them from there.
     """
 
     opts: QuantizeOptions
@@ -223,6 +227,7 @@ class Int8Build:
     weights: list = dataclasses.field(default_factory=list)
     snapped: dict = dataclasses.field(default_factory=dict)
     int8_size: int = 0
+    runs: dict = dataclasses.field(default_factory=dict)
 
 
 def build_checked(model, calibration_data, opts: QuantizeOptions, say,
@@ -257,7 +262,7 @@ def check_sets(model, build: Int8Build, say) -> list:
     """The check of the build's ``.tflite`` on each of its sets of check inputs (see
     :func:`_check_model`), timed as the "check" stage."""
     return _timed(build.seconds, "check", _check_model, model, build.content,
-                  build.inputs.checks, build.opts, say)
+                  build.inputs.checks, build.opts, say, build.runs)
 
 
 def lower(sets) -> list:
@@ -277,8 +282,8 @@ def check_build(model, build: Int8Build, say, straight=None, choice=None) -> Qua
     :class:`QuantizeReport` (``choice``: the :class:`cle._quantize.choice.Choice` made)."""
     opts, inputs, seconds = build.opts, build.inputs, build.seconds
     sets = check_sets(model, build, say)
-    plain = (_timed(seconds, "compare", _compare, model, inputs, sets, opts, say, straight)
-             if opts.compare else None)
+    plain = (_timed(seconds, "compare", _compare, model, inputs, sets, opts, say, straight,
+                    build.runs) if opts.compare else None)
     warned = [] if choice is None or choice.warning() is None else [choice.warning()]
     data = build.calibration == "data"
     return QuantizeReport(
@@ -421,17 +426,19 @@ def _convert(equalized, x_cal, opts, input_ranges, say):
             values)
 
 
-def _check_model(model, content, checks, opts, say):
+def _check_model(model, content, checks, opts, say, runs=None):
     """For each set of check inputs, ``{"inputs", "n", "reference", "test", "outputs"}``: the
-    float and quantized outputs and each output's :class:`cle._measure.check.OutputCheck`."""
+    float and quantized outputs and each output's :class:`cle._measure.check.OutputCheck`
+    (taken from ``runs`` where computed already)."""
+    runs = {} if runs is None else runs
     what = ("16x8" if opts.activation_bits == 16 else
             "W4A8" if opts.weight_bits == 4 else "INT8")
     names, kinds = _check.output_names(model), _check.output_kinds(model, opts.output_kinds)
     sets = []
     for label, x in checks:
         say(f"checking the {what} model on {len(x)} {label}")
-        reference = predict_all(model, x)
-        y = run_all(content, x, batch_size=TFLITE_BATCH)
+        reference = outputs_once(runs, model, x)
+        y = outputs_once(runs, content, x)
         sets.append({"inputs": label, "n": len(x), "reference": reference, "test": y,
                      "outputs": _check.check_outputs(reference, y, names, kinds)})
     return sets
@@ -452,9 +459,11 @@ def _public(check_set):
             "outputs": check_set["outputs"]}
 
 
-def _compare(model, inputs, sets, opts, say, straight=None):
+def _compare(model, inputs, sets, opts, say, straight=None, runs=None):
     """The check's figures for the float model converted straight (TF Lite's defaults;
-    ``straight``: its bytes, when the choice of the build made them already)."""
+    ``straight``: its bytes, when the choice of the build made them already, with its
+    outputs in ``runs``)."""
+    runs = {} if runs is None else runs
     if straight is None:
         say("converting the float model straight, for comparison")
         straight = (tflite.convert_int16(model, inputs.calibration)
@@ -463,7 +472,7 @@ def _compare(model, inputs, sets, opts, say, straight=None):
     names, kinds = _check.output_names(model), _check.output_kinds(model, opts.output_kinds)
     plain, verdicts = [], []
     for c, (_, x) in zip(sets, inputs.checks):
-        y = run_all(straight, x, batch_size=TFLITE_BATCH)
+        y = outputs_once(runs, straight, x)
         plain.append({"outputs": _check.check_outputs(c["reference"], y, names, kinds)})
         verdicts += [{"inputs": c["inputs"], "output": name, "verdict": verdict,
                       "interval_db": interval}
