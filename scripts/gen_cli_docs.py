@@ -1,5 +1,9 @@
 """Writes the generated blocks of docs/cli.md that show the command line at work:
 
+- ``cli-synopsis``: every command with its arguments and options, read from the parser
+  (:func:`synopsis`), so that the page's synopsis cannot leave a command or a flag out;
+  ``cli-usage-quantize`` and ``cli-usage-analyze``: the same lines of one command, at the top of
+  its section;
 - ``cli-help``: ``cle --help``;
 - ``cli-session``: ``cle fold``, ``cle equalize`` and ``cle inspect`` on a tiny CNN;
 - ``cli-report``: the JSON report ``cle equalize --report`` wrote in that session;
@@ -211,6 +215,72 @@ def _outcomes_table():
     return "\n".join(rows)
 
 
+def _subparsers(parser):
+    """``{command name: its parser}``, in the order ``cle --help`` lists them."""
+    import argparse
+
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(action.choices)
+
+
+def _usage_token(action) -> str:
+    """One argument as the synopsis writes it: ``IN``, ``-o OUT``, ``[--per-tensor]``,
+    ``[--relu6 {bound,replace,keep}]``, ``[--input-range [INPUT=]LOW,HIGH ...]`` (repeatable)."""
+    import argparse
+
+    if not action.option_strings:
+        return action.metavar or action.dest.upper()
+    flag = action.option_strings[0]
+    if action.nargs == 0:  # store_true / store_false / store_const
+        text = flag
+    else:
+        value = action.metavar or (
+            "{" + ",".join(str(c) for c in action.choices) + "}" if action.choices
+            else action.dest.upper())
+        text = f"{flag} {value}"
+        if isinstance(action, argparse._AppendAction):
+            text += " ..."
+    return text if action.required else f"[{text}]"
+
+
+def command_usage(name, parser, indent=0, width=int(WIDTH)) -> list[str]:
+    """``cle NAME`` with its arguments, wrapped at ``width`` columns: the positional
+    arguments first, then the required options, then the others in the parser's order
+    (``-h`` left out: every command has it)."""
+    import argparse
+
+    actions = [a for a in parser._actions if not isinstance(a, argparse._HelpAction)]
+    ordered = ([a for a in actions if not a.option_strings]
+               + [a for a in actions if a.option_strings and a.required]
+               + [a for a in actions if a.option_strings and not a.required])
+    head = f"cle {name}".ljust(indent or len(f"cle {name}")) + " "
+    lines, line = [], head
+    for token in map(_usage_token, ordered):
+        if line.strip() != head.strip() and len(line) + len(token) > width:
+            lines.append(line.rstrip())
+            line = " " * len(head)
+        line += token + " "
+    lines.append(line.rstrip())
+    return lines
+
+
+def synopsis() -> str:
+    """Every ``cle`` command with its usage (:func:`command_usage`), then the global options."""
+    from cle import cli
+
+    commands = _subparsers(cli.build_parser())
+    indent = max(len(f"cle {name}") for name in commands)
+    lines = [ln for name, p in commands.items() for ln in command_usage(name, p, indent)]
+    lines += ["cle COMMAND --help", "cle --help | --version"]
+    return "```\n" + "\n".join(lines) + "\n```"
+
+
+def _usage_block(name) -> str:
+    from cle import cli
+
+    return "```\n" + "\n".join(command_usage(name, _subparsers(cli.build_parser())[name])) + "\n```"
+
+
 def _run(command):
     from cle import cli
 
@@ -242,6 +312,9 @@ def generate() -> dict[str, str]:
     outcomes = _outcomes_table()
     fence = "```"
     return {
+        "cli-synopsis": synopsis(),
+        "cli-usage-quantize": _usage_block("quantize"),
+        "cli-usage-analyze": _usage_block("analyze"),
         "cli-outcomes": outcomes,
         "cli-help": f"{fence}\n$ cle --help\n{help_text}{fence}",
         "cli-session": f"{fence}\n" + "\n".join(session) + fence,
