@@ -1,16 +1,19 @@
-"""The ``cle`` command: fold, equalize and inspect saved Keras models, and run the demo.
+"""The ``cle`` command: quantize, analyze, fold, equalize and inspect saved Keras models, and run
+the demo.
 
 ::
 
-    cle fold IN.keras -o OUT.keras [--overwrite] [--report report.json]
-    cle equalize IN.keras -o OUT.keras [--overwrite] [--relu6 bound|replace|keep]
-                 [--high-bias-fold none|unpadded|all] [--margin 3.0] [--report report.json]
-    cle inspect IN.keras [--relu6 ...] [--high-bias-fold ...] [--margin ...]
-    cle demo [--images N] [--out DIR] [--no-tflite]
+    cle quantize IN -o OUT.tflite [options]
+    cle analyze IN [options]
+    cle fold IN -o OUT.keras [options]
+    cle equalize IN -o OUT.keras [options]
+    cle inspect IN [options]
+    cle demo [options]
 
-Every command that reads a model takes ``--custom-objects module.py``. Errors a person can meet
-print one line on stderr and exit with 2 (usage: a bad option, a missing or wrong input file)
-or 1 (anything else); ``CLE_DEBUG=1`` adds the traceback. See ``docs/cli.md``.
+The options of each command: ``cle COMMAND --help``, and the synopsis of ``docs/cli.md``, which
+``scripts/gen_cli_docs.py`` writes from :func:`build_parser`. Errors a person can meet print
+one line on stderr and exit with 2 (usage: a bad option, a missing or wrong input file) or 1
+(anything else); ``CLE_DEBUG=1`` adds the traceback. See ``docs/cli.md``.
 
 This module imports only the standard library, and so does ``import cle``: Keras and
 TensorFlow are imported inside :func:`main` after the command line is checked, with
