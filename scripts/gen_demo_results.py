@@ -1,8 +1,10 @@
-"""Runs ``cle demo`` (the real ImageNet MobileNetV2, about 90 s on 2 cores) and writes its
-figures into the docs:
+"""Runs ``cle demo`` and ``cle demo --equalization`` (the real ImageNet MobileNetV2, about two
+and one and a half minutes on 2 cores) and writes their figures into the docs:
 
 - docs/cli.md ``demo-output``: the demo's whole output, step times and total included;
-- docs/results.md ``demo-table``: the before/after table;
+- docs/results.md ``demo-table``: its table, the three builds judged on photos none calibrated on;
+- docs/img/cle_demo_analysis.png: the picture ``cle analyze`` drew in the demo;
+- docs/results.md ``demo-equalization-table``: the before/after equalization table;
 - docs/results.md ``demo-spread``: the weight range spread.
 
 Run: ``python scripts/gen_demo_results.py`` (``make results`` runs it with the other
@@ -13,12 +15,15 @@ they came from this script's format (their headers).
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
+# The checkout this script is in, not whichever one the environment installed in editable mode.
+sys.path.insert(0, REPO)
 
 from _docblocks import cpu_name, replace_block  # noqa: E402
 
@@ -33,11 +38,34 @@ def _db(v):
     return "∞" if v == float("inf") else f"{v:.1f}"
 
 
+def demo_table(result) -> str:
+    """The markdown table of a :func:`cle.demo.run_demo` result."""
+    lines = [
+        f"`cle demo`: MobileNetV2 INT8 (per-channel weights) judged on {result['images']} photo "
+        f"crops none of the builds calibrated on; {result['calibration']} other crops to "
+        "calibrate; top-1 agreement / logit SQNR (dB, 90% interval) against the float model:",
+        "",
+        "| | top-1 agreement | SQNR dB | against the converter | time | `cle quantize`'s own "
+        "check |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in result["rows"].values():
+        low, high = r["sqnr_interval"]
+        gain = "–" if "gain_db" not in r else f"{r['gain_db']:+.1f} dB ({r['verdict']})"
+        check = "–" if r["check"] is None else (
+            f"{r['check']['sqnr_db']:.1f} dB on {r['check']['n']} "
+            + ("held-out photos" if r["check"]["inputs"].startswith("held-out")
+               else "synthetic inputs"))
+        lines.append(f"| {r['name']} | {_pct(r['top1_agreement'])} | {r['sqnr_db']:.1f} "
+                     f"({low:.1f} to {high:.1f}) | {gain} | {r['seconds']:.0f} s | {check} |")
+    return "\n".join(lines)
+
+
 def tables(result) -> dict[str, str]:
-    """Markdown tables of a :func:`cle.demo.run_demo` result."""
+    """Markdown tables of a :func:`cle.demo.run_equalization_demo` result."""
     n_cal = result.get("calibration")
     lines = [
-        f"`cle demo`: {result['images']} photo crops, TFLite calibrated on the first "
+        f"`cle demo --equalization`: {result['images']} photo crops, TFLite calibrated on the first "
         f"{n_cal}, default `equalize_model` options:",
         "",
         "| | original: top-1 | original: SQNR dB | equalized: top-1 | equalized: SQNR dB |",
@@ -63,19 +91,29 @@ def tables(result) -> dict[str, str]:
         f"| median over {len(names)} layers | {med(folded):.2f} | {med(eq):.2f} |",
         f"| largest | {max(folded[n] for n in names):.2f} | {max(eq[n] for n in names):.2f} |",
     ]
-    return {"demo-table": "\n".join(lines), "demo-spread": "\n".join(spread)}
+    return {"demo-equalization-table": "\n".join(lines), "demo-spread": "\n".join(spread)}
+
+
+def _run(fn, **kwargs):
+    out = []
+    with tempfile.TemporaryDirectory() as tmp:
+        result = fn(out_dir=tmp, print_fn=lambda *a: out.append(" ".join(map(str, a))),
+                    **kwargs)
+        if result.get("png") and fn.__name__ == "run_demo":
+            shutil.copyfile(result["png"], os.path.join(REPO, "docs", "img", "cle_demo_analysis.png"))
+        text = "\n".join(out).replace(tmp, "cle_demo")
+    return result, text
 
 
 def main():
     from cle import demo
 
-    out = []
-    with tempfile.TemporaryDirectory() as tmp:
-        result = demo.run_demo(out_dir=tmp, print_fn=lambda *a: out.append(" ".join(map(str, a))))
-    result["calibration"] = min(demo.DEFAULT_CALIBRATION, result["images"])
-    text = "\n".join(out).replace(tmp, "cle_demo")
-    blocks = {("docs/cli.md", "demo-output"):
-              f"```\n$ cle demo\n{text}\n```\n\nMeasured on {cpu_name()}, {os.cpu_count()} cores."}
+    result, text = _run(demo.run_demo)
+    machine = f"Measured on {cpu_name()}, {os.cpu_count()} cores."
+    blocks = {("docs/cli.md", "demo-output"): f"```\n$ cle demo\n{text}\n```\n\n{machine}",
+              ("docs/results.md", "demo-table"): f"{demo_table(result)}\n\n{machine}"}
+    result, _ = _run(demo.run_equalization_demo)
+    result["calibration"] = min(demo.EQUALIZATION_CALIBRATION, result["images"])
     for name, body in tables(result).items():
         blocks[("docs/results.md", name)] = body
     for (doc, name), body in blocks.items():

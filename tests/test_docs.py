@@ -120,14 +120,20 @@ def test_demo_blocks_have_the_generator_format():
     gen = _script("gen_demo_results")
     cli_md = docblocks.blocks(os.path.join(REPO, "docs", "cli.md"))
     results = docblocks.blocks(os.path.join(REPO, "docs", "results.md"))
-    assert cli_md["demo-output"].startswith("```\n$ cle demo\n[1/7]")
-    assert "TFLite int8 per-tensor: converting (calibration on 32 inputs)" in cli_md["demo-output"]
-    assert re.search(r"\ndone in \d+\.\d s\n```\n\nMeasured on .+, \d+ cores\.\n$",
-                     cli_md["demo-output"])
-    assert results["demo-table"].startswith("`cle demo`: 128 photo crops, TFLite calibrated on "
-                                            "the first 32")
+    output = cli_md["demo-output"]
+    assert output.startswith("```\n$ cle demo\n[1/6]")
+    for row in ("TF Lite's converter, 64 photos", "cle quantize, 64 photos",
+                "cle quantize, no data"):
+        assert row in output and row in results["demo-table"]
+    assert "run the same yourself:" in output and "      $ cle quantize " in output
+    assert re.search(r"\ndone in \d+\.\d s\n```\n\nMeasured on .+, \d+ cores\.\n$", output)
+    assert results["demo-table"].startswith("`cle demo`: MobileNetV2 INT8 (per-channel weights) "
+                                            "judged on 128 photo crops")
+    assert results["demo-equalization-table"].startswith(
+        "`cle demo --equalization`: 128 photo crops, TFLite calibrated on the first 32")
     assert results["demo-spread"].startswith("| | after BN folding | after equalization |")
-    assert callable(gen.tables)
+    assert callable(gen.tables) and callable(gen.demo_table)
+    assert os.path.exists(os.path.join(REPO, "docs", "img", "cle_demo_analysis.png"))
 
 
 @pytest.fixture(scope="module")

