@@ -90,20 +90,33 @@ def build(net, data):
 # ----------------------------------------------------------------------- what is analysed
 
 
-def test_the_tflite_is_the_one_quantize_writes_and_the_output_is_its_check(net, data, report):
-    # analyze measures cle's build (with ranges "auto" the tails; quantize may write another
-    # build it measured closer: the choice), which quantize writes with ranges="percentile"
-    content, quantized = cle.quantize(net, data, ranges="percentile",
-                                      output_kinds={"logits": "classes"})
+def test_the_tflite_is_the_one_quantize_writes_and_the_output_is_its_check(net, data, report,
+                                                                          monkeypatch):
+    # analyze measures cle's build, its ranges calibrated on every input: what quantize
+    # writes when its choice keeps cle's build (made to here: no other may replace it)
+    from cle._quantize import choice
+
+    monkeypatch.setattr(choice, "SUPPORT", {name: 2.0 for name in choice.SUPPORT})
+    content, quantized = cle.quantize(net, data, output_kinds={"logits": "classes"})
+    assert quantized.choice.written == "cle"
     assert report.tflite == content
     assert report.output["sqnr_db"] == quantized.sqnr_db
     assert report.output["top1_agreement"] == quantized.top1_agreement > 0.5
-    assert (report.n_check, report.check_inputs) == (10, "held-out calibration inputs")
+    assert report.n_check == 40 and report.check_inputs.startswith("calibration inputs, each")
 
 
 def test_the_output_entry_matches_an_independent_check(net, data, report):
-    x_check = data[30:]  # quantize holds out the last quarter
-    independent = Q.sqnr_db(net.predict(x_check, verbose=0), Q.run_tflite(report.tflite, x_check))
+    """The output's figure is the cross-fitted check's: each input run by a build not
+    calibrated on it, recomputed here from the folds and the LiteRT runs."""
+    from cle._quantize import crossfit
+
+    opts = QuantizeOptions.from_call(data, output_kinds={"logits": "classes"})
+    build = build_checked(net, data, opts, lambda message: None)
+    fit = crossfit.CrossFit(net, build, {"cle": build.content})
+    outputs = [Q.run_tflite(fit._content("cle", k)[0], x.arrays[0])
+               for k, x in enumerate(fit.folds[:-1])] + [Q.run_tflite(build.content, data[30:])]
+    order = np.concatenate([*fit.parts, np.arange(30, 40)])
+    independent = Q.sqnr_db(net.predict(data[order], verbose=0), np.concatenate(outputs))
     assert abs(report.output["sqnr_db"] - independent) < 1e-3
 
 

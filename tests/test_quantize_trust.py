@@ -57,17 +57,31 @@ def data():
 # ------------------------------------------------------------- the check, pinned
 
 
+def _folds(n, n_check):
+    """The cross-fitted check's folds of ``n`` inputs whose last ``n_check`` are held out
+    (cle._quantize.crossfit): three parts of the calibration inputs, then the held-out ones."""
+    return [*np.array_split(np.arange(n - n_check), 3), np.arange(n - n_check, n)]
+
+
 def test_compare_gives_the_plain_conversions_own_figures(net, data):
-    """Bug caught: `compare`'s plain figure computed from the INT8 model's own output."""
+    """Bug caught: `compare`'s plain figure computed from the INT8 model's own output. With
+    data the check is cross-fitted: each input is checked by a plain conversion calibrated on
+    every other fold's inputs (recomputed here with the public API)."""
     content, report = cle.quantize(net, data, compare=True, output_kinds=LOGITS)
-    x_cal, x_check = data[:30], data[30:]
-    plain = Q.convert_to_tflite_int8(net, x_cal)  # the converter's defaults, same calibration
-    ref = net.predict(x_check, verbose=0)
-    y = Q.run_tflite(plain, x_check)
+    folds = _folds(len(data), 10)
+    plain = [Q.run_tflite(Q.convert_to_tflite_int8(
+        net, data[np.setdiff1d(np.arange(len(data)), idx)]), data[idx]) for idx in folds]
+    plain[-1] = Q.run_tflite(Q.convert_to_tflite_int8(net, data[:30]), data[30:])
+    ref = net.predict(data[np.concatenate(folds)], verbose=0)
+    y = np.concatenate(plain)
+    assert report.n_check == 40 and report.check_inputs.startswith("calibration inputs, each")
     assert report.plain["sqnr_db"] == pytest.approx(Q.sqnr_db(ref, y), abs=1e-4)
     assert report.plain["top1_agreement"] == Q.top1_agreement(ref, y)
-    ours = Q.run_tflite(content, x_check)
-    assert report.sqnr_db == pytest.approx(Q.sqnr_db(ref, ours), abs=1e-4)
+    # the file written has its ranges calibrated on all 40 inputs; its figures are those of
+    # the builds of its kind, each not calibrated on the inputs it checks
+    (first,) = [r for r in report.ranges if input_name(r.name) == input_names(net)[0]]
+    assert first.calibrated == pytest.approx((float(data.min()), float(data.max())), abs=1e-6)
+    assert report.choice.crossfit["cle"][0] == pytest.approx(report.sqnr_db, abs=1e-9)
     assert abs(report.plain["sqnr_db"] - report.sqnr_db) > 0.1  # two different models
     assert "the float model converted straight: top-1 agreement" in report.summary()
 
@@ -81,11 +95,14 @@ def test_percentile_ranges_leave_out_the_documented_tail(net, data, monkeypatch)
     observe = tflite.observe
 
     def spy(calibrated, x, indices, *args, **kwargs):
-        seen.update(observe(calibrated, x, indices, *args, **kwargs))
-        return seen
+        values = observe(calibrated, x, indices, *args, **kwargs)
+        if not seen:  # the build's measurement (the cross-fitted check measures again)
+            seen.update(values)
+        return values
 
     monkeypatch.setattr(tflite, "observe", spy)
-    _, report = cle.quantize(net, data, bias_correction="none")
+    # "percentile": the tails without the choice, so the ranges written are those measured
+    _, report = cle.quantize(net, data, bias_correction="none", ranges="percentile")
     narrowed = [r for r in report.ranges if r.how == "percentile"]
     assert len(narrowed) >= 3
     outside = total = 0
@@ -99,18 +116,60 @@ def test_percentile_ranges_leave_out_the_documented_tail(net, data, monkeypatch)
 
 
 def test_held_out_inputs_never_reach_the_calibration(net, data):
-    """Bug caught: the held-out quarter leaking into calibration (the check would then not
-    be on unseen inputs). The held-out inputs here are 20 times larger: none of their
-    values may reach the calibrated input range or the empirical bias correction."""
+    """Bug caught: the held-out quarter leaking into the calibration of the build it first
+    checks. The held-out inputs here are 20 times larger: none of their values may reach the
+    calibrated input range of that build (``ranges="percentile"``, the build written as it
+    is) or the empirical bias correction (on the default route too, whose file then takes
+    its ranges from every input, its check being cross-fitted)."""
+    from cle._quantize import pipeline
+
     x = data.copy()
     x[30:] *= 20.0
-    _, report = cle.quantize(net, x)
+    clean_x = np.concatenate([x[:30], data[30:]])
+    _, report = cle.quantize(net, x, ranges="percentile")
     (first,) = [r for r in report.ranges if input_name(r.name) == input_names(net)[0]]
     assert first.calibrated == pytest.approx((float(x[:30].min()), float(x[:30].max())),
                                              abs=1e-6)
-    _, clean = cle.quantize(net, np.concatenate([x[:30], data[30:]]))
+    _, clean = cle.quantize(net, clean_x, ranges="percentile")
     assert [r.calibrated for r in report.ranges] == [r.calibrated for r in clean.ranges]
     assert report.n_calibration == 30 and report.n_check == 10
+    builds = [pipeline.build_checked(net, inputs, pipeline.QuantizeOptions.from_call(inputs),
+                                     lambda message: None) for inputs in (x, clean_x)]
+    for a, b in zip(*(build.equalized.get_weights() for build in builds)):
+        np.testing.assert_array_equal(a, b)  # the bias correction never saw them
+    _, report = cle.quantize(net, x)  # the default route: the file's ranges see every input
+    (first,) = [r for r in report.ranges if input_name(r.name) == input_names(net)[0]]
+    assert first.calibrated == pytest.approx((float(x.min()), float(x.max())), abs=1e-6)
+    assert report.n_calibration == 40 and report.choice.n == 10 and report.n_check == 40
+
+
+@pytest.mark.parametrize("part", [0, 1, 2])
+def test_each_cross_fitted_build_never_saw_its_own_inputs(net, data, part):
+    """Bug caught: a cross-fitted build calibrated on the inputs it then checks (its figure
+    would flatter). One part of the calibration inputs is made 20 times larger: the ranges
+    of the build that checks that part (at their tails and at min/max) are the same as with
+    that part left as it was, its input range is the other inputs' (the held-out quarter
+    included), and the builds that check the other parts do see it."""
+    from cle._quantize import crossfit, pipeline
+
+    folds = _folds(len(data), 10)
+    x = data.copy()
+    x[folds[part]] *= 20.0
+    rest = np.setdiff1d(np.arange(len(x)), folds[part])
+    ranges = {}
+    for name, inputs in (("scaled", x), ("as it was", data)):
+        # no bias correction: the equalized model is then the same for both
+        opts = pipeline.QuantizeOptions.from_call(inputs, bias_correction="none")
+        fit = crossfit.CrossFit(net, pipeline.build_checked(net, inputs, opts, print), {})
+        ranges[name] = {(k, minmax): [(r.name, r.lo, r.hi, r.calibrated)
+                                      for r in fit._ranges(k, minmax)]
+                        for k in range(3) for minmax in (True, False)}
+    for minmax in (True, False):
+        assert ranges["scaled"][part, minmax] == ranges["as it was"][part, minmax]
+        assert ranges["scaled"][(part + 1) % 3, minmax] != \
+            ranges["as it was"][(part + 1) % 3, minmax]
+    (first,) = [r for r in ranges["scaled"][part, True] if input_name(r[0]) == "image"]
+    assert first[3] == pytest.approx((float(x[rest].min()), float(x[rest].max())), abs=1e-6)
 
 
 def _dead_channel_net():
@@ -312,13 +371,14 @@ def test_two_outputs_each_checked_and_protected(zoo):
         text = report.summary()
         assert "output 'scores': top-1 agreement" in text and "output 'boxes': SQNR" in text
         assert "output 'boxes': top-1" not in text
-        if data is not None:  # the figures are the held-out inputs' (recomputed, public API)
+        if data is not None:  # the held-out inputs' figures, per output, are the file's own
             ref = model.predict(x[18:], verbose=0)
             got = Q.run_tflite(content, x[18:], batch_size=4)
             assert isinstance(got, list) and [g.shape for g in got] == [r.shape for r in ref]
-            assert [Q.sqnr_db(r, g) for r, g in zip(ref, got)] == pytest.approx(
-                [o.sqnr_db for o in report.outputs], abs=1e-4)
-            assert report.outputs[0].top1_agreement == Q.top1_agreement(ref[0], got[0])
+            # the check is cross-fitted on every input, per output
+            assert [o.sqnr_db for o in report.outputs] == pytest.approx(
+                report.choice.crossfit[report.choice.written], abs=1e-9)
+            assert report.n_check == 24
 
 
 def test_a_one_value_output_prints_no_top1(zoo):
@@ -361,7 +421,8 @@ def test_two_inputs_in_every_form(zoo):
     names = input_names(model)
     gen = (dict(zip(names, (a[i: i + 5] for a in x))) for i in range(0, 24, 5))
     content, report = cle.quantize(model, gen)
-    assert (report.n_calibration, report.n_check) == (18, 6)
+    # 6 held out; the cross-fitted check then covers all 24
+    assert (report.n_calibration, report.choice.n, report.n_check) == (24, 6, 24)
     assert content == cle.quantize(model, tuple(x))[0]
     _, nodata = cle.quantize(model, input_range={"view": (0.0, 255.0)})
     assert [(r["input"], r["range"]) for r in nodata.input_ranges] == [
@@ -631,7 +692,8 @@ def test_cli_quantize_without_data_says_what_it_found_or_refuses(zoo, tmp_path, 
     code = cli.main(["quantize", str(tmp_path / "two.keras"), "-o", str(tmp_path / "a.tflite"),
                      "--calibration", str(tmp_path / "c.npz")])
     out = capsys.readouterr().out
-    assert code == 0 and "calibration: 12 inputs given: 9 to calibrate, 3 held out" in out
+    assert code == 0 and "calibration: 12 inputs given, all of them setting the activation " \
+        "ranges; the last 3 held out" in out
     np.savez(tmp_path / "bad.npz", view=x[0])
     code = cli.main(["quantize", str(tmp_path / "two.keras"), "-o", str(tmp_path / "b.tflite"),
                      "--calibration", str(tmp_path / "bad.npz")])
@@ -692,36 +754,41 @@ def test_an_undeclared_linear_vector_is_values_and_the_report_says_how_to_declar
 
 def test_with_data_the_closest_build_is_written_and_said(net, data, monkeypatch):
     """With data, cle's build, the same with min/max ranges and the plain conversion are
-    measured on the held-out inputs and the closest is written: on this net cle's own; with
-    ranges cut far too deep (tails of 5 %), the min/max one; if that one is no better either,
-    the plain conversion. Each time the report says which and the figures are the file's."""
+    measured (on the held-out inputs, then cross-fitted on all of them) and the closest kind
+    is written, calibrated on every input: on this net cle's own; with ranges cut far too
+    deep (tails of 5 %), the min/max one; if that one is no better either, the plain
+    conversion. Each time the report says which and the figures are the file's kind's."""
     from cle._quantize import choice as _choice
     from cle._quantize import ranges as _ranges
 
-    x_check = data[30:]
-    ref = net.predict(x_check, verbose=0)
     content, report = cle.quantize(net, data, compare=True, output_kinds=LOGITS)
     assert report.choice.written == "cle"
     assert set(report.choice.sqnr_db) == set(_choice.CANDIDATES)
-    assert report.choice.sqnr_db["cle"][0] == pytest.approx(report.sqnr_db, abs=1e-6)
-    assert report.choice.sqnr_db["plain"][0] == pytest.approx(report.plain["sqnr_db"], abs=1e-6)
+    assert report.choice.crossfit["cle"][0] == pytest.approx(report.sqnr_db, abs=1e-6)
+    assert report.choice.crossfit["plain"][0] == pytest.approx(report.plain["sqnr_db"],
+                                                               abs=1e-6)
     assert "written: cle's build (activation ranges at their tails), the closest" in \
         report.summary()
     assert report.to_dict()["choice"]["written"] == "cle"
 
     monkeypatch.setattr(_ranges, "TAIL", 0.05)
     content, report = cle.quantize(net, data, output_kinds=LOGITS)
-    scores = {k: np.mean(v) for k, v in report.choice.sqnr_db.items()}
+    # the choice is made on every input, cross-fitted; the file's figures are that build's
+    scores = {k: np.mean(v) for k, v in report.choice.crossfit.items()}
     assert scores["cle, min/max ranges"] > scores["cle"] + _choice.SWITCH_DB
     assert report.choice.written == max(scores, key=scores.get)
-    assert report.sqnr_db == pytest.approx(Q.sqnr_db(ref, Q.run_tflite(content, x_check)),
-                                           abs=1e-4)
+    assert report.sqnr_db == pytest.approx(scores[report.choice.written], abs=1e-6)
     assert any(w.startswith("the file written is ") for w in report.warnings)
 
+    # min/max ranges no better than the tails: then the plain conversion
+    from cle._quantize import crossfit
+
+    tails = crossfit.CrossFit._ranges
     monkeypatch.setattr(_choice, "_minmax", lambda build: build.content)
+    monkeypatch.setattr(crossfit.CrossFit, "_ranges", lambda self, k, minmax: tails(self, k, False))
     content, report = cle.quantize(net, data, output_kinds=LOGITS)
     assert report.choice.written == "plain"
-    assert content == Q.convert_to_tflite_int8(net, data[:30])
+    assert content == Q.convert_to_tflite_int8(net, data)  # the float model, all the data
     assert "written: the float model straight into TF Lite's converter" in report.summary()
 
 

@@ -315,33 +315,44 @@ def with_ranges(calibrated: bytes, ranges: list[TensorRange]) -> bytes:
 
 
 def observe(calibrated: bytes, x, indices, progress: Callable | None = None,
-            per_tensor=SAMPLE_PER_TENSOR, seed=0) -> dict[int, np.ndarray]:
+            per_tensor=SAMPLE_PER_TENSOR, seed=0, extremes: dict | None = None
+            ) -> dict[int, np.ndarray]:
     """A uniform sample of the values each tensor of ``indices`` takes on ``x``
     (:class:`cle._core.inputs.ModelInputs`; float interpreter, one sample at a time), with each
-    tensor's exact min and max over ``x`` as its last two values."""
+    tensor's exact min and max over ``x`` as its last two values. Every input gives each
+    tensor the same number of values (:func:`sample_per_input`), in the order of ``x``; with
+    ``extremes`` (a dict), ``extremes[index]`` becomes ``(lows, highs)``: the tensor's min and
+    max on each input."""
     interp = interpreter(calibrated, preserve_all_tensors=True)
     ins = input_details_by_name(interp, x.names)
     for d, a in zip(ins, x.arrays):
         interp.resize_tensor_input(d["index"], (1,) + a.shape[1:], strict=False)
     interp.allocate_tensors()
     rng = np.random.default_rng(seed)
-    per_input = max(1, per_tensor // len(x))
+    per_input = sample_per_input(len(x), per_tensor)
     kept = {i: [] for i in indices}
-    lo = {i: np.inf for i in indices}
-    hi = {i: -np.inf for i in indices}
+    lows = {i: np.empty(len(x)) for i in indices}
+    highs = {i: np.empty(len(x)) for i in indices}
     for k in range(len(x)):
         for d, a in zip(ins, x.arrays):
             interp.set_tensor(d["index"], a[k: k + 1])
         interp.invoke()
         for i in indices:
             v = interp.get_tensor(i).ravel()
-            lo[i] = min(lo[i], float(v.min()))
-            hi[i] = max(hi[i], float(v.max()))
+            lows[i][k], highs[i][k] = float(v.min()), float(v.max())
             if v.size > per_input:  # a random sample of positions (with replacement: fast)
                 v = v[rng.integers(0, v.size, per_input)]
             kept[i].append(v)
         if progress is not None and (k + 1) % 16 == 0:
             progress(f"measured activations on {k + 1} of {len(x)} inputs")
-    return {i: np.concatenate(kept[i] + [np.array([lo[i], hi[i]], np.float32)])
+    if extremes is not None:
+        extremes.update({i: (lows[i], highs[i]) for i in indices})
+    return {i: np.concatenate(kept[i] + [np.array([lows[i].min(), highs[i].max()], np.float32)])
             for i in indices}
+
+
+def sample_per_input(n: int, per_tensor=SAMPLE_PER_TENSOR) -> int:
+    """How many values of a tensor :func:`observe` keeps from each of ``n`` inputs (at most:
+    all of them when the tensor is smaller)."""
+    return max(1, per_tensor // n)
 

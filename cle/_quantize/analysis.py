@@ -31,6 +31,7 @@ from cle._measure.layer_map import Entry, map_layers
 from cle._quantize import analysis_stats as describe
 from cle._quantize import weight_stages
 from cle._quantize.analysis_report import AnalysisReport, LayerReport
+from cle._quantize.choice import chooses, refit_cle
 from cle._quantize.options import QuantizeOptions
 from cle._quantize.pipeline import build_checked, check_label, check_sets, lower
 
@@ -76,6 +77,9 @@ def analyze_checked(model, calibration_data, opts: QuantizeOptions,
                          f"activation_bits={opts.activation_bits}, tune={opts.tune}, "
                          f"compare={opts.compare}")
     build = build_checked(model, calibration_data, opts, say)
+    if chooses(build):  # the file cle.quantize writes when it keeps cle's build
+        refit_cle(model, build, say)
+    build.values, build.extremes = None, {}  # the samples are large, and not read here
     sets = check_sets(model, build, say)
     outputs = lower(sets)
     worst = min(range(len(sets)), key=lambda k: min(o.sqnr_db for o in sets[k]["outputs"]))
@@ -102,7 +106,8 @@ def analyze_checked(model, calibration_data, opts: QuantizeOptions,
 
     return AnalysisReport(
         target={"per_channel": bool(opts.per_channel), "integer_io": bool(opts.integer_io)},
-        calibration=build.calibration, n_calibration=len(build.inputs.calibration),
+        calibration=build.calibration, n_calibration=(len(build.inputs.calibration) if build.crossfit is None
+                                                    else build.crossfit["n"]),
         check_inputs=check_label(sets), n_check=sum(c["n"] for c in sets),
         n_layer_inputs=len(x_layer), layer_inputs=sets[worst]["inputs"],
         calibration_inputs=build.inputs.what, bias_correction=opts.bias_mode,

@@ -1,6 +1,6 @@
 """Never worse than TF Lite's own converter, by measurement: with calibration data, the build
-:func:`cle.quantize` made is measured on the held-out inputs against two others made from the
-same data, and the closest to the float model is written.
+:func:`cle.quantize` made is measured against two others made from the same data, and the
+closest to the float model is written.
 
 The candidates, in order of preference:
 
@@ -13,15 +13,24 @@ The candidates, in order of preference:
 3. ``plain``: the float model straight into TF Lite's converter, calibrated on the same
    inputs — what the user had.
 
-Each is run on the held-out inputs; the score of a candidate is its mean SQNR over the
-model's outputs, in dB. Another candidate replaces the pipeline's build only when it is closer
-by more than :data:`SWITCH_DB` *and* the held-out inputs back it: in at least
-:data:`SUPPORT` of the resamples of a paired bootstrap over the inputs
-(:func:`cle._measure.check.sqnr_gain`) it is closer. So on the models where cle's build wins
-nothing changes, and a gain that one or two inputs make changes nothing either: with
-few held-out inputs the choice rarely switches (cross-fitting the check would give it more). The choice and every candidate's figures are in the
-report (``report.choice``): the choice is made on the inputs the check then measures, so the
-figure of the written file can flatter by the luck of the draw among three; the report says so.
+The score of a candidate is its mean SQNR over the model's outputs, in dB. Each is first run
+on the held-out quarter of the data; a candidate whose gain there cannot reach
+:data:`SWITCH_DB` (the upper end of its interval lies below) is out. The others and cle's
+build are then cross-fitted (:mod:`cle._quantize.crossfit`): every calibration input checked
+by a build of that kind not calibrated on it. Another candidate replaces cle's build only when
+it is closer on all of them by more than :data:`SWITCH_DB` *and* the inputs back it: in at
+least :data:`SUPPORT` of the resamples of a paired bootstrap over the inputs
+(:func:`cle._measure.check.sqnr_gain`) it is closer. The bar is lower for the plain
+conversion than for min/max ranges: the plain conversion written is the float model converted
+with all the data, what the user had, so switching to it on weaker evidence can cost cle's gain
+but never falls below the converter; min/max ranges on cle's model are neither, and one input
+that carries most of the noise must not decide for them.
+
+The build written is the chosen kind calibrated on every input (the cross-fitted figures are
+those of builds calibrated on three quarters: the file's own are at least as good in
+expectation). The choice and every candidate's figures are in the report
+(``report.choice``): the choice is made on the inputs the check then measures, so the figure
+of the written file can flatter by the luck of the draw among three; the report says so.
 """
 
 from __future__ import annotations
@@ -34,19 +43,21 @@ import numpy as np
 from cle._measure import check as _check
 from cle._measure import tflite
 from cle._measure.inference import outputs_once
+from cle._quantize.crossfit import CrossFit
 
 __all__ = ["CANDIDATES", "SUPPORT", "SWITCH_DB", "Choice", "choose", "chooses"]
 
 #: A candidate replaces the pipeline's build when its mean SQNR over the outputs on the
 #: held-out inputs is higher by more than this (dB).
 SWITCH_DB = 0.3
-#: The share of the bootstrap's resamples of the held-out inputs in which a candidate must be
-#: closer than cle's build to replace it: nearly all (the lower end of a 90 % interval above
-#: 0). The held-out inputs are few, and one of them often carries most of the noise: a gain it
-#: makes is no evidence, and switching on it wrote a file far worse than cle's on the zoo's
-#: MobileNetV3 (benchmarks/bench_zoo.py), where the plain conversion looked better on the
-#: held-out inputs only.
-SUPPORT = 0.95
+#: The share of the bootstrap's resamples of the inputs in which a candidate must be closer
+#: than cle's build to replace it. For min/max ranges nearly all (the lower end of a 90 %
+#: interval above 0): one input often carries most of the noise, and a gain it makes is no
+#: evidence. For the plain conversion four in five: it is what the user had, so the promise
+#: (never worse than the converter) holds whichever way a close call goes, and the zoo's
+#: networks whose plain conversion is closer (benchmarks/bench_zoo.py) show it by about that
+#: much on 64 inputs.
+SUPPORT = {"cle, min/max ranges": 0.95, "plain": 0.8}
 #: The candidates' names, in order of preference.
 CANDIDATES = ("cle", "cle, min/max ranges", "plain")
 #: What each candidate is, in words.
@@ -61,38 +72,53 @@ class Choice:
 
     Attributes:
         written: the name of the build written (one of :data:`CANDIDATES`).
-        n: the held-out inputs the candidates were measured on.
+        n: the held-out inputs every candidate was first measured on.
         sqnr_db: ``{candidate: [SQNR of each output]}`` on those inputs.
+        n_all: every calibration input, on which the cross-fitted candidates were measured
+            (:mod:`cle._quantize.crossfit`).
+        crossfit: ``{candidate: [SQNR of each output]}`` cross-fitted on the ``n_all``
+            inputs: cle's build, the build written and each candidate the held-out inputs
+            could not rule out.
     """
 
     written: str
     n: int
     sqnr_db: dict
+    n_all: int = 0
+    crossfit: dict = dataclasses.field(default_factory=dict)
 
     def score(self, name) -> float:
-        return float(np.mean(self.sqnr_db[name]))
+        figures = self.crossfit if name in self.crossfit else self.sqnr_db
+        return float(np.mean(figures[name]))
 
     def line(self) -> str:
-        figures = ", ".join(f"{name} {self.score(name):.2f} dB" for name in self.sqnr_db)
-        measured = f"mean SQNR over the outputs on the {self.n} held-out inputs: {figures}"
+        held = ", ".join(f"{name} {float(np.mean(v)):.2f} dB" for name, v in self.sqnr_db.items())
+        measured = f"mean SQNR over the outputs on the {self.n} held-out inputs: {held}"
+        if self.crossfit:
+            fitted = ", ".join(f"{name} {float(np.mean(v)):.2f} dB"
+                               for name, v in self.crossfit.items())
+            measured += f"; cross-fitted on all {self.n_all} inputs: {fitted}"
         if self.written == "cle":
             return f"written: {SAID['cle']}, the closest ({measured})"
         return (f"written: {SAID[self.written]}, closer than cle's build by more than "
-                f"{SWITCH_DB:g} dB, on {SUPPORT:.0%} of the resamples of the held-out inputs or "
-                "more "
+                f"{SWITCH_DB:g} dB, on {SUPPORT[self.written]:.0%} of the resamples of the "
+                "inputs or more "
                 f"({measured}; the stages above describe cle's build)")
 
     def warning(self) -> str | None:
         if self.written == "cle":
             return None
-        return (f"the file written is {SAID[self.written]}: on the held-out inputs it was "
-                f"closer to the float model than cle's build ({self.score(self.written):.2f} "
-                f"against {self.score('cle'):.2f} dB); the figures are those of the file "
-                "written, chosen on the inputs they are measured on")
+        return (f"the file written is {SAID[self.written]}: on the calibration inputs, each "
+                "checked by a build not calibrated on it, it was closer to the float model "
+                f"than cle's build ({self.score(self.written):.2f} against "
+                f"{self.score('cle'):.2f} dB); the figures are those of that kind of build, "
+                "chosen on the inputs they are measured on")
 
     def to_dict(self) -> dict:
         return {"written": self.written, "n": self.n,
                 "sqnr_db": {k: list(v) for k, v in self.sqnr_db.items()},
+                "n_all": self.n_all,
+                "crossfit": {k: list(v) for k, v in self.crossfit.items()},
                 "switch_db": SWITCH_DB}
 
 
@@ -121,9 +147,16 @@ def _sqnrs(reference, y) -> list[float]:
 
 
 def choose(model, build, say) -> tuple[Choice, bytes | None]:
-    """Measure the candidates on the build's held-out inputs; write the closest into
-    ``build.content`` (and its ranges' ``how`` into ``build.ranges`` for the min/max one).
-    Returns ``(choice, the plain conversion's bytes)`` (for ``compare``, which needs it too)."""
+    """Measure the candidates; write the closest, its ranges calibrated on every input, into
+    ``build.content`` (and its ranges into ``build.ranges``), and the check's figures on
+    every calibration input into ``build.crossfit``. Returns ``(choice, the plain
+    conversion's bytes on the first three quarters)`` (for ``compare``).
+
+    First on the held-out inputs alone: a candidate whose gain over cle's build has its
+    interval below :data:`SWITCH_DB` there is out (on the ImageNet networks both are, by
+    several dB, and nothing more is built). The others, and the build written, are then
+    cross-fitted (:class:`cle._quantize.crossfit.CrossFit`): every calibration input checked
+    by a build of that kind not calibrated on it, and the choice made on all of them."""
     x = build.inputs.checks[0][1]
     say(f"measuring cle's build against min/max ranges and TF Lite's plain conversion on "
         f"the {len(x)} held-out inputs")
@@ -134,16 +167,54 @@ def choose(model, build, say) -> tuple[Choice, bytes | None]:
     contents = {"cle": build.content, "cle, min/max ranges": _minmax(build), "plain": plain}
     outputs = {name: outputs_once(build.runs, content, x) for name, content in contents.items()}
     sqnr = {name: _sqnrs(reference, y) for name, y in outputs.items()}
-    gains = {name: _check.sqnr_gain(reference, y, outputs["cle"])
-             for name, y in outputs.items() if name != "cle"
-             and not any(math.isnan(s) or s == -math.inf for s in sqnr[name])}
+    usable = [name for name in CANDIDATES[1:]
+              if not any(math.isnan(s) or s == -math.inf for s in sqnr[name])]
+    undecided = [name for name in usable
+                 if _may_switch(_check.sqnr_gain(reference, outputs[name], outputs["cle"]))]
+    if build.opts.compare and "plain" not in undecided:
+        undecided.append("plain")  # --compare's verdict is measured on every input too
+    fit = CrossFit(model, build, contents)
+    say(f"cross-fitting the check on all {fit.n} calibration inputs (each by a build not "
+        "calibrated on it" + (f"; candidates: {', '.join(undecided)}" if undecided else "")
+        + ")")
+    pooled_ref = fit.reference()
+    pooled = {name: fit.outputs(name) for name in ["cle", *undecided]}
+    gains = {name: _check.sqnr_gain(pooled_ref, pooled[name], pooled["cle"])
+             for name in undecided if name in usable}
     better = {name: gain for name, (gain, _, support) in gains.items()
-              if gain > SWITCH_DB and support >= SUPPORT}
+              if gain > SWITCH_DB and support >= SUPPORT[name]}
     written = max(better, key=better.get) if better else "cle"
-    if written != "cle":
-        build.content = contents[written]
-        if written == "cle, min/max ranges":
-            for r in build.ranges:
-                if r.how == "percentile":
-                    r.lo, r.hi, r.how = r.calibrated[0], r.calibrated[1], "min/max (chosen)"
-    return Choice(written, len(x), sqnr), plain
+    _write_refit(fit, build, written, say)
+    build.crossfit = {"inputs": fit.label(), "n": fit.n, "reference": pooled_ref,
+                      "test": pooled[written], "plain": pooled.get("plain")}
+    return Choice(written, len(x), sqnr, fit.n,
+                  {name: _sqnrs(pooled_ref, y) for name, y in pooled.items()}), plain
+
+
+def refit_cle(model, build, say) -> None:
+    """What :func:`choose` does when it keeps cle's build, without measuring the others
+    (``cle.analyze``, which analyses cle's build): its ranges calibrated on every input,
+    its check cross-fitted."""
+    fit = CrossFit(model, build, {"cle": build.content})
+    say(f"cross-fitting the check on all {fit.n} calibration inputs (each by a build not "
+        "calibrated on it)")
+    pooled_ref, pooled = fit.reference(), fit.outputs("cle")
+    _write_refit(fit, build, "cle", say)
+    build.crossfit = {"inputs": fit.label(), "n": fit.n, "reference": pooled_ref,
+                      "test": pooled, "plain": None}
+
+
+def _write_refit(fit, build, name, say) -> None:
+    """Write the build of kind ``name`` calibrated on every input into ``build``."""
+    say(f"writing {SAID[name]}, calibrated on all {fit.n} inputs")
+    content, ranges = fit.refit(name)
+    build.content = content
+    if ranges is not None:
+        build.ranges = ranges
+
+
+def _may_switch(gain) -> bool:
+    """Whether a candidate's ``(gain, interval, support)`` on the held-out inputs leaves it a
+    chance to gain :data:`SWITCH_DB` (its interval reaches that high, or there is none)."""
+    _, interval, _ = gain
+    return interval is None or interval[1] > SWITCH_DB

@@ -170,6 +170,7 @@ def quantize_checked(model, calibration_data, opts: QuantizeOptions, progress=No
         _timed(build.seconds, "tune", _tune.tune_build, build, model, say)
     choice, plain = (_timed(build.seconds, "choose", _choice.choose, model, build, say)
                      if _choice.chooses(build) else (None, None))
+    build.values, build.extremes = None, {}  # the samples are large: not kept any longer
     return build.content, check_build(model, build, say, plain, choice)
 
 
@@ -193,8 +194,14 @@ class Int8Build:
         ranges: every activation tensor's :class:`cle._measure.tflite.TensorRange`.
         content: the ``.tflite``.
         seconds: wall time of each stage.
-        values: with ``tune``, the values each activation tensor took on the calibration
-            inputs (a sample, by tensor index; None with ``ranges="minmax"``).
+        values: the values each activation tensor took on the calibration inputs (a sample,
+            by tensor index, as many per input; None with ``ranges="minmax"``), for the tuning
+            and the cross-fitted check (:mod:`cle._quantize.crossfit`); dropped after them.
+        extremes: each activation tensor's min and max on each calibration input
+            (``{index: (lows, highs)}``), for the same.
+        crossfit: after the choice, the check's figures on every calibration input, each
+            by a build not calibrated on it (:mod:`cle._quantize.crossfit`):
+            ``{"inputs", "n", "reference", "test"}`` and, when measured, ``"plain"``.
         tuning: after the tuning, its :class:`cle._quantize.tune.TuneReport`.
         rounding: the :class:`cle._quantize.rounding.RoundingReport` of the rounding stage
             (None when TF Lite's converter rounds: 8 bits, to nearest).
@@ -228,6 +235,8 @@ class Int8Build:
     snapped: dict = dataclasses.field(default_factory=dict)
     int8_size: int = 0
     runs: dict = dataclasses.field(default_factory=dict)
+    extremes: dict = dataclasses.field(default_factory=dict)
+    crossfit: dict | None = None
 
 
 def build_checked(model, calibration_data, opts: QuantizeOptions, say,
@@ -248,19 +257,29 @@ def build_checked(model, calibration_data, opts: QuantizeOptions, say,
             opts, "calibration inputs" if x is not None else "synthetic inputs", say)
     else:
         rounded, entries = None, None
+    extremes = {}
     content, tensor_ranges, calibrated, values = _timed(
-        seconds, "convert", _convert, equalized, inputs.calibration, opts, input_ranges, say)
+        seconds, "convert", _convert, equalized, inputs.calibration, opts, input_ranges, say,
+        extremes)
     int8_size = len(content)
     content, stored = _timed(seconds, "store", weight_stages.store_stage, content, entries, say)
     return Int8Build(opts, inputs, "data" if x is not None else "synthetic", input_ranges,
                      equalized, eq_report, calibrated, tensor_ranges, content, seconds,
-                     values if opts.tune else None, rounding=rounded, weights=stored,
-                     snapped=snapped, int8_size=int8_size)
+                     values, rounding=rounded, weights=stored, snapped=snapped,
+                     int8_size=int8_size, extremes=extremes)
 
 
 def check_sets(model, build: Int8Build, say) -> list:
     """The check of the build's ``.tflite`` on each of its sets of check inputs (see
-    :func:`_check_model`), timed as the "check" stage."""
+    :func:`_check_model`), timed as the "check" stage; after the choice, the one set of every
+    calibration input it cross-fitted (``build.crossfit``)."""
+    if build.crossfit is not None:
+        fit = build.crossfit
+        names = _check.output_names(model)
+        kinds = _check.output_kinds(model, build.opts.output_kinds)
+        return [{"inputs": fit["inputs"], "n": fit["n"], "reference": fit["reference"],
+                 "test": fit["test"],
+                 "outputs": _check.check_outputs(fit["reference"], fit["test"], names, kinds)}]
     return _timed(build.seconds, "check", _check_model, model, build.content,
                   build.inputs.checks, build.opts, say, build.runs)
 
@@ -282,13 +301,15 @@ def check_build(model, build: Int8Build, say, straight=None, choice=None) -> Qua
     :class:`QuantizeReport` (``choice``: the :class:`cle._quantize.choice.Choice` made)."""
     opts, inputs, seconds = build.opts, build.inputs, build.seconds
     sets = check_sets(model, build, say)
+    fitted = None if build.crossfit is None else build.crossfit.get("plain")
     plain = (_timed(seconds, "compare", _compare, model, inputs, sets, opts, say, straight,
-                    build.runs) if opts.compare else None)
+                    build.runs, fitted) if opts.compare else None)
     warned = [] if choice is None or choice.warning() is None else [choice.warning()]
     data = build.calibration == "data"
     return QuantizeReport(
         target=opts.target, calibration=build.calibration,
-        n_calibration=len(inputs.calibration),
+        n_calibration=(len(inputs.calibration) if build.crossfit is None
+                       else build.crossfit["n"]),
         check_inputs=check_label(sets), n_check=sum(c["n"] for c in sets),
         equalization=build.equalization,
         bias_correction=opts.bias_mode, ranges=build.ranges,
@@ -400,7 +421,7 @@ def _equalize(model, view, x, inputs, opts, say):
                             guard_inputs=inputs.calibration)
 
 
-def _convert(equalized, x_cal, opts, input_ranges, say):
+def _convert(equalized, x_cal, opts, input_ranges, say, extremes=None):
     """``(tflite bytes, tensor ranges, calibrated flatbuffer, sampled values)``: the
     converter's 16x8 mode (no calibrated flatbuffer), or its calibrate step, the chosen ranges
     written in, and its quantize step; the values each tensor took on ``x_cal`` when the
@@ -418,7 +439,7 @@ def _convert(equalized, x_cal, opts, input_ranges, say):
     if percentile:
         stated = {r.name: (r.lo, r.hi) for r in input_ranges} if input_ranges else {}
         values = choose_percentile_ranges(calibrated, x_cal, tensor_ranges, stated,
-                                          opts.integer_io, say)
+                                          opts.integer_io, say, extremes)
         calibrated = tflite.with_ranges(calibrated, tensor_ranges)
     say("quantizing")
     return (tflite.quantize_calibrated(calibrated, per_channel=opts.per_channel,
@@ -459,11 +480,13 @@ def _public(check_set):
             "outputs": check_set["outputs"]}
 
 
-def _compare(model, inputs, sets, opts, say, straight=None, runs=None):
+def _compare(model, inputs, sets, opts, say, straight=None, runs=None, fitted=None):
     """The check's figures for the float model converted straight (TF Lite's defaults;
     ``straight``: its bytes, when the choice of the build made them already, with its
-    outputs in ``runs``)."""
+    outputs in ``runs``; ``fitted``: its outputs on the cross-fitted check's one set)."""
     runs = {} if runs is None else runs
+    if fitted is not None:
+        straight = b""  # not run again: its outputs on every input are ``fitted``
     if straight is None:
         say("converting the float model straight, for comparison")
         straight = (tflite.convert_int16(model, inputs.calibration)
@@ -472,7 +495,7 @@ def _compare(model, inputs, sets, opts, say, straight=None, runs=None):
     names, kinds = _check.output_names(model), _check.output_kinds(model, opts.output_kinds)
     plain, verdicts = [], []
     for c, (_, x) in zip(sets, inputs.checks):
-        y = outputs_once(runs, straight, x)
+        y = fitted if fitted is not None else outputs_once(runs, straight, x)
         plain.append({"outputs": _check.check_outputs(c["reference"], y, names, kinds)})
         verdicts += [{"inputs": c["inputs"], "output": name, "verdict": verdict,
                       "interval_db": interval}

@@ -10,7 +10,8 @@ import numpy as np
 from cle._measure import tflite
 from cle._measure.inference import input_name
 
-__all__ = ["MIN_WIDTH", "TAIL", "choose_percentile_ranges", "mse_range", "tail_range"]
+__all__ = ["MIN_WIDTH", "TAIL", "choose_percentile_ranges", "mse_range", "pick_range",
+           "tail_range", "tensor_roles"]
 
 #: The share of a tensor's values left outside its range on each side (``ranges="percentile"``).
 TAIL = 1e-4
@@ -26,7 +27,10 @@ def tail_range(values, calibrated, tail: float = TAIL):
     """``(low, high)``: the ``tail`` and ``1 - tail`` quantiles of ``values``, within the
     calibrated min/max (the interpreter's sums may round differently) and with 0 inside; None
     when that is narrower than :data:`MIN_WIDTH` of the min/max range."""
-    lo, hi = np.quantile(values, [tail, 1.0 - tail])
+    if hasattr(values, "quantile"):  # a sample known by its ends (cle._quantize.crossfit)
+        lo, hi = values.quantile(tail), values.quantile(1.0 - tail)
+    else:
+        lo, hi = np.quantile(values, [tail, 1.0 - tail])
     lo = min(max(float(lo), calibrated[0]), 0.0)
     hi = max(min(float(hi), calibrated[1]), 0.0)
     if hi - lo < MIN_WIDTH * (calibrated[1] - calibrated[0]):
@@ -55,7 +59,8 @@ def mse_range(values, low: float, high: float) -> tuple[float, float]:
     return pick
 
 
-def choose_percentile_ranges(calibrated, x, tensor_ranges, stated, integer_io, say):
+def choose_percentile_ranges(calibrated, x, tensor_ranges, stated, integer_io, say,
+                             extremes=None):
     """Set each tensor's ``lo``/``hi`` to its :data:`TAIL` quantiles on ``x``, and return the
     values each tensor took (a sample, by tensor index, as
     :func:`cle._measure.tflite.observe` keeps it). Kept at min/max: the tensors that decide an
@@ -70,31 +75,47 @@ def choose_percentile_ranges(calibrated, x, tensor_ranges, stated, integer_io, s
     interpreter computes it, so ``calibrated`` needs only the converter's tensor layout: one
     input calibrates it (the converter's own calibration pass would cost as much again, and
     its min/max of a tensor that feeds a residual ``ADD`` can be wider than the tensor's
-    values)."""
+    values). ``extremes``: as :func:`cle._measure.tflite.observe` takes it (each tensor's min
+    and max on each input, for the cross-fitted builds of :mod:`cle._quantize.crossfit`)."""
     say(f"measuring {len(tensor_ranges)} activation tensors")
-    values = tflite.observe(calibrated, x, [r.index for r in tensor_ranges])
-    protected, inputs = tflite.protected_indices(calibrated)
-    outputs = tflite.output_indices(calibrated)
+    values = tflite.observe(calibrated, x, [r.index for r in tensor_ranges], extremes=extremes)
+    roles = tensor_roles(calibrated)
     for r in tensor_ranges:
         # The min/max over all of ``x``, as the interpreter computes it (``calibrated`` may
         # have been calibrated on fewer inputs; observe keeps each tensor's min and max last).
-        # A tensor constant over all of ``x`` keeps the converter's range: it widens a range
-        # of width 0 (e.g. a ReLU that never fires gets (0, FLT_MIN)).
-        lo, hi = float(values[r.index][-2]), float(values[r.index][-1])
-        if hi > lo:
-            r.calibrated = (lo, hi)
-        r.lo, r.hi = r.calibrated
-        if r.index in inputs and input_name(r.name) in stated:
-            lo, hi = stated[input_name(r.name)]
-            r.lo, r.hi, r.how = min(lo, 0.0), max(hi, 0.0), "input range"
-        elif r.index in inputs and integer_io:
-            r.how = "min/max (integer input)"
-        elif r.index in protected:  # min/max: the largest outputs decide the top-1 class
-            r.how = "min/max (output)" if r.index in outputs else "min/max (decides an output)"
-        else:
-            picked = tail_range(values[r.index], r.calibrated, TAIL)
-            if picked is None:
-                r.how = "min/max (sparse)"
-            else:
-                r.lo, r.hi, r.how = picked[0], picked[1], "percentile"
+        pick_range(r, values[r.index], (float(values[r.index][-2]),
+                                         float(values[r.index][-1])), roles, stated, integer_io)
     return values
+
+
+def tensor_roles(calibrated) -> tuple[set, set, set]:
+    """``(protected, inputs, outputs)``: the indices of the tensors that keep min/max
+    (:func:`cle._measure.tflite.protected_indices`), of the inputs and of the outputs."""
+    protected, inputs = tflite.protected_indices(calibrated)
+    return protected, inputs, tflite.output_indices(calibrated)
+
+
+def pick_range(r, values, extremes, roles, stated, integer_io) -> None:
+    """Set ``r``'s ``calibrated`` to ``extremes`` (``(min, max)`` of the tensor over the
+    inputs) and its ``lo``/``hi``/``how`` as :func:`choose_percentile_ranges` says, from
+    ``values`` (a sample of the tensor's values on those inputs)."""
+    protected, inputs, outputs = roles
+    lo, hi = extremes
+    # A tensor constant over all of the inputs keeps the converter's range: it widens a
+    # range of width 0 (e.g. a ReLU that never fires gets (0, FLT_MIN)).
+    if hi > lo:
+        r.calibrated = (lo, hi)
+    r.lo, r.hi = r.calibrated
+    if r.index in inputs and input_name(r.name) in stated:
+        lo, hi = stated[input_name(r.name)]
+        r.lo, r.hi, r.how = min(lo, 0.0), max(hi, 0.0), "input range"
+    elif r.index in inputs and integer_io:
+        r.how = "min/max (integer input)"
+    elif r.index in protected:  # min/max: the largest outputs decide the top-1 class
+        r.how = "min/max (output)" if r.index in outputs else "min/max (decides an output)"
+    else:
+        picked = tail_range(values, r.calibrated, TAIL)
+        if picked is None:
+            r.how = "min/max (sparse)"
+        else:
+            r.lo, r.hi, r.how = picked[0], picked[1], "percentile"

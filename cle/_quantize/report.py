@@ -136,11 +136,16 @@ class QuantizeReport:
         if self.calibration == "data":
             tuned = (self.tuning.n if self.tuning is not None and self.tuning.held_out
                      else 0)
-            given = self.n_calibration + tuned + (self.n_check if self.check_inputs.startswith(
-                "held-out") else 0)
+            if self.choice is not None and self.choice.n_all:
+                return (f"calibration: {self.n_calibration} inputs given, all of them setting "
+                        f"the activation ranges; the last {self.choice.n} held out from the "
+                        "equalization (its bias correction) and first checked alone; then "
+                        "every input checked by a build not calibrated on it (cross-fitted)")
+            held_out = self.n_check if self.check_inputs.startswith("held-out") else 0
+            given = self.n_calibration + tuned + held_out
             held = (f": {self.n_calibration} to calibrate, "
                     + (f"{tuned} held out to tune, " if tuned else "")
-                    + f"{self.n_check} held out for the check"
+                    + f"{held_out} held out for the check"
                     if given > self.n_calibration else " (too few to hold any out)")
             return f"calibration: {given} inputs given{held}"
         loss = (f" (distillation: final batch-norm loss {max(self.synthesis_loss):.3g})"
