@@ -537,9 +537,12 @@ def test_run_demo(tmp_path):
         assert row["name"] in text
     plain, data, nodata = (result["rows"][k] for k in demo.ROWS)
     assert plain["check"] is None
-    # a quarter of the 16 photos held out for cle quantize's own check; synthetic without data
-    assert data["check"]["n"] == n_cal // 4 and data["check"]["inputs"].startswith("held-out")
-    assert "held-out" not in nodata["check"]["inputs"]
+    # cle quantize's own check: every photo, each by a build not calibrated on it (a quarter
+    # held out first); synthetic inputs without data
+    assert data["check"]["n"] == n_cal
+    assert data["check"]["inputs"].startswith("calibration inputs, each checked by a build")
+    assert "photos, cross-fitted" in text
+    assert nodata["check"]["inputs"].startswith("inputs the calibration never saw")
     for row in (data, nodata):  # MobileNetV2 gains several dB over the plain conversion
         assert row["gain_db"] > 1.0 and row["verdict"] == "closer", row
     assert "[6/6]" in text and "run the same yourself:" in text and "\ndone in " in text
