@@ -854,3 +854,34 @@ def test_sqnr_gain_is_the_mean_over_outputs_with_its_interval_and_support():
     gain, interval, support = C.sqnr_gain([r[:3] for r in refs], [a[:3] for a in close],
                                           [b[:3] for b in far])
     assert gain > 0 and interval is None and math.isnan(support)  # too few inputs to resample
+
+
+def test_a_head_farther_than_the_converters_writes_the_plain_conversion():
+    """The promise is per output: cle's build far closer on one head and clearly farther on
+    the other (better on the mean) gives way to the plain conversion, naming that head; one
+    head alone, or a head farther by a hair, does not."""
+    from cle._quantize import choice as _choice
+
+    inp = keras.Input((4,), name="x")
+    model = keras.Model(inp, [L.Dense(3, name="head_a")(inp), L.Dense(2, name="head_b")(inp)])
+    rng = np.random.default_rng(3)
+    ref = [rng.normal(size=(64, 3)), rng.normal(size=(64, 2))]
+
+    def near(a, scale):
+        return a + scale * rng.normal(size=a.shape)
+
+    cle_out = [near(ref[0], 0.001), near(ref[1], 0.02)]  # head_b: about 6 dB farther
+    plain_out = [near(ref[0], 0.01), near(ref[1], 0.01)]
+    pooled = {"cle": cle_out, "plain": plain_out}
+    assert np.mean([C._sqnr(r, a) - C._sqnr(r, b) for r, a, b in
+                    zip(ref, cle_out, plain_out)]) > 5  # the mean favours cle's build
+    assert _choice._farther_outputs(model, ref, pooled) == ["head_b"]
+    pooled["cle"] = [cle_out[0], near(ref[1], 0.0101)]  # farther by a hair: kept
+    assert _choice._farther_outputs(model, ref, pooled) == []
+    one = keras.Model(inp, L.Dense(2, name="only")(inp))
+    assert _choice._farther_outputs(one, ref[1:], {"cle": cle_out[1:],
+                                                   "plain": plain_out[1:]}) == []
+    text = _choice.Choice("plain", 16, {"cle": [1.0, 2.0], "plain": [1.0, 2.0]}, 64,
+                          {"cle": [40.0, 20.0], "plain": [30.0, 26.0]}, ["head_b"])
+    assert "farther from the float model on output 'head_b'" in text.line()
+    assert "'head_b'" in text.warning() and text.to_dict()["farther"] == ["head_b"]

@@ -26,6 +26,11 @@ with all the data, what the user had, so switching to it on weaker evidence can 
 but never falls below the converter; min/max ranges on cle's model are neither, and one input
 that carries most of the noise must not decide for them.
 
+With several outputs the promise is per output: when cle's build is farther than the plain
+conversion on one of them by more than :data:`SWITCH_DB`, on the plain conversion's share of
+the resamples, the plain conversion is written whatever the mean over the outputs says (it
+gives up what cle's build gained on the others; the report says which output decided).
+
 The build written is the chosen kind calibrated on every input (the cross-fitted figures are
 those of builds calibrated on three quarters: the file's own are at least as good in
 expectation). The choice and every candidate's figures are in the report
@@ -79,6 +84,8 @@ class Choice:
         crossfit: ``{candidate: [SQNR of each output]}`` cross-fitted on the ``n_all``
             inputs: cle's build, the build written and each candidate the held-out inputs
             could not rule out.
+        farther: the outputs on which cle's build was clearly farther than the plain
+            conversion (the plain conversion is then written, whatever the mean says).
     """
 
     written: str
@@ -86,6 +93,7 @@ class Choice:
     sqnr_db: dict
     n_all: int = 0
     crossfit: dict = dataclasses.field(default_factory=dict)
+    farther: list = dataclasses.field(default_factory=list)
 
     def score(self, name) -> float:
         figures = self.crossfit if name in self.crossfit else self.sqnr_db
@@ -100,6 +108,11 @@ class Choice:
             measured += f"; cross-fitted on all {self.n_all} inputs: {fitted}"
         if self.written == "cle":
             return f"written: {SAID['cle']}, the closest ({measured})"
+        if self.farther:
+            return (f"written: {SAID['plain']}: cle's build was farther from the float model "
+                    f"on output {', '.join(repr(n) for n in self.farther)} by more than "
+                    f"{SWITCH_DB:g} dB, on {SUPPORT['plain']:.0%} of the resamples of the "
+                    f"inputs or more ({measured}; the stages above describe cle's build)")
         return (f"written: {SAID[self.written]}, closer than cle's build by more than "
                 f"{SWITCH_DB:g} dB, on {SUPPORT[self.written]:.0%} of the resamples of the "
                 "inputs or more "
@@ -108,6 +121,12 @@ class Choice:
     def warning(self) -> str | None:
         if self.written == "cle":
             return None
+        if self.farther:
+            return (f"the file written is {SAID['plain']}: on the calibration inputs, each "
+                    "checked by a build not calibrated on it, cle's build was farther from "
+                    f"the float model on output {', '.join(repr(n) for n in self.farther)}; "
+                    "the plain conversion keeps every output at the converter's level, and "
+                    "gives up what cle's build gained on the others")
         return (f"the file written is {SAID[self.written]}: on the calibration inputs, each "
                 "checked by a build not calibrated on it, it was closer to the float model "
                 f"than cle's build ({self.score(self.written):.2f} against "
@@ -119,6 +138,7 @@ class Choice:
                 "sqnr_db": {k: list(v) for k, v in self.sqnr_db.items()},
                 "n_all": self.n_all,
                 "crossfit": {k: list(v) for k, v in self.crossfit.items()},
+                "farther": list(self.farther),
                 "switch_db": SWITCH_DB}
 
 
@@ -170,7 +190,9 @@ def choose(model, build, say) -> tuple[Choice, bytes | None]:
     usable = [name for name in CANDIDATES[1:]
               if not any(math.isnan(s) or s == -math.inf for s in sqnr[name])]
     undecided = [name for name in usable
-                 if _may_switch(_check.sqnr_gain(reference, outputs[name], outputs["cle"]))]
+                 if _may_switch(_check.sqnr_gain(reference, outputs[name], outputs["cle"]))
+                 or name == "plain" and any(map(_may_switch, _output_gains(
+                     reference, outputs[name], outputs["cle"])))]
     if build.opts.compare and "plain" not in undecided:
         undecided.append("plain")  # --compare's verdict is measured on every input too
     fit = CrossFit(model, build, contents)
@@ -184,11 +206,32 @@ def choose(model, build, say) -> tuple[Choice, bytes | None]:
     better = {name: gain for name, (gain, _, support) in gains.items()
               if gain > SWITCH_DB and support >= SUPPORT[name]}
     written = max(better, key=better.get) if better else "cle"
+    farther = _farther_outputs(model, pooled_ref, pooled) if "plain" in gains else []
+    if farther:  # the converter's file keeps every output at the converter's level
+        written = "plain"
     _write_refit(fit, build, written, say)
     build.crossfit = {"inputs": fit.label(), "n": fit.n, "reference": pooled_ref,
                       "test": pooled[written], "plain": pooled.get("plain")}
     return Choice(written, len(x), sqnr, fit.n,
-                  {name: _sqnrs(pooled_ref, y) for name, y in pooled.items()}), plain
+                  {name: _sqnrs(pooled_ref, y) for name, y in pooled.items()},
+                  farther), plain
+
+
+def _output_gains(reference, ys, others) -> list:
+    """:func:`cle._measure.check.sqnr_gain` of each output alone."""
+    return [_check.sqnr_gain([r], [a], [b]) for r, a, b in zip(reference, ys, others)]
+
+
+def _farther_outputs(model, reference, pooled) -> list[str]:
+    """With several outputs, those on which cle's build is farther from the float model than
+    the plain conversion by more than :data:`SWITCH_DB` on :data:`SUPPORT` of the resamples
+    (the promise is per output: a better mean does not excuse a worse head)."""
+    if len(reference) < 2:
+        return []
+    names = _check.output_names(model)
+    return [name for name, (gain, _, support) in
+            zip(names, _output_gains(reference, pooled["plain"], pooled["cle"]))
+            if gain > SWITCH_DB and support >= SUPPORT["plain"]]
 
 
 def refit_cle(model, build, say) -> None:
