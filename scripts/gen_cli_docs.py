@@ -93,8 +93,20 @@ def _late_bn_cnn():
     inp = keras.Input((16, 16, 3), name="image")
     x = L.Conv2D(4, 3, activation="relu", name="c1")(inp)
     x = L.BatchNormalization(name="bn")(L.Conv2D(4, 3, name="c2")(x))
-    out = L.Dense(3, name="logits")(L.GlobalAveragePooling2D(name="pool")(x))
+    out = L.Dense(3, activation="softmax", name="scores")(L.GlobalAveragePooling2D(name="pool")(x))
     return keras.Model(inp, out, name="late_bn_cnn")
+
+
+def _box_cnn():
+    """conv -> BN -> ReLU -> dense of 4 linear values (a box): a regression head, whose range
+    synthetic inputs cannot tell."""
+    import keras
+
+    L = keras.layers
+    inp = keras.Input((16, 16, 3), name="image")
+    x = L.ReLU(name="relu")(L.BatchNormalization(name="bn")(L.Conv2D(4, 3, name="c1")(inp)))
+    out = L.Dense(4, name="box")(L.GlobalAveragePooling2D(name="pool")(x))
+    return keras.Model(inp, out, name="box_cnn")
 
 
 def _no_bn_cnn():
@@ -121,6 +133,8 @@ def _setup_files(names):
             _late_bn_cnn().save(name)
         elif name == "nobn.keras":
             _no_bn_cnn().save(name)
+        elif name == "box.keras":
+            _box_cnn().save(name)
         elif name == "bad.npy":
             np.save(name, np.zeros((4, 16, 16, 1), "float32"))
         elif name == "notes.keras":
@@ -171,6 +185,8 @@ OUTCOME_CASES = [
      "cle quantize late.keras -o out.tflite"),
     ("no data, and no batch norm to distill inputs from", ["nobn.keras"],
      "cle quantize nobn.keras -o out.tflite --input-range=0,1"),
+    ("no data, and a regression output", ["box.keras"],
+     "cle quantize box.keras -o out.tflite --input-range=0,1"),
     ("a `Lambda` layer, no opt-in", ["lambda.keras"], "cle fold lambda.keras -o out.keras"),
     ("a `Lambda` layer, with the opt-in", ["lambda.keras"],
      "cle fold lambda.keras -o out.keras --unsafe-deserialization"),

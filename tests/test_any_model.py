@@ -75,9 +75,14 @@ def test_dict_outputs_quantize_each_output_checked_under_its_key(dict_net, data,
     """cle.quantize (with ``compare``) on a model whose outputs are a dict: every output is
     checked under its key, and with data each figure is that output's own (the .tflite's
     outputs paired with the Keras model's by key, recomputed here)."""
+    declared = {"acls": "classes"}  # declared by its key
+    if not with_data:  # the 4-value heads: regression outputs, refused without data...
+        with pytest.raises(ValueError, match=r"output 'mid' \(4 values\), output 'zbox' "):
+            cle.quantize(dict_net, input_range=(-1.0, 1.0), output_kinds=declared)
+        declared = {key: "classes" for key in HEADS}  # ...unless they hold class scores
     content, report = cle.quantize(dict_net, data if with_data else None, compare=True,
                                    input_range=None if with_data else (-1.0, 1.0),
-                                   output_kinds={"acls": "classes"})  # declared by its key
+                                   output_kinds=declared)
     keys = sorted(HEADS)
     assert [o.name for o in report.outputs] == keys
     assert [o.name for o in report.plain["outputs"]] == keys

@@ -355,12 +355,18 @@ def test_output_kinds_refuses_what_it_cannot_honour(declared, message):
 
 def test_two_outputs_each_checked_and_protected(zoo):
     """A detection-like head (class scores, 4 box values): each output gets its own check
-    (top-1 for the scores only) and keeps its min/max range, with data and without."""
+    (top-1 for the scores only) and keeps its min/max range. Without data it is refused
+    before any work: synthetic inputs cannot tell the range of the box values."""
+    from cle._measure.synthetic import NeedsData
+
     model = zoo("two_output", 48)
     import _zoo
 
     x = _zoo.inputs("two_output", 24, seed=_zoo.BUILD_SEED, size=48)
-    for data in (x, None):
+    with pytest.raises(NeedsData, match=r"the range of output 'boxes' \(4 values\) cannot be "
+                                        r"found: .*output_kinds=.*; pass calibration_data$"):
+        cle.quantize(model, output_kinds={"scores": "classes"})
+    for data in (x,):
         content, report = cle.quantize(model, data, output_kinds={"scores": "classes"})
         assert [(o.name, o.kind) for o in report.outputs] == [("scores", "logits"),
                                                               ("boxes", "values")]
@@ -532,13 +538,14 @@ def test_a_model_that_cannot_tell_its_range_is_refused_before_any_work(zoo, monk
 
 def test_an_input_no_batch_norm_sees_keeps_its_start_without_data():
     """Without data, an input that reaches no batch norm and no class score (here a vector of
-    side values into a regression head) gets no gradient: it keeps its starting draw in its
-    stated range, and the model quantizes."""
+    side values into a bounded head: a linear regression head is refused without data) gets
+    no gradient: it keeps its starting draw in its stated range, and the model quantizes."""
     keras.utils.set_random_seed(0)
     image, side = keras.Input((16, 16, 3), name="image"), keras.Input((4,), name="side")
     x = L.ReLU()(L.BatchNormalization(name="bn")(L.Conv2D(8, 3, name="c")(image)))
     x = L.Concatenate()([L.GlobalAveragePooling2D()(x), L.Dense(4, name="side_dense")(side)])
-    model = keras.Model([image, side], L.Dense(1, name="value")(x), name="side_values")
+    model = keras.Model([image, side], L.Dense(1, activation="sigmoid", name="value")(x),
+                        name="side_values")
     randomize_batch_norms(model, deep=True)
     x, _ = _synthetic.distill(model, 4, steps=3, input_range=[(-1.0, 1.0), (0.0, 2.0)])
     assert np.isfinite(x.arrays[1]).all() and x.arrays[1].min() >= 0 and x.arrays[1].max() <= 2
@@ -885,3 +892,39 @@ def test_a_head_farther_than_the_converters_writes_the_plain_conversion():
                           {"cle": [40.0, 20.0], "plain": [30.0, 26.0]}, ["head_b"])
     assert "farther from the float model on output 'head_b'" in text.line()
     assert "'head_b'" in text.warning() and text.to_dict()["farther"] == ["head_b"]
+
+
+def test_without_data_a_regression_output_is_refused_and_a_bounded_one_is_not():
+    """What synthetic inputs cannot know, asked for before any work: a linear output of a few
+    values (a regression value, a box) needs data; class scores (declared, or a softmax or
+    sigmoid), a bounded ending (tanh) and a vector of MIN_CLASSES entries or more do not. The
+    command line says it in one line naming --calibration."""
+    from cle._measure.synthetic import NeedsData
+
+    inp = keras.Input((8, 8, 3), name="image")
+    h = L.GlobalAveragePooling2D()(L.BatchNormalization(name="bn")(L.Conv2D(4, 3, name="c")(inp)))
+    outs = {"value": L.Dense(1, name="value")(h), "box": L.Dense(4, name="box")(h),
+            "angle": L.Dense(2, activation="tanh", name="angle")(h),
+            "two": L.Dense(2, name="two")(h), "logits": L.Dense(C.MIN_CLASSES, name="logits")(h)}
+    model = keras.Model(inp, outs)
+    assert C.regression_outputs(model) == [("box", 4), ("two", 2), ("value", 1)]
+    assert C.regression_outputs(model, {"two": "classes"}) == [("box", 4), ("value", 1)]
+    with pytest.raises(NeedsData, match=r"output 'box' \(4 values\), output 'two' \(2 "
+                                        r"values\), output 'value' \(1 value\)"):
+        cle.quantize(model, input_range=(-1.0, 1.0))
+    only = keras.Model(inp, [outs["angle"], outs["logits"]])
+    assert C.regression_outputs(only) == []
+
+
+def test_the_command_line_refuses_a_regression_output_without_data(tmp_path, capsys):
+    from cle import cli
+
+    inp = keras.Input((8, 8, 3), name="image")
+    h = L.GlobalAveragePooling2D()(L.BatchNormalization(name="bn")(L.Conv2D(4, 3, name="c")(inp)))
+    keras.Model(inp, L.Dense(4, name="box")(h), name="boxer").save(tmp_path / "m.keras")
+    code = cli.main(["quantize", str(tmp_path / "m.keras"), "-o", str(tmp_path / "m.tflite"),
+                     "--input-range=-1,1"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and not (tmp_path / "m.tflite").exists()
+    assert "the range of output 'box' (4 values) cannot be found" in err[0]
+    assert err[0].endswith("; pass --calibration PATH")

@@ -192,7 +192,7 @@ def test_quantize_reports_the_blocked_layer(monkeypatch):
     monkeypatch.setattr(stage, "MAX_FAN_IN", 64)
     messages = []
     _, report = cle.quantize(_wide_model(), weight_bits=4, input_range=(-2, 2),
-                             progress=messages.append)
+                             progress=messages.append, output_kinds={"head": "classes"})
     records = {r.layer: r for r in report.rounding.layers}
     assert report.rounding.method == "gptq"
     assert records["wide"].reason.startswith("200 inputs per output, more than 64")

@@ -722,7 +722,10 @@ def test_rounding_at_8_bits_and_per_tensor(net, data):
 
 @NOT_ON_JAX
 def test_w4a8_without_data(net):
-    content, report = cle.quantize(net, weight_bits=4, input_range=(-3, 3))
+    # the toy net's 7 linear logits, declared: without data a linear head of fewer than
+    # MIN_CLASSES values is refused as a regression output
+    content, report = cle.quantize(net, weight_bits=4, input_range=(-3, 3),
+                                   output_kinds={"logits": "classes"})
     assert report.rounding.source == "synthetic inputs"
     # The synthetic calibration inputs (distilled and natural-image-like), never the check's.
     assert report.rounding.n_inputs == report.n_calibration == (
@@ -882,7 +885,8 @@ def test_w4a8_two_inputs_two_outputs_without_data_rounds_on_the_calibration_inpu
     monkeypatch.setattr(weight_stages, "round_model", round_model)
     monkeypatch.setattr(pipeline, "check_sets", check_sets)
     model = _two_io_net()
-    content, report = cle.quantize(model, weight_bits=4, input_range=(-2, 2))
+    content, report = cle.quantize(model, weight_bits=4, input_range=(-2, 2),
+                                   output_kinds={"o1": "classes", "o2": "classes"})
     # every kernel stored as the rounding put it: INT4, or INT8 where the no-data rounding
     # kept it on an 8-bit grid (WIDE_SIZE_RATIO)
     bits = {r.layer: r.bits for r in report.rounding.layers}

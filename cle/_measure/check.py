@@ -136,6 +136,32 @@ def undeclared_scores(model, declared=None) -> list[str]:
             if k not in given and _linear_vector(out)]
 
 
+#: Output endings that bound the output's range whatever the input (so synthetic inputs can
+#: set it without data).
+BOUNDED_ACTIVATIONS = ("softmax", "sigmoid", "tanh", "hard_sigmoid", "hard_tanh", "relu6")
+
+
+def _entries(out) -> int | None:
+    dims = tuple(out.shape)[1:]
+    return None if any(d is None for d in dims) else int(np.prod(dims, dtype=np.int64))
+
+
+def regression_outputs(model, declared=None) -> list[tuple[str, int]]:
+    """``(name, entries)`` of the outputs whose range synthetic inputs cannot tell: values
+    (not class scores, :func:`output_kinds`) of fewer than :data:`MIN_CLASSES` entries per
+    sample, with no ending that bounds them (:data:`BOUNDED_ACTIVATIONS`): a regression value,
+    a box, a few coordinates. Without data their range would come from inputs distilled to
+    match the batch norms, which set nothing of what a regression head gives real inputs."""
+    kinds = output_kinds(model, declared)
+    found = []
+    for out, name, kind in zip(model.outputs, output_names(model), kinds):
+        n = _entries(out)
+        if (kind == "values" and n is not None and n < MIN_CLASSES
+                and _ends_in(internals.producer_of(out)) not in BOUNDED_ACTIVATIONS):
+            found.append((name, n))
+    return found
+
+
 def guessed_scores(model) -> list[str]:
     """Per output, what the distillation without data pushes inputs towards:
     ``"probabilities"`` (a softmax, any rank, two classes or more), ``"logits"`` (a linear

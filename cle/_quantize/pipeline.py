@@ -355,6 +355,14 @@ def _door(model, calibration_data, opts, single_io=None):
     # A model without batch norms needs data whatever its input range: say that first, so
     # one refusal names the one thing that settles it (not the input range, then the data).
     _synthetic.check_distillable(model)
+    unknown = _check.regression_outputs(model, opts.output_kinds)
+    if unknown:
+        raise _synthetic.NeedsData(
+            "without data the range of " + ", ".join(
+                f"output '{name}' ({n} value{'s' if n > 1 else ''})" for name, n in unknown)
+            + " cannot be found: synthetic inputs tell nothing of what a regression head gives "
+            "real inputs, and a wrong range clips it; if such an output holds class scores, "
+            "declare it (output_kinds={name: 'classes'}, --output-kind NAME=classes)")
     return view, None, input_ranges_of(model, opts.input_range)
 
 
