@@ -38,15 +38,10 @@ def _db(v):
     return "∞" if v == float("inf") else f"{v:.1f}"
 
 
-def demo_cell(check) -> str:
-    """What a ``cle quantize`` call's own check said, as the demo prints it."""
-    from cle._cli.demo import _check_cell
-
-    return _check_cell(check)
-
-
 def demo_table(result) -> str:
     """The markdown table of a :func:`cle.demo.run_demo` result."""
+    from cle._cli.demo import check_cell
+
     lines = [
         f"`cle demo`: MobileNetV2 INT8 (per-channel weights) judged on {result['images']} photo "
         f"crops none of the builds calibrated on; {result['calibration']} other crops to "
@@ -59,7 +54,7 @@ def demo_table(result) -> str:
     for r in result["rows"].values():
         low, high = r["sqnr_interval"]
         gain = "–" if "gain_db" not in r else f"{r['gain_db']:+.1f} dB ({r['verdict']})"
-        check = "–" if r["check"] is None else demo_cell(r["check"])
+        check = "–" if r["check"] is None else check_cell(r["check"])
         lines.append(f"| {r['name']} | {_pct(r['top1_agreement'])} | {r['sqnr_db']:.1f} "
                      f"({low:.1f} to {high:.1f}) | {gain} | {r['seconds']:.0f} s | {check} |")
     return "\n".join(lines)

@@ -8,7 +8,8 @@ import sys
 import time
 
 __all__ = ["ANALYSIS_PNG", "DEFAULT_CALIBRATION", "DEFAULT_IMAGES", "DEFAULT_OUT_DIR", "FILES",
-           "MODEL_FILE", "PHOTOS_DIR", "ROWS", "run_demo"]
+           "MATPLOTLIB_HINT", "MODEL_FILE", "PHOTOS_DIR", "ROWS", "check_cell", "default_warn",
+           "matplotlib_available", "run_demo"]
 
 #: Photo crops every row of the table is judged on; none of them calibrates any build.
 DEFAULT_IMAGES = 128
@@ -37,11 +38,13 @@ VERDICTS = {"better": "closer", "worse": "farther"}
 MATPLOTLIB_HINT = "pip install matplotlib"
 
 
-def _default_warn(message):
+def default_warn(message):
+    """Where the demos' warnings go by default: a line on stderr."""
     print(f"warning: {message}", file=sys.stderr, flush=True)
 
 
-def _matplotlib_available() -> bool:
+def matplotlib_available() -> bool:
+    """Whether matplotlib can be imported (the demos' pictures need it)."""
     try:
         import matplotlib  # noqa: F401
     except ImportError:
@@ -169,7 +172,7 @@ def _quantize_rows(model, x_cal, x, reference, kinds, out_dir, step, commands):
         rows[key] = _judge(content, x, reference, seconds, rows["plain"]["outputs"])
         rows[key].update(name=name, file=_write(out_dir, key, content), check={
             "sqnr_db": report.sqnr_db, "top1_agreement": report.top1_agreement,
-            "n": report.n_check, "inputs": report.check_inputs,
+            "n": report.n_check, "inputs": report.check_inputs, "on": _checked_on(report),
             "choice": None if report.choice is None else report.choice.written,
             "warnings": list(report.warnings)})
     return rows
@@ -196,20 +199,26 @@ def _fmt_interval(row):
     return text + (f" ({low_high[0]:.1f} to {low_high[1]:.1f})" if low_high else "")
 
 
-def _check_cell(check):
+def check_cell(check):
+    """What a ``cle quantize`` call's own check said, as the demo's table gives it."""
     if check is None:
         return "-"
-    held = ("synthetic inputs" if check["inputs"].startswith(("natural", "inputs the"))
-            else "photos, cross-fitted" if check["inputs"].startswith("calibration inputs, each")
-            else "held-out photos")
-    return f"{check['sqnr_db']:.1f} dB on {check['n']} {held}"
+    return f"{check['sqnr_db']:.1f} dB on {check['n']} {check['on']}"
+
+
+def _checked_on(report) -> str:
+    """What the check of ``report`` ran on, in the demo's words."""
+    if report.calibration != "data":
+        return "synthetic inputs"
+    fitted = report.choice is not None and report.choice.n_all
+    return "photos, cross-fitted" if fitted else "held-out photos"
 
 
 def table_lines(rows, images):
     """The demo's table and one verdict line per ``cle`` build."""
     header = ("", "top-1 agr.", "SQNR dB (90% interval)", "time", "its own check")
     cells = [(r["name"], f"{100 * r['top1_agreement']:.1f}%", _fmt_interval(r),
-              f"{r['seconds']:.1f} s", _check_cell(r["check"])) for r in rows.values()]
+              f"{r['seconds']:.1f} s", check_cell(r["check"])) for r in rows.values()]
     widths = [max(len(c[k]) for c in [header, *cells]) for k in range(len(header))]
     lines = [
         f"MobileNetV2 (ImageNet), full INT8 with per-channel weights, judged on {images} photo "
@@ -240,7 +249,7 @@ def table_lines(rows, images):
     return lines
 
 
-def _print_end(print_fn, rows, images, report, png, out_dir, commands, total):
+def _print_end(print_fn, rows, images, report, png, out_dir, commands, total, n_photos):
     print_fn("")
     for line in table_lines(rows, images):
         print_fn(line)
@@ -250,8 +259,8 @@ def _print_end(print_fn, rows, images, report, png, out_dir, commands, total):
     for line in report.summary(WORST_LAYERS).splitlines()[1:]:
         print_fn("  " + line)
     print_fn("")
-    print_fn(f"wrote {out_dir}/: {MODEL_FILE}, {PHOTOS_DIR}/ ({len(os.listdir(os.path.join(out_dir, PHOTOS_DIR)))} "
-             "PNG), " + ", ".join(FILES[k] for k in ROWS) + (f", {ANALYSIS_PNG}" if png else ""))
+    print_fn(f"wrote {out_dir}/: {MODEL_FILE}, {PHOTOS_DIR}/ ({n_photos} PNG), "
+             + ", ".join(FILES[k] for k in ROWS) + (f", {ANALYSIS_PNG}" if png else ""))
     print_fn("run the same yourself:")
     for key in ("data", "nodata", "analyze"):
         print_fn("  " + " ".join(shlex.quote(w) for w in commands[key]))
@@ -288,9 +297,9 @@ def run_demo(images=DEFAULT_IMAGES, out_dir=DEFAULT_OUT_DIR, print_fn=print, war
         raise ValueError(f"the demo needs at least one photo to judge on and one to calibrate "
                          f"on. Received: images={images}, calibration={calibration}")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    warn = warn_fn or _default_warn
+    warn = warn_fn or default_warn
     step = _Steps(6, print_fn)
-    has_mpl = _matplotlib_available()
+    has_mpl = matplotlib_available()
     if not has_mpl:
         warn(f"matplotlib is not installed, so {ANALYSIS_PNG} will not be written "
              f"({MATPLOTLIB_HINT})")
@@ -318,7 +327,7 @@ def run_demo(images=DEFAULT_IMAGES, out_dir=DEFAULT_OUT_DIR, print_fn=print, war
     report, png = _analysis(model, x_cal, kinds, out_dir, step, commands, warn, has_mpl)
     step.close()
     total = step.elapsed()
-    _print_end(print_fn, rows, images, report, png, out_dir, commands, total)
+    _print_end(print_fn, rows, images, report, png, out_dir, commands, total, len(photos))
     for row in rows.values():
         row.pop("outputs")
     return {"images": int(images), "calibration": int(calibration), "rows": rows,

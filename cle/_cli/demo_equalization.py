@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import math
 import os
-import sys
 import time
+
+from cle._cli.demo import MATPLOTLIB_HINT, default_warn, matplotlib_available
 
 __all__ = ["EQUALIZATION_CALIBRATION", "EQUALIZATION_IMAGES", "FIRST_DEPTHWISE", "PNG_NAME", "ROW_NAMES",
            "run_equalization_demo", "plot_channel_ranges"]
@@ -32,20 +33,6 @@ ROW_NAMES = (
     "TFLite int8 per-tensor",
     "TFLite int8 per-channel",
 )
-MATPLOTLIB_HINT = "pip install matplotlib"
-
-
-def _default_warn(message):
-    print(f"warning: {message}", file=sys.stderr, flush=True)
-
-
-def _matplotlib_available() -> bool:
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
 
 def _depthwise_weights(model, name=FIRST_DEPTHWISE):
     """``(channels, taps)`` weights of a DepthwiseConv2D, one row per output channel."""
@@ -236,7 +223,7 @@ def run_equalization_demo(images=EQUALIZATION_IMAGES, out_dir="cle_demo", tflite
         ImportError: scikit-image or scikit-learn is missing (the photos).
     """
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    warn = warn_fn or _default_warn
+    warn = warn_fn or default_warn
     start = time.perf_counter()
     steps = []
     n_steps = 7
@@ -254,7 +241,7 @@ def run_equalization_demo(images=EQUALIZATION_IMAGES, out_dir="cle_demo", tflite
                                                               kwargs.items())
         print_fn(f"      {time.perf_counter() - start:6.1f} s    {message.rstrip('.')}...")
 
-    has_mpl = _matplotlib_available()
+    has_mpl = matplotlib_available()
     if not has_mpl:
         warn(f"matplotlib is not installed, so {PNG_NAME} will not be written "
              f"({MATPLOTLIB_HINT})")
