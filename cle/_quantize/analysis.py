@@ -106,8 +106,7 @@ def analyze_checked(model, calibration_data, opts: QuantizeOptions,
 
     return AnalysisReport(
         target={"per_channel": bool(opts.per_channel), "integer_io": bool(opts.integer_io)},
-        calibration=build.calibration, n_calibration=(len(build.inputs.calibration) if build.crossfit is None
-                                                    else build.crossfit["n"]),
+        calibration=build.calibration, n_calibration=build.n_calibrated,
         check_inputs=check_label(sets), n_check=sum(c["n"] for c in sets),
         n_layer_inputs=len(x_layer), layer_inputs=sets[worst]["inputs"],
         calibration_inputs=build.inputs.what, bias_correction=opts.bias_mode,

@@ -195,12 +195,7 @@ def choose(model, build, say) -> tuple[Choice, bytes | None]:
                      reference, outputs[name], outputs["cle"])))]
     if build.opts.compare and "plain" not in undecided:
         undecided.append("plain")  # --compare's verdict is measured on every input too
-    fit = CrossFit(model, build, contents)
-    say(f"cross-fitting the check on all {fit.n} calibration inputs (each by a build not "
-        "calibrated on it" + (f"; candidates: {', '.join(undecided)}" if undecided else "")
-        + ")")
-    pooled_ref = fit.reference()
-    pooled = {name: fit.outputs(name) for name in ["cle", *undecided]}
+    fit, pooled_ref, pooled = _cross_fit(model, build, contents, undecided, say)
     gains = {name: _check.sqnr_gain(pooled_ref, pooled[name], pooled["cle"])
              for name in undecided if name in usable}
     better = {name: gain for name, (gain, _, support) in gains.items()
@@ -209,9 +204,7 @@ def choose(model, build, say) -> tuple[Choice, bytes | None]:
     farther = _farther_outputs(model, pooled_ref, pooled) if "plain" in gains else []
     if farther:  # the converter's file keeps every output at the converter's level
         written = "plain"
-    _write_refit(fit, build, written, say)
-    build.crossfit = {"inputs": fit.label(), "n": fit.n, "reference": pooled_ref,
-                      "test": pooled[written], "plain": pooled.get("plain")}
+    _write_refit(fit, build, written, pooled_ref, pooled, say)
     return Choice(written, len(x), sqnr, fit.n,
                   {name: _sqnrs(pooled_ref, y) for name, y in pooled.items()},
                   farther), plain
@@ -238,22 +231,31 @@ def refit_cle(model, build, say) -> None:
     """What :func:`choose` does when it keeps cle's build, without measuring the others
     (``cle.analyze``, which analyses cle's build): its ranges calibrated on every input,
     its check cross-fitted."""
-    fit = CrossFit(model, build, {"cle": build.content})
+    fit, pooled_ref, pooled = _cross_fit(model, build, {"cle": build.content}, [], say)
+    _write_refit(fit, build, "cle", pooled_ref, pooled, say)
+
+
+def _cross_fit(model, build, contents, candidates, say):
+    """``(fit, reference, {name: outputs})``: the float model's and the builds' outputs on
+    every calibration input, cross-fitted, for cle's build and ``candidates``."""
+    fit = CrossFit(model, build, contents)
     say(f"cross-fitting the check on all {fit.n} calibration inputs (each by a build not "
-        "calibrated on it)")
-    pooled_ref, pooled = fit.reference(), fit.outputs("cle")
-    _write_refit(fit, build, "cle", say)
-    build.crossfit = {"inputs": fit.label(), "n": fit.n, "reference": pooled_ref,
-                      "test": pooled, "plain": None}
+        "calibrated on it" + (f"; candidates: {', '.join(candidates)}" if candidates else "")
+        + ")")
+    return fit, fit.reference(), {name: fit.outputs(name) for name in ["cle", *candidates]}
 
 
-def _write_refit(fit, build, name, say) -> None:
-    """Write the build of kind ``name`` calibrated on every input into ``build``."""
+def _write_refit(fit, build, name, reference, pooled, say) -> None:
+    """Write the build of kind ``name`` calibrated on every input into ``build``, and the
+    cross-fitted check's figures (of that kind, and of the plain conversion when measured)
+    into ``build.crossfit``."""
     say(f"writing {SAID[name]}, calibrated on all {fit.n} inputs")
     content, ranges = fit.refit(name)
     build.content = content
     if ranges is not None:
         build.ranges = ranges
+    build.crossfit = {"inputs": fit.label(), "n": fit.n, "reference": reference,
+                      "test": pooled[name], "plain": pooled.get("plain")}
 
 
 def _may_switch(gain) -> bool:

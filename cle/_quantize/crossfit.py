@@ -83,6 +83,7 @@ class CrossFit:
         self._held = None
         self._outputs = {}
         self._tail_lists = {}
+        self._roles = None
 
     # ------------------------------------------------------------------ statistics
 
@@ -145,7 +146,9 @@ class CrossFit:
         """Every activation tensor's range as the build would set it from all inputs but part
         ``k``'s: at its tails (:func:`cle._quantize.ranges.pick_range`), or at its min/max."""
         build = self.build
-        roles = tensor_roles(build.calibrated)
+        if self._roles is None:  # read from the flatbuffer once, not once per fold
+            self._roles = tensor_roles(build.calibrated)
+        roles = self._roles
         ranges = [copy.copy(r) for r in build.ranges]
         for r in ranges:
             sample, (lo, hi) = self._stats(r.index, k)

@@ -238,6 +238,13 @@ class Int8Build:
     extremes: dict = dataclasses.field(default_factory=dict)
     crossfit: dict | None = None
 
+    @property
+    def n_calibrated(self) -> int:
+        """How many inputs set the ``.tflite``'s activation ranges: every calibration input
+        once the choice wrote its build calibrated on all of them, else the calibration
+        inputs less those held out."""
+        return len(self.inputs.calibration) if self.crossfit is None else self.crossfit["n"]
+
 
 def build_checked(model, calibration_data, opts: QuantizeOptions, say,
                   single_io: str | None = None) -> Int8Build:
@@ -308,8 +315,7 @@ def check_build(model, build: Int8Build, say, straight=None, choice=None) -> Qua
     data = build.calibration == "data"
     return QuantizeReport(
         target=opts.target, calibration=build.calibration,
-        n_calibration=(len(inputs.calibration) if build.crossfit is None
-                       else build.crossfit["n"]),
+        n_calibration=build.n_calibrated,
         check_inputs=check_label(sets), n_check=sum(c["n"] for c in sets),
         equalization=build.equalization,
         bias_correction=opts.bias_mode, ranges=build.ranges,
