@@ -11,7 +11,7 @@ into it and the activation fused with it counts as one layer, under the convolut
   the layer's output with only its weights quantized, or only its output's range and rounding,
   on float inputs, the rest of the network in float. Measured, not modelled: a float copy of
   the ``.tflite`` in which every quantization of the INT8 model (its scales, zero points and
-  int8 weights) can be switched on per layer (:mod:`cle._measure.quant_sim`) is run once per
+  int8 weights) can be switched on per layer (:mod:`cle._tflite.quant_sim`) is run once per
   layer and part;
 * **the range** of its output: the values used, how they were chosen (``1e-4 tails``,
   ``min/max``, ...) and the calibrated min/max;

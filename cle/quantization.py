@@ -14,11 +14,11 @@
    holds all but a ``1e-4`` share of the tensor's values on each side (the model's output keeps
    its min/max: clipping the largest logits would change the top-1 class). One rare extreme
    value otherwise sets the step of every value of the tensor;
-5. **convert** with TF Lite's converter (``cle._measure.tflite``: its calibrate and quantize steps,
+5. **convert** with TF Lite's converter (``cle._tflite.converter``: its calibrate and quantize steps,
    with the ranges written in between). With ``weight_bits=4`` or a ``rounding`` other than to
    nearest, the kernels are first rounded layer by layer for their outputs after equalizing
    (:mod:`cle._quantize.rounding`, on the calibration inputs) and stored exactly in the
-   ``.tflite`` after converting (INT4 where LiteRT runs it, :mod:`cle._measure.weight_store`);
+   ``.tflite`` after converting (INT4 where LiteRT runs it, :mod:`cle._tflite.weight_store`);
 6. **check** the ``.tflite`` with LiteRT against the float model on inputs it was not
    calibrated on: top-1 agreement and logit SQNR.
 

@@ -18,12 +18,12 @@ from keras import layers as L
 import cle
 from cle import cli
 from cle import quantization as Q
-from cle._measure import quant_sim
-from cle._measure.flatgraph import FlatGraph, align, dequantize
-from cle._measure.inference import interpreter
-from cle._measure.layer_map import map_layers
 from cle._quantize.options import QuantizeOptions
 from cle._quantize.pipeline import build_checked
+from cle._tflite import quant_sim
+from cle._tflite.flatgraph import FlatGraph, align, dequantize
+from cle._tflite.layer_map import map_layers
+from cle._tflite.runtime import interpreter
 
 from conftest import BACKEND, no_tflite_on_torch, randomize_batch_norms, small_classifier
 
@@ -150,7 +150,7 @@ def test_entries_are_found_by_value_not_by_name(data):
     x = L.Conv2D(6, 3, padding="same", name="conv", activation="relu")(x)
     x = L.Conv2D(4, 1, name="conv_1_1")(x)
     model = keras.Model(inp, L.GlobalAveragePooling2D(name="pool")(x))
-    from cle._measure import tflite
+    from cle._tflite import converter as tflite
 
     content = tflite.calibrate(model, data[:8])
     lmap = map_layers(model, content, data[:2])

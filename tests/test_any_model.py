@@ -156,7 +156,7 @@ def test_an_operator_the_int8_model_runs_in_float_reads_its_inputs_own_quantizat
     runs them in float on their input dequantized. That input is not requantized (it was
     listed as requantized with no INT8 scale, and the simulation crashed with a TypeError):
     every input listed as requantized is read at an INT8 scale of its own."""
-    from cle._measure.flatgraph import FlatGraph, align
+    from cle._tflite.flatgraph import FlatGraph, align
 
     f, q = FlatGraph(attention_build.calibrated), FlatGraph(attention_build.content)
     alignment = align(f, q)
@@ -171,7 +171,7 @@ def test_the_simulation_of_attention_is_the_float_model_off_and_near_the_int8_mo
     """Every switch off: the float model; every switch on: closer to the INT8 model than the
     float model is. On JAX the attention's Dense layers run on ``(samples × positions,
     features)``: those tensors hold no row per sample, so the rows run one at a time."""
-    from cle._measure import quant_sim
+    from cle._tflite import quant_sim
 
     build = attention_build
     sim = quant_sim.build(build.calibrated, build.content)

@@ -11,8 +11,11 @@ tiers, lowest first (a module imports only its own tier and the tiers below it):
                          model checks, backend capabilities, files
  2      ``_transforms``  BN folding, scaling sets and their plan, ReLU6, high-bias folding,
                          the report, the stepwise AIMET classes, bias correction, QAT layers
- 3      ``_measure``     TF Lite conversion, LiteRT and Keras runs, metrics, calibration data,
-                         synthetic inputs
+ 2      ``_tflite``      the target room: TF Lite's converter and its private calls, the
+                         flatbuffer graph, the weight store, the simulation of the file, the
+                         LiteRT runs (it reaches ``_math`` and ``_core`` only)
+ 3      ``_measure``     target-neutral measurement: Keras runs, metrics, calibration data,
+                         synthetic inputs, input ranges, the check
  4      ``_quantize``,   the end-to-end ``quantize`` route; the real networks
         ``_pretrained``
  5      (top level)      the public modules: thin faces that re-export their folder's API
@@ -45,8 +48,13 @@ MAX_FUNCTION_LINES = 80
 #: Functions allowed past MAX_FUNCTION_LINES, with the reason.
 LONG_FUNCTIONS = {("_cli/main.py", "build_parser"): "the parser is one table of options"}
 
-FOLDER_TIERS = {"_math": 0, "_core": 1, "_transforms": 2, "_measure": 3, "_quantize": 4,
-                "_pretrained": 4, "_cli": 6}
+FOLDER_TIERS = {"_math": 0, "_core": 1, "_transforms": 2, "_tflite": 2, "_measure": 3,
+                "_quantize": 4, "_pretrained": 4, "_cli": 6}
+#: Folders that may reach only the folders listed (beyond the tier rule), with the reason.
+FOLDER_REACH = {"_tflite": {"_math", "_core"}}  # the target room: one place for the runtime
+#: The only folder whose code imports or reaches TF Lite's converter, flatbuffer and LiteRT.
+TARGET_ROOM = "_tflite"
+TARGET_MODULES = ("tensorflow.lite", "ai_edge_litert", "tflite_micro", "ethosu")
 PUBLIC_TIER = 5
 #: Top-level modules outside the public tier, with the reason.
 TOP_LEVEL_TIERS = {
@@ -74,6 +82,12 @@ def tier_of(module):
     if parts[1] in FOLDER_TIERS:
         return FOLDER_TIERS[parts[1]]
     return TOP_LEVEL_TIERS.get(parts[1], PUBLIC_TIER)
+
+
+def _folder(module):
+    """The tier folder of a cle module (``_core``), or None for a top-level module."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 2 and parts[1] in FOLDER_TIERS else None
 
 
 def _private(name):
@@ -156,6 +170,11 @@ def problems(path):
             continue
         if tier_of(module) > mine:
             out.append(f"line {line}: tier {mine} reaches {module} (tier {tier_of(module)})")
+        folder, target = _folder(me), _folder(module)
+        if (folder in FOLDER_REACH and target not in FOLDER_REACH[folder] | {folder}
+                and module != "cle"):
+            out.append(f"line {line}: {folder} reaches {module} ({folder} reaches only "
+                       f"{', '.join(sorted(FOLDER_REACH[folder]))})")
         for n in names:
             if _private(n) and not _is_module(f"{module}.{n}"):
                 out.append(f"line {line}: uses {module}'s private name {n}")
@@ -184,6 +203,52 @@ def test_math_imports_no_framework(path):
     roots |= {(n.module or "").split(".")[0] for n in ast.walk(tree)
               if isinstance(n, ast.ImportFrom) and not n.level}
     assert not roots & {"keras", "tensorflow", "jax", "torch", "ai_edge_litert"}
+
+
+def target_reaches(path, tree=None):
+    """``(line, what)`` of every import of TF Lite's converter, flatbuffer or a runtime
+    (:data:`TARGET_MODULES`), and every reach ``tf.lite.x`` / ``tensorflow.lite.x`` in code."""
+    tree = tree or ast.parse(path.read_text(encoding="utf-8"), str(path))
+    found = []
+    for node in ast.walk(tree):
+        modules = []
+        if isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            modules = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Import):
+            modules = [a.name for a in node.names]
+        for m in modules:
+            if any(m == t or m.startswith(t + ".") for t in TARGET_MODULES):
+                found.append((node.lineno, f"import {m}"))
+                break
+        if (isinstance(node, ast.Attribute) and node.attr == "lite"
+                and isinstance(node.value, ast.Name) and node.value.id in ("tf", "tensorflow")):
+            found.append((node.lineno, f"{node.value.id}.lite"))
+    return found
+
+
+@pytest.mark.parametrize("path", [p for p in SOURCES if _folder(module_of(p)) != TARGET_ROOM],
+                         ids=_relative)
+def test_only_the_target_room_reaches_tflite_and_the_runtimes(path):
+    assert target_reaches(path) == [], f"TF Lite and its runtimes live in cle/{TARGET_ROOM}/"
+
+
+def test_the_target_room_checks_can_fail(monkeypatch):
+    fake = PACKAGE / "_tflite" / "_room_probe_never_written.py"
+    source = ("import tensorflow as tf\n"
+              "c = tf.lite.TFLiteConverter\n"
+              "from ai_edge_litert.interpreter import Interpreter\n"
+              "from tflite_micro.python.tflite_micro import runtime\n"
+              "from cle._transforms import plan\n"
+              "from cle._core import graph\n")
+    real = pathlib.Path.read_text
+    monkeypatch.setattr(pathlib.Path, "read_text",
+                        lambda self, encoding=None: source if self == fake
+                        else real(self, encoding=encoding))
+    assert sorted(target_reaches(fake)) == [
+        (2, "tf.lite"), (3, "import ai_edge_litert.interpreter"),
+        (4, "import tflite_micro.python.tflite_micro")]
+    assert problems(fake) == [
+        "line 5: _tflite reaches cle._transforms.plan (_tflite reaches only _core, _math)"]
 
 
 @pytest.mark.parametrize("path", SOURCES, ids=_relative)
@@ -233,7 +298,7 @@ def test_the_checks_can_fail(monkeypatch):
     fake = PACKAGE / "_core" / "_layout_probe_never_written.py"
     source = ("from cle._transforms.plan import plan_equalization\n"
               "from cle._core.graph import _inner\n"
-              "from .._measure import tflite\n"
+              "from .._measure import synthetic\n"
               "import cle._cli.main\n"
               "import cle\n"
               "x = cle._measure.synthetic.distill\n"
@@ -247,7 +312,7 @@ def test_the_checks_can_fail(monkeypatch):
     assert problems(fake) == sorted([
         "line 1: tier 1 reaches cle._transforms.plan (tier 2)",
         "line 2: uses cle._core.graph's private name _inner",
-        "line 3: tier 1 reaches cle._measure.tflite (tier 3)",
+        "line 3: tier 1 reaches cle._measure.synthetic (tier 3)",
         "line 4: tier 1 reaches cle._cli.main (tier 6)",
         "line 5: tier 1 reaches cle (tier 5)",
         "line 6: tier 1 reaches cle._measure.synthetic (tier 3)",
@@ -258,7 +323,7 @@ def test_the_checks_can_fail(monkeypatch):
 # ------------------------------------------------------------------ private APIs of others
 
 #: The two modules that may use Keras', TensorFlow's and LiteRT's private API.
-FENCES = ("_core/keras_internals.py", "_measure/tflite_internals.py")
+FENCES = ("_core/keras_internals.py", "_tflite/internals.py")
 PRIVATE_IMPORTS = ("keras.src", "tensorflow.python", "tensorflow.lite.python",
                    "tensorflow.lite.tools", "tensorflow.compiler", "ai_edge_litert._")
 

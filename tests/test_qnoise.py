@@ -265,7 +265,7 @@ def test_tflite_quantizes_a_clipped_relu_on_one_grid():
     if keras.backend.backend() != "tensorflow":
         pytest.skip("TFLite conversion needs the TensorFlow backend")
     import cle
-    from cle._measure import inference
+    from cle._tflite import runtime
     from cle import quantization as q
 
     inp = keras.Input((8, 8, 4))
@@ -275,7 +275,7 @@ def test_tflite_quantizes_a_clipped_relu_on_one_grid():
     model = keras.Model(inp, out)
     xs = np.random.default_rng(0).normal(size=(8, 8, 8, 4)).astype("float32") * 4
     content = q.convert_to_tflite_int8(model, xs)
-    interp = inference.interpreter(content)
+    interp = runtime.interpreter(content)
     ops = {op["op_name"]: op for op in interp._get_ops_details()}
     assert "MINIMUM" in ops
     details = {d["index"]: d for d in interp.get_tensor_details()}

@@ -11,8 +11,9 @@ import pytest
 from keras import layers as L
 
 import cle
-from cle._measure import inference as _inference
 from cle import quantization as Q
+from cle._measure import inference as _inference
+from cle._tflite import runtime
 from cle.layers import ClippedReLU
 
 from conftest import (
@@ -423,7 +424,7 @@ def test_tflite_weight_scales(tflite_small):
         "logits": lambda k: k.T,  # (out, in)
     }
     for pc in (True, False):
-        info = _inference.weight_quantization(content[pc])
+        info = runtime.weight_quantization(content[pc])
         assert [d["op"] for d in info] == ["CONV_2D", "DEPTHWISE_CONV_2D", "CONV_2D",
                                            "FULLY_CONNECTED"]
         for d, (name, layout) in zip(info, kernels.items()):
@@ -621,7 +622,7 @@ def test_evaluate_shares_one_calibration_and_matches_the_converter(tflite_small)
     assert sum("converting (calibration on 4 inputs)" in m for m in messages) == 1
     for pc, row in zip((False, True), rows[3:]):
         alone = Q.run_tflite(Q.convert_to_tflite_int8(model, x[:4], per_channel=pc), x,
-                             batch_size=_inference.TFLITE_BATCH)
+                             batch_size=runtime.TFLITE_BATCH)
         assert row["sqnr_db"] == Q.sqnr_db(y, alone), pc
         assert row["top1_agreement"] == Q.top1_agreement(y, alone)
 

@@ -16,13 +16,13 @@ import pytest
 from keras import layers as L
 
 import cle
-from cle._quantize import pipeline
-from cle._measure import inference
-from cle._measure import synthetic as _synthetic
-from cle._measure import check as C
-from cle._measure import tflite
-from cle._core.inputs import check_calibration_data, input_names
 from cle import quantization as Q
+from cle._core.inputs import check_calibration_data, input_names
+from cle._measure import check as C
+from cle._measure import synthetic as _synthetic
+from cle._quantize import pipeline
+from cle._tflite import converter as tflite
+from cle._tflite import runtime
 
 from conftest import (
     BACKEND,
@@ -242,9 +242,9 @@ def test_min_max_is_over_every_calibration_input(net, data):
 def test_quantize_targets_reach_the_converter(net, data):
     _, pc = cle.quantize(net, data)
     content, report = cle.quantize(net, data, per_channel=False, integer_io=True)
-    weights = inference.weight_quantization(content)
+    weights = runtime.weight_quantization(content)
     assert weights and all(len(w["scales"]) == 1 for w in weights)  # per-tensor
-    interp = inference.interpreter(content)
+    interp = runtime.interpreter(content)
     assert interp.get_input_details()[0]["dtype"] == np.int8
     assert interp.get_output_details()[0]["dtype"] == np.int8
     assert report.target == {"per_channel": False, "weight_bits": 8, "activation_bits": 8,
@@ -352,7 +352,7 @@ def test_sparse_tensor_keeps_min_max():
 
 def test_integer_io_input_keeps_its_min_max(net, data):
     content, report = cle.quantize(net, data, integer_io=True, bias_correction="none")
-    details = inference.interpreter(content).get_input_details()[0]
+    details = runtime.interpreter(content).get_input_details()[0]
     first = [r for r in report.ranges if r.name == details["name"]]
     assert first and all(r.how == "min/max (integer input)" for r in first)
     scale, zero = details["quantization"]

@@ -19,9 +19,9 @@ from cle._core import inputs as _inputs
 from cle._core.inputs import check_calibration_data, input_names
 from cle._measure import check as C
 from cle._measure import synthetic as _synthetic
-from cle._measure import tflite
-from cle._measure.inference import input_name
 from cle._quantize import pipeline
+from cle._tflite import converter as tflite
+from cle._tflite.runtime import input_name
 
 from conftest import BACKEND, no_tflite_on_torch, randomize_batch_norms
 

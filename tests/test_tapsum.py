@@ -10,9 +10,9 @@ from conftest import randomize_batch_norms, randomize_biases
 import cle
 from cle._math.kernel_quant import quantize_kernel, round_kernel
 from cle._math.rounding import keep_tap_sums
-from cle._measure.flatgraph import FlatGraph, dequantize
 from cle._quantize.options import QuantizeOptions
 from cle._quantize.pipeline import build_checked
+from cle._tflite.flatgraph import FlatGraph, dequantize
 
 L = keras.layers
 

@@ -16,12 +16,12 @@ from keras import layers as L
 import cle
 from cle import quantization as Q
 from cle._core.inputs import ModelInputs
-from cle._measure import tflite
-from cle._measure import weight_store as W
-from cle._quantize import pipeline
 from cle._quantize import layer_parts
+from cle._quantize import pipeline
 from cle._quantize import rounding as stage_rounding
 from cle._quantize.rounding import round_model, wide_share_within
+from cle._tflite import converter as tflite
+from cle._tflite import weight_store as W
 
 from conftest import no_tflite_on_torch, randomize_batch_norms, real_mobilenet_v2
 
@@ -108,7 +108,7 @@ def test_pack_int4_low_nibble_first_and_odd_counts():
 
 
 def _model_tensors(content):
-    from cle._measure import tflite_internals as internals
+    from cle._tflite import internals
 
     obj = internals.read_model(content)
     return obj, obj.subgraphs[0]
@@ -124,7 +124,7 @@ def test_int4_tensors_as_litert_reads_them(rounded, per_channel):
                      "logits": ("FULLY_CONNECTED", "INT4")}
     by_type = {s.storage: s for s in stored}
     assert all(s.per_channel == per_channel for s in stored)
-    from cle._measure import tflite_internals as internals
+    from cle._tflite import internals
 
     names = internals.builtin_operator_names()
     seen = 0
@@ -611,7 +611,7 @@ def test_separable_pointwise_kernel_is_rounded_on_the_rounded_depthwise_output(m
 def test_int8_file_estimate_counts_separable_kernels_at_a_byte_a_weight():
     """The 8-bit file's estimate (the file budget's base) on a network of separable layers
     errs high, by little: both kernels of each at a byte a weight, not as float weights."""
-    from cle._measure.weight_store import int8_file_bytes
+    from cle._tflite.weight_store import int8_file_bytes
 
     keras.utils.set_random_seed(0)
     inp = keras.Input((16, 16, 3))
@@ -918,7 +918,7 @@ def test_real_mobilenet_v2_int4_file():
     runs it as its INT8 twin. The INT8 file's estimate errs high, by little, and the kernels
     kept 8-bit within the budget's share of the weights keep the file within the budget."""
     from cle import pretrained as P
-    from cle._measure.weight_store import int8_file_bytes
+    from cle._tflite.weight_store import int8_file_bytes
 
     model = cle.fold_all_batch_norms(real_mobilenet_v2())[1]
     x = P.preprocess_imagenet(P.sample_images(8, 224, seed=1))

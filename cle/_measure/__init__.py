@@ -1,2 +1,3 @@
-"""Tier 3, measurement: TF Lite conversion and LiteRT runs, Keras inference, metrics, calibration
-data and synthetic calibration inputs."""
+"""Tier 3, measurement that does not depend on the target: Keras inference, metrics, calibration
+data, synthetic calibration inputs, input ranges and the check (the ``.tflite`` side lives in
+:mod:`cle._tflite`)."""

@@ -10,15 +10,18 @@ import keras
 import numpy as np
 
 from cle._core.backend import check_runnable
-from cle._measure import tflite as _tflite
 from cle._core.checks import check_model, check_single_io
-from cle._math.checks import check_bits, check_bool, check_inputs, check_pair
 from cle._core.graph import graph_view
-from cle._measure.inference import TFLITE_BATCH, interpreter, predict
+from cle._core.inputs import ModelInputs
 from cle._core.layouts import kernel_layers, kernel_specs
-from cle._math.kernel_quant import quantize_kernel
 from cle._core.rebuild import rebuild
-from cle._measure.tflite import check_tflite_backend
+from cle._math.checks import check_bits, check_bool, check_inputs, check_pair
+from cle._math.kernel_quant import quantize_kernel
+from cle._measure.inference import predict
+from cle._tflite import converter as _tflite
+from cle._tflite.converter import check_tflite_backend
+from cle._tflite.runtime import (TFLITE_BATCH, input_name, interpreter,
+                                 output_details_in_order, run_all)
 
 __all__ = [
     "convert_to_tflite_int8",
@@ -283,43 +286,23 @@ def run_tflite(tflite_model: bytes, inputs, batch_size=1):
             f"`batch_size` must be a positive integer. Received: batch_size={batch_size!r}"
         )
     interp = interpreter(tflite_model)
-    ins, outs = interp.get_input_details(), interp.get_output_details()
-    if len(ins) != 1 or len(outs) != 1:
-        return _run_several(tflite_model, interp, inputs, batch_size)
-    inp, out = ins[0], outs[0]
-    signature = inp.get("shape_signature", inp["shape"])
-    x = check_inputs(inputs, [int(d) for d in signature[1:]], "inputs")
+    x = _model_inputs(inputs, sorted(interp.get_input_details(), key=lambda d: d["index"]))
     if len(x) == 0:
-        return np.zeros((0,) + tuple(int(d) for d in out["shape"][1:]), np.float32)
-    results = []
-    current = None
-    for start in range(0, len(x), int(batch_size)):
-        chunk = x[start: start + int(batch_size)]
-        if current != chunk.shape:
-            interp.resize_tensor_input(inp["index"], chunk.shape, strict=False)
-            interp.allocate_tensors()
-            current = chunk.shape
-        if np.dtype(inp["dtype"]) in (np.int8, np.uint8):
-            scale, zero = inp["quantization"]
-            info = np.iinfo(inp["dtype"])
-            chunk = np.clip(np.round(chunk / scale) + zero, info.min, info.max)
-        interp.set_tensor(inp["index"], chunk.astype(inp["dtype"]))
-        interp.invoke()
-        y = interp.get_tensor(out["index"])
-        if np.dtype(out["dtype"]) in (np.int8, np.uint8, np.int16):
-            scale, zero = out["quantization"]
-            y = (y.astype(np.float32) - zero) * np.float32(scale)
-        results.append(np.array(y, dtype=np.float32))
-    return np.concatenate(results, axis=0)
+        ys = [np.zeros((0,) + tuple(int(n) for n in d["shape"][1:]), np.float32)
+              for d in output_details_in_order(interp)]
+    else:
+        ys = run_all(tflite_model, x, batch_size=int(batch_size), interp=interp)
+    return ys if len(ys) > 1 else ys[0]
 
 
-def _run_several(tflite_model, interp, inputs, batch_size):
-    """:func:`run_tflite` for a model with several inputs or outputs."""
-    from cle._core.inputs import ModelInputs
-    from cle._measure.inference import input_name, run_all
-
-    details = sorted(interp.get_input_details(), key=lambda d: d["index"])
+def _model_inputs(inputs, details) -> ModelInputs:
+    """``inputs`` of :func:`run_tflite` (one array; a dict or a tuple for several inputs)
+    checked against the flatbuffer's input ``details`` (in tensor order)."""
     names = [input_name(d["name"]) for d in details]
+    shapes = [[int(n) for n in d.get("shape_signature", d["shape"])[1:]] for d in details]
+    if len(names) == 1:
+        x = check_inputs(inputs, shapes[0], "inputs")
+        return ModelInputs((x,), tuple(names), (x.shape[1:],))
     if isinstance(inputs, dict):
         missing = sorted(set(names) - set(inputs))
         if missing or len(inputs) != len(names):
@@ -328,19 +311,15 @@ def _run_several(tflite_model, interp, inputs, batch_size):
         arrays = [inputs[n] for n in names]
     elif isinstance(inputs, (tuple, list)) and len(inputs) == len(names):
         arrays = list(inputs)
-    elif len(names) == 1:
-        arrays = [inputs]
     else:
         raise ValueError(f"`inputs` must be a dict or a tuple with one array per input "
                          f"{names}. Received: {type(inputs).__name__}")
-    checked = [check_inputs(a, [int(d) for d in dt.get("shape_signature", dt["shape"])[1:]],
-                            f"inputs['{n}']") for a, dt, n in zip(arrays, details, names)]
+    checked = [check_inputs(a, shape, f"inputs['{n}']")
+               for a, shape, n in zip(arrays, shapes, names)]
     if len({len(a) for a in checked}) > 1:
         raise ValueError(f"`inputs` must hold as many samples of every input. Received: "
                          f"{[len(a) for a in checked]}")
-    x = ModelInputs(tuple(checked), tuple(names), tuple(a.shape[1:] for a in checked))
-    ys = run_all(tflite_model, x, batch_size=int(batch_size))
-    return ys if len(ys) > 1 else ys[0]
+    return ModelInputs(tuple(checked), tuple(names), tuple(a.shape[1:] for a in checked))
 
 
 # ------------------------------------------------------------------------------- evaluate
@@ -476,7 +455,7 @@ def evaluate(model, inputs, reference_outputs, *, float_outputs=None, weight_bit
 
     if tflite:
         # One calibration serves every granularity: the converter's calibrate and quantize
-        # steps, run apart (cle._measure.tflite), give what convert_to_tflite_int8 gives.
+        # steps, run apart (cle._tflite.converter), give what convert_to_tflite_int8 gives.
         n_cal = len(x) if num_calibration is None else min(len(x), int(num_calibration))
         calibrated = None
         for pc in granularities:

@@ -3,10 +3,10 @@
 It builds the ``.tflite`` :func:`cle.quantize` would write (through its door and the same
 stages, :func:`cle._quantize.pipeline.build_checked`; any number of inputs and outputs),
 pairs every Keras layer with its operators and tensors in it
-(:func:`cle._measure.layer_map.map_layers`), and measures on the check inputs:
+(:func:`cle._tflite.layer_map.map_layers`), and measures on the check inputs:
 
 * the INT8 model itself, every tensor kept: each layer's output against the float model's;
-* the switchable simulation of the INT8 model (:mod:`cle._measure.quant_sim`), one run per
+* the switchable simulation of the INT8 model (:mod:`cle._tflite.quant_sim`), one run per
   layer with that layer's weights alone quantized and one with its activations alone, the
   rest of the network in float: the layer's own output against float (the layer's weight and
   activation SQNR) and the model's output against float (what the layer adds to the
@@ -23,17 +23,17 @@ from typing import Any, Callable
 
 import numpy as np
 
-from cle._measure import quant_sim, tflite
-from cle._measure.flatgraph import FlatGraph, dequantize
-from cle._measure.inference import (input_details_by_name, input_name, interpreter,
-                                     keras_output_order, to_input)
-from cle._measure.layer_map import Entry, map_layers
 from cle._quantize import analysis_stats as describe
 from cle._quantize import weight_stages
 from cle._quantize.analysis_report import AnalysisReport, LayerReport
 from cle._quantize.choice import chooses, refit_cle
 from cle._quantize.options import QuantizeOptions
 from cle._quantize.pipeline import build_checked, check_label, check_sets, lower
+from cle._tflite import converter as tflite, quant_sim
+from cle._tflite.flatgraph import FlatGraph, dequantize
+from cle._tflite.layer_map import Entry, map_layers
+from cle._tflite.runtime import (input_details_by_name, input_name, interpreter,
+                                 keras_output_order, to_input)
 
 __all__ = ["analyze"]
 

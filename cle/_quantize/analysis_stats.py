@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from cle._measure import tflite
-from cle._measure.flatgraph import FlatGraph
+from cle._tflite import converter as tflite
+from cle._tflite.flatgraph import FlatGraph
 
 __all__ = ["Accumulator", "range_of", "reason", "weights_of"]
 
@@ -15,7 +15,7 @@ SAMPLE = 1 << 18
 # Axis of the output channel of each operator's weights in TF Lite's layout.
 _OUT_AXIS = {"CONV_2D": 0, "DEPTHWISE_CONV_2D": -1, "FULLY_CONNECTED": 0,
              "TRANSPOSE_CONV": 0, "CONV_3D": -1, "CONV_3D_TRANSPOSE": -2}
-# How a range was chosen, in words (cle._measure.tflite.TensorRange.how).
+# How a range was chosen, in words (cle._tflite.converter.TensorRange.how).
 _HOW = {"percentile": "1e-4 tails", "min/max": "min/max",
         "input range": "the input range (stated, or found from the model)",
         "min/max (sparse)": "min/max (the 1e-4 tails would be too narrow: a sparse tensor)",

@@ -46,9 +46,9 @@ import math
 import numpy as np
 
 from cle._measure import check as _check
-from cle._measure import tflite
 from cle._measure.inference import outputs_once
 from cle._quantize.crossfit import CrossFit
+from cle._tflite import converter as tflite
 
 __all__ = ["CANDIDATES", "SUPPORT", "SWITCH_DB", "Choice", "choose", "chooses"]
 

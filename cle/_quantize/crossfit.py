@@ -29,10 +29,10 @@ import copy
 import numpy as np
 
 from cle._core.inputs import ModelInputs
-from cle._measure import tflite
 from cle._measure.inference import outputs_once
 from cle._quantize import ranges as _ranges
 from cle._quantize.ranges import pick_range, tensor_roles
+from cle._tflite import converter as tflite
 
 __all__ = ["FOLDS", "CrossFit"]
 

@@ -16,11 +16,10 @@ from cle._core.checks import check_model
 from cle._core.graph import graph_view
 from cle._core.inputs import ModelInputs, check_calibration_data
 from cle._measure import calibration as _calibration
-from cle._measure.calibration import input_range_of  # noqa: F401  (cle.quantization's)
 from cle._measure import check as _check
 from cle._measure import input_range as _input_range
 from cle._measure import synthetic as _synthetic
-from cle._measure import tflite
+from cle._measure.calibration import input_range_of  # noqa: F401  (cle.quantization's)
 from cle._measure.inference import outputs_once
 from cle._quantize import choice as _choice
 from cle._quantize import tune as _tune
@@ -29,6 +28,7 @@ from cle._quantize.input_ranges import InputRangeUnknown, input_ranges_of
 from cle._quantize.options import QuantizeOptions
 from cle._quantize.ranges import MIN_WIDTH, TAIL, choose_percentile_ranges  # noqa: F401
 from cle._quantize.report import QuantizeReport
+from cle._tflite import converter as tflite
 from cle._transforms.equalize import equalize_checked
 from cle._transforms.options import EqualizeOptions
 
@@ -191,7 +191,7 @@ class Int8Build:
             grids when the rounding stage ran) and the equalize stage's report.
         calibrated: the float flatbuffer with the chosen ranges written in (what the quantize
             step read; None in 16x8 mode, which the converter runs in one step).
-        ranges: every activation tensor's :class:`cle._measure.tflite.TensorRange`.
+        ranges: every activation tensor's :class:`cle._tflite.converter.TensorRange`.
         content: the ``.tflite``.
         seconds: wall time of each stage.
         values: the values each activation tensor took on the calibration inputs (a sample,
@@ -206,7 +206,7 @@ class Int8Build:
         rounding: the :class:`cle._quantize.rounding.RoundingReport` of the rounding stage
             (None when TF Lite's converter rounds: 8 bits, to nearest).
         weights: how each weight tensor of the ``.tflite`` is stored and why
-            (:class:`cle._measure.weight_store.StoredWeight`).
+            (:class:`cle._tflite.weight_store.StoredWeight`).
         snapped: with ``rounding="tapsum"``, the float kernels the layers of ``equalized``
             had before they were put on their grids (``equalized`` and ``calibrated`` hold
             them on their grids), ``{layer name: {attribute: kernel}}``.

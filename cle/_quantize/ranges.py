@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from cle._measure import tflite
-from cle._measure.inference import input_name
+from cle._tflite import converter as tflite
+from cle._tflite.runtime import input_name
 
 __all__ = ["MIN_WIDTH", "TAIL", "choose_percentile_ranges", "mse_range", "pick_range",
            "tail_range", "tensor_roles"]
@@ -63,9 +63,9 @@ def choose_percentile_ranges(calibrated, x, tensor_ranges, stated, integer_io, s
                              extremes=None):
     """Set each tensor's ``lo``/``hi`` to its :data:`TAIL` quantiles on ``x``, and return the
     values each tensor took (a sample, by tensor index, as
-    :func:`cle._measure.tflite.observe` keeps it). Kept at min/max: the tensors that decide an
+    :func:`cle._tflite.converter.observe` keeps it). Kept at min/max: the tensors that decide an
     output (the outputs, and the logits before a softmax;
-    :func:`cle._measure.tflite.protected_indices`), an input tensor with ``integer_io`` (its
+    :func:`cle._tflite.converter.protected_indices`), an input tensor with ``integer_io`` (its
     range is the int8 input's scale: real extremes must not clip); an input with a ``stated``
     range (``{input name: (lo, hi)}``, without data) takes it; and a tensor whose tail range
     would be narrower than :data:`MIN_WIDTH` of its min/max range keeps min/max. Every range
@@ -75,7 +75,7 @@ def choose_percentile_ranges(calibrated, x, tensor_ranges, stated, integer_io, s
     interpreter computes it, so ``calibrated`` needs only the converter's tensor layout: one
     input calibrates it (the converter's own calibration pass would cost as much again, and
     its min/max of a tensor that feeds a residual ``ADD`` can be wider than the tensor's
-    values). ``extremes``: as :func:`cle._measure.tflite.observe` takes it (each tensor's min
+    values). ``extremes``: as :func:`cle._tflite.converter.observe` takes it (each tensor's min
     and max on each input, for the cross-fitted builds of :mod:`cle._quantize.crossfit`)."""
     say(f"measuring {len(tensor_ranges)} activation tensors")
     values = tflite.observe(calibrated, x, [r.index for r in tensor_ranges], extremes=extremes)
@@ -90,7 +90,7 @@ def choose_percentile_ranges(calibrated, x, tensor_ranges, stated, integer_io, s
 
 def tensor_roles(calibrated) -> tuple[set, set, set]:
     """``(protected, inputs, outputs)``: the indices of the tensors that keep min/max
-    (:func:`cle._measure.tflite.protected_indices`), of the inputs and of the outputs."""
+    (:func:`cle._tflite.converter.protected_indices`), of the inputs and of the outputs."""
     protected, inputs = tflite.protected_indices(calibrated)
     return protected, inputs, tflite.output_indices(calibrated)
 

@@ -48,7 +48,7 @@ class QuantizeReport:
             "rounding": the rounding stage's, each rounded layer's bias taking its mean
             output error away).
         ranges: every activation tensor's calibrated and chosen range
-            (:class:`cle._measure.tflite.TensorRange`); empty for 16-bit activations.
+            (:class:`cle._tflite.converter.TensorRange`); empty for 16-bit activations.
         input_ranges: without data, each input's range and where it came from (stated,
             the model's preprocessing layers, or its first batch norm's statistics), as
             dicts; with data, empty (the data sets the input's range).
@@ -71,7 +71,7 @@ class QuantizeReport:
         rounding: the :class:`cle._quantize.rounding.RoundingReport` of the rounding stage
             (None when the converter rounds: 8 bits, ``rounding="nearest"``).
         weights: how each weight tensor of the ``.tflite`` is stored and why
-            (:class:`cle._measure.weight_store.StoredWeight`).
+            (:class:`cle._tflite.weight_store.StoredWeight`).
         size: the ``.tflite``'s size in bytes.
         size_int8: the size of the same build's ``.tflite`` as TF Lite's converter wrote it,
             every weight 8-bit, before the rounded kernels were stored (0: not known).

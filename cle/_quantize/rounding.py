@@ -32,9 +32,9 @@ from cle._core.graph import calls_leading_to, graph_view, is_plain_call, run_cal
 from cle._core.layouts import bias_on_wrong_axis, layout_of, untouchable_reason
 from cle._math import rounding as R
 from cle._math.moments import column_blocks, moments, numpy_gram
-from cle._measure.weight_store import NO_INT4, LayerWeights, int8_file_bytes
 from cle._quantize.layer_parts import (KINDS, NOT_ROUNDED, channels_last, depthwise_out,
                                        kind_of, parts)
+from cle._tflite.weight_store import NO_INT4, LayerWeights, int8_file_bytes
 from cle._transforms.bias_pass import quantized_kernels
 
 __all__ = ["MAX_FAN_IN", "METHODS", "RoundedLayer", "RoundingReport", "reads_inputs",
@@ -475,7 +475,7 @@ def round_model(model, inputs, *, bits, per_channel, method, free_bias=True, sou
 
     Returns:
         ``(RoundingReport, [LayerWeights])``: what the stage did, and every layer with a
-        kernel as the writer (:func:`cle._measure.weight_store.store_weights`) needs it.
+        kernel as the writer (:func:`cle._tflite.weight_store.store_weights`) needs it.
     """
     say = say or (lambda message: None)
     start = time.perf_counter()

@@ -9,7 +9,7 @@ the calibration nor the tuning saw, check.
 
 An int8-only target cannot leave a layer in float; what it can change is each activation
 tensor's range. :func:`tune_ranges` ranks the tensors by what each adds to the output's error
-on its own (the switchable simulation of :mod:`cle._measure.quant_sim`, that tensor alone
+on its own (the switchable simulation of :mod:`cle._tflite.quant_sim`, that tensor alone
 quantized, the rest in float), takes the :data:`TOP` that add most, and for each measures the
 output's error with its range at each candidate (:data:`KINDS`): its 1e-4 tails (what
 ``cle.quantize`` chooses), its min/max, the range that minimizes the tensor's own quantization
@@ -29,11 +29,12 @@ import time
 import numpy as np
 
 from cle._measure import evaluation as Q
-from cle._measure import quant_sim, tflite
-from cle._measure.flatgraph import FlatGraph, align, with_constants
-from cle._measure.inference import TFLITE_BATCH, predict
-from cle._measure.layer_map import map_layers
+from cle._measure.inference import predict
 from cle._quantize.ranges import mse_range, tail_range
+from cle._tflite import converter as tflite, quant_sim
+from cle._tflite.flatgraph import FlatGraph, align, with_constants
+from cle._tflite.layer_map import map_layers
+from cle._tflite.runtime import TFLITE_BATCH
 
 __all__ = ["TuneReport", "split_for_tuning", "tune_build", "tune_ranges"]
 

@@ -12,8 +12,8 @@ from cle._core.graph import graph_view
 from cle._core.layouts import kernel_specs, read_weight
 from cle._math.kernel_quant import round_kernel
 from cle._math.rounding import DAMP
-from cle._measure.weight_store import store_weights, weight_storage
 from cle._quantize.rounding import reads_inputs, round_model
+from cle._tflite.weight_store import store_weights, weight_storage
 from cle._transforms.bias_pass import TAPSUM_LAYERS
 
 __all__ = ["DATA_DAMP_LOW_BITS", "SYNTHETIC_DAMP", "SYNTHETIC_SHRINK", "WIDE_SIZE_RATIO",
@@ -23,7 +23,7 @@ __all__ = ["DATA_DAMP_LOW_BITS", "SYNTHETIC_DAMP", "SYNTHETIC_SHRINK", "WIDE_SIZ
 #: kernels whose 4-bit rounding to nearest adds the most noise to their own layer's output per
 #: weight (measured in a first pass over the calibration inputs, real or synthetic: the first
 #: blocks, depthwise kernels, the projections of inverted residual blocks) stay on 8-bit grids
-#: until the file, estimated from above (:func:`cle._measure.weight_store.int8_file_bytes`),
+#: until the file, estimated from above (:func:`cle._tflite.weight_store.int8_file_bytes`),
 #: reaches it; a 4-bit file alone takes a little over half the 8-bit one, so this spends what
 #: remains of the size goal of docs/quantize_w4.md. With data the rounding alone leaves the
 #: 4-bit error of some layers too large for the rest of the network (measured there); without

@@ -21,7 +21,7 @@ converter's (0 for CONV_2D and FULLY_CONNECTED, 3 for DEPTHWISE_CONV_2D). The co
 buffers of equal constants (two all-zero biases), so a tensor is never changed in a buffer
 another tensor reads: it gets its own.
 
-Every flatbuffer access goes through :mod:`cle._measure.tflite_internals`.
+Every flatbuffer access goes through :mod:`cle._tflite.internals`.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ import numpy as np
 from cle._core.keras_internals import sublayers
 from cle._core.layouts import kernel_layers, layout_of
 from cle._math.rounding import grid_max, grid_min
-from cle._measure import tflite_internals as internals
+from cle._tflite import internals
 
 __all__ = ["INT4_OPS", "INT8_BYTES_PER_CHANNEL", "INT8_BYTES_PER_LAYER", "LayerWeights",
            "StoredWeight", "int8_file_bytes", "int8_twin", "pack_int4", "store_weights",

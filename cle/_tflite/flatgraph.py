@@ -1,7 +1,7 @@
 """A read view of a TF Lite flatbuffer's main graph, and the alignment of a float model with
 the INT8 model TF Lite's quantize step made from it.
 
-The converter's quantize step (:func:`cle._measure.tflite.quantize_calibrated`) keeps the float
+The converter's quantize step (:func:`cle._tflite.converter.quantize_calibrated`) keeps the float
 model's operators, in order, and adds conversions: a QUANTIZE of the float input, a DEQUANTIZE
 of the output, and a QUANTIZE (int8 to int8) wherever an operator needs its input at another
 scale (a requantization). :func:`align` pairs the two models' operators on that rule and
@@ -15,7 +15,7 @@ import dataclasses
 
 import numpy as np
 
-from cle._measure import tflite_internals as internals
+from cle._tflite import internals
 
 __all__ = ["Alignment", "FlatGraph", "Op", "align", "dequantize", "with_constants"]
 
@@ -43,8 +43,8 @@ class FlatGraph:
     """The main subgraph of a flatbuffer: operators in execution order, each tensor's producer
     and consumers, names, shapes, types, constant values and quantization parameters.
 
-    ``model`` is the mutable object tree (:func:`cle._measure.tflite_internals.read_model`);
-    :mod:`cle._measure.quant_sim` edits a copy of it."""
+    ``model`` is the mutable object tree (:func:`cle._tflite.internals.read_model`);
+    :mod:`cle._tflite.quant_sim` edits a copy of it."""
 
     def __init__(self, content: bytes):
         self.model = internals.read_model(content)

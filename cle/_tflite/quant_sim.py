@@ -1,7 +1,7 @@
 """The INT8 model's quantization, each part switchable per sample, in a float TF Lite model.
 
 :func:`build` takes the float flatbuffer the converter calibrated and the INT8 model its
-quantize step made of it (paired by :func:`cle._measure.flatgraph.align`) and writes one float
+quantize step made of it (paired by :func:`cle._tflite.flatgraph.align`) and writes one float
 model in which every quantization the INT8 model applies can be turned on or off, per sample
 of a batch, by an extra model input (a *switch*):
 
@@ -32,10 +32,10 @@ from typing import Callable
 
 import numpy as np
 
-from cle._measure import tflite_internals as internals
-from cle._measure.flatgraph import FLOAT32, Alignment, FlatGraph, align, dequantize
-from cle._measure.inference import input_details_by_name, interpreter
-from cle._measure.tflite import quiet
+from cle._tflite import internals
+from cle._tflite.converter import quiet
+from cle._tflite.flatgraph import FLOAT32, Alignment, FlatGraph, align, dequantize
+from cle._tflite.runtime import input_details_by_name, interpreter
 
 __all__ = ["QuantSim", "Switch", "build"]
 

@@ -9,7 +9,7 @@ into the INT8 model. Between the two this module reads the ranges, measures the 
 data with LiteRT's interpreter (``experimental_preserve_all_tensors``), and writes chosen
 ranges back with the flatbuffer object API (``tensorflow.lite.tools.flatbuffer_utils``).
 
-Those private and experimental names are reached through :mod:`cle._measure.tflite_internals`
+Those private and experimental names are reached through :mod:`cle._tflite.internals`
 alone. ``tests/test_quantize.py`` checks that the two-step route with untouched ranges gives the
 same INT8 model as the converter's one-step route, so a TensorFlow change that breaks the
 route is caught.
@@ -33,8 +33,8 @@ import numpy as np
 
 from cle._core import graph as _graph
 from cle._core.inputs import input_names
-from cle._measure import tflite_internals as internals
-from cle._measure.inference import input_details_by_name, interpreter
+from cle._tflite import internals
+from cle._tflite.runtime import input_details_by_name, interpreter
 
 # Values kept per tensor to choose its range (a uniform sample of all positions of all
 # inputs, plus the exact extremes).

@@ -2,7 +2,7 @@
 one small function.
 
 TF Lite's converter runs its calibration and its quantization as two internal steps; the
-package runs them apart to choose the activation ranges in between (:mod:`cle._measure.tflite`),
+package runs them apart to choose the activation ranges in between (:mod:`cle._tflite.converter`),
 and reads and writes the flatbuffer between them. None of that has a public API. The functions
 here are the only place in the package that touches those names (``tests/test_layout.py``
 fails on any other use), so a TensorFlow or LiteRT upgrade that moves one of them breaks here

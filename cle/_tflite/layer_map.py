@@ -21,8 +21,8 @@ import keras
 import numpy as np
 
 from cle._core.graph import graph_view, run_call
-from cle._measure.flatgraph import FLOAT32, FlatGraph
-from cle._measure.inference import input_details_by_name, interpreter
+from cle._tflite.flatgraph import FLOAT32, FlatGraph
+from cle._tflite.runtime import input_details_by_name, interpreter
 
 __all__ = ["Entry", "LayerMap", "map_layers"]
 
