@@ -38,6 +38,7 @@ GENERATORS = {
     "analyze-": "gen_analysis_docs.py",
     "w4a8-": "gen_w4a8_results.py",
     "zoo": "gen_zoo_results.py",
+    "targets-": "gen_targets_docs.py",
 }
 
 # Markers count only on a line of their own (a marker quoted in running text is not one).

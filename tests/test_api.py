@@ -74,9 +74,9 @@ DEFAULTS = {
     # cle.quantization
     "quantization.quantize": {
         "calibration_data": None, "per_channel": True, "weight_bits": 8, "activation_bits": 8,
-        "integer_io": False, "bias_correction": "auto", "ranges": "auto",
+        "integer_io": None, "bias_correction": "auto", "ranges": "auto",
         "input_range": None, "compare": False, "seed": 0, "progress": None, "tune": False,
-        "rounding": "auto", "output_kinds": None},
+        "rounding": "auto", "output_kinds": None, "target": "litert"},
     "quantization.load_calibration": {"preprocessing": None, "limit": None},
     # cle.analysis
     "analysis.analyze": {

@@ -87,6 +87,14 @@ def test_cli_docs_are_what_the_generator_writes(monkeypatch):
             f"docs/cli.md block '{name}' is stale: run python scripts/gen_cli_docs.py")
 
 
+def test_targets_table_is_what_the_generator_writes():
+    gen = _script("gen_targets_docs")
+    found = docblocks.blocks(gen.DOC)
+    text = docblocks.render(gen.generate(measured=False)["targets-table"])
+    assert found["targets-table"] == text, (
+        "docs/targets.md block 'targets-table' is stale: run python scripts/gen_targets_docs.py")
+
+
 def test_int8_blocks_are_what_the_saved_measurements_give():
     """The INT8 tables (results.md, README, the margin sweep, the range-model fit) render the
     rows that scripts/gen_int8_results.py saved in docs/data; nobody edited a figure by hand."""
@@ -181,14 +189,15 @@ def test_readme_command_lines_run(tiny_model, tmp_path, monkeypatch):
         if line.startswith("cle ")]
     assert "cle demo" in commands  # run by tests/test_cli.py::test_run_demo (16 photos)
     commands.remove("cle demo")
-    assert len(commands) == 6
+    assert len(commands) == 7
     for command in commands:
         out = io.StringIO()
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
             assert cli.main(shlex.split(command)[1:]) == 0, (command, out.getvalue())
     assert sorted(os.listdir(tmp_path)) == ["analysis.png", "eq.keras", "folded.keras",
                                             "inputs.npy", "model.keras", "model_int8.tflite",
-                                            "model_nodata.tflite", "report.json"]
+                                            "model_int8_vela.tflite", "model_nodata.tflite",
+                                            "report.json"]
 
 
 def test_cli_md_loading_block_runs(tmp_path, monkeypatch, tiny_model):

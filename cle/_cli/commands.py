@@ -212,6 +212,33 @@ def inspect_lines(report, model, args) -> list[str]:
     return lines
 
 
+def targets_table(installed=True) -> list[str]:
+    """The lines of ``cle targets``: one row per :data:`cle._tflite.targets.TARGETS` entry
+    (``installed``: with a column saying whether its tools are installed here)."""
+    from cle._tflite.targets import EXTRA, TARGETS
+
+    rows = []
+    for t in TARGETS.values():
+        int4 = "; ".join(op + ("" if len(g) == 2 else f" ({g[0]} only)")
+                         for op, g in t.int4.items())
+        checked = ("Vela + " if t.accelerator else "") + (
+            "TF Lite Micro" if t.runtime == "tflm" else "LiteRT")
+        rows.append([t.name, "int8" if t.integer_io else "float32", checked]
+                    + (["yes" if not t.missing() else "no"] if installed else [])
+                    + [int4 or "none (4-bit grids stored as INT8)"])
+    head = ["target", "I/O", "checked by"] + (["installed"] if installed else [])
+    return format_table(head + ["INT4 weights for"], rows, wrap=len(head), indent="",
+                        width=100) + [
+        f"tflm and ethos-u targets need `pip install {EXTRA}` (tflite-micro, ethos-u-vela); "
+        "--integer-io/--float-io override the I/O"]
+
+
+def cmd_targets(args) -> int:
+    """``cle targets``: the table of :data:`cle._tflite.targets.TARGETS`."""
+    print("\n".join(targets_table()))
+    return EXIT_OK
+
+
 def cmd_inspect(args) -> int:
     with Session(args) as session:
         model = session.load()

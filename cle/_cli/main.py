@@ -7,7 +7,7 @@ import os
 import sys
 import traceback
 
-from cle._cli.commands import cmd_demo, cmd_equalize, cmd_fold, cmd_inspect
+from cle._cli.commands import cmd_demo, cmd_equalize, cmd_fold, cmd_inspect, cmd_targets
 from cle._cli.quantize import (
     check_calibration_options, check_quantize_options, cmd_analyze, cmd_quantize,
     input_range_arg, output_kind_arg,
@@ -18,6 +18,7 @@ from cle._cli.common import (
     data_use, format_table, load_custom_objects, one_line,
 )
 from cle._cli.common import EXIT_OK  # noqa: F401  (cle.cli.EXIT_OK)
+from cle._tflite.targets import DEFAULT_TARGET, EXTRA, TARGETS
 
 __all__ = ["CliError", "main", "load_custom_objects", "format_table"]
 
@@ -191,8 +192,13 @@ def _quantize_data_options(p, calibration_help):
                    help="read at most N images from a --calibration folder")
     p.add_argument("--per-tensor", dest="per_channel", action="store_false",
                    help="per-tensor weights (default: per-channel, TF Lite's default)")
-    p.add_argument("--integer-io", action="store_true",
-                   help="int8 model input and output (default: float32)")
+    io = p.add_mutually_exclusive_group()
+    io.add_argument("--integer-io", dest="integer_io", action="store_true", default=None,
+                    help="int8 model input and output (default: the target's: float32 on "
+                         "litert, int8 on a microcontroller or an NPU)")
+    io.add_argument("--float-io", dest="integer_io", action="store_false",
+                    help="float32 model input and output, on any target (the ends quantize "
+                         "and dequantize on the device's CPU)")
     p.add_argument("--bias-correction", choices=("auto", "empirical", "analytic", "none"),
                    default="auto",
                    help="auto (default): empirical with --calibration, analytic without")
@@ -372,6 +378,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "not use (half of the held-out ones; without --calibration the "
                         "synthetic calibration inputs); one-input, one-output models; see "
                         "docs/analyze.md")
+    p.add_argument("--target", choices=tuple(TARGETS), default=DEFAULT_TARGET, metavar="NAME",
+                   help="where the file will run (cle targets lists them): litert (default), "
+                        "tflm (TF Lite Micro: run in its interpreter, arena and flash bytes "
+                        "reported), or an Ethos-U NPU such as ethos-u55-128 (compiled by Vela "
+                        "into OUT_vela.tflite, its figures reported); tflm and ethos-u need "
+                        f"pip install {EXTRA}")
     p.add_argument("--report", metavar="JSON", help="write the QuantizeReport as JSON")
     p.set_defaults(func=cmd_quantize)
 
@@ -386,6 +398,13 @@ def build_parser() -> argparse.ArgumentParser:
     model_args(p)
     _analyze_options(p)
     p.set_defaults(func=cmd_analyze)
+
+    p = sub.add_parser("targets", help="the targets cle quantize --target makes files for",
+                       description="List every target of cle quantize --target: the runtime "
+                                   "that checks the file, its default input/output, which "
+                                   "operators take INT4 weights, and what it needs installed.",
+                       epilog=_EPILOG)
+    p.set_defaults(func=cmd_targets)
 
     p = sub.add_parser("inspect", help="show what equalize would fold, scale and absorb",
                        description="Show, without writing anything, what `cle equalize` with "

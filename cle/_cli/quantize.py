@@ -94,7 +94,7 @@ def quantize_options(args):
             weight_bits=getattr(args, "weight_bits", 8),
             rounding=getattr(args, "rounding", "auto"),
             output_kinds=dict(args.output_kind) if getattr(args, "output_kind", None) else None,
-            has_data=bool(args.calibration))
+            has_data=bool(args.calibration), target=getattr(args, "target", "litert"))
     except ValueError as exc:
         raise CliError(one_line(exc), EXIT_USAGE) from exc
 
@@ -237,6 +237,8 @@ def cmd_quantize(args) -> int:
         _runnable(args, model, "cle quantize")
         content, report = _run(args, model, read_calibration(args, model))
         outputs = [(args.output, content)]
+        if report.compiled is not None:  # Vela's naming: OUT_vela.tflite beside OUT
+            outputs.append((os.path.splitext(args.output)[0] + "_vela.tflite", report.compiled))
         if args.report:
             outputs.append((args.report, json_bytes(report.to_dict())))
         write_outputs(outputs)

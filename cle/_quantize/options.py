@@ -10,6 +10,8 @@ import math
 import numbers
 from typing import Any
 
+from cle._tflite.targets import DEFAULT_TARGET, EXTRA, target_named
+
 __all__ = ["AUTO_ROUNDING", "AUTO_ROUNDING_LOW_BITS", "AUTO_ROUNDING_TAPSUM", "BIAS_CORRECTIONS",
            "GRID_ROUNDINGS", "METHODS", "OUTPUT_KINDS", "QuantizeOptions", "RANGES", "ROUNDINGS",
            "WEIGHT_BITS", "normalize_output_kinds", "resolve_rounding", "stage_rounds"]
@@ -130,7 +132,7 @@ class QuantizeOptions:
     per_channel: bool = True
     weight_bits: int = 8
     activation_bits: int = 8
-    integer_io: bool = False
+    integer_io: Any = None
     bias_correction: str = "auto"
     ranges: str = "auto"
     input_range: Any = None
@@ -140,8 +142,12 @@ class QuantizeOptions:
     rounding: str = "auto"
     output_kinds: Any = None
     has_data: bool = False
+    target: str = DEFAULT_TARGET
 
     def __post_init__(self):
+        spec = target_named(self.target)
+        if self.integer_io is None:  # the target's own input/output type
+            object.__setattr__(self, "integer_io", spec.integer_io)
         for name in ("per_channel", "integer_io", "compare", "tune"):
             if not _is_bool(getattr(self, name)):
                 raise ValueError(f"`{name}` must be True or False. Received: "
@@ -150,6 +156,7 @@ class QuantizeOptions:
             raise ValueError("TF Lite's converter quantizes activations to 8 or 16 bits (16x8 "
                              f"mode). Received: activation_bits={self.activation_bits!r}")
         self._check_weights()
+        self._check_target(spec)
         if self.activation_bits == 16 and not self.per_channel:
             raise ValueError("TF Lite's 16x8 mode quantizes weights per channel. Received: "
                              "activation_bits=16 with per_channel=False")
@@ -184,6 +191,23 @@ class QuantizeOptions:
                 "input_range is for quantizing without data (the input range of the synthetic "
                 "inputs); with calibration_data the data sets it. Received: "
                 f"input_range={self.input_range!r} with calibration_data")
+
+    def _check_target(self, spec):
+        """The options against what the target takes, and the target's tools installed."""
+        if self.activation_bits not in spec.activation_bits:
+            raise ValueError(f"target {spec.name!r} takes {spec.activation_bits[0]}-bit "
+                             "activations only. Received: "
+                             f"activation_bits={self.activation_bits!r}, "
+                             f"target={spec.name!r}")
+        missing = spec.missing()
+        if missing:
+            raise ValueError(f"target {spec.name!r} needs {', '.join(missing)}: install them "
+                             f"with `pip install {EXTRA}`. Received: target={spec.name!r}")
+
+    @property
+    def target_spec(self):
+        """The :class:`cle._tflite.targets.Target` of :attr:`target`."""
+        return target_named(self.target)
 
     def _check_weights(self):
         """``weight_bits`` and ``rounding``, alone and against the activations and the bias
@@ -255,7 +279,9 @@ class QuantizeOptions:
         return "empirical" if self.has_data else "analytic"
 
     @property
-    def target(self) -> dict:
-        return {"per_channel": bool(self.per_channel), "weight_bits": int(self.weight_bits),
+    def settings(self) -> dict:
+        """What the file is made for, as the report gives it (``report.target``)."""
+        return {"name": self.target, "per_channel": bool(self.per_channel),
+                "weight_bits": int(self.weight_bits),
                 "activation_bits": int(self.activation_bits),
                 "integer_io": bool(self.integer_io), "rounding": self.rounding_method}

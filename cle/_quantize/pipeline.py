@@ -22,6 +22,7 @@ from cle._measure import synthetic as _synthetic
 from cle._measure.calibration import input_range_of  # noqa: F401  (cle.quantization's)
 from cle._measure.inference import outputs_once
 from cle._quantize import choice as _choice
+from cle._quantize import deploy
 from cle._quantize import tune as _tune
 from cle._quantize import weight_stages
 from cle._quantize.input_ranges import InputRangeUnknown, input_ranges_of
@@ -57,12 +58,12 @@ class _Inputs:
 
 
 def quantize(model, calibration_data=None, *, per_channel: bool = True, weight_bits: int = 8,
-             activation_bits: int = 8, integer_io: bool = False,
+             activation_bits: int = 8, integer_io: bool | None = None,
              bias_correction: str = "auto", ranges: str = "auto",
              input_range=None, compare: bool = False, seed: int = 0,
              progress: Callable[[str], Any] | None = None,
              tune: bool = False, rounding: str = "auto",
-             output_kinds=None) -> tuple[bytes, QuantizeReport]:
+             output_kinds=None, target: str = "litert") -> tuple[bytes, QuantizeReport]:
     """A full-integer TF Lite model of ``model`` (8-bit activations and 8- or 4-bit weights,
     or TF Lite's 16x8 mode), as close to it as this library can make it.
 
@@ -83,7 +84,9 @@ def quantize(model, calibration_data=None, *, per_channel: bool = True, weight_b
             LiteRT runs them; the report's ``weights`` says per layer what was stored how and
             why a layer stays 8-bit).
         activation_bits: 8, or 16 for TF Lite's 16x8 mode (per-channel weights only).
-        integer_io: int8 (int16 in 16x8 mode) model inputs and outputs instead of float32.
+        integer_io: int8 (int16 in 16x8 mode) model inputs and outputs instead of float32;
+            None (default): the target's (float32 on "litert", int8 on a microcontroller or
+            an NPU).
         bias_correction: "auto" (default): empirical with data, analytic without; or
             "empirical" (needs data), "analytic", "none".
         ranges: "auto" (default): each activation tensor's range holds all but a
@@ -128,6 +131,13 @@ def quantize(model, calibration_data=None, *, per_channel: bool = True, weight_b
             outputs declared "classes" (e.g. linear logits). A linear vector is values
             unless declared. Names are the layers that make the outputs (or the model's
             output names).
+        target: where the file will run (:data:`cle._tflite.targets.TARGETS`; ``cle
+            targets`` lists them): "litert" (default: LiteRT on a CPU), "tflm" (TF Lite
+            Micro on a microcontroller: INT4 weights only where its kernels run them, the
+            file run in its own interpreter, ``report.target["arena_bytes"]``), or an Ethos-U
+            NPU such as "ethos-u55-128" (compiled by Vela, whose figures the report gives and
+            whose compiled model is ``report.compiled``; 4-bit grids stored as INT8, which
+            Vela compiles). Those need ``pip install keras-cle[targets]``.
 
     Returns:
         ``(tflite_bytes, report)``: the ``.tflite`` flatbuffer and a :class:`QuantizeReport`.
@@ -143,7 +153,8 @@ def quantize(model, calibration_data=None, *, per_channel: bool = True, weight_b
             other than to nearest; 4-bit weights or a rounding other than to nearest with
             16-bit activations; 4-bit weights or a rounding other than to nearest with
             ``bias_correction="analytic"`` or ``"empirical"`` (the rounding stage sets the
-            biases then).
+            biases then); a target whose tools are not installed or that does not take the
+            activation bits asked for.
         RuntimeError: the PyTorch backend (TF Lite's converter cannot read its models), or
             non-finite synthetic inputs or outputs.
 
@@ -155,7 +166,8 @@ def quantize(model, calibration_data=None, *, per_channel: bool = True, weight_b
         calibration_data, per_channel=per_channel, weight_bits=weight_bits,
         activation_bits=activation_bits, integer_io=integer_io,
         bias_correction=bias_correction, ranges=ranges, input_range=input_range,
-        compare=compare, seed=seed, tune=tune, rounding=rounding, output_kinds=output_kinds)
+        compare=compare, seed=seed, tune=tune, rounding=rounding, output_kinds=output_kinds,
+        target=target)
     return quantize_checked(model, calibration_data, opts, progress)
 
 
@@ -171,7 +183,10 @@ def quantize_checked(model, calibration_data, opts: QuantizeOptions, progress=No
     choice, plain = (_timed(build.seconds, "choose", _choice.choose, model, build, say)
                      if _choice.chooses(build) else (None, None))
     build.values, build.extremes = None, {}  # the samples are large: not kept any longer
-    return build.content, check_build(model, build, say, plain, choice)
+    report = check_build(model, build, say, plain, choice)
+    if opts.target_spec.runtime != "litert" or opts.target_spec.accelerator:
+        _timed(build.seconds, "target", deploy.check_on_target, model, build, report, say)
+    return build.content, report
 
 
 @dataclasses.dataclass
@@ -269,7 +284,8 @@ def build_checked(model, calibration_data, opts: QuantizeOptions, say,
         seconds, "convert", _convert, equalized, inputs.calibration, opts, input_ranges, say,
         extremes)
     int8_size = len(content)
-    content, stored = _timed(seconds, "store", weight_stages.store_stage, content, entries, say)
+    content, stored = _timed(seconds, "store", weight_stages.store_stage, content, entries, say,
+                             opts.target_spec)
     return Int8Build(opts, inputs, "data" if x is not None else "synthetic", input_ranges,
                      equalized, eq_report, calibrated, tensor_ranges, content, seconds,
                      values, rounding=rounded, weights=stored, snapped=snapped,
@@ -314,7 +330,7 @@ def check_build(model, build: Int8Build, say, straight=None, choice=None) -> Qua
     warned = [] if choice is None or choice.warning() is None else [choice.warning()]
     data = build.calibration == "data"
     return QuantizeReport(
-        target=opts.target, calibration=build.calibration,
+        target=opts.settings, calibration=build.calibration,
         n_calibration=build.n_calibrated,
         check_inputs=check_label(sets), n_check=sum(c["n"] for c in sets),
         equalization=build.equalization,

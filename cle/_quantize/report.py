@@ -32,8 +32,13 @@ class QuantizeReport:
     """What :func:`quantize` did, and how close the quantized model is to the float model.
 
     Attributes:
-        target: the target: ``per_channel``, ``weight_bits``, ``activation_bits``,
-            ``integer_io``, ``rounding`` (the method ``rounding="auto"`` resolved to).
+        target: the target: ``name`` (:data:`cle._tflite.targets.TARGETS`),
+            ``per_channel``, ``weight_bits``, ``activation_bits``, ``integer_io``,
+            ``rounding`` (the method ``rounding="auto"`` resolved to); on a microcontroller or
+            an NPU also what its runtime and compiler said (:mod:`cle._quantize.deploy`):
+            ``runs``, ``runtime_check``, ``arena_bytes``, ``flash_bytes``; for an Ethos-U
+            ``npu_ops``, ``cpu_ops``, ``cpu_op_names``, ``sram_bytes``, ``dram_bytes``,
+            ``inference_seconds``.
         calibration: "data" (the inputs given) or "synthetic" (no real data was seen).
         n_calibration: inputs the activation ranges were calibrated on.
         calibration_inputs: what they are (without data: how many were distilled from the
@@ -79,6 +84,8 @@ class QuantizeReport:
             cle's, cle's with min/max activation ranges, or the float model straight into the
             converter, whichever is closest to the float model on the held-out inputs); None
             where no choice was made.
+        compiled: for an Ethos-U target, the model Vela compiled (``OUT_vela.tflite``);
+            else None.
     """
 
     target: dict
@@ -104,6 +111,7 @@ class QuantizeReport:
     size: int = 0
     size_int8: int = 0
     choice: Any = None
+    compiled: bytes | None = None
 
     @property
     def top1_agreement(self) -> float:
@@ -180,8 +188,9 @@ class QuantizeReport:
         """The report on a few lines: each stage, what changed and why, the check, and the
         warnings."""
         t = self.target
+        named = "" if t.get("name", "litert") == "litert" else f"{t['name']}, "
         lines = [
-            f"target: INT{t['weight_bits']} weights "
+            f"target: {named}INT{t['weight_bits']} weights "
             f"{'per-channel' if t['per_channel'] else 'per-tensor'}, "
             f"{t['activation_bits']}-bit activations, "
             f"{('int16' if t['activation_bits'] == 16 else 'int8') if t['integer_io'] else 'float32'}"
@@ -207,6 +216,7 @@ class QuantizeReport:
         if self.choice is not None:
             lines.append(self.choice.line())
         lines += self._check_lines()
+        lines += _target_lines(t)
         lines += [f"warning: {w}" for w in self.warnings]
         return "\n".join(lines)
 
@@ -250,6 +260,36 @@ class QuantizeReport:
             "choice": None if self.choice is None else self.choice.to_dict(),
             "seconds": dict(self.seconds),
         }
+
+
+def _target_lines(t) -> list[str]:
+    """What the target's runtime and compiler said of the file (:mod:`cle._quantize.deploy`)."""
+    lines = []
+    check = t.get("runtime_check")
+    if check:
+        figures = "; ".join(
+            f"{o['name']}: SQNR {_db(o['sqnr_db'])} (LiteRT {_db(o['litert_sqnr_db'])}, "
+            f"TFLM against LiteRT {_same(o['tflm_vs_litert_db'])})" for o in check["outputs"])
+        lines.append(f"TF Lite Micro ran the file on {check['n']} {check['inputs']}: "
+                     f"{figures}")
+    if t.get("arena_bytes"):
+        lines.append(f"TF Lite Micro: tensor arena {t['arena_bytes']:,} bytes, file "
+                     f"{t['file_bytes']:,} bytes")
+    if t.get("compiled"):
+        memory = f"SRAM {t['sram_bytes']:,} bytes, flash {t['flash_bytes']:,} bytes" + (
+            f", DRAM {t['dram_bytes']:,} bytes" if t.get("dram_bytes") else "")
+        lines.append(f"Vela ({t['accelerator']}, {t['system_config']}, {t['memory_mode']}): "
+                     f"{t['npu_ops']} operators on the NPU, {t['cpu_ops']} on the CPU; "
+                     f"{memory}; estimated {t['inference_seconds'] * 1e3:.3g} ms per inference")
+    return lines
+
+
+def _db(value) -> str:
+    return f"{value:.2f} dB" if isinstance(value, float) else f"{value} dB"
+
+
+def _same(value) -> str:
+    return "identical" if value == "inf" else _db(value)
 
 
 def _storage_lines(stored, size, weight_bits, size_int8=0) -> list[str]:

@@ -102,10 +102,12 @@ def round_stage(equalized, x_cal, opts, source, say):
                        shrink=SYNTHETIC_SHRINK if synthetic else 0.0)
 
 
-def store_stage(content, entries, say):
-    """``(content, [StoredWeight])``: the rounded kernels stored exactly (INT4 where LiteRT
-    runs it), or, without a rounding stage, what the converter stored."""
+def store_stage(content, entries, say, target=None):
+    """``(content, [StoredWeight])``: the rounded kernels stored exactly (INT4 where the
+    ``target``'s runtime runs it, :class:`cle._tflite.targets.Target`; LiteRT's rules when
+    None), or, without a rounding stage, what the converter stored."""
     if entries is None:
         return content, weight_storage(content)
     say("storing the rounded kernels in the .tflite")
-    return store_weights(content, entries)
+    return (store_weights(content, entries) if target is None
+            else store_weights(content, entries, target))

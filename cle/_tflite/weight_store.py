@@ -35,6 +35,7 @@ from cle._core.keras_internals import sublayers
 from cle._core.layouts import kernel_layers, layout_of
 from cle._math.rounding import grid_max, grid_min
 from cle._tflite import internals
+from cle._tflite.targets import DEFAULT_TARGET, TARGETS, Target
 
 __all__ = ["INT4_OPS", "INT8_BYTES_PER_CHANNEL", "INT8_BYTES_PER_LAYER", "LayerWeights",
            "StoredWeight", "int8_file_bytes", "int8_twin", "pack_int4", "store_weights",
@@ -43,11 +44,12 @@ __all__ = ["INT4_OPS", "INT8_BYTES_PER_CHANNEL", "INT8_BYTES_PER_LAYER", "LayerW
 #: Builtin operator -> (activation input, weight, bias) input slots.
 WEIGHT_SLOTS = {"CONV_2D": (0, 1, 2), "DEPTHWISE_CONV_2D": (0, 1, 2),
                 "FULLY_CONNECTED": (0, 1, 2), "TRANSPOSE_CONV": (2, 1, 3)}
-#: Operators whose INT4 weights LiteRT runs.
-INT4_OPS = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED")
-#: Why an operator kind keeps 8-bit weights.
-NO_INT4 = {"TRANSPOSE_CONV": "LiteRT's TRANSPOSE_CONV takes INT8 weights only (an INT4 "
-                             "weight fails when the model is loaded)"}
+#: The runtime whose INT4 rules apply when the caller names none.
+LITERT = TARGETS[DEFAULT_TARGET]
+#: Operators whose INT4 weights LiteRT runs (the default target's table).
+INT4_OPS = tuple(LITERT.int4)
+#: Why an operator kind keeps 8-bit weights on LiteRT.
+NO_INT4 = dict(LITERT.no_int4)
 #: The largest magnitude a requantized int32 bias is given (a margin below 2^31 - 1).
 BIAS_LIMIT = 2.0 ** 31 * 0.99
 #: A kernel matches a weight tensor when every value is within this many of the converter's
@@ -379,12 +381,13 @@ def _grid_integers(entry, kernel, qdim, s8, factor=1.0):
     return k.astype(np.int8), s
 
 
-def _write_weight(flat, op, kind, entry, k, s):
-    """Store ``k`` with steps ``s`` as the operator's weight; returns the storage name."""
+def _write_weight(flat, op, kind, entry, k, s, target=LITERT):
+    """Store ``k`` with steps ``s`` as the operator's weight (INT4 where ``target`` runs it);
+    returns the storage name."""
     slot = WEIGHT_SLOTS[kind][1]
     wi = flat.own_tensor(op, slot)
     t = flat.tensor(wi)
-    int4 = entry.bits <= 4 and kind in INT4_OPS
+    int4 = entry.bits <= 4 and target.int4_refusal(kind, np.size(s) > 1) is None
     flat.set_data(wi, pack_int4(k) if int4 else k.ravel().view(np.uint8))
     t.type = flat.types["INT4" if int4 else "INT8"]
     t.quantization.scale = np.asarray(s, np.float32)
@@ -436,9 +439,12 @@ def _write_bias(flat, op, kind, entry, s8, s):
     t.quantization.zeroPoint = np.zeros(n_scales, np.int64)
 
 
-def store_weights(content: bytes, layers: list[LayerWeights]) -> tuple[bytes, list]:
+def store_weights(content: bytes, layers: list[LayerWeights], target: Target = LITERT
+                  ) -> tuple[bytes, list]:
     """The flatbuffer ``content`` with the kernel of every layer of ``layers`` that has a grid
-    stored exactly on it (INT4 for 4-bit grids where the operator runs INT4, INT8 otherwise),
+    stored exactly on it (INT4 for 4-bit grids where ``target``'s runtime runs the operator
+    with INT4 weights at that granularity, :meth:`cle._tflite.targets.Target.int4_refusal`;
+    INT8 otherwise),
     and the :class:`StoredWeight` of every weight tensor (and of every rounded layer no
     operator holds).
 
@@ -470,13 +476,13 @@ def store_weights(content: bytes, layers: list[LayerWeights]) -> tuple[bytes, li
         kernel = entry.tflite_kernel().reshape(row.shape) * factor
         k, s = _grid_integers(entry, kernel, qdim, s8, factor)
         k, s = _fit_bias(flat, op, kind, entry, kernel, qdim, s8, k, s)
-        row.storage = _write_weight(flat, op, kind, entry, k, s)
+        row.storage = _write_weight(flat, op, kind, entry, k, s, target)
         row.rounded = True
         _write_bias(flat, op, kind, entry, s8, s)
         row.nbytes = int(flat.data(op.inputs[WEIGHT_SLOTS[kind][1]]).size)
         row.reason = (f"on its {entry.bits}-bit grid" if row.storage == "INT4" or entry.bits > 4
                       else f"on its {entry.bits}-bit grid, kept in INT8: "
-                           f"{NO_INT4.get(kind, kind + ' has no INT4 kernel')}")
+                           f"{target.int4_refusal(kind, np.size(s) > 1)}")
         if entry.wide_reason:
             row.reason += f": {entry.wide_reason}"
         if factor != 1.0:
