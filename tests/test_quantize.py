@@ -247,8 +247,8 @@ def test_quantize_targets_reach_the_converter(net, data):
     interp = runtime.interpreter(content)
     assert interp.get_input_details()[0]["dtype"] == np.int8
     assert interp.get_output_details()[0]["dtype"] == np.int8
-    assert report.target == {"per_channel": False, "weight_bits": 8, "activation_bits": 8,
-                             "integer_io": True, "rounding": "tapsum"}
+    assert report.target == {"name": "litert", "per_channel": False, "weight_bits": 8,
+                             "activation_bits": 8, "integer_io": True, "rounding": "tapsum"}
     assert pc.target["rounding"] == "nearest"  # "auto" with data: tapsum for per-tensor only
     # The scale choice was made for per-tensor weights (the equalize stage saw the target).
     assert report.equalization.scaling and pc.equalization.scaling

@@ -20,10 +20,6 @@ from cle._tflite import targets as T
 from cle._tflite import tflm, vela
 
 L = keras.layers
-#: On JAX the converter reads a batch-polymorphic export whose shape arithmetic
-#: (UNSORTED_SEGMENT_PROD, SHAPE, BROADCAST_TO...) TF Lite Micro has no kernel for and Vela
-#: leaves to the CPU: there the report must say so instead of claiming the file runs.
-DYNAMIC_EXPORT = keras.backend.backend() == "jax"
 HAVE_TOOLS = all(importlib.util.find_spec(m) for m in ("tflite_micro", "ethosu"))
 needs_tools = pytest.mark.skipif(not HAVE_TOOLS, reason="needs pip install keras-cle[targets]")
 
@@ -45,7 +41,9 @@ def test_int4_rules_are_read_from_the_table():
     assert "TRANSPOSE_CONV" in litert.int4_refusal("TRANSPOSE_CONV", True)
     assert micro.int4_refusal("CONV_2D", True) is None
     assert micro.int4_refusal("FULLY_CONNECTED", False) is None
-    assert "per-tensor INT4 runs" in micro.int4_refusal("FULLY_CONNECTED", True)
+    assert "runs per-tensor ones" in micro.int4_refusal("FULLY_CONNECTED", True)
+    assert micro.per_tensor_kinds(True) == {"dense": micro.no_int4["FULLY_CONNECTED"]}
+    assert micro.per_tensor_kinds(False) == {} == litert.per_tensor_kinds(True)
     assert "Vela" in npu.int4_refusal("CONV_2D", False)
     assert (litert.integer_io, micro.integer_io, npu.integer_io) == (False, True, True)
 
@@ -96,12 +94,7 @@ def test_tflm_runs_the_file_agrees_with_litert_and_reports_the_arena_it_needs(
     content, report = cle.quantize(model, x, target="tflm")
     t = report.target
     assert t["name"] == "tflm" and t["integer_io"] and t["flash_bytes"] == len(content)
-    if DYNAMIC_EXPORT:
-        assert t["runs"] is False and "arena_bytes" not in t
-        assert any("does not run in TF Lite Micro" in w and "UNSORTED_SEGMENT_PROD" in w
-                   for w in report.warnings)
-        return
-    assert t["runs"]
+    assert t["runs"], report.warnings  # on JAX too: read with a batch of one (static_batch)
     check = t["runtime_check"]
     assert check["runtime"] == "tflm" and check["n"] == 10
     for o in check["outputs"]:  # reference kernels round differently from LiteRT's: close
@@ -127,11 +120,11 @@ def test_tflm_gets_int4_only_where_its_kernels_take_it(net, per_channel):
     storage = {w.op: w.storage for w in report.weights}
     assert storage["CONV_2D"] == storage["DEPTHWISE_CONV_2D"] == "INT4"
     fc = next(w for w in report.weights if w.op == "FULLY_CONNECTED")
-    if per_channel:
-        assert fc.storage == "INT8" and "TFLM's FULLY_CONNECTED" in fc.reason
-    else:
-        assert fc.storage == "INT4"
-    assert report.target["runs"] is not DYNAMIC_EXPORT, report.warnings
+    assert fc.storage == "INT4" and not fc.per_channel  # per tensor: what TFLM runs
+    assert ("per-tensor: TFLM's FULLY_CONNECTED" in fc.reason) == per_channel
+    conv = next(w for w in report.weights if w.op == "CONV_2D")
+    assert conv.per_channel == per_channel
+    assert report.target["runs"], report.warnings
 
 
 @needs_tools
@@ -140,8 +133,7 @@ def test_a_file_tflm_refuses_is_a_failure_naming_the_operator(net):
     model, x = net
     content, _ = cle.quantize(model, x, weight_bits=4, rounding="nearest")  # LiteRT's rules
     x1 = ModelInputs((x[:1],), ("x",), (x.shape[1:],))
-    with pytest.raises(tflm.TflmFailed, match="UNSORTED_SEGMENT_PROD" if DYNAMIC_EXPORT
-                       else "FULLY_CONNECTED"):
+    with pytest.raises(tflm.TflmFailed, match="FULLY_CONNECTED|UNSORTED_SEGMENT_PROD"):
         tflm.run_tflm(content, x1)
 
 
@@ -154,10 +146,6 @@ def test_ethos_u_compiles_every_operator_onto_the_npu_with_vela_figures(net):
     assert t["compiled"] and t["npu_ops"] > 0
     assert t["sram_bytes"] > 0 and t["flash_bytes"] > 0 and t["inference_seconds"] > 0
     assert report.compiled[4:8] == b"TFL3" and report.compiled != content
-    if DYNAMIC_EXPORT:  # the shape arithmetic goes to the CPU, and the report names it
-        assert "SHAPE" in t["cpu_op_names"] and t["cpu_ops"] > 0
-        assert any("Vela left" in w and "SHAPE" in w for w in report.warnings)
-        return
     assert t["cpu_ops"] == 0 and t["cpu_op_names"] == []
     assert t["runs"]  # and the INT8 file runs in TFLM's reference kernels
     # float input/output: the ends go to the CPU, and the report says so
@@ -174,11 +162,30 @@ def test_ethos_u_with_4_bit_weights_writes_grids_vela_compiles(net):
                                    rounding="nearest")
     assert {w.storage for w in report.weights} == {"INT8"}
     assert all("Vela 5.2 crashes on INT4" in w.reason for w in report.weights)
-    if DYNAMIC_EXPORT and not report.target["compiled"]:  # Vela stops on its shape arithmetic
-        assert any(w.startswith("Vela could not compile the file for ethos-u85-256")
-                   for w in report.warnings) and report.compiled is None
-        return
     assert report.target["compiled"] and report.compiled
+
+
+@no_tflite_on_torch
+def test_a_device_target_reads_the_model_with_a_batch_of_one(net):
+    """Keras' export (every model on JAX) is polymorphic in the batch, and its shape
+    arithmetic has no TFLM kernel; within static_batch(1) the file holds a batch of one, and
+    LiteRT runs it one input at a time, as close to the float model as the free-batch file."""
+    from cle._tflite import converter
+    from cle._tflite.runtime import interpreter, run_all
+
+    model, x = net
+    free = converter.convert_int8(model, x[:8], keras_route=True)
+    with converter.static_batch(1):
+        fixed = converter.convert_int8(model, x[:8], keras_route=True)
+    signature = interpreter(fixed).get_input_details()[0]["shape_signature"]
+    assert list(signature) == [1, 16, 16, 3]
+    assert list(interpreter(free).get_input_details()[0]["shape_signature"])[0] == -1
+    xs = ModelInputs((x[:5],), ("x",), (x.shape[1:],))
+    ref = model.predict(x[:5], verbose=0)
+    for content in (fixed, free):
+        y = run_all(content, xs)[0]
+        assert y.shape == ref.shape
+        assert 10 * np.log10(np.sum(ref ** 2) / np.sum((y - ref) ** 2)) > 25
 
 
 def test_vela_failure_names_how_it_ended():

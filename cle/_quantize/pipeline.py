@@ -174,17 +174,21 @@ def quantize(model, calibration_data=None, *, per_channel: bool = True, weight_b
 def quantize_checked(model, calibration_data, opts: QuantizeOptions, progress=None):
     """:func:`quantize` with its options already made: the door and the stages up to the
     ``.tflite`` (:func:`build_checked`), the tuning if asked for, then the check
-    (:func:`check_build`)."""
+    (:func:`check_build`). On a device target (a microcontroller's runtime, an NPU) every
+    conversion reads the model with a batch of one (:func:`cle._tflite.converter.static_batch`),
+    and the file then runs in the target's runtime (:mod:`cle._quantize.deploy`)."""
     say = progress if progress is not None else (lambda message: None)
-    build = build_checked(model, calibration_data, opts, say,
-                          "cle.quantize(tune=True)" if opts.tune else None)
-    if opts.tune:
-        _timed(build.seconds, "tune", _tune.tune_build, build, model, say)
-    choice, plain = (_timed(build.seconds, "choose", _choice.choose, model, build, say)
-                     if _choice.chooses(build) else (None, None))
-    build.values, build.extremes = None, {}  # the samples are large: not kept any longer
-    report = check_build(model, build, say, plain, choice)
-    if opts.target_spec.runtime != "litert" or opts.target_spec.accelerator:
+    device = opts.target_spec.runtime != "litert"
+    with tflite.static_batch(1 if device else None):
+        build = build_checked(model, calibration_data, opts, say,
+                              "cle.quantize(tune=True)" if opts.tune else None)
+        if opts.tune:
+            _timed(build.seconds, "tune", _tune.tune_build, build, model, say)
+        choice, plain = (_timed(build.seconds, "choose", _choice.choose, model, build, say)
+                         if _choice.chooses(build) else (None, None))
+        build.values, build.extremes = None, {}  # the samples are large: not kept any longer
+        report = check_build(model, build, say, plain, choice)
+    if device:
         _timed(build.seconds, "target", deploy.check_on_target, model, build, report, say)
     return build.content, report
 

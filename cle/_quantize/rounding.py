@@ -396,10 +396,12 @@ def _nearest_noise(call, xf, xq, method, bits, per_tensor, free_bias, seed, damp
 
 
 def _stream_pass(view, targets, inputs, method, bits, per_channel, free_bias, say,
-                 damp=R.DAMP, shrink=0.0, layer_fn=None):
+                 damp=R.DAMP, shrink=0.0, layer_fn=None, per_tensor=None):
     """Both streams through the graph, rounding each target on the way (``bits``: one per
-    target; ``layer_fn``: :func:`_round_call` or :func:`_nearest_noise`); yields ``(call,
+    target; ``per_tensor``: one per target, a per-tensor grid, else ``not per_channel``;
+    ``layer_fn``: :func:`_round_call` or :func:`_nearest_noise`); yields ``(call,
     [RoundedLayer], [steps])``, one of each per part."""
+    per_tensor = per_tensor or [not per_channel] * len(targets)
     layer_fn = layer_fn or _round_call
     calls = calls_leading_to(view, targets)
     index = {id(c): k for k, c in enumerate(targets, start=1)}
@@ -414,7 +416,7 @@ def _stream_pass(view, targets, inputs, method, bits, per_channel, free_bias, sa
         k = index.get(id(call))
         if k is not None:
             out_f, out_q, records, steps = layer_fn(call, xf, xq, method, bits[k - 1],
-                                                    not per_channel, free_bias, seed=k,
+                                                    per_tensor[k - 1], free_bias, seed=k,
                                                     damp=damp, shrink=shrink)
             if layer_fn is _round_call:
                 for record in records:
@@ -440,7 +442,7 @@ def _stream_pass(view, targets, inputs, method, bits, per_channel, free_bias, sa
 
 def round_model(model, inputs, *, bits, per_channel, method, free_bias=True, source="",
                 say=None, wide_share=0.0, wide_by="size", size_ratio=None, damp=R.DAMP,
-                shrink=0.0):
+                shrink=0.0, per_tensor_kinds=None):
     """Round the kernels of ``model`` in place (the caller's own copy) for the ``bits``-bit
     target.
 
@@ -472,6 +474,10 @@ def round_model(model, inputs, *, bits, per_channel, method, free_bias=True, sou
         shrink: the off-diagonal of each layer's input (cross-)covariance scaled by ``1 −
             shrink`` before rounding (:func:`cle._math.rounding.shrunk`): the inputs'
             correlations trusted less than their variances and means.
+        per_tensor_kinds: ``{kind: reason}`` (:func:`cle._quantize.layer_parts.kind_of`):
+            layers of these kinds go on a per-tensor grid whatever ``per_channel`` (the
+            target runs their INT4 weights per tensor only; the reason joins the layer's
+            storage line).
 
     Returns:
         ``(RoundingReport, [LayerWeights])``: what the stage did, and every layer with a
@@ -488,32 +494,38 @@ def round_model(model, inputs, *, bits, per_channel, method, free_bias=True, sou
         wide_share, wide_by = wide_share_within(model, targets, bits, size_ratio), "noise"
         report.size_ratio = size_ratio
     wide_by = "noise" if wide_by == "noise" and method != "nearest" else "size"
+    per_tensor_kinds = per_tensor_kinds or {}
+    tensor = [not per_channel or kind_of(call.layer) in per_tensor_kinds for call in targets]
     if wide_share > 0 and bits < 8 and wide_by == "noise":
-        widths = _widths_by_noise(view, targets, inputs, bits, per_channel, wide_share, say)
+        widths = _widths_by_noise(view, targets, inputs, bits, per_channel, wide_share, say,
+                                  tensor)
     else:
         widths = _widths(targets, bits, wide_share)
     if not reads:
         done = []
-        for call, b in zip(targets, widths):
+        for call, b, flat in zip(targets, widths, tensor):
             split = parts(call.layer)
-            steps = [_to_nearest(call.layer, part, b, not per_channel) for part in split]
+            steps = [_to_nearest(call.layer, part, b, flat) for part in split]
             done.append((call, [RoundedLayer(call.layer.name, part.label,
                                              tuple(getattr(call.layer, part.attr).shape),
                                              bits=b) for part in split], steps))
     else:
         done = _stream_pass(view, targets, inputs, method, widths, per_channel, free_bias,
-                            say, damp, shrink)
+                            say, damp, shrink, per_tensor=tensor)
     for call, records, steps in done:
         layer = call.layer
+        flat = not per_channel or kind_of(layer) in per_tensor_kinds
         for i, (part, record, s) in enumerate(zip(parts(layer), records, steps)):
             report.layers.append(record)
             entry = entries[_entry_key(layer, i)]
             entry.kernel = keras.ops.convert_to_numpy(getattr(layer, part.attr))
             entry.bias = keras.ops.convert_to_numpy(layer.bias) if part.bias else None
             entry.bits = record.bits
-            entry.scales = R.channel_order(s) if per_channel else np.ravel(s)[:1]
+            entry.scales = np.ravel(s)[:1] if flat else R.channel_order(s)
             if record.bits != bits:
                 entry.wide_reason = _wide_reason(bits, wide_by, report.size_ratio)
+            elif per_channel and flat:
+                entry.wide_reason = "per-tensor: " + per_tensor_kinds[kind_of(layer)]
     report.seconds = time.perf_counter() - start
     return report, list(entries.values())
 
@@ -561,7 +573,8 @@ def _widths(targets, bits, wide_share, noise=None):
     return widths
 
 
-def _widths_by_noise(view, targets, inputs, bits, per_channel, wide_share, say):
+def _widths_by_noise(view, targets, inputs, bits, per_channel, wide_share, say,
+                     per_tensor=None):
     """The grid's bits of each target: 8 for the kernels adding the most noise per weight
     at ``bits`` bits to nearest within ``wide_share`` of the rounded weights, measured in one
     pass of both streams over ``inputs`` (the kernels are given back as they were)."""
@@ -571,7 +584,8 @@ def _widths_by_noise(view, targets, inputs, bits, per_channel, wide_share, say):
     try:
         noise = {id(call): 10 ** (-records[0].sqnr_db / 10) for call, records, _ in
                  _stream_pass(view, targets, inputs, "nearest", [bits] * len(targets),
-                              per_channel, False, say, layer_fn=_nearest_noise)}
+                              per_channel, False, say, layer_fn=_nearest_noise,
+                              per_tensor=per_tensor)}
     finally:
         for var, kernel in saved:
             var.assign(kernel)

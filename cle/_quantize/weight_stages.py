@@ -99,7 +99,9 @@ def round_stage(equalized, x_cal, opts, source, say):
                        say=say, size_ratio=WIDE_SIZE_RATIO,
                        damp=(SYNTHETIC_DAMP if synthetic else
                              DATA_DAMP_LOW_BITS if bits < 8 else DAMP),
-                       shrink=SYNTHETIC_SHRINK if synthetic else 0.0)
+                       shrink=SYNTHETIC_SHRINK if synthetic else 0.0,
+                       per_tensor_kinds=(opts.target_spec.per_tensor_kinds(opts.per_channel)
+                                         if bits < 8 else None))
 
 
 def store_stage(content, entries, say, target=None):

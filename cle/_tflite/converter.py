@@ -18,6 +18,7 @@ route is caught.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import dataclasses
 import io
 import logging
@@ -39,6 +40,37 @@ from cle._tflite.runtime import input_details_by_name, interpreter
 # Values kept per tensor to choose its range (a uniform sample of all positions of all
 # inputs, plus the exact extremes).
 SAMPLE_PER_TENSOR = 1 << 20
+
+
+#: The batch a model read through Keras' export is given (None: free), set by
+#: :func:`static_batch`.
+_STATIC_BATCH: contextvars.ContextVar = contextvars.ContextVar("cle_static_batch", default=None)
+
+
+@contextlib.contextmanager
+def static_batch(n: int | None):
+    """Within the block, a model the converter reads through Keras' export (every model on
+    the JAX backend) is read with its batch fixed at ``n``: that export is polymorphic in the
+    batch, and its shape arithmetic (SHAPE, BROADCAST_TO, UNSORTED_SEGMENT_PROD, ...) becomes
+    operators a microcontroller's runtime has no kernel for and an NPU's compiler leaves to
+    the CPU. A traced TensorFlow function needs no fix (its batch is free, without such
+    operators). ``None``: the batch stays free. :func:`cle._tflite.runtime.run_all` runs a file
+    of fixed batch one input at a time."""
+    token = _STATIC_BATCH.set(n)
+    try:
+        yield
+    finally:
+        _STATIC_BATCH.reset(token)
+
+
+def _with_batch(model, batch: int):
+    """A Functional model that calls ``model`` on inputs whose batch is ``batch``."""
+    inputs = [keras.Input(batch_shape=(batch,) + tuple(t.shape[1:]), dtype=t.dtype, name=n)
+              for t, n in zip(model.inputs, input_names(model))]
+    with warnings.catch_warnings():  # a dict-structured model called with a list: the same
+        warnings.simplefilter("ignore")
+        outputs = model(inputs[0] if len(inputs) == 1 else inputs)
+    return keras.Model(inputs, outputs, name=model.name)
 
 
 @dataclasses.dataclass
@@ -167,7 +199,9 @@ def _from_model(model, keras_route=False):
     import tensorflow as tf
 
     if _uses_keras_route(model, keras_route):
-        return tf.lite.TFLiteConverter.from_keras_model(model)
+        batch = _STATIC_BATCH.get()
+        return tf.lite.TFLiteConverter.from_keras_model(
+            model if batch is None else _with_batch(model, batch))
     specs = [tf.TensorSpec(t.shape, t.dtype, name=name)
              for t, name in zip(model.inputs, input_names(model))]
     call = tf.function(lambda *ts: model(ts[0] if len(ts) == 1 else list(ts), training=False),

@@ -90,6 +90,8 @@ def run_all(tflite_model, x, batch_size=TFLITE_BATCH, interp=None) -> list[np.nd
     caller made one."""
     interp = interpreter(tflite_model) if interp is None else interp
     ins = input_details_by_name(interp, x.names)
+    if any(int(d.get("shape_signature", d["shape"])[0]) > 0 for d in ins):
+        batch_size = 1  # a file of fixed batch (converter.static_batch): one input at a time
     results, current = [], None
     for start in range(0, len(x), int(batch_size)):
         chunk = x[start: start + int(batch_size)]

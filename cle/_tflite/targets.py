@@ -35,7 +35,7 @@ _LITERT_NO_INT4 = {"TRANSPOSE_CONV": "LiteRT's TRANSPOSE_CONV takes INT8 weights
 _TFLM_INT4 = {"CONV_2D": BOTH, "DEPTHWISE_CONV_2D": BOTH, "FULLY_CONNECTED": ("per-tensor",)}
 _TFLM_NO_INT4 = {
     "FULLY_CONNECTED": "TFLM's FULLY_CONNECTED refuses per-channel INT4 weights when the model "
-                       "is prepared (per-tensor INT4 runs: --per-tensor)",
+                       "is prepared and runs per-tensor ones",
     "TRANSPOSE_CONV": "TFLM's TRANSPOSE_CONV takes INT8 weights only",
 }
 #: Vela 5.2 stops with a floating point exception on any INT4 weight tensor; the same integers
@@ -43,6 +43,10 @@ _TFLM_NO_INT4 = {
 _VELA_NO_INT4 = ("Vela 5.2 crashes on INT4 weight tensors (floating point exception); the "
                  "integers of the 4-bit grid are stored as INT8, which Vela compiles and its "
                  "weight encoder compresses")
+
+
+#: The operator each kind of rounded kernel becomes.
+_OP_KINDS = {"CONV_2D": "conv", "DEPTHWISE_CONV_2D": "depthwise", "FULLY_CONNECTED": "dense"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,6 +85,16 @@ class Target:
             return None
         return self.no_int4.get(op) or self.no_int4.get("*") or (
             f"{op} has no INT4 kernel on {self.name}")
+
+    def per_tensor_kinds(self, per_channel: bool) -> dict[str, str]:
+        """``{layer kind: reason}`` of the kernels to round onto per-tensor INT4 grids even with
+        ``per_channel``: those whose operator runs INT4 weights per tensor only (kinds as
+        :class:`cle._tflite.weight_store.LayerWeights` names them)."""
+        if not per_channel:
+            return {}
+        return {kind: self.no_int4.get(op, f"{op} takes per-tensor INT4 weights only")
+                for op, kind in _OP_KINDS.items()
+                if self.int4.get(op) == ("per-tensor",)}
 
     def missing(self) -> list[str]:
         """The modules of :attr:`needs` that are not installed."""

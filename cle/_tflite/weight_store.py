@@ -76,8 +76,8 @@ class LayerWeights:
         bits: the grid's bits when the rounding put the kernel on one (4 or 8), else None.
         scales: the grid's steps, one per output channel (the layer's order) or one.
         reason: why the layer was not rounded (None if it was).
-        wide_reason: why a kernel rounded for a narrower target is on an 8-bit grid (None
-            otherwise).
+        wide_reason: why a kernel rounded for a narrower target is on an 8-bit grid, or on a
+            per-tensor grid where per-channel ones were asked for (None otherwise).
     """
 
     layer: str
@@ -433,7 +433,9 @@ def _write_bias(flat, op, kind, entry, s8, s):
     if np.abs(b_new).max(initial=0) >= 2 ** 31:
         raise ValueError(f"layer '{entry.layer}': its requantized bias overflows int32")
     flat.set_data(bi, b_new.astype(np.int32).view(np.uint8))
-    n_scales = len(t.quantization.scale)
+    # one scale for a per-tensor weight (the runtime reads the bias's first scale against
+    # the weight's one), else as many as the converter wrote
+    n_scales = 1 if np.size(s) == 1 else len(t.quantization.scale)
     t.quantization.scale = np.asarray(new[:n_scales] if n_scales == value.size
                                       else new[:1], np.float32)
     t.quantization.zeroPoint = np.zeros(n_scales, np.int64)
@@ -477,7 +479,7 @@ def store_weights(content: bytes, layers: list[LayerWeights], target: Target = L
         k, s = _grid_integers(entry, kernel, qdim, s8, factor)
         k, s = _fit_bias(flat, op, kind, entry, kernel, qdim, s8, k, s)
         row.storage = _write_weight(flat, op, kind, entry, k, s, target)
-        row.rounded = True
+        row.rounded, row.per_channel = True, bool(np.size(s) > 1)
         _write_bias(flat, op, kind, entry, s8, s)
         row.nbytes = int(flat.data(op.inputs[WEIGHT_SLOTS[kind][1]]).size)
         row.reason = (f"on its {entry.bits}-bit grid" if row.storage == "INT4" or entry.bits > 4
