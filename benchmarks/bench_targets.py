@@ -9,12 +9,15 @@
 * ``--target ethos-u55-128``: Vela's operators on the NPU and the CPU (goal: all on the NPU),
   with 8-bit and 4-bit weights (goal: a file Vela compiles, or a refusal).
 
-Run: ``.venv/bin/python benchmarks/bench_targets.py [--lite1] [--int8-only]``. It prints figures and asserts
-nothing (TF Lite Micro runs one crop at a time: a few minutes on 2 cores).
+Run: ``.venv/bin/python benchmarks/bench_targets.py [--lite1] [--int8-only] [--docs]``. It
+prints figures and asserts nothing (TF Lite Micro runs one crop at a time: a few minutes on 2
+cores); ``--docs`` writes the table of the network into docs/targets.md (block
+``deploy-mobilenet_v2`` or ``deploy-efficientnet_lite1``).
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 
@@ -48,7 +51,7 @@ def main() -> int:
     ref = predict_all(model, judge)[0]
     print(f"{model.name}: {CALIBRATION} crops to calibrate, {JUDGE} other crops to judge; "
           f"{output_names(model)} {output_kinds(model)}")
-    sizes = {}
+    sizes, rows = {}, []
     runs = (("tflm", 8), ("ethos-u55-128", 8)) if "--int8-only" in sys.argv else (
         ("tflm", 8), ("tflm", 4), ("ethos-u55-128", 8), ("ethos-u55-128", 4))
     for target, bits in runs:
@@ -64,10 +67,18 @@ def main() -> int:
             o = t["runtime_check"]["outputs"][0]
             print(f"  report's TFLM check: SQNR {o['sqnr_db']} dB, LiteRT {o['litert_sqnr_db']} "
                   f"dB; arena {t.get('arena_bytes')} bytes")
+        row = {"run": f"`--target {target}" + (" --weight-bits 4`" if bits == 4 else "`"),
+               "size": f"{len(content) / 1e6:.2f} MB ({int4} INT4)",
+               "claim": f"{report.sqnr_db:.2f}", "runs": "", "real": "", "npu": ""}
         if t.get("compiled") is not None:
             print(f"  Vela: compiled {t['compiled']}, NPU {t.get('npu_ops')}, CPU "
                   f"{t.get('cpu_ops')} {t.get('cpu_op_names')}, flash {t.get('flash_bytes')}, "
                   f"{t.get('inference_seconds')} s")
+            row["npu"] = (f"{t['npu_ops']} NPU / {t['cpu_ops']} CPU; flash "
+                          f"{t['flash_bytes'] / 1e6:.2f} MB, {t['inference_seconds'] * 1e3:.1f} ms"
+                          if t["compiled"] else "not compiled")
+        rows.append(row)
+        row["runs"] = "yes" if t.get("runs") else "no"
         for w in report.warnings:
             print(f"  warning: {w[:300]}")
         if target != "tflm":
@@ -78,13 +89,35 @@ def main() -> int:
         except tflm.TflmFailed as exc:
             print(f"  TFLM on the other crops: failed: {exc}")
             continue
+        row["real"] = f"{micro:.2f} / {lite:.2f}"
         print(f"  on {JUDGE} other crops: TFLM SQNR {micro:.2f} dB, LiteRT {lite:.2f} dB "
               f"(TFLM - LiteRT {micro - lite:+.2f}, goal within 0.5); report - TFLM "
               f"{report.sqnr_db - micro:+.2f} dB (goal within 1.5)")
-    if ("tflm", 4) in sizes:
-        print(f"\ntflm W4 file / tflm INT8 file: "
-              f"{sizes[('tflm', 4)] / sizes[('tflm', 8)]:.3f} (goal at most 0.65)")
+    ratio = sizes[("tflm", 4)] / sizes[("tflm", 8)] if ("tflm", 4) in sizes else None
+    if ratio is not None:
+        print(f"\ntflm W4 file / tflm INT8 file: {ratio:.3f} (goal at most 0.65)")
+    if "--docs" in sys.argv:
+        _write_docs(model.name, rows, ratio)
     return 0
+
+
+def _write_docs(name, rows, ratio):
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__))), "scripts"))
+    from _docblocks import cpu_name, replace_block
+
+    lines = ["| run | file | report's SQNR (dB) | runs in TFLM | TFLM / LiteRT SQNR on "
+             f"{JUDGE} other crops (dB) | Vela, ethos-u55-128 |", "|---|---|---|---|---|---|"]
+    lines += [f"| {r['run']} | {r['size']} | {r['claim']} | {r['runs']} | {r['real'] or '-'} "
+              f"| {r['npu'] or '-'} |" for r in rows]
+    text = "\n".join(lines) + (
+        f"\n\n{name}, calibrated on {CALIBRATION} photo crops, judged on {JUDGE} others"
+        + (f"; the tflm 4-bit file is {ratio:.2f}x the tflm 8-bit one" if ratio else "")
+        + f". Measured by `benchmarks/bench_targets.py --docs` on {cpu_name()}, 2 cores.")
+    page = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                        "docs", "targets.md")
+    key = "deploy-efficientnet_lite1" if "lite" in name else "deploy-mobilenet_v2"
+    replace_block(page, key, text)
 
 
 if __name__ == "__main__":

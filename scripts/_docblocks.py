@@ -39,6 +39,7 @@ GENERATORS = {
     "w4a8-": "gen_w4a8_results.py",
     "zoo": "gen_zoo_results.py",
     "targets-": "gen_targets_docs.py",
+    "deploy-": "../benchmarks/bench_targets.py",
 }
 
 # Markers count only on a line of their own (a marker quoted in running text is not one).

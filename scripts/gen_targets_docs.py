@@ -4,7 +4,7 @@
   from :data:`cle._tflite.targets.TARGETS`, so the page cannot disagree with the table the
   pipeline reads (tests/test_docs.py checks it is up to date);
 - ``targets-example``: ``cle quantize --target ethos-u55-128`` and ``--target tflm
-  --weight-bits 4 --per-tensor`` on the tiny CNN of docs/cli.md with 40 seeded inputs: what the
+  --weight-bits 4`` on the tiny CNN of docs/cli.md with 40 seeded inputs: what the
   report says of the file on the microcontroller and on the NPU (measured: TF Lite Micro's
   and Vela's figures of this machine's run).
 
@@ -47,7 +47,7 @@ def example() -> str:
         np.save(os.path.join(tmp, "x.npy"),
                 np.random.default_rng(0).uniform(-1, 1, shape).astype("float32"))
         for flags in (["--target", "ethos-u55-128"],
-                      ["--target", "tflm", "--weight-bits", "4", "--per-tensor"]):
+                      ["--target", "tflm", "--weight-bits", "4"]):
             command = ["quantize", "tiny.keras", "-o", "tiny_int8.tflite", "--calibration",
                        "x.npy"] + flags
             out = io.StringIO()

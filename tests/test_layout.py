@@ -205,6 +205,14 @@ def test_math_imports_no_framework(path):
     assert not roots & {"keras", "tensorflow", "jax", "torch", "ai_edge_litert"}
 
 
+def _pretend_file(monkeypatch, fake, source):
+    """Make ``fake`` (a path never written) read as ``source``: the probes of the checks."""
+    real = pathlib.Path.read_text
+    monkeypatch.setattr(pathlib.Path, "read_text",
+                        lambda self, encoding=None: source if self == fake
+                        else real(self, encoding=encoding))
+
+
 def target_reaches(path, tree=None):
     """``(line, what)`` of every import of TF Lite's converter, flatbuffer or a runtime
     (:data:`TARGET_MODULES`), and every reach ``tf.lite.x`` / ``tensorflow.lite.x`` in code."""
@@ -240,10 +248,7 @@ def test_the_target_room_checks_can_fail(monkeypatch):
               "from tflite_micro.python.tflite_micro import runtime\n"
               "from cle._transforms import plan\n"
               "from cle._core import graph\n")
-    real = pathlib.Path.read_text
-    monkeypatch.setattr(pathlib.Path, "read_text",
-                        lambda self, encoding=None: source if self == fake
-                        else real(self, encoding=encoding))
+    _pretend_file(monkeypatch, fake, source)
     assert sorted(target_reaches(fake)) == [
         (2, "tf.lite"), (3, "import ai_edge_litert.interpreter"),
         (4, "import tflite_micro.python.tflite_micro")]
@@ -305,10 +310,7 @@ def test_the_checks_can_fail(monkeypatch):
               "from cle._core import graph\n"
               "from . import rebuild\n"
               "def f():\n" + "".join(f"    a{i} = {i}\n" for i in range(MAX_FUNCTION_LINES)))
-    real = pathlib.Path.read_text
-    monkeypatch.setattr(pathlib.Path, "read_text",
-                        lambda self, encoding=None: source if self == fake
-                        else real(self, encoding=encoding))
+    _pretend_file(monkeypatch, fake, source)
     assert problems(fake) == sorted([
         "line 1: tier 1 reaches cle._transforms.plan (tier 2)",
         "line 2: uses cle._core.graph's private name _inner",
@@ -404,10 +406,7 @@ def test_the_fence_check_can_fail(monkeypatch):
               "n = layer._inbound_nodes\n"
               "m = self._inbound_nodes\n"
               "f = getattr(model, '_functional', None)\n")
-    real = pathlib.Path.read_text
-    monkeypatch.setattr(pathlib.Path, "read_text",
-                        lambda self, encoding=None: source if self == fake
-                        else real(self, encoding=encoding))
+    _pretend_file(monkeypatch, fake, source)
     assert foreign_private_uses(fake, own=set()) == [
         (1, "import keras.src.saving"), (2, "import tensorflow.lite.python"),
         (3, "import tensorflow.python.framework"), (4, "._inbound_nodes"),

@@ -122,6 +122,7 @@ def test_tflm_gets_int4_only_where_its_kernels_take_it(net, per_channel):
     fc = next(w for w in report.weights if w.op == "FULLY_CONNECTED")
     assert fc.storage == "INT4" and not fc.per_channel  # per tensor: what TFLM runs
     assert ("per-tensor: TFLM's FULLY_CONNECTED" in fc.reason) == per_channel
+    assert ("dense layers on per-tensor grids: TFLM's" in report.summary()) == per_channel
     conv = next(w for w in report.weights if w.op == "CONV_2D")
     assert conv.per_channel == per_channel
     assert report.target["runs"], report.warnings

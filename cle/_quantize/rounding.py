@@ -114,6 +114,7 @@ class RoundingReport:
         kept: ``(layer, reason)`` of every layer with a kernel the stage left to TF Lite's
             converter (8 bits, rounded to nearest).
         seconds: the stage's time.
+        per_tensor: ``{kind: reason}``: kinds on per-tensor grids despite ``per_channel``.
     """
 
     method: str
@@ -125,6 +126,7 @@ class RoundingReport:
     kept: list = dataclasses.field(default_factory=list)
     seconds: float = 0.0
     size_ratio: float | None = None
+    per_tensor: dict = dataclasses.field(default_factory=dict)
 
     def summary_lines(self) -> list[str]:
         grid = f"{self.bits}-bit {'per-channel' if self.per_channel else 'per-tensor'} grid"
@@ -135,7 +137,9 @@ class RoundingReport:
                 + (f", chosen for their outputs on {self.n_inputs} {self.source}"
                    if self.method != "nearest" else ", to nearest")
                 + f", {self.seconds:.1f} s")
-        lines = [head]
+        lines = [head] + [f"  {kind} layers on per-tensor grids: {why}"
+                          for kind, why in self.per_tensor.items()
+                          if any(r.kind == kind for r in self.layers)]
         measured = [r for r in self.layers if r.sqnr_db is not None]
         if measured:
             gain = np.array([r.sqnr_db - r.sqnr_nearest_db for r in measured])
@@ -169,7 +173,8 @@ class RoundingReport:
                 "layers": [dataclasses.asdict(r) | {"shape": list(r.shape)}
                            for r in self.layers],
                 "kept": [{"layer": n, "reason": r} for n, r in self.kept],
-                "size_ratio": self.size_ratio, "seconds": self.seconds}
+                "size_ratio": self.size_ratio, "seconds": self.seconds,
+                "per_tensor": dict(self.per_tensor)}
 
 
 def kept_reason(call, view, bits) -> str | None:
@@ -474,10 +479,8 @@ def round_model(model, inputs, *, bits, per_channel, method, free_bias=True, sou
         shrink: the off-diagonal of each layer's input (cross-)covariance scaled by ``1 −
             shrink`` before rounding (:func:`cle._math.rounding.shrunk`): the inputs'
             correlations trusted less than their variances and means.
-        per_tensor_kinds: ``{kind: reason}`` (:func:`cle._quantize.layer_parts.kind_of`):
-            layers of these kinds go on a per-tensor grid whatever ``per_channel`` (the
-            target runs their INT4 weights per tensor only; the reason joins the layer's
-            storage line).
+        per_tensor_kinds: ``{kind: reason}``: layers of these kinds (:func:`kind_of`) go on
+            per-tensor grids whatever ``per_channel`` (the target runs them so only).
 
     Returns:
         ``(RoundingReport, [LayerWeights])``: what the stage did, and every layer with a
@@ -494,7 +497,8 @@ def round_model(model, inputs, *, bits, per_channel, method, free_bias=True, sou
         wide_share, wide_by = wide_share_within(model, targets, bits, size_ratio), "noise"
         report.size_ratio = size_ratio
     wide_by = "noise" if wide_by == "noise" and method != "nearest" else "size"
-    per_tensor_kinds = per_tensor_kinds or {}
+    per_tensor_kinds = dict(per_tensor_kinds or {}) if per_channel else {}
+    report.per_tensor = per_tensor_kinds
     tensor = [not per_channel or kind_of(call.layer) in per_tensor_kinds for call in targets]
     if wide_share > 0 and bits < 8 and wide_by == "noise":
         widths = _widths_by_noise(view, targets, inputs, bits, per_channel, wide_share, say,
