@@ -97,6 +97,7 @@ def test_the_tflite_is_the_one_quantize_writes_and_the_output_is_its_check(net, 
     from cle._quantize import choice
 
     monkeypatch.setattr(choice, "SUPPORT", {name: 2.0 for name in choice.SUPPORT})
+    monkeypatch.setattr(choice, "PLAIN_MARGIN_DB", float("inf"))
     content, quantized = cle.quantize(net, data, output_kinds={"logits": "classes"})
     assert quantized.choice.written == "cle"
     assert report.tflite == content

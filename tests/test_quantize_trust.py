@@ -115,7 +115,7 @@ def test_percentile_ranges_leave_out_the_documented_tail(net, data, monkeypatch)
     assert f"their {documented:g} tails" in report.summary()
 
 
-def test_held_out_inputs_never_reach_the_calibration(net, data):
+def test_held_out_inputs_never_reach_the_calibration(net, data, monkeypatch):
     """Bug caught: the held-out quarter leaking into the calibration of the build it first
     checks. The held-out inputs here are 20 times larger: none of their values may reach the
     calibrated input range of that build (``ranges="percentile"``, the build written as it
@@ -137,7 +137,12 @@ def test_held_out_inputs_never_reach_the_calibration(net, data):
                                      lambda message: None) for inputs in (x, clean_x)]
     for a, b in zip(*(build.equalized.get_weights() for build in builds)):
         np.testing.assert_array_equal(a, b)  # the bias correction never saw them
+    from cle._quantize import choice  # the default route, its choice made to keep cle's build
+
+    monkeypatch.setattr(choice, "SUPPORT", {k: 2.0 for k in choice.SUPPORT})
+    monkeypatch.setattr(choice, "PLAIN_MARGIN_DB", float("inf"))
     _, report = cle.quantize(net, x)  # the default route: the file's ranges see every input
+    assert report.choice.written == "cle"
     (first,) = [r for r in report.ranges if input_name(r.name) == input_names(net)[0]]
     assert first.calibrated == pytest.approx((float(x.min()), float(x.max())), abs=1e-6)
     assert report.n_calibration == 40 and report.choice.n == 10 and report.n_check == 40
@@ -864,9 +869,10 @@ def test_sqnr_gain_is_the_mean_over_outputs_with_its_interval_and_support():
 
 
 def test_a_head_farther_than_the_converters_writes_the_plain_conversion():
-    """The promise is per output: cle's build far closer on one head and clearly farther on
-    the other (better on the mean) gives way to the plain conversion, naming that head; one
-    head alone, or a head farther by a hair, does not."""
+    """The promise is per output: cle's build far closer on one head and farther on the
+    other (better on the mean) gives way to the plain conversion, naming that head; so does a
+    head farther by a hair (a tie goes to what the user had) and a one-output model farther;
+    a build at least as close on every head is kept."""
     from cle._quantize import choice as _choice
 
     inp = keras.Input((4,), name="x")
@@ -883,14 +889,23 @@ def test_a_head_farther_than_the_converters_writes_the_plain_conversion():
     assert np.mean([C._sqnr(r, a) - C._sqnr(r, b) for r, a, b in
                     zip(ref, cle_out, plain_out)]) > 5  # the mean favours cle's build
     assert _choice._farther_outputs(model, ref, pooled) == ["head_b"]
-    pooled["cle"] = [cle_out[0], near(ref[1], 0.0101)]  # farther by a hair: kept
+    hair = ref[1] + (plain_out[1] - ref[1]) * 1.01  # the plain conversion's error, 1 % more
+    assert C._sqnr(ref[1], plain_out[1]) - 0.1 < C._sqnr(ref[1], hair) < C._sqnr(
+        ref[1], plain_out[1])
+    pooled["cle"] = [cle_out[0], hair]  # farther by a hair: the plain conversion
+    assert _choice._farther_outputs(model, ref, pooled) == ["head_b"]
+    pooled["cle"] = [cle_out[0], plain_out[1]]  # as close as the plain conversion: kept
     assert _choice._farther_outputs(model, ref, pooled) == []
     one = keras.Model(inp, L.Dense(2, name="only")(inp))
     assert _choice._farther_outputs(one, ref[1:], {"cle": cle_out[1:],
-                                                   "plain": plain_out[1:]}) == []
+                                                   "plain": plain_out[1:]}) == ["only"]
+    # the min/max variant, when it would be written, is the one held to the plain conversion
+    assert _choice._farther_outputs(one, ref[1:], {"cle": cle_out[1:], "plain": plain_out[1:],
+                                                   "cle, min/max ranges": [ref[1]]},
+                                    "cle, min/max ranges") == []
     text = _choice.Choice("plain", 16, {"cle": [1.0, 2.0], "plain": [1.0, 2.0]}, 64,
                           {"cle": [40.0, 20.0], "plain": [30.0, 26.0]}, ["head_b"])
-    assert "farther from the float model on output 'head_b'" in text.line()
+    assert "not as close to the float model on output 'head_b'" in text.line()
     assert "'head_b'" in text.warning() and text.to_dict()["farther"] == ["head_b"]
 
 
