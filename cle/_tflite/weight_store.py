@@ -520,7 +520,9 @@ def weight_storage(content: bytes) -> list[StoredWeight]:
 
 def int8_twin(content: bytes) -> bytes:
     """``content`` with every INT4 weight tensor stored as INT8 holding the same integers
-    (the same scales and biases): what the INT4 model must compute bit for bit."""
+    (the same scales and biases): what the INT4 model computes. Bit for bit in LiteRT's
+    builtin kernels and in TF Lite Micro; LiteRT's default delegate (XNNPACK) may differ by
+    one output step between the two."""
     flat = _Flat(content)
     for _, op, kind, wi in list(flat.weights()):
         t = flat.tensor(wi)
