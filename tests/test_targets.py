@@ -152,7 +152,9 @@ def test_ethos_u_compiles_every_operator_onto_the_npu_with_vela_figures(net):
     # float input/output: the ends go to the CPU, and the report says so
     _, floats = cle.quantize(model, x, target="ethos-u55-128", integer_io=False)
     assert sorted(floats.target["cpu_op_names"]) == ["DEQUANTIZE", "QUANTIZE"]
-    assert any("to the CPU (DEQUANTIZE, QUANTIZE)" in w for w in floats.warnings)
+    assert any("to the CPU (DEQUANTIZE, QUANTIZE)" in w and "unsupported DataType Float32" in w
+               for w in floats.warnings)
+    assert "QUANTIZE" in floats.target["cpu_reasons"]
 
 
 @needs_tools

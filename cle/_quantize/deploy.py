@@ -11,10 +11,11 @@ and compiled by the target's own compiler, with their figures in ``report.target
   refuses the file, or stops, is a warning naming what it said: the file is written, and the
   report says it does not run there.
 * **Vela** (Ethos-U): the file is compiled for the accelerator; ``report.target`` gains
-  Vela's operator counts (``npu_ops``, ``cpu_ops``, ``cpu_op_names``), ``sram_bytes``,
-  ``flash_bytes``, ``dram_bytes`` and ``inference_seconds``, and ``report.compiled`` holds the
-  compiled model (``cle quantize`` writes it beside the output as ``OUT_vela.tflite``).
-  Operators left to the CPU are a warning that says which (with float input/output: the
+  Vela's operator counts (``npu_ops``, ``cpu_ops``, ``cpu_op_names``, ``cpu_reasons``),
+  ``sram_bytes``, ``flash_bytes``, ``dram_bytes`` and ``inference_seconds``, and
+  ``report.compiled`` holds the compiled model (``cle quantize`` writes it beside the output
+  as ``OUT_vela.tflite``). Operators left to the CPU are a warning that says which, and why
+  in Vela's words (with float input/output: the
   QUANTIZE and DEQUANTIZE at the ends, which ``integer_io`` moves to the caller).
 """
 
@@ -52,9 +53,11 @@ def check_on_target(model, build, report, say) -> None:
         report.target.update(result.to_dict(), compiled=True, accelerator=spec.accelerator)
         report.compiled = result.content
         if result.cpu_ops:
+            why = "; ".join(f"{op}: {reason}" for op, reason in result.cpu_reasons.items())
             report.warnings.append(
                 f"Vela left {result.cpu_ops} operators to the CPU ("
                 f"{', '.join(sorted(set(result.cpu_op_names))) or 'see Vela'})"
+                + (f"; Vela says {why}" if why else "")
                 + (": the float32 input/output's QUANTIZE and DEQUANTIZE; integer_io=True "
                    "(--integer-io) puts every operator on the NPU"
                    if not build.opts.integer_io else ""))

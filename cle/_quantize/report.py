@@ -37,8 +37,8 @@ class QuantizeReport:
             ``rounding`` (the method ``rounding="auto"`` resolved to); on a microcontroller or
             an NPU also what its runtime and compiler said (:mod:`cle._quantize.deploy`):
             ``runs``, ``runtime_check``, ``arena_bytes``, ``flash_bytes``; for an Ethos-U
-            ``npu_ops``, ``cpu_ops``, ``cpu_op_names``, ``sram_bytes``, ``dram_bytes``,
-            ``inference_seconds``.
+            ``npu_ops``, ``cpu_ops``, ``cpu_op_names``, ``cpu_reasons``, ``sram_bytes``,
+            ``dram_bytes``, ``inference_seconds``.
         calibration: "data" (the inputs given) or "synthetic" (no real data was seen).
         n_calibration: inputs the activation ranges were calibrated on.
         calibration_inputs: what they are (without data: how many were distilled from the

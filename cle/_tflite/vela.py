@@ -40,6 +40,8 @@ class VelaResult:
         content: the compiled ``.tflite`` (``OUT_vela.tflite``, Vela's naming).
         npu_ops, cpu_ops: the operator counts Vela printed.
         cpu_op_names: the TF Lite operators left in the compiled file for the CPU.
+        cpu_reasons: ``{operator: reason}`` as Vela printed them (its "supported operators"
+            warnings), for the operators it could not place on the NPU.
         sram_bytes, flash_bytes, dram_bytes: memory Vela says the model uses (flash: on-chip
             and off-chip).
         inference_seconds: Vela's estimate of one inference.
@@ -50,6 +52,7 @@ class VelaResult:
     npu_ops: int
     cpu_ops: int
     cpu_op_names: list
+    cpu_reasons: dict
     sram_bytes: int
     flash_bytes: int
     dram_bytes: int
@@ -90,10 +93,21 @@ def compile_for_npu(content: bytes, accelerator: str, name: str = "model",
     kib = lambda key: int(round(float(row.get(key) or 0.0) * KIB))  # noqa: E731
     return VelaResult(
         content=data, npu_ops=counts.get("NPU", 0), cpu_ops=counts.get("CPU", 0),
-        cpu_op_names=_cpu_ops(data), sram_bytes=kib("sram_memory_used"),
+        cpu_op_names=_cpu_ops(data), cpu_reasons=_reasons(done.stdout),
+        sram_bytes=kib("sram_memory_used"),
         flash_bytes=kib("on_chip_flash_memory_used") + kib("off_chip_flash_memory_used"),
         dram_bytes=kib("dram_memory_used"), inference_seconds=float(row["inference_time"]),
         system_config=row.get("system_config", ""), memory_mode=row.get("memory_mode", ""))
+
+
+def _reasons(printed: str) -> dict[str, str]:
+    """``{operator: reason}`` from Vela's "Warning (supported operators) operator: X, ofm: …"
+    and the "Reason: …" line after it (the first reason per operator kind)."""
+    found = {}
+    for op, reason in re.findall(r"Warning \(supported operators\) operator: (\w+), ofm: "
+                                 r"[^\n]*\nReason: ([^\n]*)", printed):
+        found.setdefault(op, reason.strip())
+    return found
 
 
 def _cpu_ops(compiled: bytes) -> list[str]:
