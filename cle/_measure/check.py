@@ -281,7 +281,8 @@ def _bounds(values):
     if not finite.size:
         return None
     tail = (1.0 - INTERVAL) / 2 * 100
-    lo, hi = np.percentile(finite, [tail, 100 - tail])
+    with np.errstate(invalid="ignore"):  # an exact output: infinite SQNRs, no warning
+        lo, hi = np.percentile(finite, [tail, 100 - tail])
     return float(lo), float(hi)
 
 
@@ -303,9 +304,10 @@ def sqnr_gain(references, ys, others, seed=0) -> tuple[float, tuple | None, floa
     the outputs of the SQNR difference in dB; its :data:`INTERVAL` interval by a paired
     bootstrap over the inputs (None with fewer than :data:`MIN_INTERVAL` inputs); and the
     share of the bootstrap's resamples in which the gain is above 0 (NaN without them)."""
-    point = float(np.mean([_sqnr(np.asarray(r, np.float64), np.asarray(a, np.float64))
-                           - _sqnr(np.asarray(r, np.float64), np.asarray(b, np.float64))
-                           for r, a, b in zip(references, ys, others)]))
+    with np.errstate(invalid="ignore"):  # both exact: inf - inf is NaN, said as such
+        point = float(np.mean([_sqnr(np.asarray(r, np.float64), np.asarray(a, np.float64))
+                               - _sqnr(np.asarray(r, np.float64), np.asarray(b, np.float64))
+                               for r, a, b in zip(references, ys, others)]))
     n = len(references[0])
     if n < MIN_INTERVAL:
         return point, None, math.nan
@@ -315,7 +317,8 @@ def sqnr_gain(references, ys, others, seed=0) -> tuple[float, tuple | None, floa
         signal, noise = _energies(r, a)
         _, noise_other = _energies(r, b)
         s = signal[idx].sum(axis=1)
-        diffs.append(_db(s, noise[idx].sum(axis=1)) - _db(s, noise_other[idx].sum(axis=1)))
+        with np.errstate(invalid="ignore"):
+            diffs.append(_db(s, noise[idx].sum(axis=1)) - _db(s, noise_other[idx].sum(axis=1)))
     gains = np.mean(diffs, axis=0)
     return point, _bounds(gains), float(np.mean(gains > 0))
 
