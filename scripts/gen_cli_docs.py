@@ -30,7 +30,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
-from _docblocks import replace_block  # noqa: E402
+from _docblocks import publish  # noqa: E402
 
 DOC = os.path.join(REPO, "docs", "cli.md")
 WIDTH = "100"  # the terminal width the tables are fitted to
@@ -366,9 +366,7 @@ def _run_help():
 
 
 def main():
-    for name, text in generate().items():
-        changed = replace_block(DOC, name, text)
-        print(f"{os.path.relpath(DOC, REPO)}: {name} {'updated' if changed else 'unchanged'}")
+    publish([(DOC, name, text) for name, text in generate().items()], root=REPO)
 
 
 if __name__ == "__main__":

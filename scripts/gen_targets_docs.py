@@ -24,7 +24,7 @@ REPO = os.path.dirname(HERE)
 DOC = os.path.join(REPO, "docs", "targets.md")
 sys.path.insert(0, HERE)
 
-from _docblocks import replace_block  # noqa: E402
+from _docblocks import publish  # noqa: E402
 
 
 def table() -> str:
@@ -72,9 +72,7 @@ def generate(measured=True) -> dict[str, str]:
 
 
 def main():
-    for name, text in generate().items():
-        changed = replace_block(DOC, name, text)
-        print(f"{os.path.relpath(DOC, REPO)}: {name} {'updated' if changed else 'unchanged'}")
+    publish([(DOC, name, text) for name, text in generate().items()], root=REPO)
 
 
 if __name__ == "__main__":

@@ -29,8 +29,8 @@ from cle._core import keras_internals as internals
 
 __all__ = ["MIN_CLASSES", "OutputCheck", "check_outputs", "close_calls", "compare_verdict",
            "declared_kinds", "sqnr_gain", "sqnr_interval",
-           "estimate_caveat", "guessed_scores", "idle_top1", "output_kinds", "output_names",
-           "rough_figures", "undeclared_scores"]
+           "estimate_caveat", "guessed_scores", "idle_top1", "json_number", "output_kinds",
+           "output_names", "rough_figures", "undeclared_scores"]
 
 #: A linear vector output with at least this many entries may be class logits: the report
 #: says how to declare it, and the distillation without data steers it as such.
@@ -237,6 +237,15 @@ class OutputCheck:
                 "sqnr_interval_db": None if self.sqnr_interval is None else
                 [float(v) for v in self.sqnr_interval],
                 "top1_agreement": None if not self.class_scores else self.top1_agreement}
+
+
+def json_number(value):
+    """A figure for a JSON report, which has no infinity: an error-free SQNR is ``"inf"``
+    (``"-inf"`` below); None stays None."""
+    if value is None:
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else ("inf" if value > 0 else "-inf")
 
 
 def _sqnr(ref, y):

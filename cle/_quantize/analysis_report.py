@@ -7,6 +7,7 @@ import dataclasses
 import math
 from typing import Any
 
+from cle._measure.check import json_number
 from cle._quantize import analysis_stats
 
 __all__ = ["AnalysisReport", "LayerReport", "output_figures"]
@@ -73,24 +74,16 @@ class LayerReport:
 
     def to_dict(self) -> dict:
         return {"name": self.name, "kind": self.kind, "layers": list(self.layers),
-                "depth": self.depth, "sqnr_db": _num(self.sqnr_db),
-                "weight_sqnr_db": _num(self.weight_sqnr_db),
-                "activation_sqnr_db": _num(self.activation_sqnr_db),
-                "range": dict(self.range), "output_sqnr_db": _num(self.output_sqnr_db),
+                "depth": self.depth, "sqnr_db": json_number(self.sqnr_db),
+                "weight_sqnr_db": json_number(self.weight_sqnr_db),
+                "activation_sqnr_db": json_number(self.activation_sqnr_db),
+                "range": dict(self.range), "output_sqnr_db": json_number(self.output_sqnr_db),
                 "share": self.share, "weight_share": self.weight_share,
                 "activation_share": self.activation_share,
-                "simulated_sqnr_db": _num(self.simulated_sqnr_db),
+                "simulated_sqnr_db": json_number(self.simulated_sqnr_db),
                 "stats": dict(self.stats), "weights": self.weights, "reason": self.reason,
                 "outputs_sqnr_db": None if self.outputs_sqnr_db is None else {
-                    k: _num(v) for k, v in self.outputs_sqnr_db.items()}}
-
-
-def _num(value):
-    """JSON has no infinity: an error-free figure is ``"inf"``."""
-    if value is None:
-        return None
-    value = float(value)
-    return value if math.isfinite(value) else ("inf" if value > 0 else "-inf")
+                    k: json_number(v) for k, v in self.outputs_sqnr_db.items()}}
 
 
 def _fmt(value) -> str:
@@ -208,10 +201,10 @@ class AnalysisReport:
                 "check": {"inputs": self.check_inputs, "n": self.n_check,
                           "layer_inputs": self.layer_inputs or self.check_inputs,
                           "n_layer_inputs": self.n_layer_inputs},
-                "output": {k: _num(v) for k, v in self.output.items()},
-                "outputs": [{k: _num(v) if k in ("sqnr_db", "top1_agreement") else v
+                "output": {k: json_number(v) for k, v in self.output.items()},
+                "outputs": [{k: json_number(v) if k in ("sqnr_db", "top1_agreement") else v
                              for k, v in o.items()} for o in self.outputs],
-                "simulation": {k: v if isinstance(v, int) else _num(v)
+                "simulation": {k: v if isinstance(v, int) else json_number(v)
                                for k, v in self.simulation.items()},
                 "layers": [layer.to_dict() for layer in self.layers],
                 "unmatched": [{"layer": n, "reason": r} for n, r in self.unmatched],

@@ -87,14 +87,9 @@ def _runtime_check(model, build, report, say) -> None:
         same = _check.check_outputs(litert, run.outputs, names, kinds)
     report.target["runtime_check"] = {
         "runtime": "tflm", "inputs": what, "n": len(x),
-        "outputs": [{"name": n, "sqnr_db": _num(a.sqnr_db), "top1_agreement": (
+        "outputs": [{"name": n, "sqnr_db": _check.json_number(a.sqnr_db), "top1_agreement": (
                          None if np.isnan(a.top1_agreement) else float(a.top1_agreement)),
-                     "litert_sqnr_db": _num(b.sqnr_db),
-                     "tflm_vs_litert_db": _num(c.sqnr_db),
+                     "litert_sqnr_db": _check.json_number(b.sqnr_db),
+                     "tflm_vs_litert_db": _check.json_number(c.sqnr_db),
                      "max_difference": float(np.max(np.abs(t - r))) if t.size else 0.0}
                     for n, a, b, c, t, r in zip(names, mine, theirs, same, run.outputs, litert)]}
-
-
-def _num(value):
-    value = float(value)
-    return value if np.isfinite(value) else ("inf" if value > 0 else "-inf")

@@ -111,5 +111,4 @@ def store_stage(content, entries, say, target=None):
     if entries is None:
         return content, weight_storage(content)
     say("storing the rounded kernels in the .tflite")
-    return (store_weights(content, entries) if target is None
-            else store_weights(content, entries, target))
+    return store_weights(content, entries, target)

@@ -18,14 +18,13 @@ from __future__ import annotations
 
 import os
 import pickle
-import subprocess
-import sys
 import tempfile
 
 import numpy as np
 
-from cle._tflite import internals
-from cle._tflite.runtime import keras_output_order
+from cle._tflite import child
+from cle._tflite.flatgraph import FlatGraph
+from cle._tflite.runtime import input_name, keras_output_order
 
 __all__ = ["ARENA_LIMIT", "TflmFailed", "TflmRun", "run_tflm"]
 
@@ -93,17 +92,8 @@ class TflmRun:
         self.outputs, self.arena_bytes = outputs, arena_bytes
 
 
-def _io_names(content: bytes) -> tuple[list[str], list[str]]:
-    graph = internals.read_model(content).subgraphs[0]
-    name = lambda i: graph.tensors[i].name.decode() if isinstance(  # noqa: E731
-        graph.tensors[i].name, bytes) else str(graph.tensors[i].name)
-    return [name(i) for i in graph.inputs], [name(i) for i in graph.outputs]
-
-
 def _order_inputs(x, names) -> list[np.ndarray]:
     """``x`` (:class:`cle._core.inputs.ModelInputs`) in the flatbuffer's input order."""
-    from cle._tflite.runtime import input_name
-
     by_name = dict(zip(x.names, x.arrays))
     keys = [input_name(n) for n in names]
     if all(k in by_name for k in keys):
@@ -118,14 +108,14 @@ def run_tflm(content: bytes, x, timeout: float = 3600.0) -> TflmRun:
     Raises:
         TflmFailed: TFLM refused the file (its message) or its process died (the signal).
     """
-    in_names, out_names = _io_names(content)
-    arrays = _order_inputs(x, in_names)
+    graph = FlatGraph(content)
+    out_names = [graph.name(t) for t in graph.outputs]
+    arrays = _order_inputs(x, [graph.name(t) for t in graph.inputs])
     with tempfile.TemporaryDirectory(prefix="cle_tflm_") as tmp:
         src, dst = os.path.join(tmp, "in.pkl"), os.path.join(tmp, "out.pkl")
         with open(src, "wb") as f:
             pickle.dump((bytes(content), arrays, len(out_names)), f)
-        done = subprocess.run([sys.executable, "-c", _CHILD, src, dst, str(ARENA_LIMIT)],
-                              capture_output=True, text=True, timeout=timeout)
+        done = child.run(["-c", _CHILD, src, dst, str(ARENA_LIMIT)], timeout)
         if done.returncode != 0 or not os.path.exists(dst):
             raise TflmFailed(_failure(done))
         with open(dst, "rb") as f:
@@ -140,7 +130,4 @@ def _failure(done) -> str:
     lines = [line.strip() for line in text[0].splitlines() if line.strip()]
     last = [line.strip() for line in text[-1].splitlines() if line.strip()][-1:]
     said = "; ".join(lines[-2:] + (last if len(text) > 1 else []))[:500]
-    if done.returncode < 0:
-        return (f"TF Lite Micro's process was stopped by signal {-done.returncode}"
-                + (f" ({said})" if said else " with no message"))
-    return f"TF Lite Micro refused the file: {said or 'exit status ' + str(done.returncode)}"
+    return child.ended("TF Lite Micro", done, said)

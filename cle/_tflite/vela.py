@@ -17,11 +17,10 @@ import dataclasses
 import glob
 import os
 import re
-import subprocess
-import sys
 import tempfile
 
-from cle._tflite import internals
+from cle._tflite import child
+from cle._tflite.flatgraph import FlatGraph
 
 __all__ = ["VelaFailed", "VelaResult", "compile_for_npu"]
 
@@ -77,9 +76,8 @@ def compile_for_npu(content: bytes, accelerator: str, name: str = "model",
         src, out = os.path.join(tmp, f"{name}.tflite"), os.path.join(tmp, "out")
         with open(src, "wb") as f:
             f.write(content)
-        done = subprocess.run([sys.executable, "-m", "ethosu.vela", src, "--accelerator-config",
-                               accelerator, "--output-dir", out],
-                              capture_output=True, text=True, timeout=timeout)
+        done = child.run(["-m", "ethosu.vela", src, "--accelerator-config", accelerator,
+                          "--output-dir", out], timeout)
         compiled = os.path.join(out, f"{name}_vela.tflite")
         summaries = glob.glob(os.path.join(out, f"{name}_summary_*.csv"))
         if done.returncode != 0 or not os.path.exists(compiled) or not summaries:
@@ -112,16 +110,7 @@ def _reasons(printed: str) -> dict[str, str]:
 
 def _cpu_ops(compiled: bytes) -> list[str]:
     """The TF Lite operators of Vela's output that are not its NPU custom operator."""
-    model = internals.read_model(compiled)
-    names = internals.builtin_operator_names()
-    out = []
-    for op in model.subgraphs[0].operators:
-        code = model.operatorCodes[op.opcodeIndex]
-        builtin = max(int(code.builtinCode or 0), int(code.deprecatedBuiltinCode or 0))
-        name = names.get(builtin, str(builtin))
-        if name != "CUSTOM":
-            out.append(name)
-    return out
+    return [op.kind for op in FlatGraph(compiled).ops if op.kind != "CUSTOM"]
 
 
 def _failure(done) -> str:
@@ -129,7 +118,4 @@ def _failure(done) -> str:
              .splitlines() if line.strip() and "dynamic signature" not in line
              and not line.startswith("Warning: No ")]
     said = "; ".join(lines[-2:])[:500]
-    if done.returncode < 0:
-        return (f"Vela's process was stopped by signal {-done.returncode}"
-                + (f" ({said})" if said else " with no message"))
-    return f"Vela refused the file: {said or 'exit status ' + str(done.returncode)}"
+    return child.ended("Vela", done, said)

@@ -441,18 +441,18 @@ def _write_bias(flat, op, kind, entry, s8, s):
     t.quantization.zeroPoint = np.zeros(n_scales, np.int64)
 
 
-def store_weights(content: bytes, layers: list[LayerWeights], target: Target = LITERT
+def store_weights(content: bytes, layers: list[LayerWeights], target: Target | None = None
                   ) -> tuple[bytes, list]:
     """The flatbuffer ``content`` with the kernel of every layer of ``layers`` that has a grid
     stored exactly on it (INT4 for 4-bit grids where ``target``'s runtime runs the operator
     with INT4 weights at that granularity, :meth:`cle._tflite.targets.Target.int4_refusal`;
-    INT8 otherwise),
-    and the :class:`StoredWeight` of every weight tensor (and of every rounded layer no
-    operator holds).
+    INT8 otherwise; None: LiteRT's rules), and the :class:`StoredWeight` of every weight
+    tensor (and of every rounded layer no operator holds).
 
     Raises:
         ValueError: a rounded kernel is not on its grid, or a bias is not INT32.
     """
+    target = LITERT if target is None else target
     flat = _Flat(content)
     by_shape: dict[tuple, list] = {}
     for entry in layers:
