@@ -42,8 +42,8 @@ from cle._tflite.runtime import input_details_by_name, interpreter
 SAMPLE_PER_TENSOR = 1 << 20
 
 
-#: The batch a model read through Keras' export is given (None: free), set by
-#: :func:`static_batch`.
+#: The batch a model read through Keras' export is given (None: the backend's own, see
+#: :func:`export_batch`), set by :func:`static_batch`.
 _STATIC_BATCH: contextvars.ContextVar = contextvars.ContextVar("cle_static_batch", default=None)
 
 
@@ -54,13 +54,25 @@ def static_batch(n: int | None):
     batch, and its shape arithmetic (SHAPE, BROADCAST_TO, UNSORTED_SEGMENT_PROD, ...) becomes
     operators a microcontroller's runtime has no kernel for and an NPU's compiler leaves to
     the CPU. A traced TensorFlow function needs no fix (its batch is free, without such
-    operators). ``None``: the batch stays free. :func:`cle._tflite.runtime.run_all` runs a file
-    of fixed batch one input at a time."""
+    operators). ``None``: the backend's own (:func:`export_batch`).
+    :func:`cle._tflite.runtime.run_all` runs a file of fixed batch one input at a time."""
     token = _STATIC_BATCH.set(n)
     try:
         yield
     finally:
         _STATIC_BATCH.reset(token)
+
+
+def export_batch() -> int | None:
+    """The batch a model read through Keras' export is given here (None: free): the one of
+    :func:`static_batch`, else one on every backend but TensorFlow's. There the export's
+    polymorphic batch (jax2tf) splits SOFTMAX into REDUCE_MAX, EXP, SUM and DIV behind
+    BROADCAST_TO and shape arithmetic, which TF Lite's INT8 quantization takes apart
+    (tests/test_quantize.py), and LiteRT ran the free-batch file several times slower."""
+    batch = _STATIC_BATCH.get()
+    if batch is None and keras.backend.backend() != "tensorflow":
+        return 1
+    return batch
 
 
 def _with_batch(model, batch: int):
@@ -199,7 +211,7 @@ def _from_model(model, keras_route=False):
     import tensorflow as tf
 
     if _uses_keras_route(model, keras_route):
-        batch = _STATIC_BATCH.get()
+        batch = export_batch()
         return tf.lite.TFLiteConverter.from_keras_model(
             model if batch is None else _with_batch(model, batch))
     specs = [tf.TensorSpec(t.shape, t.dtype, name=name)

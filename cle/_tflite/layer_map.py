@@ -22,7 +22,7 @@ import numpy as np
 
 from cle._core.graph import graph_view, run_call
 from cle._tflite.flatgraph import FLOAT32, FlatGraph
-from cle._tflite.runtime import input_details_by_name, interpreter
+from cle._tflite.runtime import fixed_batch, input_details_by_name, interpreter
 
 __all__ = ["Entry", "LayerMap", "map_layers"]
 
@@ -79,15 +79,23 @@ def _flat_values(content, graph: FlatGraph, arrays, names) -> tuple[list, dict]:
     every float tensor it computes (and its inputs) on ``arrays``."""
     interp = interpreter(content, preserve_all_tensors=True)
     ins = input_details_by_name(interp, names)
-    for d, a in zip(ins, arrays):
-        interp.resize_tensor_input(d["index"], a.shape, strict=False)
-    interp.allocate_tensors()
-    for d, a in zip(ins, arrays):
-        interp.set_tensor(d["index"], a)
-    interp.invoke()
-    wanted = list(graph.inputs) + [t for op in graph.ops for t in op.outputs]
-    return [int(d["index"]) for d in ins], {t: interp.get_tensor(t) for t in wanted
-                                             if graph.type(t) == FLOAT32}
+    wanted = [t for t in list(graph.inputs) + [t for op in graph.ops for t in op.outputs]
+              if graph.type(t) == FLOAT32]
+    step = 1 if fixed_batch(interp, ins) else len(arrays[0])
+    parts = {t: [] for t in wanted}
+    for start in range(0, len(arrays[0]), step):
+        chunk = [a[start: start + step] for a in arrays]
+        if start == 0:
+            for d, a in zip(ins, chunk):
+                interp.resize_tensor_input(d["index"], a.shape, strict=False)
+            interp.allocate_tensors()
+        for d, a in zip(ins, chunk):
+            interp.set_tensor(d["index"], a)
+        interp.invoke()
+        for t in wanted:
+            parts[t].append(interp.get_tensor(t))
+    return [int(d["index"]) for d in ins], {
+        t: np.concatenate(v) if len(v) > 1 and v[0].ndim else v[0] for t, v in parts.items()}
 
 
 def _matches(value, flat, order, after) -> list[int]:

@@ -35,7 +35,7 @@ import numpy as np
 from cle._tflite import internals
 from cle._tflite.converter import quiet
 from cle._tflite.flatgraph import FLOAT32, Alignment, FlatGraph, align, dequantize
-from cle._tflite.runtime import input_details_by_name, interpreter
+from cle._tflite.runtime import fixed_batch, input_details_by_name, interpreter
 
 __all__ = ["QuantSim", "Switch", "build"]
 
@@ -185,7 +185,8 @@ class QuantSim:
         arrays, names = (x.arrays, x.names) if hasattr(x, "arrays") else ((x,), ("",))
         with quiet():  # LiteRT announces its XNNPACK delegate on stderr
             interp = interpreter(self.content, delegates=True)
-        batch = 1 if self.apart else batch
+        fixed = fixed_batch(interp, interp.get_input_details()[:self.n_inputs])
+        batch = 1 if self.apart or fixed else batch
         size = None
         for start in range(0, len(rows), batch):
             stop = min(start + batch, len(rows))
@@ -421,6 +422,8 @@ def batch_leading(content: bytes, tensors) -> set[int]:
     for n in (1, 2):
         interp = interpreter(content, preserve_all_tensors=True)
         details = interp.get_input_details()
+        if n == 2 and fixed_batch(interp, details):  # runs one at a time: (1, ...) is a row
+            return {t for t in tensors if shapes[0][t][:1] == (1,)}
         for d in details:
             interp.resize_tensor_input(d["index"], (n,) + tuple(d["shape"][1:]), strict=False)
         interp.allocate_tensors()

@@ -42,6 +42,13 @@ def input_details_by_name(interp, names, details=None) -> list[dict]:
                        f"{list(names)}")
 
 
+def fixed_batch(interp, details=None) -> bool:
+    """Whether the file's inputs (``details``: some of them) hold a fixed batch
+    (:func:`cle._tflite.converter.export_batch`): such a file runs one input at a time."""
+    details = interp.get_input_details() if details is None else details
+    return any(int(d.get("shape_signature", d["shape"])[0]) > 0 for d in details)
+
+
 def output_details_in_order(interp) -> list[dict]:
     """The interpreter's output details in the order of the Keras model's outputs: the
     converter names them ``Identity``, ``Identity_1``, ... (a traced function) or ``...:k``
@@ -90,8 +97,8 @@ def run_all(tflite_model, x, batch_size=TFLITE_BATCH, interp=None) -> list[np.nd
     caller made one."""
     interp = interpreter(tflite_model) if interp is None else interp
     ins = input_details_by_name(interp, x.names)
-    if any(int(d.get("shape_signature", d["shape"])[0]) > 0 for d in ins):
-        batch_size = 1  # a file of fixed batch (converter.static_batch): one input at a time
+    if fixed_batch(interp, ins):
+        batch_size = 1
     results, current = [], None
     for start in range(0, len(x), int(batch_size)):
         chunk = x[start: start + int(batch_size)]
