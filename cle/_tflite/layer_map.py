@@ -107,6 +107,22 @@ def _matches(value, flat, order, after) -> list[int]:
             and float(np.max(np.abs(v - value))) <= tol]
 
 
+def _scaled_matches(value, flat, order, after) -> list[int]:
+    """Flatbuffer tensors holding ``value`` times a positive constant, produced at or after
+    operator ``after``: JAX's export of a pooling to a batch of one sums, and folds the
+    1/(h·w) into the next kernel. Only when no tensor holds ``value`` itself."""
+    energy = float(np.sum(np.square(value, dtype=np.float64)))
+    found = []
+    for t, v in flat.items():
+        if order[t] < after or v.shape != value.shape or energy == 0.0:
+            continue
+        c = float(np.sum(v.astype(np.float64) * value)) / energy
+        if c > 0 and float(np.max(np.abs(v - c * value))) <= c * RTOL * float(
+                np.max(np.abs(value))) + 1e-6:
+            found.append(t)
+    return found
+
+
 def _pair(view, values, flat, graph, inputs) -> dict[int, int]:
     """Keras call index -> flatbuffer tensor holding its (first) output; ``inputs``: the
     flatbuffer's input tensors in the order of the model's."""
@@ -118,7 +134,9 @@ def _pair(view, values, flat, graph, inputs) -> dict[int, int]:
             continue
         value = values[id(call.outputs[0])]
         after = max([order.get(where.get(id(t)), -1) for t in call.inputs] + [-1])
-        found = _matches(np.asarray(value, np.float32), flat, order, after)
+        value = np.asarray(value, np.float32)
+        found = (_matches(value, flat, order, after)
+                 or _scaled_matches(value, flat, order, after))
         if found:
             f = max(found, key=lambda t: order[t])
             paired[call.index] = f
