@@ -278,6 +278,12 @@ def convert_int16(model, x, integer_io=False) -> bytes:
     import tensorflow as tf
 
     check_tflite_backend("cle.quantize")
+    if keras.backend.backend() != "tensorflow":  # read with a batch of one (export_batch)
+        raise RuntimeError(
+            f"TF Lite's 16x8 mode, given the {keras.backend.backend()} backend's export of "
+            "this model, writes a file whose outputs do not follow the model's; use "
+            "activation_bits=8, or convert on the TensorFlow backend. Received: "
+            "activation_bits=16")
     converter = _converter(model, x, io_type=tf.int16 if integer_io else tf.float32)
     converter.target_spec.supported_ops = [
         tf.lite.OpsSet.EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8]
