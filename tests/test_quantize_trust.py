@@ -377,7 +377,9 @@ def test_two_outputs_each_checked_and_protected(zoo):
                                                               ("boxes", "values")]
         assert math.isnan(report.outputs[1].top1_agreement)
         assert all(o.sqnr_db > 10 for o in report.outputs), report.summary()
-        kept = [r for r in report.ranges if r.how == "min/max (output)"]
+        # min/max, or widened past it when that build is written: never cut
+        kept = [r for r in report.ranges if r.how.startswith("min/max (output)")
+                and r.lo <= r.calibrated[0] and r.hi >= r.calibrated[1]]
         assert len(kept) == 2
         text = report.summary()
         assert "output 'scores': top-1 agreement" in text and "output 'boxes': SQNR" in text
@@ -775,7 +777,8 @@ def test_with_data_the_closest_build_is_written_and_said(net, data, monkeypatch)
 
     content, report = cle.quantize(net, data, compare=True, output_kinds=LOGITS)
     assert report.choice.written == "cle"
-    assert set(report.choice.sqnr_db) == set(_choice.CANDIDATES)
+    # widened ranges are built only for a model with a value output; this one has class scores
+    assert set(report.choice.sqnr_db) == set(_choice.CANDIDATES) - {_choice.WIDENED}
     assert report.choice.crossfit["cle"][0] == pytest.approx(report.sqnr_db, abs=1e-6)
     assert report.choice.crossfit["plain"][0] == pytest.approx(report.plain["sqnr_db"],
                                                                abs=1e-6)
@@ -796,12 +799,81 @@ def test_with_data_the_closest_build_is_written_and_said(net, data, monkeypatch)
     from cle._quantize import crossfit
 
     tails = crossfit.CrossFit._ranges
-    monkeypatch.setattr(_choice, "_minmax", lambda build: build.content)
-    monkeypatch.setattr(crossfit.CrossFit, "_ranges", lambda self, k, minmax: tails(self, k, False))
+    monkeypatch.setattr(_choice, "_variant", lambda build, name: build.content)
+    monkeypatch.setattr(crossfit.CrossFit, "_ranges", lambda self, k, kind: tails(self, k, "tails"))
     content, report = cle.quantize(net, data, output_kinds=LOGITS)
     assert report.choice.written == "plain"
     assert content == Q.convert_to_tflite_int8(net, data)  # the float model, all the data
     assert "written: the float model straight into TF Lite's converter" in report.summary()
+
+
+def test_widened_ranges_reach_past_the_calibrated_extremes():
+    """``as_kind``: tails kept; min/max puts a tail range back to the calibrated extremes;
+    widened moves each side off 0 by the Gumbel step to 3x as many inputs (scale: the std of
+    the per-input extremes x sqrt(6)/pi, step: scale x ln 3); a ReLU's 0 and a model input
+    stay where they are."""
+    from cle._quantize.ranges import WIDEN_INPUTS, as_kind
+
+    def tensor(calibrated, index=3):
+        return tflite.TensorRange(index, "t", (1, 4), calibrated, 0.5 * calibrated[0],
+                                  0.5 * calibrated[1], "percentile")
+
+    lows, highs = np.array([-1.0, -2.0, -1.5, -1.2]), np.array([4.0, 5.0, 3.0, 3.5])
+    r = tensor((-2.0, 5.0))
+    as_kind(r, "tails", lows, highs, [0])
+    assert (r.lo, r.hi, r.how) == (-1.0, 2.5, "percentile")
+    as_kind(r, "min/max", lows, highs, [0])
+    assert (r.lo, r.hi) == (-2.0, 5.0)
+    step = math.sqrt(6.0) / math.pi * math.log(WIDEN_INPUTS)
+    r = tensor((-2.0, 5.0))
+    as_kind(r, "widened", lows, highs, [0])
+    assert r.lo == pytest.approx(-2.0 - step * lows.std(), rel=1e-12)
+    assert r.hi == pytest.approx(5.0 + step * highs.std(), rel=1e-12)
+    assert r.how == "min/max (chosen), widened"
+    relu = tensor((0.0, 5.0))
+    as_kind(relu, "widened", np.zeros(4), highs, [0])
+    assert relu.lo == 0.0 and relu.hi > 5.0
+    given = tensor((-2.0, 5.0), index=0)  # a model input keeps its min/max
+    as_kind(given, "widened", lows, highs, [0])
+    assert (given.lo, given.hi) == (-2.0, 5.0)
+
+
+def test_a_regression_head_whose_rare_inputs_leave_the_ranges_gets_them_widened():
+    """A value output's SQNR is ruled by the few inputs that reach beyond what the others
+    do: here one input in eight is four times larger. Cross-fitted, a build not calibrated
+    on those loses them to clipping; the widened candidate is built for a model with a value
+    output (never for class scores, above), measured on every input, written when it is
+    closer, and the file's figures are its own."""
+    from cle._quantize import choice as _choice
+
+    keras.utils.set_random_seed(3)
+    inp = keras.Input((12,), name="x")
+    h = L.Dense(32, activation="relu", name="d1")(inp)
+    h = L.Dense(32, activation="relu", name="d2")(h)
+    model = keras.Model(inp, L.Dense(2, name="value")(h), name="regression")
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=(96, 12)).astype(np.float32)
+    x[::8] *= 4.0
+    rng.shuffle(x)
+    # not for a linear vector of MIN_CLASSES or more that nobody declared (likely logits)
+    assert not _choice._has_values(_net(), None)
+    assert _choice._has_values(_net(), {"logits": "values"}) and _choice._has_values(model, None)
+    content, report = cle.quantize(model, x)
+    assert _choice.WIDENED in report.choice.sqnr_db
+    scores = {k: np.mean(v) for k, v in report.choice.crossfit.items()}
+    assert scores[_choice.WIDENED] > scores["cle"] + _choice.SWITCH_DB
+    assert report.choice.written == _choice.WIDENED
+    assert report.sqnr_db == pytest.approx(scores[_choice.WIDENED], abs=1e-6)
+    assert any(r.how.endswith(", widened") for r in report.ranges)
+    assert " tensors widened past their min/max to the extremes 3× as many inputs" in \
+        report.summary()
+    # and on new inputs of the same kind it is closer than cle's build with the tails
+    new = rng.normal(size=(400, 12)).astype(np.float32)
+    new[::8] *= 4.0
+    reference = model.predict(new, verbose=0)
+    tails, _ = cle.quantize(model, x, ranges="percentile")
+    assert Q.sqnr_db(reference, Q.run_tflite(content, new)) > \
+        Q.sqnr_db(reference, Q.run_tflite(tails, new)) + 1.0
 
 
 def test_no_choice_without_data_or_off_the_default_route(net):

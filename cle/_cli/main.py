@@ -205,8 +205,9 @@ def _quantize_data_options(p, calibration_help):
     p.add_argument("--ranges", choices=("auto", "percentile", "minmax"), default="auto",
                    help="activation ranges: auto (default: each tensor's 1e-4 tails; with "
                         "--calibration the file written is the closest to the float model on "
-                        "the held-out inputs of that build, the same with min/max ranges and "
-                        "the plain conversion), percentile (the tails, always) or minmax (the "
+                        "every calibration input, cross-fitted, of that build, the same with "
+                        "min/max ranges (and widened ones for a value output) and the plain "
+                        "conversion), percentile (the tails, always) or minmax (the "
                         "converter's own)")
 
 

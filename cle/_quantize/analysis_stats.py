@@ -79,7 +79,8 @@ def range_of(r, acc: Accumulator, protected: set) -> dict:
     calibrated min/max."""
     if r is None:
         return {"low": None, "high": None, "how": "none (not quantized)", "calibrated": None}
-    how = _HOW.get(r.how, r.how)
+    base = r.how.removesuffix(", widened")
+    how = _HOW.get(base, base) + (", widened" if base != r.how else "")
     if r.how == "min/max" and r.index in protected:
         how = "min/max (the output, or the logits before a softmax)"
     return {"low": float(min(r.lo, 0.0)), "high": float(max(r.hi, 0.0)), "how": how,

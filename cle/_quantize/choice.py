@@ -10,7 +10,12 @@ The candidates, in order of preference:
    activation range at its min/max over the calibration inputs (what the converter does):
    the tails cut ranges some models need (a range halved in a grayscale classifier lost
    several dB against the plain converter);
-3. ``plain``: the float model straight into TF Lite's converter, calibrated on the same
+3. ``cle, widened ranges``: the same with every range but the inputs' widened past its
+   min/max to the extremes :data:`cle._quantize.ranges.WIDEN_INPUTS` times as many inputs
+   would reach (:func:`cle._quantize.ranges.as_kind`) — built only for a model with a value
+   output, and always cross-fitted: a regression head's SQNR is ruled by the few inputs
+   that leave the calibrated ranges, which a held-out quarter seldom holds;
+4. ``plain``: the float model straight into TF Lite's converter, calibrated on the same
    inputs — what the user had.
 
 The score of a candidate is its mean SQNR over the model's outputs, in dB. Each is first run
@@ -24,7 +29,8 @@ least :data:`SUPPORT` of the resamples of a paired bootstrap over the inputs
 conversion than for min/max ranges: the plain conversion written is the float model converted
 with all the data, what the user had, so switching to it on weaker evidence can cost cle's gain
 but never falls below the converter; min/max ranges on cle's model are neither, and one input
-that carries most of the noise must not decide for them.
+that carries most of the noise must not decide for them. Widened ranges need only most of the
+resamples: on a value output the inputs that carry most of the noise are the evidence.
 
 Against the plain conversion the burden of proof is cle's: the promise is never to be worse
 than the converter, so cle's build (or its min/max variant) is written only when, cross-fitted
@@ -41,7 +47,7 @@ The build written is the chosen kind calibrated on every input (the cross-fitted
 those of builds calibrated on three quarters: the file's own are at least as good in
 expectation). The choice and every candidate's figures are in the report
 (``report.choice``): the choice is made on the inputs the check then measures, so the figure
-of the written file can flatter by the luck of the draw among three; the report says so.
+of the written file can flatter by the luck of the draw among them; the report says so.
 """
 
 from __future__ import annotations
@@ -53,7 +59,8 @@ import numpy as np
 
 from cle._measure import check as _check
 from cle._measure.inference import outputs_once
-from cle._quantize.crossfit import CrossFit
+from cle._quantize.crossfit import KIND, CrossFit
+from cle._quantize.ranges import WIDEN_INPUTS, as_kind, tensor_roles
 from cle._tflite import converter as tflite
 
 __all__ = ["CANDIDATES", "PLAIN_MARGIN_DB", "SUPPORT", "SWITCH_DB", "Choice", "choose",
@@ -62,19 +69,26 @@ __all__ = ["CANDIDATES", "PLAIN_MARGIN_DB", "SUPPORT", "SWITCH_DB", "Choice", "c
 #: A candidate replaces the pipeline's build when its mean SQNR over the outputs on the
 #: held-out inputs is higher by more than this (dB).
 SWITCH_DB = 0.3
-#: The share of the bootstrap's resamples of the inputs in which min/max ranges must be closer
-#: than cle's build to replace it: nearly all (the lower end of a 90 % interval above 0), as
-#: one input often carries most of the noise, and a gain it makes is no evidence.
-SUPPORT = {"cle, min/max ranges": 0.95}
+#: The share of the bootstrap's resamples of the inputs in which a candidate must be closer
+#: than cle's build to replace it. Min/max ranges: nearly all (the lower end of a 90 % interval
+#: above 0), as one input often carries most of the noise, and a gain it makes is no evidence.
+#: Widened ranges (made only for a value output): half, as there the few inputs that leave
+#: the calibrated ranges are what the figure measures (docs/design.md).
+SUPPORT = {"cle, min/max ranges": 0.95, "cle, widened ranges": 0.5}
 #: The plain conversion is written when, cross-fitted, the build that would be written is
 #: farther from the float model than it on any output by more than this (dB): a tie goes to
 #: what the user had.
 PLAIN_MARGIN_DB = 0.0
 #: The candidates' names, in order of preference.
-CANDIDATES = ("cle", "cle, min/max ranges", "plain")
+CANDIDATES = ("cle", "cle, min/max ranges", "cle, widened ranges", "plain")
+#: The candidate made only for a model with a value output (:func:`_has_values`), and always
+#: cross-fitted.
+WIDENED = "cle, widened ranges"
 #: What each candidate is, in words.
 SAID = {"cle": "cle's build (activation ranges at their tails)",
         "cle, min/max ranges": "cle's equalized model with min/max activation ranges",
+        WIDENED: "cle's equalized model with min/max activation ranges widened to the "
+                 f"extremes {WIDEN_INPUTS:g} times as many inputs would reach",
         "plain": "the float model straight into TF Lite's converter"}
 
 
@@ -160,12 +174,26 @@ def chooses(build) -> bool:
             and opts.ranges == "auto" and not opts.tune)
 
 
-def _minmax(build) -> bytes:
-    ranges = [dataclasses.replace(r, lo=r.calibrated[0], hi=r.calibrated[1], how="min/max")
-              for r in build.ranges]
+def _variant(build, name) -> bytes:
+    """Candidate ``name``'s build from cle's equalized model, calibrated on the calibration
+    inputs (as cle's build)."""
+    inputs = tensor_roles(build.calibrated)[1]
+    ranges = [dataclasses.replace(r) for r in build.ranges]
+    for r in ranges:
+        as_kind(r, KIND[name], *build.extremes[r.index], inputs)
     return tflite.quantize_calibrated(tflite.with_ranges(build.calibrated, ranges),
                                       per_channel=build.opts.per_channel,
                                       integer_io=build.opts.integer_io)
+
+
+def _has_values(model, declared) -> bool:
+    """Whether ``model`` has a value output that widened ranges are for: one checked as
+    values that is not an undeclared linear vector of :data:`cle._measure.check.MIN_CLASSES`
+    entries or more (class logits, likely: widening costs them resolution, and on the
+    ImageNet networks it read several dB farther on the held-out inputs)."""
+    logits = set(_check.undeclared_scores(model, declared))
+    return any(kind == "values" and name not in logits for kind, name in zip(
+        _check.output_kinds(model, declared), _check.output_names(model)))
 
 
 def _sqnrs(reference, y) -> list[float]:
@@ -191,13 +219,15 @@ def choose(model, build, say) -> tuple[Choice, bytes | None]:
     plain = tflite.convert_int8(model, build.inputs.calibration,
                                 per_channel=build.opts.per_channel,
                                 integer_io=build.opts.integer_io)
-    contents = {"cle": build.content, "cle, min/max ranges": _minmax(build), "plain": plain}
+    values = _has_values(model, build.opts.output_kinds)
+    contents = {"cle": build.content, "cle, min/max ranges": _variant(build, "cle, min/max ranges"),
+                **({WIDENED: _variant(build, WIDENED)} if values else {}), "plain": plain}
     outputs = {name: outputs_once(build.runs, content, x) for name, content in contents.items()}
     sqnr = {name: _sqnrs(reference, y) for name, y in outputs.items()}
-    usable = [name for name in CANDIDATES[1:]
-              if not any(math.isnan(s) or s == -math.inf for s in sqnr[name])]
-    undecided = [name for name in usable
-                 if _may_switch(_check.sqnr_gain(reference, outputs[name], outputs["cle"]))
+    usable = [name for name in CANDIDATES[1:] if name in contents
+              and not any(math.isnan(s) or s == -math.inf for s in sqnr[name])]
+    undecided = [name for name in usable if name == WIDENED
+                 or _may_switch(_check.sqnr_gain(reference, outputs[name], outputs["cle"]))
                  or name == "plain" and any(_may_switch(g, PLAIN_MARGIN_DB) for g in _output_gains(
                      reference, outputs[name], outputs["cle"]))]
     if build.opts.compare and "plain" not in undecided:

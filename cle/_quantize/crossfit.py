@@ -31,13 +31,16 @@ import numpy as np
 from cle._core.inputs import ModelInputs
 from cle._measure.inference import outputs_once
 from cle._quantize import ranges as _ranges
-from cle._quantize.ranges import pick_range, tensor_roles
+from cle._quantize.ranges import as_kind, pick_range, tensor_roles
 from cle._tflite import converter as tflite
 
-__all__ = ["FOLDS", "CrossFit"]
+__all__ = ["FOLDS", "KIND", "CrossFit"]
 
 #: The folds: :data:`FOLDS` − 1 parts of the calibration inputs and the held-out quarter.
 FOLDS = 4
+#: The kind of range (:data:`cle._quantize.ranges.KINDS`) of each candidate built from cle's
+#: equalized model.
+KIND = {"cle": "tails", "cle, min/max ranges": "min/max", "cle, widened ranges": "widened"}
 
 
 def _join(parts) -> ModelInputs:
@@ -100,9 +103,10 @@ class CrossFit:
             self._held = values, extremes
         return self._held
 
-    def _stats(self, index, k, extremes_only=False):
-        """``(values, (min, max))`` of tensor ``index`` on every input but part ``k``'s (on
-        every input when ``k`` is None; no values with ``extremes_only``)."""
+    def _stats(self, index, k):
+        """``(values, (min, max), (lows, highs))`` of tensor ``index`` on every input but part
+        ``k``'s (on every input when ``k`` is None): a sample of its values, its extremes, and
+        its min and max on each of those inputs."""
         build = self.build
         values, extremes = self._held_stats()
         n_cal = len(build.inputs.calibration)
@@ -111,15 +115,13 @@ class CrossFit:
             keep[self.parts[k]] = False
         lows, highs = build.extremes[index]
         held_lows, held_highs = extremes[index]
-        sample = None
-        if not extremes_only:
-            bottom, top, n_kept = self._tails(index)
-            n_held = len(self.folds[-1])
-            sample = _Tails(np.concatenate([bottom[:n_cal][keep], bottom[n_cal:]]).ravel(),
-                            np.concatenate([top[:n_cal][keep], top[n_cal:]]).ravel(),
-                            n_kept * (int(keep.sum()) + n_held))
-        return sample, (float(min(lows[keep].min(), held_lows.min())),
-                        float(max(highs[keep].max(), held_highs.max())))
+        bottom, top, n_kept = self._tails(index)
+        sample = _Tails(np.concatenate([bottom[:n_cal][keep], bottom[n_cal:]]).ravel(),
+                        np.concatenate([top[:n_cal][keep], top[n_cal:]]).ravel(),
+                        n_kept * (int(keep.sum()) + len(self.folds[-1])))
+        lows = np.concatenate([lows[keep], held_lows])
+        highs = np.concatenate([highs[keep], held_highs])
+        return sample, (float(lows.min()), float(highs.max())), (lows, highs)
 
     def _tails(self, index):
         """Per input (calibration inputs, then held-out ones), the smallest and the largest
@@ -142,19 +144,19 @@ class CrossFit:
 
     # ------------------------------------------------------------------ the builds
 
-    def _ranges(self, k, minmax: bool):
+    def _ranges(self, k, kind: str):
         """Every activation tensor's range as the build would set it from all inputs but part
-        ``k``'s: at its tails (:func:`cle._quantize.ranges.pick_range`), or at its min/max."""
+        ``k``'s: at its tails (:func:`cle._quantize.ranges.pick_range`), then made a range of
+        ``kind`` (:func:`cle._quantize.ranges.as_kind`)."""
         build = self.build
         if self._roles is None:  # read from the flatbuffer once, not once per fold
             self._roles = tensor_roles(build.calibrated)
         roles = self._roles
         ranges = [copy.copy(r) for r in build.ranges]
         for r in ranges:
-            sample, (lo, hi) = self._stats(r.index, k)
+            sample, (lo, hi), (lows, highs) = self._stats(r.index, k)
             pick_range(r, sample, (lo, hi), roles, {}, build.opts.integer_io)
-            if minmax and r.how == "percentile":
-                r.lo, r.hi, r.how = r.calibrated[0], r.calibrated[1], "min/max (chosen)"
+            as_kind(r, kind, lows, highs, roles[1])
         return ranges
 
     def _content(self, name, k) -> tuple[bytes, list | None]:
@@ -165,7 +167,7 @@ class CrossFit:
             rest = [f for j, f in enumerate(self.folds) if j != k]
             return tflite.convert_int8(self.model, _join(rest), per_channel=opts.per_channel,
                                        integer_io=opts.integer_io), None
-        ranges = self._ranges(k, minmax=name != "cle")
+        ranges = self._ranges(k, KIND[name])
         return tflite.quantize_calibrated(tflite.with_ranges(self.build.calibrated, ranges),
                                           per_channel=opts.per_channel,
                                           integer_io=opts.integer_io), ranges

@@ -92,8 +92,9 @@ def quantize(model, calibration_data=None, *, per_channel: bool = True, weight_b
         ranges: "auto" (default): each activation tensor's range holds all but a
             :data:`TAIL` share of its values on each side, and with calibration data (8-bit
             weights rounded by the converter, 8-bit activations, no tuning) the file written
-            is the closest to the float model, on the held-out inputs, of that build, the
-            same with every range at its min/max and the float model straight into TF Lite's
+            is the closest to the float model, on every calibration input cross-fitted, of
+            that build, the same with every range at its min/max (and, for a model with a
+            value output, widened past it) and the float model straight into TF Lite's
             converter (:mod:`cle._quantize.choice`; ``report.choice``); "percentile": the
             tails, always; "minmax": the converter's own min/max.
         input_range: without data only: ``(low, high)`` of every input (e.g. ``(-1, 1)`` for

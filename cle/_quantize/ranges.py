@@ -10,14 +10,19 @@ import numpy as np
 from cle._tflite import converter as tflite
 from cle._tflite.runtime import input_name
 
-__all__ = ["MIN_WIDTH", "TAIL", "choose_percentile_ranges", "mse_range", "pick_range",
-           "tail_range", "tensor_roles"]
+__all__ = ["KINDS", "MIN_WIDTH", "TAIL", "WIDEN_INPUTS", "as_kind", "choose_percentile_ranges",
+           "mse_range", "pick_range", "tail_range", "tensor_roles"]
 
 #: The share of a tensor's values left outside its range on each side (``ranges="percentile"``).
 TAIL = 1e-4
 #: A tail range narrower than this share of the min/max range keeps min/max (a tensor that is
 #: almost always 0, e.g. a rarely firing ReLU, would otherwise get a range of width 0).
 MIN_WIDTH = 1e-2
+#: Widened ranges reach the extremes this many times as many inputs as calibrated them would
+#: be expected to reach (:func:`as_kind`).
+WIDEN_INPUTS = 3.0
+#: The kinds of range :func:`as_kind` makes from the ranges :func:`pick_range` sets.
+KINDS = ("tails", "min/max", "widened")
 #: Values of a tensor's sample the MSE search uses.
 MSE_SAMPLE = 1 << 18
 _GRID = np.linspace(0.05, 1.0, 39)
@@ -119,3 +124,27 @@ def pick_range(r, values, extremes, roles, stated, integer_io) -> None:
             r.how = "min/max (sparse)"
         else:
             r.lo, r.hi, r.how = picked[0], picked[1], "percentile"
+
+
+def as_kind(r, kind: str, lows, highs, inputs) -> None:
+    """Make ``r``, as :func:`pick_range` set it, a range of ``kind`` (one of :data:`KINDS`):
+    ``"tails"`` keeps it; ``"min/max"`` sets a tail range back to the tensor's min/max;
+    ``"widened"`` takes the min/max and, but for a model input, widens it to the extremes
+    :data:`WIDEN_INPUTS` times as many inputs would be expected to reach: ``lows``/``highs``
+    are the tensor's min and max on each input, and a Gumbel law fitted to them (its scale
+    their standard deviation × √6/π) puts the extreme of k times as many inputs further by
+    scale × ln k. A side at 0 (a ReLU's) stays there. On a value output (a regression head)
+    the SQNR is ruled by the few inputs whose values leave the calibrated ranges, which few
+    calibration inputs seldom contain; a classifier's outputs lose resolution for nothing.
+    ``inputs``: the indices of the model's input tensors."""
+    if kind == "tails":
+        return
+    if r.how == "percentile":
+        r.lo, r.hi, r.how = r.calibrated[0], r.calibrated[1], "min/max (chosen)"
+    if kind == "widened" and r.index not in inputs:
+        shift = np.sqrt(6.0) / np.pi * np.log(WIDEN_INPUTS)
+        if r.lo < 0:
+            r.lo = float(r.lo - shift * np.std(lows))
+        if r.hi > 0:
+            r.hi = float(r.hi + shift * np.std(highs))
+        r.how = f"{r.how}, widened"

@@ -10,6 +10,8 @@ from typing import Any
 
 import numpy as np
 
+from cle._quantize.ranges import WIDEN_INPUTS
+
 __all__ = ["QuantizeReport"]
 
 
@@ -125,6 +127,14 @@ class QuantizeReport:
         if not self.ranges:
             return ["activation ranges: the converter's (16-bit activations)"]
         narrowed = [r for r in self.ranges if r.how == "percentile"]
+        widened = [r for r in self.ranges if r.how.endswith(", widened")]
+        if widened:
+            ratios = np.array([(r.hi - r.lo) / max(r.calibrated[1] - r.calibrated[0], 1e-30)
+                               for r in widened])
+            return [f"activation ranges: {len(widened)} of {len(self.ranges)} tensors widened "
+                    f"past their min/max to the extremes {WIDEN_INPUTS:g}× as many inputs would "
+                    f"be expected to reach (width {np.median(ratios):.2f}× the min/max range at "
+                    f"the median, {ratios.max():.2f}× at the widest); the others keep min/max"]
         if not narrowed:
             return [f"activation ranges: min/max of {len(self.ranges)} tensors"]
         ratios = np.array([(r.hi - r.lo) / max(r.calibrated[1] - r.calibrated[0], 1e-30)
