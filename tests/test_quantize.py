@@ -281,8 +281,9 @@ def test_quantize_targets_reach_the_converter(net, data):
 
 
 @pytest.mark.skipif(BACKEND == "jax", reason=(
-    "open (issue 41): since JAX's export reads a batch of one, on the JAX backend's own "
-    "initial weights of this net the tails read below min/max here; runs on TensorFlow"))
+    "open (issue 41): JAX's export read with a batch of one fuses each conv with its bias "
+    "and ReLU (as TensorFlow's does), and on the JAX backend's own initial weights of this "
+    "net min/max ranges then lose little to the spike; the premise holds on TensorFlow's"))
 def test_percentile_ranges_beat_min_max_when_one_value_is_extreme(net, data):
     """One input with an extreme value sets the min/max range of every tensor it reaches;
     the 1e-4 tails ignore it."""
