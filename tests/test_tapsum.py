@@ -121,10 +121,15 @@ def test_options():
     QuantizeOptions(rounding="tapsum", bias_correction="analytic", activation_bits=16)
 
 
-def test_analyze_measures_the_snapped_kernels_against_their_float_values():
-    """Per-tensor, cle.analyze analyses what cle.quantize writes (kernels on their grid, tap
-    sums kept) against the float kernels: a layer whose kernel was put on its grid still
-    shows its weight error."""
+def test_analyze_measures_the_snapped_kernels_against_their_float_values(monkeypatch):
+    """Per-tensor, cle.analyze analyses what cle.quantize writes when its choice keeps cle's
+    build (kernels on their grid, tap sums kept) against the float kernels: a layer whose
+    kernel was put on its grid still shows its weight error."""
+    from cle._quantize import choice
+
+    # cle's build, the one cle.analyze analyses: no other candidate may replace it here
+    monkeypatch.setattr(choice, "SUPPORT", {k: 2.0 for k in choice.SUPPORT})
+    monkeypatch.setattr(choice, "PLAIN_MARGIN_DB", float("inf"))
     model = _net()
     x = np.random.default_rng(2).uniform(-1, 1, (16, 12, 12, 3)).astype(np.float32)
     content, quantized = cle.quantize(model, x, per_channel=False)
