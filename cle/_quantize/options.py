@@ -18,7 +18,8 @@ __all__ = ["AUTO_ROUNDING", "AUTO_ROUNDING_LOW_BITS", "AUTO_ROUNDING_TAPSUM", "B
 
 #: "auto": each tensor at its tails ("percentile"), and with data the written file is the
 #: closest of that build, the same with min/max ranges (and widened ones for a model with a
-#: value output) and the plain conversion (:mod:`cle._quantize.choice`); "percentile": the tails, always; "minmax": the converter's.
+#: value output) and the plain conversion (:mod:`cle._quantize.choice`); "percentile": the
+#: tails, always; "minmax": the converter's.
 RANGES = ("auto", "percentile", "minmax")
 BIAS_CORRECTIONS = ("auto", "empirical", "analytic", "none")
 #: Weight bits :func:`cle.quantization.quantize` writes.

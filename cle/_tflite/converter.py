@@ -296,9 +296,8 @@ def convert_int16(model, x, integer_io=False) -> bytes:
                 raise
     raise RuntimeError(
         f"TF Lite's 16x8 mode cannot quantize the ops {', '.join(ops)} of this model (as the "
-        f"{keras.backend.backend()} backend exports it); use activation_bits=8"
-        + (", or convert on the TensorFlow backend" if keras.backend.backend() != "tensorflow"
-           else "") + ". Received: activation_bits=16")
+        f"{keras.backend.backend()} backend exports it); use activation_bits=8. Received: "
+        "activation_bits=16")
 
 
 def _object(calibrated):
