@@ -29,7 +29,8 @@ to each real figure, the figure ``cle.quantize`` printed (``report.outputs``: it
 and the plain converter's real figure. Flags:
 
 * ``below-plain``: real SQNR below plain − 0.5 dB (with data) or plain − 3 dB (without);
-* ``claim-off``: the claimed SQNR more than 2 dB from the real one;
+* ``claim-off``: the claimed SQNR more than 2 dB from the real one, and its interval (shown
+  in brackets) does not hold the real one; ``in-interval`` when it does;
 * ``CORRUPT``: a ``.tflite`` returned without error that is broken where the plain
   converter's is not: outputs not finite, a real SQNR under 10 dB and 10 dB below plain's, or
   a top-1 agreement 20 points below plain's; ``SILENT-CORRUPT`` when, moreover, the claim is
@@ -175,7 +176,8 @@ def measure_model(name, modes, emit):
                       plain_error=plain_error))
             continue
         claimed = [{"sqnr_db": o.sqnr_db, "top1": None if math.isnan(o.top1_agreement)
-                    else o.top1_agreement, "name": o.name, "kind": o.kind}
+                    else o.top1_agreement, "name": o.name, "kind": o.kind,
+                    "interval": None if o.sqnr_interval is None else list(o.sqnr_interval)}
                    for o in report.outputs]
         plain_claimed = [{"sqnr_db": o.sqnr_db} for o in (report.plain or {}).get(
             "outputs", [])]
@@ -229,9 +231,15 @@ def flags(r):
     if claim is None:
         out.append("claim-off")
     elif not _close(claim, real, CLAIM_DB):
-        out.append(f"claim-off({claim - real:+.1f})" if math.isfinite(claim - real)
-                   else "claim-off")
+        gap = f"({claim - real:+.1f})" if math.isfinite(claim - real) else ""
+        out.append(("in-interval" if _covered(r) else "claim-off") + gap)
     return out
+
+
+def _covered(r):
+    """Whether the claim's interval (rows that have one) holds the real figure."""
+    interval = (r.get("claimed") or {}).get("interval")
+    return interval is not None and interval[0] <= r["real"]["sqnr_db"] <= interval[1]
 
 
 def _corrupt(r):
@@ -263,6 +271,8 @@ def _fig(f):
     if not f:
         return "–"
     s = f"{f['sqnr_db']:.1f}" if math.isfinite(f["sqnr_db"]) else str(f["sqnr_db"])
+    if f.get("interval"):
+        s += f" [{f['interval'][0]:.1f}, {f['interval'][1]:.1f}]"
     return (f"{f['top1']:.0%} / {s}" if f.get("top1") is not None else s)
 
 
@@ -320,6 +330,7 @@ def summary(rows):
                          and r["status"] == "crash")
         good = [r for r in mine if "below-plain" not in flags(r)]
         claims = [r for r in mine if not _claim_off(r)]
+        within = [r for r in claims if not any(f.startswith("in-interval") for f in flags(r))]
         broken = sorted({r["model"] for r in mine if {"CORRUPT", "SILENT-CORRUPT"} & set(
             flags(r))})
         corrupt = sorted({r["model"] for r in mine if "SILENT-CORRUPT" in flags(r)})
@@ -334,6 +345,7 @@ def summary(rows):
                    f"{' or a refusal' if mode == 'nodata' else ''}): {len(met)}/{len(runs)}")
         out.append(f"  {len(runs)} models; outputs >= plain - {margin:g} dB: "
                    f"{len(good)}/{len(mine)}; claims within {CLAIM_DB:g} dB: "
+                   f"{len(within)}/{len(mine)}, or within their interval: "
                    f"{len(claims)}/{len(mine)}; crashes: {len(crashed)}{_names(crashed)}; "
                    f"refusals: {len(refused)}{_names(refused)}; broken files: {len(broken)}"
                    f"{_names(broken)}, of which silent (claim > real + {CLAIM_DB:g} dB): "

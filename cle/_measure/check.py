@@ -30,7 +30,7 @@ from cle._core import keras_internals as internals
 __all__ = ["MIN_CLASSES", "OutputCheck", "check_outputs", "close_calls", "compare_verdict",
            "declared_kinds", "sqnr_gain", "sqnr_interval",
            "estimate_caveat", "guessed_scores", "idle_top1", "json_number", "output_kinds",
-           "output_names", "rough_figures", "undeclared_scores"]
+           "output_names", "rough_figures", "sqnr_with_clipping", "undeclared_scores"]
 
 #: A linear vector output with at least this many entries may be class logits: the report
 #: says how to declare it, and the distillation without data steers it as such.
@@ -307,24 +307,41 @@ def sqnr_interval(ref, y, seed=0) -> tuple | None:
     return _bounds(_db(signal[idx].sum(axis=1), noise[idx].sum(axis=1)))
 
 
-def sqnr_gain(references, ys, others, seed=0) -> tuple[float, tuple | None, float]:
+def sqnr_with_clipping(ref, y, clipping=0.0) -> float:
+    """The SQNR (dB) of ``y`` against ``ref`` (``(N, ...)`` arrays) with ``clipping``, a noise
+    energy per input, added to the noise."""
+    if not clipping:
+        return _sqnr(ref, y)
+    signal, noise = _energies(ref, y)
+    return float(_db(signal.sum(), noise.sum() + clipping * len(noise)))
+
+
+def sqnr_gain(references, ys, others, seed=0, clipping=None,
+              clipping_other=None) -> tuple[float, tuple | None, float]:
     """``(gain, interval, support)``: how much closer ``ys`` are to ``references`` than
     ``others`` (one array ``(N, ...)`` per output, the same ``N`` inputs), as the mean over
     the outputs of the SQNR difference in dB; its :data:`INTERVAL` interval by a paired
     bootstrap over the inputs (None with fewer than :data:`MIN_INTERVAL` inputs); and the
-    share of the bootstrap's resamples in which the gain is above 0 (NaN without them)."""
+    share of the bootstrap's resamples in which the gain is above 0 (NaN without them).
+    ``clipping``/``clipping_other``: per output, a noise energy per input added to every
+    input's noise of ``ys``/``others`` (the expected clipping of inputs beyond the calibrated
+    ranges, :func:`cle._quantize.ranges.expected_clipping`); none by default."""
+    clip = clipping or [0.0] * len(references)
+    clip_other = clipping_other or [0.0] * len(references)
     with np.errstate(invalid="ignore"):  # both exact: inf - inf is NaN, said as such
-        point = float(np.mean([_sqnr(np.asarray(r, np.float64), np.asarray(a, np.float64))
-                               - _sqnr(np.asarray(r, np.float64), np.asarray(b, np.float64))
-                               for r, a, b in zip(references, ys, others)]))
+        point = float(np.mean([
+            sqnr_with_clipping(np.asarray(r, np.float64), np.asarray(a, np.float64), ca)
+            - sqnr_with_clipping(np.asarray(r, np.float64), np.asarray(b, np.float64), cb)
+            for r, a, b, ca, cb in zip(references, ys, others, clip, clip_other)]))
     n = len(references[0])
     if n < MIN_INTERVAL:
         return point, None, math.nan
     idx = _resamples(n, seed)
     diffs = []
-    for r, a, b in zip(references, ys, others):
+    for r, a, b, ca, cb in zip(references, ys, others, clip, clip_other):
         signal, noise = _energies(r, a)
         _, noise_other = _energies(r, b)
+        noise, noise_other = noise + ca, noise_other + cb
         s = signal[idx].sum(axis=1)
         with np.errstate(invalid="ignore"):
             diffs.append(_db(s, noise[idx].sum(axis=1)) - _db(s, noise_other[idx].sum(axis=1)))
@@ -347,13 +364,17 @@ def compare_verdict(ref, y, y_other, seed=0) -> tuple[str, tuple | None]:
     return verdict, bounds
 
 
-def check_outputs(reference, test, names, kinds) -> list[OutputCheck]:
+def check_outputs(reference, test, names, kinds, clipping=None) -> list[OutputCheck]:
     """One :class:`OutputCheck` per output.
 
     Args:
         reference, test: lists of arrays ``(N, ...)``, one per output: the float model's and
             the quantized model's outputs on the same inputs.
         names, kinds: of each output (:func:`output_names`, :func:`output_kinds`).
+        clipping: per output, the noise energy per input that new inputs beyond the
+            calibrated ranges are expected to add (:func:`cle._quantize.ranges.expected_clipping`),
+            or None: the interval's lower end reaches down to the SQNR with it (the inputs at
+            hand seldom hold one that leaves the ranges; new inputs will).
 
     Raises:
         RuntimeError: an output is not finite.
@@ -361,10 +382,14 @@ def check_outputs(reference, test, names, kinds) -> list[OutputCheck]:
     _finite(reference, "the float model's outputs")
     _finite(test, "the quantized model's outputs")
     out = []
-    for ref, y, name, kind in zip(reference, test, names, kinds):
+    for k, (ref, y, name, kind) in enumerate(zip(reference, test, names, kinds)):
         ref, y = np.asarray(ref, np.float64), np.asarray(y, np.float64)
         top1 = _top1(ref, y) if kind != "values" else math.nan
-        out.append(OutputCheck(name, kind, _sqnr(ref, y), top1, sqnr_interval(ref, y)))
+        interval = sqnr_interval(ref, y)
+        if clipping and clipping[k] and interval is not None:
+            with np.errstate(divide="ignore"):
+                interval = (min(interval[0], sqnr_with_clipping(ref, y, clipping[k])), interval[1])
+        out.append(OutputCheck(name, kind, _sqnr(ref, y), top1, interval))
     return out
 
 

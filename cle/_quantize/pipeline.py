@@ -307,7 +307,8 @@ def check_sets(model, build: Int8Build, say) -> list:
         kinds = _check.output_kinds(model, build.opts.output_kinds)
         return [{"inputs": fit["inputs"], "n": fit["n"], "reference": fit["reference"],
                  "test": fit["test"],
-                 "outputs": _check.check_outputs(fit["reference"], fit["test"], names, kinds)}]
+                 "outputs": _check.check_outputs(fit["reference"], fit["test"], names, kinds,
+                                                 fit.get("clipping"))}]
     return _timed(build.seconds, "check", _check_model, model, build.content,
                   build.inputs.checks, build.opts, say, build.runs)
 

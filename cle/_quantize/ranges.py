@@ -11,7 +11,8 @@ from cle._tflite import converter as tflite
 from cle._tflite.runtime import input_name
 
 __all__ = ["KINDS", "MIN_WIDTH", "TAIL", "WIDEN_INPUTS", "as_kind", "choose_percentile_ranges",
-           "mse_range", "pick_range", "tail_range", "tensor_roles"]
+           "clipping_noise", "expected_clipping", "mse_range", "pick_range", "tail_range",
+           "tensor_roles", "widened"]
 
 #: The share of a tensor's values left outside its range on each side (``ranges="percentile"``).
 TAIL = 1e-4
@@ -142,9 +143,64 @@ def as_kind(r, kind: str, lows, highs, inputs) -> None:
     if r.how == "percentile":
         r.lo, r.hi, r.how = r.calibrated[0], r.calibrated[1], "min/max (chosen)"
     if kind == "widened" and r.index not in inputs:
-        shift = np.sqrt(6.0) / np.pi * np.log(WIDEN_INPUTS)
-        if r.lo < 0:
-            r.lo = float(r.lo - shift * np.std(lows))
-        if r.hi > 0:
-            r.hi = float(r.hi + shift * np.std(highs))
+        r.lo, r.hi = widened(r.lo, r.hi, lows, highs)
         r.how = f"{r.how}, widened"
+
+
+def _gumbel(extremes):
+    """``(location, scale)`` of the Gumbel law (of maxima) fitted to ``extremes`` by its
+    moments: scale = standard deviation × √6/π, location = mean − Euler's γ × scale."""
+    scale = float(np.std(extremes)) * np.sqrt(6.0) / np.pi
+    return float(np.mean(extremes)) - np.euler_gamma * scale, scale
+
+
+def widened(lo, hi, lows, highs) -> tuple[float, float]:
+    """``(lo, hi)`` moved out to the extremes :data:`WIDEN_INPUTS` times as many inputs would
+    be expected to reach, by the Gumbel laws fitted to the per-input minima ``lows`` and
+    maxima ``highs`` (the extreme of k times as many inputs is further by scale × ln k); a
+    side at 0 or beyond it (a ReLU's) stays."""
+    shift = np.sqrt(6.0) / np.pi * np.log(WIDEN_INPUTS)  # the scale of _gumbel, × ln k
+    if lo < 0:
+        lo = float(lo - shift * np.std(lows))
+    if hi > 0:
+        hi = float(hi + shift * np.std(highs))
+    return lo, hi
+
+
+def _excess(bound, extremes) -> float:
+    """E[(Y - bound)²; Y > bound] for Y of the Gumbel law fitted to ``extremes``."""
+    location, scale = _gumbel(extremes)
+    if scale <= 0:
+        return 0.0
+    start = (bound - location) / scale
+    t = np.linspace(start, max(start, 0.0) + 50.0, 4001)
+    survival = -np.expm1(-np.exp(-t))
+    f = (t - start) * survival
+    return float(2.0 * scale ** 2 * np.sum((f[1:] + f[:-1]) / 2 * np.diff(t)))
+
+
+def clipping_noise(lo, hi, lows, highs) -> float:
+    """The expected squared excess of a new input's extremes beyond the range ``[lo, hi]``:
+    the noise a tensor's clipping adds per input, by the Gumbel laws :func:`widened` fits to
+    the per-input minima ``lows`` and maxima ``highs`` (its largest entry beyond ``hi`` and its
+    smallest below ``lo``). An 8-bit range holds 0 (TF Lite's converter makes it so): a side at
+    0 clips nothing (a ReLU's, or a positive output's lower side)."""
+    lo, hi = min(float(lo), 0.0), max(float(hi), 0.0)
+    noise = _excess(hi, np.asarray(highs, np.float64)) if hi > 0 else 0.0
+    if lo < 0:
+        noise += _excess(-lo, -np.asarray(lows, np.float64))
+    return noise
+
+
+def expected_clipping(outputs, kind: str) -> float:
+    """:func:`clipping_noise` per input of an output tensor whose range was calibrated as
+    ``kind`` (:data:`KINDS`; an output keeps its min/max unless widened) on ``outputs``
+    (``(N, ...)``, the float model's): what its SQNR on new inputs loses, in expectation, to
+    the few that leave the range (on a regression head they rule it, and a few dozen
+    calibration inputs seldom hold one)."""
+    flat = np.asarray(outputs, np.float64).reshape(len(outputs), -1)
+    lows, highs = flat.min(axis=1), flat.max(axis=1)
+    lo, hi = float(lows.min()), float(highs.max())
+    if kind == "widened":
+        lo, hi = widened(lo, hi, lows, highs)
+    return clipping_noise(lo, hi, lows, highs)

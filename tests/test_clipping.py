@@ -1,0 +1,134 @@
+"""The clipping new inputs are expected to add on a value output
+(:func:`cle._quantize.ranges.expected_clipping`): how the choice weighs it and how the check's
+interval states it. A regression head's SQNR is ruled by the few inputs beyond the calibrated
+range, which a few dozen calibration inputs seldom hold: the cross-fitted figure alone cannot
+see them."""
+
+import math
+
+import keras
+import numpy as np
+import pytest
+
+from cle._measure import check as C
+from cle._quantize import choice as _choice
+from cle._quantize import ranges as R
+
+L = keras.layers
+
+
+@pytest.mark.parametrize("bound", [4.0, 6.0, 9.0])
+def test_the_expected_excess_is_the_gumbel_laws_own(bound):
+    """On a large Gumbel sample the fitted law's E[(Y - bound)²; Y > bound] is the sample's
+    mean squared excess (the law and its fit are right), within a few percent."""
+    y = np.random.default_rng(0).gumbel(3.0, 1.5, size=400_000)
+    empirical = np.mean(np.clip(y - bound, 0, None) ** 2)
+    assert R.clipping_noise(-1.0, bound, -np.ones_like(y), y) == pytest.approx(empirical, rel=0.05)
+
+
+def test_a_side_at_zero_clips_nothing_and_both_sides_add():
+    """An 8-bit range holds 0: a positive output's lower side and a ReLU's clip nothing;
+    a signed tensor clips on both sides, each by its own law."""
+    rng = np.random.default_rng(1)
+    highs = 10.0 + rng.gumbel(0.0, 1.0, 64)
+    upper = R.clipping_noise(5.0, highs.max(), highs - 5.0, highs)  # lo 5 > 0: the range is [0, hi]
+    assert upper > 0
+    assert R.clipping_noise(0.0, highs.max(), rng.uniform(0, 1, 64), highs) == upper
+    lows = -highs[::-1]
+    both = R.clipping_noise(lows.min(), highs.max(), lows, highs)
+    assert both == pytest.approx(upper + R.clipping_noise(lows.min(), 0.0, lows, highs),
+                                 rel=1e-12)
+    assert R.clipping_noise(lows.min(), 0.0, lows, highs) == pytest.approx(upper, rel=1e-9)
+    assert R.clipping_noise(0.0, 1.0, np.zeros(64), np.ones(64)) == 0.0  # constant: no law
+
+
+def test_widened_ranges_expect_less_clipping_and_predict_new_inputs():
+    """The range of a regression output calibrated on 64 inputs, min/max or widened as the
+    candidates calibrate it: widened expects less clipping; and over many draws of the 64,
+    the expected clipping of either range is, on average, what new inputs of the same law
+    give it, within a factor of 2 (the law is fitted to 64 values: its scale runs low)."""
+    rng = np.random.default_rng(2)
+    new = rng.gumbel(140.0, 10.0, size=200_000)
+    estimated, real = np.zeros((2, 100)), np.zeros((2, 100))
+    for k in range(100):
+        calibrating = rng.gumbel(140.0, 10.0, size=(64, 1))
+        minmax = R.expected_clipping(calibrating, "min/max")
+        wide = R.expected_clipping(calibrating, "widened")
+        assert 0 < wide < minmax / 2
+        lo, hi = R.widened(0.0, float(calibrating.max()), calibrating[:, 0], calibrating[:, 0])
+        assert lo == 0.0 and hi > calibrating.max()
+        assert wide == pytest.approx(R.clipping_noise(lo, hi, calibrating[:, 0],
+                                                      calibrating[:, 0]))
+        estimated[:, k] = minmax, wide
+        real[:, k] = [np.mean(np.clip(new - top, 0, None) ** 2)
+                      for top in (calibrating.max(), hi)]
+    ratio = estimated.mean(axis=1) / real.mean(axis=1)
+    assert np.all((0.5 < ratio) & (ratio < 2.0)), ratio
+
+
+def test_the_interval_reaches_down_to_the_figure_with_the_expected_clipping():
+    """The check's point figure is what the inputs at hand gave; the lower end of its interval
+    also covers the expected clipping (given per output); without it, nothing changes."""
+    rng = np.random.default_rng(3)
+    ref = [rng.normal(size=(64, 4)), rng.normal(size=(64, 1))]
+    y = [r + 0.01 * rng.normal(size=r.shape) for r in ref]
+    plain = C.check_outputs(ref, y, ["a", "b"], ["values", "values"])
+    clipped = C.check_outputs(ref, y, ["a", "b"], ["values", "values"], [0.0, 0.01])
+    assert clipped[0] == plain[0]
+    assert clipped[1].sqnr_db == plain[1].sqnr_db
+    with_clip = C.sqnr_with_clipping(ref[1], y[1], 0.01)
+    signal, noise = np.sum(ref[1] ** 2), np.sum((ref[1] - y[1]) ** 2)
+    assert with_clip == pytest.approx(10 * math.log10(signal / (noise + 0.01 * 64)))
+    assert clipped[1].sqnr_interval == (pytest.approx(with_clip), plain[1].sqnr_interval[1])
+    assert with_clip < plain[1].sqnr_interval[0]
+
+
+def test_sqnr_gain_weighs_each_sides_expected_clipping():
+    """A build a hair farther on the inputs at hand but expected to clip far less on new ones
+    gains; the same clipping on both sides leaves the sign of the gain."""
+    rng = np.random.default_rng(4)
+    ref = [rng.normal(size=(64, 2))]
+    near = [ref[0] + 0.010 * rng.normal(size=(64, 2))]
+    hair = [ref[0] + 0.011 * rng.normal(size=(64, 2))]
+    assert C.sqnr_gain(ref, hair, near)[0] < 0
+    assert C.sqnr_gain(ref, hair, near, clipping=[1e-4], clipping_other=[1e-2])[0] > 0
+    gain, _, support = C.sqnr_gain(ref, hair, near, clipping=[1e-3], clipping_other=[1e-3])
+    assert gain < 0 and support < 0.5
+
+
+def test_the_plain_rule_weighs_the_clipping_each_build_is_expected_to_add():
+    """The per-output rule against the plain conversion: widened ranges a hair farther on
+    the inputs at hand, but expected to clip far less on new ones, are not farther; with no
+    clipping given, the rule is the cross-fitted figures' alone."""
+    inp = keras.Input((4,), name="x")
+    model = keras.Model(inp, L.Dense(1, name="ink")(inp))
+    rng = np.random.default_rng(5)
+    ref = [140.0 + 10.0 * rng.gumbel(size=(64, 1))]
+    plain = [ref[0] + 0.01 * rng.normal(size=(64, 1))]
+    wide = [ref[0] + 0.0105 * rng.normal(size=(64, 1))]
+    pooled = {"plain": plain, _choice.WIDENED: wide}
+    assert _choice._farther_outputs(model, ref, pooled, _choice.WIDENED) == ["ink"]
+    clip = {"plain": [R.expected_clipping(ref[0], "min/max")],
+            _choice.WIDENED: [R.expected_clipping(ref[0], "widened")]}
+    assert _choice._farther_outputs(model, ref, pooled, _choice.WIDENED, clip) == []
+
+
+def test_class_scores_expect_no_clipping_and_each_candidate_its_own_range():
+    """The clipping each candidate is expected to add: 0 on class scores; on a value output,
+    min/max for every candidate but the widened one."""
+    inp = keras.Input((4,), name="x")
+    model = keras.Model(inp, [L.Dense(3, activation="softmax", name="cls")(inp),
+                              L.Dense(1, name="ink")(inp)])
+    rng = np.random.default_rng(6)
+    ref = [rng.dirichlet(np.ones(3), 64), 140.0 + 10.0 * rng.gumbel(size=(64, 1))]
+
+    class Build:
+        class opts:
+            output_kinds = None
+
+    clip = _choice._clipping(model, Build, ref)
+    assert set(clip) == set(_choice.CANDIDATES)
+    assert all(c[0] == 0.0 for c in clip.values())
+    minmax = R.expected_clipping(ref[1], "min/max")
+    assert clip["cle"][1] == clip["plain"][1] == clip["cle, min/max ranges"][1] == minmax
+    assert 0 < clip[_choice.WIDENED][1] < minmax
