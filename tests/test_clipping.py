@@ -132,3 +132,35 @@ def test_class_scores_expect_no_clipping_and_each_candidate_its_own_range():
     minmax = R.expected_clipping(ref[1], "min/max")
     assert clip["cle"][1] == clip["plain"][1] == clip["cle, min/max ranges"][1] == minmax
     assert 0 < clip[_choice.WIDENED][1] < minmax
+
+
+def test_the_compare_verdict_weighs_the_expected_clipping():
+    """``--compare``'s verdict on a value output uses the figures the choice compared."""
+    rng = np.random.default_rng(7)
+    ref = rng.normal(size=(64, 2))
+    ours = ref + 0.0105 * rng.normal(size=(64, 2))
+    theirs = ref + 0.01 * rng.normal(size=(64, 2))
+    assert C.compare_verdict(ref, ours, theirs)[0] != "better"
+    assert C.compare_verdict(ref, ours, theirs, clipping=(1e-4, 1e-2))[0] == "better"
+
+
+def test_a_regression_heads_report_states_the_clipping_its_figures_could_not_see():
+    """End to end, with data: the choice's figures with the expected clipping are in the
+    report, the value output's interval reaches down to the written build's, and
+    ``compare=True`` gives its verdict on the same figures."""
+    import cle
+
+    keras.utils.set_random_seed(3)
+    inp = keras.Input((12,), name="x")
+    h = L.Dense(32, activation="relu", name="d1")(inp)
+    model = keras.Model(inp, L.Dense(1, name="value")(h), name="regression")
+    x = np.random.default_rng(4).normal(size=(64, 12)).astype(np.float32)
+    _, report = cle.quantize(model, x, compare=True)
+    choice = report.choice
+    assert set(choice.expected) == set(choice.crossfit)
+    for name, figures in choice.expected.items():
+        assert figures[0] < choice.crossfit[name][0]  # every build clips some new input
+    low = choice.expected[choice.written][0]
+    assert report.outputs[0].sqnr_interval[0] == pytest.approx(low)
+    assert low < report.outputs[0].sqnr_db
+    assert report.to_dict()["plain_conversion"]["verdicts"][0]["verdict"]

@@ -349,14 +349,16 @@ def sqnr_gain(references, ys, others, seed=0, clipping=None,
     return point, _bounds(gains), float(np.mean(gains > 0))
 
 
-def compare_verdict(ref, y, y_other, seed=0) -> tuple[str, tuple | None]:
+def compare_verdict(ref, y, y_other, seed=0, clipping=(0.0, 0.0)) -> tuple[str, tuple | None]:
     """``(verdict, interval)``: whether ``y`` is closer to ``ref`` than ``y_other`` in SQNR,
-    by a paired bootstrap over the inputs (:func:`sqnr_gain`): "better" when the
-    :data:`INTERVAL` interval of the difference (dB) lies above 0, "worse" below 0, else
+    by a paired bootstrap over the inputs (:func:`sqnr_gain`, ``clipping``: the expected
+    clipping per input of ``y`` and of ``y_other``): "better" when the :data:`INTERVAL`
+    interval of the difference (dB) lies above 0, "worse" below 0, else
     "not distinguishable"."""
     if len(ref) < MIN_INTERVAL:
         return "not distinguishable (too few inputs)", None
-    _, bounds, _ = sqnr_gain([ref], [y], [y_other], seed)
+    _, bounds, _ = sqnr_gain([ref], [y], [y_other], seed, clipping=[clipping[0]],
+                             clipping_other=[clipping[1]])
     if bounds is None:
         return "not distinguishable", None
     verdict = ("better" if bounds[0] > 0 else "worse" if bounds[1] < 0 else

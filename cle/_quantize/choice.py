@@ -263,7 +263,7 @@ def choose(model, build, say) -> tuple[Choice, bytes | None]:
                else [])
     if farther:  # the converter's file keeps every output at the converter's level
         written = "plain"
-    _write_refit(fit, build, written, pooled_ref, pooled, say, clip[written])
+    _write_refit(fit, build, written, pooled_ref, pooled, say, clip)
     expected = ({name: [_check.sqnr_with_clipping(r, y, c) for r, y, c in
                         zip(pooled_ref, pooled[name], clip[name])] for name in pooled}
                 if any(any(c) for c in clip.values()) else {})
@@ -307,8 +307,7 @@ def refit_cle(model, build, say) -> None:
     (``cle.analyze``, which analyses cle's build): its ranges calibrated on every input,
     its check cross-fitted."""
     fit, pooled_ref, pooled = _cross_fit(model, build, {"cle": build.content}, [], say)
-    _write_refit(fit, build, "cle", pooled_ref, pooled, say,
-                 _clipping(model, build, pooled_ref)["cle"])
+    _write_refit(fit, build, "cle", pooled_ref, pooled, say, _clipping(model, build, pooled_ref))
 
 
 def _cross_fit(model, build, contents, candidates, say):
@@ -321,17 +320,18 @@ def _cross_fit(model, build, contents, candidates, say):
     return fit, fit.reference(), {name: fit.outputs(name) for name in ["cle", *candidates]}
 
 
-def _write_refit(fit, build, name, reference, pooled, say, clipping=None) -> None:
+def _write_refit(fit, build, name, reference, pooled, say, clip) -> None:
     """Write the build of kind ``name`` calibrated on every input into ``build``, and the
     cross-fitted check's figures (of that kind, and of the plain conversion when measured)
-    into ``build.crossfit``."""
+    and their expected clipping (``clip``, :func:`_clipping`) into ``build.crossfit``."""
     say(f"writing {SAID[name]}, calibrated on all {fit.n} inputs")
     content, ranges = fit.refit(name)
     build.content = content
     if ranges is not None:
         build.ranges = ranges
     build.crossfit = {"inputs": fit.label(), "n": fit.n, "reference": reference,
-                      "test": pooled[name], "plain": pooled.get("plain"), "clipping": clipping}
+                      "test": pooled[name], "plain": pooled.get("plain"), "clipping": clip[name],
+                      "clipping_plain": clip["plain"]}
 
 
 def _may_switch(gain, margin=SWITCH_DB) -> bool:

@@ -221,7 +221,8 @@ class Int8Build:
             (``{index: (lows, highs)}``), for the same.
         crossfit: after the choice, the check's figures on every calibration input, each
             by a build not calibrated on it (:mod:`cle._quantize.crossfit`):
-            ``{"inputs", "n", "reference", "test"}`` and, when measured, ``"plain"``.
+            ``{"inputs", "n", "reference", "test", "clipping", "clipping_plain"}`` and,
+            when measured, ``"plain"``.
         tuning: after the tuning, its :class:`cle._quantize.tune.TuneReport`.
         rounding: the :class:`cle._quantize.rounding.RoundingReport` of the rounding stage
             (None when TF Lite's converter rounds: 8 bits, to nearest).
@@ -302,13 +303,10 @@ def check_sets(model, build: Int8Build, say) -> list:
     :func:`_check_model`), timed as the "check" stage; after the choice, the one set of every
     calibration input it cross-fitted (``build.crossfit``)."""
     if build.crossfit is not None:
-        fit = build.crossfit
-        names = _check.output_names(model)
+        fit, names = build.crossfit, _check.output_names(model)
         kinds = _check.output_kinds(model, build.opts.output_kinds)
-        return [{"inputs": fit["inputs"], "n": fit["n"], "reference": fit["reference"],
-                 "test": fit["test"],
-                 "outputs": _check.check_outputs(fit["reference"], fit["test"], names, kinds,
-                                                 fit.get("clipping"))}]
+        return [{**fit, "outputs": _check.check_outputs(fit["reference"], fit["test"], names,
+                                                        kinds, fit.get("clipping"))}]
     return _timed(build.seconds, "check", _check_model, model, build.content,
                   build.inputs.checks, build.opts, say, build.runs)
 
@@ -532,11 +530,15 @@ def _compare(model, inputs, sets, opts, say, straight=None, runs=None, fitted=No
     plain, verdicts = [], []
     for c, (_, x) in zip(sets, inputs.checks):
         y = fitted if fitted is not None else outputs_once(runs, straight, x)
-        plain.append({"outputs": _check.check_outputs(c["reference"], y, names, kinds)})
+        clip = zip(*(c.get(k) or [0.0] * len(names) for k in ("clipping", "clipping_plain")))
+        plain.append({"outputs": _check.check_outputs(c["reference"], y, names, kinds,
+                                                       c.get("clipping_plain"))})
         verdicts += [{"inputs": c["inputs"], "output": name, "verdict": verdict,
                       "interval_db": interval}
-                     for name, ref, ours, theirs in zip(names, c["reference"], c["test"], y)
-                     for verdict, interval in [_check.compare_verdict(ref, ours, theirs)]]
+                     for name, ref, ours, theirs, (ca, cb) in zip(names, c["reference"],
+                                                                   c["test"], y, clip)
+                     for verdict, interval in [_check.compare_verdict(
+                         ref, ours, theirs, clipping=(ca, cb))]]
     outputs = _lower(plain)
     return {"top1_agreement": outputs[0].top1_agreement, "sqnr_db": outputs[0].sqnr_db,
             "outputs": outputs, "verdicts": verdicts}
