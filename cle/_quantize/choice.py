@@ -284,9 +284,12 @@ def _clipping(model, build, reference) -> dict:
                    for r, kind in zip(reference, kinds)] for name in CANDIDATES}
 
 
-def _output_gains(reference, ys, others) -> list:
-    """:func:`cle._measure.check.sqnr_gain` of each output alone."""
-    return [_check.sqnr_gain([r], [a], [b]) for r, a, b in zip(reference, ys, others)]
+def _output_gains(reference, ys, others, clip=None, clip_other=None) -> list:
+    """:func:`cle._measure.check.sqnr_gain` of each output alone (``clip``/``clip_other``:
+    each output's expected clipping per input of ``ys``/``others``; none by default)."""
+    zeros = [0.0] * len(reference)
+    return [_check.sqnr_gain([r], [a], [b], clipping=[ca], clipping_other=[cb])
+            for r, a, b, ca, cb in zip(reference, ys, others, clip or zeros, clip_other or zeros)]
 
 
 def _farther_outputs(model, reference, pooled, mine="cle", clip=None) -> list[str]:
@@ -294,12 +297,11 @@ def _farther_outputs(model, reference, pooled, mine="cle", clip=None) -> list[st
     plain conversion, on the pooled cross-fitted outputs with each one's expected clipping
     (``clip``, :func:`_clipping`) (the promise is per output: a better mean does not excuse
     a worse head, and a tie goes to what the user had)."""
-    names = _check.output_names(model)
-    clip = clip or {"plain": [0.0] * len(names), mine: [0.0] * len(names)}
-    return [name for name, r, a, b, ca, cb in
-            zip(names, reference, pooled["plain"], pooled[mine], clip["plain"], clip[mine])
-            if _check.sqnr_gain([r], [a], [b], clipping=[ca], clipping_other=[cb])[0]
-            > PLAIN_MARGIN_DB]
+    clip = clip or {}
+    gains = _output_gains(reference, pooled["plain"], pooled[mine], clip.get("plain"),
+                          clip.get(mine))
+    return [name for name, (gain, _, _) in zip(_check.output_names(model), gains)
+            if gain > PLAIN_MARGIN_DB]
 
 
 def refit_cle(model, build, say) -> None:
