@@ -548,12 +548,20 @@ def test_cli_quantize_writes_a_checked_tflite(workdir):
     (["-o", "x.tflite", "--preprocessing", "bogus"], r"preprocessing must be one of"),
     (["-o", "m.keras"], r"must end in \.tflite"),
 ])
-def test_cli_quantize_bad_inputs_exit_2_with_one_line_and_no_file(workdir, args, message):
+def test_cli_quantize_bad_inputs_exit_2_with_one_line_and_no_file(workdir, args, message,
+                                                                capsys, monkeypatch):
+    """In process (``cle.cli.main``, as tests/test_cli.py runs its usage errors): a process
+    each would start Python, TensorFlow and Keras anew for every case;
+    test_cli_quantize_writes_a_checked_tflite runs `python -m cle quantize` as a process."""
+    from cle import cli
+
     before = set(os.listdir(workdir))
-    r = _cle("quantize", "m.keras", *args, cwd=workdir)
-    assert r.returncode == 2, (r.stdout, r.stderr)
-    lines = [line for line in r.stderr.splitlines() if line.startswith("cle: error:")]
-    assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+    monkeypatch.chdir(workdir)
+    code = cli.main(["quantize", "m.keras", *args])
+    out, err = capsys.readouterr()
+    assert code == 2, (out, err)
+    lines = [line for line in err.splitlines() if line.startswith("cle: error:")]
+    assert len(lines) == 1 and "Traceback" not in err, err
     import re
 
     assert re.search(message, lines[0]), lines[0]
