@@ -57,12 +57,22 @@ def require_mobilenet_weights():
     require_weights_package(pretrained.WEIGHTS_PACKAGE, WEIGHTS_SKIP_REASON)
 
 
+_REAL_MOBILENET_V2 = []
+
+
 def real_mobilenet_v2():
-    """The real ImageNet MobileNetV2 (cle.pretrained), or a skip with the one reason."""
+    """The real ImageNet MobileNetV2 (cle.pretrained), or a skip with the one reason.
+
+    Built once per session and shared: every test only reads it (cle's transforms return new
+    models and leave their input untouched, which the tests check), and each build reads the
+    checkpoint and builds the whole network anew. The weights check runs on every call, so a
+    missing package still skips (or fails under CI) each caller."""
     from cle import pretrained
 
     require_mobilenet_weights()
-    return pretrained.mobilenet_v2_imagenet()
+    if not _REAL_MOBILENET_V2:
+        _REAL_MOBILENET_V2.append(pretrained.mobilenet_v2_imagenet())
+    return _REAL_MOBILENET_V2[0]
 
 
 # The suite runs once per backend (`make test`: TensorFlow, then KERAS_BACKEND=jax; by hand with
