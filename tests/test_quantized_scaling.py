@@ -29,21 +29,40 @@ def mobilenet():
     return randomize_biases(randomize_batch_norms(model, deep=True), scale=0.1)
 
 
+@pytest.fixture(scope="module")
+def pristine(mobilenet):
+    """The weights and layer names of ``mobilenet`` before any test transformed it."""
+    return weights_snapshot(mobilenet), [la.name for la in mobilenet._flatten_layers()]
+
+
+@pytest.fixture(scope="module")
+def equalized(mobilenet, pristine):
+    """``equalized(**options)``: ``cle.equalize_model(mobilenet, return_report=True,
+    **options)``, run once per set of options and shared by the tests that only read it."""
+    done = {}
+
+    def get(**options):
+        key = tuple(sorted(options.items()))
+        if key not in done:
+            done[key] = cle.equalize_model(mobilenet, return_report=True, **options)
+        return done[key]
+    return get
+
+
 def _clipped(model):
     return [la for la in model._flatten_layers() if isinstance(la, cle.ClippedReLU)]
 
 
 @pytest.mark.parametrize("per_channel", [True, False])
-def test_default_objective_is_exact_and_reports_every_set(mobilenet, per_channel):
-    snap, names = weights_snapshot(mobilenet), [la.name for la in mobilenet._flatten_layers()]
+def test_default_objective_is_exact_and_reports_every_set(mobilenet, pristine, equalized,
+                                                          per_channel):
     x = inputs_for(mobilenet, batch=2) * 3
-    new, report = cle.equalize_model(mobilenet, per_channel_weights=per_channel,
-                                     return_report=True)
+    new, report = equalized(per_channel_weights=per_channel)
     assert report.objective == "quantized"
     assert max_rel_error(mobilenet, new, x) <= RTOL
-    assert_unchanged(mobilenet, snap, names)
+    assert_unchanged(mobilenet, *pristine)  # as built, before any equalize_model
     # One decision per set the weight objective scales (the same planner finds them).
-    _, weights_report = cle.equalize_model(mobilenet, objective="weights", return_report=True)
+    _, weights_report = equalized(objective="weights")
     assert [d.layers for d in report.scaling] == [d.layers for d in weights_report.scaling]
     scaled = [d for d in report.scaling if d.scaled]
     assert len(report.sets) == len(scaled)
@@ -120,9 +139,9 @@ def test_identical_channels_are_left_as_they_are():
             np.testing.assert_array_equal(a, b)
 
 
-def test_weights_objective_is_nagel(mobilenet):
+def test_weights_objective_is_nagel(mobilenet, equalized):
     """objective='weights' scales every set with Nagel's ranges, as the stepwise route does."""
-    new, report = cle.equalize_model(mobilenet, objective="weights", return_report=True)
+    new, report = equalized(objective="weights")
     assert report.objective == "weights" and all(d.scaled for d in report.scaling)
     bounded, _ = cle.replace_relu6_with_clipped_relu(mobilenet)
     _, folded = cle.fold_all_batch_norms(bounded)
@@ -133,12 +152,12 @@ def test_weights_objective_is_nagel(mobilenet):
             np.testing.assert_allclose(pa.scale_factor, pb.scale_factor, rtol=1e-6)
 
 
-def test_calibration_ranges_are_measured_and_exact(mobilenet):
+def test_calibration_ranges_are_measured_and_exact(mobilenet, equalized):
     x = inputs_for(mobilenet, batch=4) * 3
     new, report = cle.equalize_model(mobilenet, activation_ranges="calibration",
                                      calibration_data=x, return_report=True)
     assert max_rel_error(mobilenet, new, x) <= RTOL
-    _, bn_report = cle.equalize_model(mobilenet, return_report=True)
+    _, bn_report = equalized(per_channel_weights=True)  # the defaults
     # Measured ranges are the calibration data's maxima, not the BN model's tails.
     before = [d.activation_range_before for d in report.scaling]
     assert before != [d.activation_range_before for d in bn_report.scaling]
