@@ -51,7 +51,6 @@ from cle._math import rounding as R
 from cle._quantize import rounding as RND
 from cle._quantize import weight_stages as WS
 from cle._quantize.layer_parts import parts
-from cle._transforms.bias_pass import quantized_kernels
 
 ZETA, GAMMA = R.ZETA, R.GAMMA
 CFG = {}
@@ -366,14 +365,7 @@ def brecq_round_model(model, inputs, entries, kw, cfg):
             stats.append({"block": c.layer.name, "sqnr_near": records[0].sqnr_nearest_db,
                           "sqnr": records[0].sqnr_db, "seconds": records[0].seconds})
         else:
-            out_f = run_call(c, xf)
-            parted = any(a is not b for a, b in zip(xf, xq))
-            mapping = quantized_kernels(c.layer, 8, True) if c.is_layer else []
-            if not parted and not mapping:
-                out_q = out_f
-            else:
-                with keras.StatelessScope(state_mapping=mapping):
-                    out_q = run_call(c, xq)
+            out_f, out_q = RND._pass_through(c, xf, xq, True)
         release(c)
         for t, f, q in zip(c.outputs, out_f, out_q):
             if uses.get(id(t), 0):

@@ -22,6 +22,7 @@ its record says so and why.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import time
 
@@ -400,6 +401,16 @@ def _nearest_noise(call, xf, xq, method, bits, per_tensor, free_bias, seed, damp
     return out_f, out_q, [record], steps
 
 
+def _pass_through(call, xf, xq, per_channel) -> tuple[list, list]:
+    """Float and quantized outputs of a call not rounded (its kernels 8-bit to nearest)."""
+    out_f = run_call(call, xf)
+    mapping = quantized_kernels(call.layer, 8, per_channel) if call.is_layer else []
+    if all(a is b for a, b in zip(xf, xq)) and not mapping:
+        return out_f, out_f
+    with keras.StatelessScope(state_mapping=mapping):
+        return out_f, run_call(call, xq)
+
+
 def _stream_pass(view, targets, inputs, method, bits, per_channel, free_bias, say,
                  damp=R.DAMP, shrink=0.0, layer_fn=None, per_tensor=None):
     """Both streams through the graph, rounding each target on the way (``bits``: one per
@@ -410,10 +421,7 @@ def _stream_pass(view, targets, inputs, method, bits, per_channel, free_bias, sa
     layer_fn = layer_fn or _round_call
     calls = calls_leading_to(view, targets)
     index = {id(c): k for k, c in enumerate(targets, start=1)}
-    uses: dict[int, int] = {}
-    for call in calls:
-        for t in call.inputs:
-            uses[id(t)] = uses.get(id(t), 0) + 1
+    uses = collections.Counter(id(t) for call in calls for t in call.inputs)
     live = {id(t): (v, v) for t, v in zip(view.inputs,
                                           [keras.ops.convert_to_tensor(x) for x in inputs])}
     for call in calls:
@@ -428,14 +436,7 @@ def _stream_pass(view, targets, inputs, method, bits, per_channel, free_bias, sa
                     say(f"rounding [{k}/{len(targets)}] {record.line()}")
             yield call, records, steps
         else:
-            out_f = run_call(call, xf)
-            parted = any(a is not b for a, b in zip(xf, xq))
-            mapping = quantized_kernels(call.layer, 8, per_channel) if call.is_layer else []
-            if not parted and not mapping:
-                out_q = out_f
-            else:
-                with keras.StatelessScope(state_mapping=mapping):
-                    out_q = run_call(call, xq)
+            out_f, out_q = _pass_through(call, xf, xq, per_channel)
         for t in call.inputs:
             uses[id(t)] -= 1
             if uses[id(t)] == 0:
