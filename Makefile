@@ -29,17 +29,23 @@ $(STAMP): pyproject.toml Makefile
 
 install: $(STAMP)
 
+# Two pytest workers (pytest-xdist, one process per core of the 2-core machines CI runs on):
+# much of the suite is single-threaded Python (building and tracing models), so one process
+# leaves a core idle. --dist loadscope keeps each test file in one worker, so a file's
+# module-scoped models are built once; --durations names the slowest tests in CI's log.
+PYTEST := $(PY) -m pytest -q -n 2 --dist loadscope --durations=15
+
 test: $(STAMP)
-	KERAS_BACKEND=tensorflow $(PY) -m pytest -q
-	KERAS_BACKEND=jax $(PY) -m pytest -q
+	KERAS_BACKEND=tensorflow $(PYTEST)
+	KERAS_BACKEND=jax $(PYTEST)
 
 # `make test` plus what it leaves out for time (tests/conftest.py, FULL_SWEEP): every
 # keras.applications variant, and on JAX the example scripts, documentation pages and the
 # command line as a process. Run it after a change to the graph code, the transforms or a
 # dependency's version.
 test-all: $(STAMP)
-	CLE_FULL_SWEEP=1 KERAS_BACKEND=tensorflow $(PY) -m pytest -q
-	CLE_FULL_SWEEP=1 KERAS_BACKEND=jax $(PY) -m pytest -q
+	CLE_FULL_SWEEP=1 KERAS_BACKEND=tensorflow $(PYTEST)
+	CLE_FULL_SWEEP=1 KERAS_BACKEND=jax $(PYTEST)
 
 demo: $(STAMP)
 	@echo "== cle demo: the real MobileNetV2 into TF Lite's converter, and through cle quantize with and without data (about two minutes on 2 cores)"
