@@ -152,10 +152,10 @@ def quantize(model, calibration_data=None, *, per_channel: bool = True, weight_b
             without batch norms and without data, or ``tune=True`` with several inputs or
             outputs, 16-bit activations, ``ranges="minmax"``, 4-bit weights or a rounding
             other than to nearest; 4-bit weights or a rounding other than to nearest with
-            16-bit activations; 4-bit weights or a rounding other than to nearest with
-            ``bias_correction="analytic"`` or ``"empirical"`` (the rounding stage sets the
-            biases then); a target whose tools are not installed or that does not take the
-            activation bits asked for.
+            16-bit activations or with ``bias_correction="analytic"`` or ``"empirical"`` (the
+            rounding stage sets the biases then); a target whose tools are not installed or
+            that does not take the activation bits asked for; a layer TF Lite's converter
+            cannot write (a recurrent layer not unrolled, 3-D pooling: each named, up front).
         RuntimeError: the PyTorch backend (TF Lite's converter cannot read its models), or
             non-finite synthetic inputs or outputs.
 
@@ -374,7 +374,7 @@ def _door(model, calibration_data, opts, single_io=None):
             f"them). Received: model '{model.name}' with {len(model.inputs)} inputs and "
             f"{len(model.outputs)} outputs")
     view = graph_view(model)  # a clear error for a model whose graph cannot be read
-    tflite.check_tflite_backend("cle.quantize")
+    tflite.check_convertible(model, "cle.quantize")
     check_runnable(model, "cle.quantize")
     if calibration_data is not None:
         return view, check_calibration_data(model, calibration_data), None

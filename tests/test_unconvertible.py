@@ -1,0 +1,113 @@
+"""Layers TF Lite's converter cannot write in builtin INT8 ops are refused before any work, each
+named, by `cle.quantize`, `cle.analyze`, `convert_to_tflite_int8` and the command line (issue
+#41: "no crash on what `cle quantize` accepts"; before, the converter's error came after the
+equalization, with its cause buried in an MLIR dump). The premise of each refusal is checked on
+the converter this package installs: the converter itself fails on that layer."""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import pytest
+from keras import layers as L
+
+import cle
+from cle import cli
+from cle import quantization as Q
+from cle._core.inputs import check_calibration_data
+from cle._tflite import converter as tflite
+
+from conftest import BACKEND, no_tflite_on_torch
+
+pytestmark = no_tflite_on_torch
+
+
+def _sequence_model(layer, name):
+    inp = keras.Input((12, 4), name="signal")
+    return keras.Model(inp, L.Dense(3, name="head")(layer(inp)), name=name)
+
+
+def _volume_model(pool, name):
+    inp = keras.Input((8, 8, 8, 1), name="volume")
+    x = L.Conv3D(4, 3, padding="same", activation="relu", name="conv3d")(inp)
+    x = pool(2, name="pool3d")(x)
+    return keras.Model(inp, L.Dense(3, name="head")(L.GlobalAveragePooling3D()(x)), name=name)
+
+
+#: model builder, the names the refusal must hold, refused on every backend (else on the
+#: other backends only: unrolled recurrent layers convert on TensorFlow)
+CASES = {
+    "lstm": (lambda: _sequence_model(L.LSTM(8, name="lstm"), "lstm_net"), ["'lstm' (LSTM)"]),
+    "simple_rnn": (lambda: _sequence_model(L.SimpleRNN(8, name="rnn"), "rnn_net"),
+                   ["'rnn' (SimpleRNN)"]),
+    "bidirectional_gru": (lambda: _sequence_model(L.Bidirectional(L.GRU(8), name="bi"),
+                                                  "bi_net"), ["(GRU)"]),
+    "max_pool_3d": (lambda: _volume_model(L.MaxPooling3D, "max3d_net"),
+                    ["'pool3d' (MaxPooling3D)", "no builtin 3-D pooling"]),
+    "avg_pool_3d": (lambda: _volume_model(L.AveragePooling3D, "avg3d_net"),
+                    ["'pool3d' (AveragePooling3D)"]),
+}
+
+
+def _data(model, n=8):
+    rng = np.random.default_rng(0)
+    return rng.normal(size=(n,) + tuple(model.inputs[0].shape[1:])).astype("float32")
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_refused_up_front_with_every_layer_named(case, capsys):
+    build, names = CASES[case]
+    model = build()
+    x = _data(model)
+    for call in (lambda: cle.quantize(model, x), lambda: cle.analyze(model, x),
+                 lambda: cle.quantize(model, input_range=(-3, 3)),
+                 lambda: Q.convert_to_tflite_int8(model, x)):
+        with pytest.raises(ValueError) as info:
+            call()
+        message = str(info.value)
+        assert f"model '{model.name}'" in message and "\n" not in message
+        for name in names:
+            assert name in message, message
+    # before any work: the converter never ran, so it left nothing on stderr
+    assert "TF Lite converter output" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_the_converter_itself_fails_on_each_refused_layer(case):
+    """The premise: without the check, TF Lite's converter raises on the model. If a newer
+    converter writes one of them, this fails: drop that layer from ``unconvertible_layers``."""
+    model = CASES[case][0]()
+    with pytest.raises(Exception):  # noqa: B017 - ConverterError on TF, RuntimeError on JAX
+        tflite.convert_int8(model, check_calibration_data(model, _data(model)))
+
+
+@pytest.mark.skipif(BACKEND != "tensorflow", reason="unrolled recurrent layers convert on "
+                    "TensorFlow only (the JAX export holds uint32 tensors the converter refuses)")
+def test_an_unrolled_lstm_is_not_refused_and_quantizes():
+    keras.utils.set_random_seed(0)
+    model = _sequence_model(L.LSTM(8, unroll=True, name="lstm"), "unrolled")
+    assert tflite.unconvertible_layers(model) == []
+    x = _data(model, 32)
+    content, report = cle.quantize(model, x)
+    y = Q.run_tflite(content, x)
+    assert y.shape == (32, 3) and np.isfinite(y).all()
+    assert report.sqnr_db > 10.0  # a working file, not a refusal in disguise
+
+
+def test_a_nested_layer_is_found_and_the_command_line_says_it_in_one_line(tmp_path, capsys):
+    inner = keras.Sequential([keras.Input((12, 4)), L.SimpleRNN(8, name="inner_rnn")],
+                             name="encoder")
+    inp = keras.Input((12, 4))
+    model = keras.Model(inp, L.Dense(2)(inner(inp)), name="nested")
+    assert [m.split(":")[0] for m in tflite.unconvertible_layers(model)] == [
+        "'inner_rnn' (SimpleRNN)"]
+    path = tmp_path / "m.keras"
+    model.save(path)
+    np.save(tmp_path / "cal.npy", _data(model))
+    code = cli.main(["quantize", str(path), "-o", str(tmp_path / "m.tflite"),
+                     "--calibration", str(tmp_path / "cal.npy")])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    refusal = [line for line in err.splitlines() if "inner_rnn" in line]
+    assert len(refusal) == 1 and "cannot write model 'nested'" in refusal[0], err
+    assert not (tmp_path / "m.tflite").exists()
