@@ -30,7 +30,8 @@ from cle._core import keras_internals as internals
 __all__ = ["MIN_CLASSES", "OutputCheck", "check_outputs", "close_calls", "compare_verdict",
            "declared_kinds", "sqnr_gain", "sqnr_interval",
            "estimate_caveat", "guessed_scores", "idle_top1", "json_number", "output_kinds",
-           "output_names", "rough_figures", "sqnr_with_clipping", "undeclared_scores"]
+           "output_names", "held_out_caveats", "poor_outputs", "rough_figures", "spread_inputs",
+           "sqnr_with_clipping", "undeclared_scores"]
 
 #: A linear vector output with at least this many entries may be class logits: the report
 #: says how to declare it, and the distillation without data steers it as such.
@@ -58,6 +59,14 @@ MIN_INTERVAL = 4
 #: less than this many times the typical change (root mean square over the inputs) the
 #: quantized model makes to that lead.
 CLOSE_LEAD = 2.0
+#: An output (or one entry of a value vector) whose SQNR is under this follows the float model
+#: too little for its figure to be read as a small error: the report says so.
+POOR_DB = 10.0
+#: Value vectors of at most this many entries are also checked entry by entry.
+MAX_ENTRIES = 64
+#: Entries (of an output, or features of a vector input) whose values span less than the
+#: widest one's over this factor get a few steps or none of one 8-bit range for the tensor.
+SPREAD = 2.0 ** 7
 
 
 def _activation_name(layer):
@@ -455,3 +464,72 @@ def rough_figures(reference, test, names, n) -> list[str]:
             why.append(f"output '{name}': the two halves of the check inputs disagree "
                        f"({a:.1f} dB against {b:.1f} dB): its figures are rough")
     return why
+
+
+def _entries_apart(spans, few) -> float:
+    """How many times wider the widest span is than the widest of ``few`` (inf: all zero)."""
+    narrow = float(np.max(spans[few]))
+    return math.inf if narrow == 0 else float(np.max(spans)) / narrow
+
+
+def poor_outputs(reference, test, names, kinds) -> list[str]:
+    """A sentence for each value output the file follows poorly (SQNR under :data:`POOR_DB`;
+    class scores are read by their top-1 agreement), and for each value vector of 2 to
+    :data:`MAX_ENTRIES` entries whose figure hides entries under it, with the cause when their
+    values span far less than the widest entry's (:data:`SPREAD`): one 8-bit range holds the
+    whole output."""
+    out = []
+    for ref, y, name, kind in zip(reference, test, names, kinds):
+        ref, y = np.asarray(ref, np.float64), np.asarray(y, np.float64)
+        whole = _sqnr(ref, y)
+        if kind == "values" and math.isfinite(whole) and whole < POOR_DB:
+            out.append(f"output '{name}': the file follows it poorly ({whole:.1f} dB SQNR "
+                       "against the float model); check it on your own inputs before use")
+        if kind != "values" or ref.ndim != 2 or not 1 < ref.shape[1] <= MAX_ENTRIES:
+            continue
+        dbs = [_sqnr(ref[:, j], y[:, j]) for j in range(ref.shape[1])]
+        poor = [j for j, db in enumerate(dbs) if math.isfinite(db) and db < POOR_DB]
+        if not poor or len(poor) == len(dbs):
+            continue
+        text = (f"output '{name}': {len(poor)} of its {len(dbs)} entries follow the float "
+                "model poorly (" + ", ".join(f"entry {j}: {dbs[j]:.1f} dB" for j in poor[:4])
+                + ("" if len(poor) <= 4 else ", ...") + f", counting from 0) though the "
+                f"output reads {whole:.1f} dB")
+        apart = _entries_apart(np.ptp(ref, axis=0), poor)
+        if apart > SPREAD:
+            text += (f": their values span 1/{apart:.3g} of the widest entry's, and one 8-bit "
+                     "range for the whole output leaves them a few steps or none; give the "
+                     "entries similar ranges in the model (e.g. standardized targets, undone "
+                     "after the .tflite)")
+        out.append(text)
+    return out
+
+
+def spread_inputs(x) -> list[str]:
+    """A sentence for each vector input (``x``: :class:`cle._core.inputs.ModelInputs`) whose
+    features span ranges more than :data:`SPREAD` apart: one 8-bit range for the input leaves
+    the narrow ones a few steps or none (constant features left out)."""
+    out = []
+    for name, a in zip(x.names, x.arrays):
+        if a.ndim != 2 or a.shape[1] < 2:
+            continue
+        spans = np.ptp(np.asarray(a, np.float64), axis=0)
+        varying = spans[spans > 0]
+        if len(varying) > 1 and varying.max() / varying.min() > SPREAD:
+            narrow = int(np.sum(varying < varying.max() / SPREAD))
+            out.append(f"input '{name}': {narrow} of its {a.shape[1]} features span less than "
+                       f"1/{SPREAD:g} of the widest one's range ({varying.min():.3g} against "
+                       f"{varying.max():.3g} on the calibration data), and one 8-bit range for "
+                       "the input leaves them a few steps or none; standardize the features "
+                       "before the model")
+    return out
+
+
+def held_out_caveats(checked, names, kinds, x) -> list[str]:
+    """With data, what makes the figures of the one check set ``checked`` (its
+    ``reference``, ``test`` and ``n``) rough or hides a poor part of them, and the vector
+    inputs of the calibration data ``x`` whose features lie far apart: :func:`rough_figures`,
+    :func:`poor_outputs`, :func:`spread_inputs`."""
+    ref, test = checked["reference"], checked["test"]
+    return (rough_figures(ref, test, names, checked["n"]) + poor_outputs(ref, test, names, kinds)
+            + spread_inputs(x))

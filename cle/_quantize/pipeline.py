@@ -560,8 +560,8 @@ def _warnings(model, sets, inputs, input_ranges, declared=None):
     names, kinds = _check.output_names(model), _check.output_kinds(model, declared)
     for c in (c for c in sets if "reference" in c):
         out += _check.idle_top1(c["reference"], c["test"], names, kinds, c["inputs"])
-    if len(sets) == 1:  # held-out data: too few inputs, or halves that disagree
-        out += _check.rough_figures(sets[0]["reference"], sets[0]["test"], names, sets[0]["n"])
+    if len(sets) == 1:  # data: too few inputs, halves that disagree, poor or narrow entries
+        out += _check.held_out_caveats(sets[0], names, kinds, inputs.calibration)
     else:  # without data: an estimate, and the two sets of synthetic inputs that disagree
         out.append(_check.estimate_caveat())
         for a, b in zip(*(c["outputs"] for c in sets)):
