@@ -467,7 +467,8 @@ def rough_figures(reference, test, names, n) -> list[str]:
 
 
 def _entries_apart(spans, few) -> float:
-    """How many times wider the widest span is than the widest of ``few`` (inf: all zero)."""
+    """How many times wider the widest span is than the widest of ``few`` (inf: those are
+    constant, and their loss is not the spread's)."""
     narrow = float(np.max(spans[few]))
     return math.inf if narrow == 0 else float(np.max(spans)) / narrow
 
@@ -496,7 +497,7 @@ def poor_outputs(reference, test, names, kinds) -> list[str]:
                 + ("" if len(poor) <= 4 else ", ...") + f", counting from 0) though the "
                 f"output reads {whole:.1f} dB")
         apart = _entries_apart(np.ptp(ref, axis=0), poor)
-        if apart > SPREAD:
+        if math.isfinite(apart) and apart > SPREAD:
             text += (f": their values span 1/{apart:.3g} of the widest entry's, and one 8-bit "
                      "range for the whole output leaves them a few steps or none; give the "
                      "entries similar ranges in the model (e.g. standardized targets, undone "

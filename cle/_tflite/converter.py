@@ -153,8 +153,8 @@ def check_convertible(model, what):
     found = unconvertible_layers(model)
     if found:
         raise ValueError(
-            f"TF Lite's converter cannot write model '{model.name}' in builtin INT8 ops, so "
-            f"{what} cannot either (nor can TF Lite's own conversion): " + "; ".join(found)
+            f"{what} needs TF Lite's converter, which cannot write model '{model.name}' in "
+            "builtin INT8 ops: " + "; ".join(found)
             + f". Received: {len(found)} such layer{'s' if len(found) > 1 else ''} on the "
             f"{keras.backend.backend()} backend")
 
