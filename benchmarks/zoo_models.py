@@ -634,9 +634,34 @@ def signal_conv1d():
         "trained: synthetic noisy sines, 256 samples, 5 frequency bands")
 
 
+def signal_lstm():
+    """A recurrent kind (found below the plain converter by a sweep of kinds the zoo did not
+    hold): two strided Conv1D, then an LSTM unrolled over its 32 steps (TF Lite's converter
+    takes a recurrent layer only unrolled, on the TensorFlow backend)."""
+    import keras
+
+    L = keras.layers
+    xt, yt = _signals(2048, TRAIN_SEED)
+
+    def train():
+        _seed(45)
+        inp = keras.Input((256, 1), name="signal")
+        h = L.Conv1D(16, 7, strides=4, padding="same", activation="relu")(inp)
+        h = L.Conv1D(24, 5, strides=2, padding="same", activation="relu")(h)
+        h = L.LSTM(24, unroll=True)(h)
+        model = keras.Model(inp, L.Dense(5, activation="softmax", name="band")(h),
+                            name="signal_lstm")
+        return _fit(model, xt, yt, 6, "sparse_categorical_crossentropy")
+
+    return _cached("signal_lstm", train), ZooData(
+        _signals(N_CAL, CAL_SEED)[0], _signals(N_EVAL, EVAL_SEED)[0], ("class",),
+        "trained: synthetic noisy sines, 256 samples, 5 frequency bands; Conv1D then "
+        "LSTM(unroll=True), no batch norm")
+
+
 #: name -> builder, in the order the benchmark runs them (cheap ones first).
 MODELS: dict[str, Callable] = {f.__name__: f for f in [
-    digits_sequential, digits_dict, digits_attention, breast_cancer, signal_conv1d,
+    digits_sequential, digits_dict, digits_attention, breast_cancer, signal_conv1d, signal_lstm,
     photo_regression, photo_detector, two_input, rescale255_prelu, normalization_cnn,
     mobilenet_v3_photos, fer_emotion, mtcnn_onet, mobilenet_v2,
 ]}
