@@ -23,10 +23,14 @@ It prints figures, it asserts nothing. For each model:
   quarter out for its own check);
 * **nodata**: ``cle.quantize(model, None, compare=True)``;
 
-each ``.tflite`` run by LiteRT on the model's 192 held-out inputs (never calibrated on) and
-compared with the float model, per output: SQNR, and top-1 agreement for class outputs. Next
-to each real figure, the figure ``cle.quantize`` printed (``report.outputs``: its own check)
-and the plain converter's real figure. Flags:
+each ``.tflite`` run by LiteRT on the model's held-out inputs (never calibrated on: 1000 where
+the source is generated, 192 of sklearn's fixed sets, ``zoo_models.N_EVAL_GENERATED`` and
+``N_EVAL``) and compared with the float model, per output: SQNR with its 90 % interval by a
+bootstrap over those inputs (how far another draw of as many could move it), top-1 agreement
+for class outputs, and *cle − plain*, the gain over the plain converter with its interval by
+a paired bootstrap (the same inputs, both files). Next to each real figure, the figure
+``cle.quantize`` printed (``report.outputs``: its own check) and the plain converter's real
+figure. Flags:
 
 * ``below-plain``: real SQNR below plain − 0.5 dB (with data) or plain − 3 dB (without);
 * ``claim-off``: the claimed SQNR more than 2 dB from the real one, and its interval (shown
@@ -89,23 +93,32 @@ def float_array(a):
     return np.asarray(a, np.float64)
 
 
-def _figures(content, x_eval, reference, kinds):
-    """Per output ``{"sqnr_db", "top1"}`` of a ``.tflite`` on the held-out inputs, and whether
-    every output is finite."""
+def _figures(content, x_eval, reference, kinds, other=None):
+    """Per output ``{"sqnr_db", "interval", "top1"}`` of a ``.tflite`` on the held-out inputs
+    (``interval``: the figure's 90 % interval by a bootstrap over those inputs), whether every
+    output is finite, and the outputs. ``other``: another file's outputs on the same inputs
+    (the plain converter's): each output's figure then also holds ``vs_plain``, the SQNR gain
+    over it with its interval by a paired bootstrap (:func:`cle._measure.check.sqnr_gain`)."""
     import numpy as np
     from cle import quantization as Q
+    from cle._measure import check as C
 
     got = Q.run_tflite(content, x_eval, batch_size=EVAL_BATCH)
-    got = got if isinstance(got, list) else [got]
+    got = [float_array(y) for y in (got if isinstance(got, list) else [got])]
     out, finite = [], True
-    for ref, y, kind in zip(reference, got, kinds):
-        y = float_array(y)
+    for k, (ref, y, kind) in enumerate(zip(reference, got, kinds)):
         ok = bool(np.all(np.isfinite(y)))
         finite &= ok
-        out.append({"sqnr_db": Q.sqnr_db(ref, y) if ok else -math.inf,
-                    "top1": Q.top1_agreement(ref, y) if kind == "class" and ok else None,
-                    "finite": ok})
-    return out, finite
+        interval = C.sqnr_interval(ref, y) if ok else None
+        fig = {"sqnr_db": Q.sqnr_db(ref, y) if ok else -math.inf,
+               "interval": None if interval is None else list(interval),
+               "top1": Q.top1_agreement(ref, y) if kind == "class" and ok else None,
+               "finite": ok}
+        if other is not None and ok and np.all(np.isfinite(other[k])):
+            gain, bounds, _ = C.sqnr_gain([ref], [y], [other[k]])
+            fig["vs_plain"] = {"gain": gain, "interval": None if bounds is None else list(bounds)}
+        out.append(fig)
+    return out, finite, got
 
 
 def _last_line(exc):
@@ -144,15 +157,15 @@ def measure_model(name, modes, emit):
     start = time.perf_counter()
     try:
         plain_bytes = Q.convert_to_tflite_int8(model, data.x_cal)
-        plain, _ = _figures(plain_bytes, data.x_eval, reference, data.kinds)
+        plain, _, plain_y = _figures(plain_bytes, data.x_eval, reference, data.kinds)
         plain_error = None
     except Exception as exc:  # noqa: BLE001 - the converter's failure is a figure too
-        plain, plain_error = None, _last_line(exc)
+        plain, plain_error, plain_y = None, _last_line(exc), None
     plain_s = time.perf_counter() - start
     try:  # the plain converter on the inputs cle.quantize calibrates on (it holds a quarter out)
         kept = n_kept(_count(data.x_cal))
-        plain_kept, _ = _figures(Q.convert_to_tflite_int8(model, _head(data.x_cal, kept)),
-                                 data.x_eval, reference, data.kinds)
+        plain_kept = _figures(Q.convert_to_tflite_int8(model, _head(data.x_cal, kept)),
+                              data.x_eval, reference, data.kinds)[0]
     except Exception:  # noqa: BLE001 - the converter's failure is in plain_error already
         plain_kept = None
     for mode in modes:
@@ -169,7 +182,7 @@ def measure_model(name, modes, emit):
             continue
         seconds = time.perf_counter() - start
         try:
-            real, finite = _figures(content, data.x_eval, reference, data.kinds)
+            real, finite, _ = _figures(content, data.x_eval, reference, data.kinds, plain_y)
         except Exception as exc:  # noqa: BLE001 - a .tflite LiteRT cannot run
             emit(dict(row, status="crash", error="running the .tflite: " + _last_line(exc),
                       where=_where(exc), seconds=seconds, plain=plain,
@@ -276,28 +289,39 @@ def _fig(f):
     return (f"{f['top1']:.0%} / {s}" if f.get("top1") is not None else s)
 
 
+def _gain(real):
+    """The SQNR gain over the plain converter on the held-out inputs, with its interval."""
+    g = real.get("vs_plain")
+    if not g:
+        return "–"
+    out = f"{g['gain']:+.1f}" if math.isfinite(g["gain"]) else str(g["gain"])
+    return out + (f" [{g['interval'][0]:+.1f}, {g['interval'][1]:+.1f}]" if g.get("interval")
+                  else "")
+
+
 def table(rows, markdown=True):
     """The table of the rows (one per model × mode × output), a line per skip or crash."""
     head = ["model", "mode", "output", "cle real", "cle claimed", "plain real",
-            "plain real, 48", "flags", "cle s"]
+            "cle − plain", "plain real, 48", "flags", "cle s"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         if r["status"] in ("info",):
             continue
         if r["status"] == "skipped":
-            lines.append(f"| {r['model']} | – | – | skipped: {r['why']} | | | | | |")
+            lines.append(f"| {r['model']} | – | – | skipped: {r['why']} | | | | | | |")
             continue
         if r["status"] in ("crash", "refused"):
             plain = " · ".join(_fig(p) for p in r.get("plain") or []) or \
                 (r.get("plain_error") or "–")
             lines.append(f"| {r['model']} | {r['mode']} | all | {r['status']}: "
-                         f"{r['error'][:160]} ({r['where']}) | – | {plain} | – | "
+                         f"{r['error'][:160]} ({r['where']}) | – | {plain} | – | – | "
                          f"{' '.join(flags(r))} | {r['seconds']:.0f} |")
             continue
         plain = _fig(r.get("plain")) if r.get("plain") else f"converter: {r['plain_error']}"
         out = f"{r['output']} {r['output_name']} ({r['kind']})"
         lines.append(f"| {r['model']} | {r['mode']} | {out} | {_fig(r['real'])} | "
-                     f"{_fig(r['claimed'])} | {plain} | {_fig(r.get('plain_kept'))} | "
+                     f"{_fig(r['claimed'])} | {plain} | {_gain(r['real'])} | "
+                     f"{_fig(r.get('plain_kept'))} | "
                      f"{' '.join(flags(r))} | "
                      f"{r['seconds']:.0f} |")
     return "\n".join(lines)
@@ -335,7 +359,8 @@ def summary(rows):
             flags(r))})
         corrupt = sorted({r["model"] for r in mine if "SILENT-CORRUPT" in flags(r)})
         misses = [f"{r['model']}[{r['output']}] {r['real']['sqnr_db']:.1f} vs "
-                  f"{r['plain']['sqnr_db']:.1f}" for r in mine if "below-plain" in flags(r)]
+                  f"{r['plain']['sqnr_db']:.1f} (gain {_gain(r['real'])})"
+                  for r in mine if "below-plain" in flags(r)]
         off = [f"{r['model']}[{r['output']}] claimed {r['claimed']['sqnr_db']:.1f}, real "
                f"{r['real']['sqnr_db']:.1f}" for r in mine if _claim_off(r)]
         met = sorted(m for m in runs if m in refused and mode == "nodata" or (
