@@ -375,7 +375,7 @@ def compare_verdict(ref, y, y_other, seed=0, clipping=(0.0, 0.0)) -> tuple[str, 
     return verdict, bounds
 
 
-def check_outputs(reference, test, names, kinds, clipping=None) -> list[OutputCheck]:
+def check_outputs(reference, test, names, kinds, clipping=None, ties=None) -> list[OutputCheck]:
     """One :class:`OutputCheck` per output.
 
     Args:
@@ -386,6 +386,9 @@ def check_outputs(reference, test, names, kinds, clipping=None) -> list[OutputCh
             calibrated ranges are expected to add (:func:`cle._quantize.ranges.expected_clipping`),
             or None: the interval's lower end reaches down to the SQNR with it (the inputs at
             hand seldom hold one that leaves the ranges; new inputs will).
+        ties: per output, a noise energy the inputs at hand cannot show (decisions near a tie
+            between two classes, :func:`cle._measure.ties.tie_floor`), or None: the
+            interval's lower end reaches down to the SQNR with it added.
 
     Raises:
         RuntimeError: an output is not finite.
@@ -400,6 +403,11 @@ def check_outputs(reference, test, names, kinds, clipping=None) -> list[OutputCh
         if clipping and clipping[k] and interval is not None:
             with np.errstate(divide="ignore"):
                 interval = (min(interval[0], sqnr_with_clipping(ref, y, clipping[k])), interval[1])
+        if ties and ties[k] and interval is not None:
+            signal, noise = _energies(ref, y)
+            with np.errstate(divide="ignore"):
+                interval = (min(interval[0], float(_db(signal.sum(), noise.sum() + ties[k]))),
+                            interval[1])
         out.append(OutputCheck(name, kind, _sqnr(ref, y), top1, interval))
     return out
 
@@ -532,7 +540,19 @@ def held_out_caveats(checked, names, kinds, x) -> list[str]:
     """With data, what makes the figures of the one check set ``checked`` (its
     ``reference``, ``test`` and ``n``) rough or hides a poor part of them, and the vector
     inputs of the calibration data ``x`` whose features lie far apart: :func:`rough_figures`,
-    :func:`poor_outputs`, :func:`spread_inputs`."""
+    :func:`poor_outputs`, the ties of :mod:`cle._measure.ties`, :func:`spread_inputs`."""
     ref, test = checked["reference"], checked["test"]
     return (rough_figures(ref, test, names, checked["n"]) + poor_outputs(ref, test, names, kinds)
-            + spread_inputs(x))
+            + _tie_caveats(checked, names) + spread_inputs(x))
+
+
+def _tie_caveats(checked, names) -> list[str]:
+    """A sentence per output whose interval reaches down for ties (:mod:`cle._measure.ties`)."""
+    out = []
+    for name, tie, o in zip(names, checked.get("ties") or [], checked.get("outputs") or []):
+        if tie and o.sqnr_interval is not None and o.sqnr_interval[0] < o.sqnr_db - DISAGREE_DB:
+            out.append(f"output '{name}': new inputs near a tie between two classes, which "
+                       "the check inputs hardly hold, can rule its figure; probed on inputs "
+                       "mixed to a tie, the file could read as low as "
+                       f"{o.sqnr_interval[0]:.1f} dB (the interval's lower end)")
+    return out

@@ -68,6 +68,7 @@ import numpy as np
 
 from cle._measure import check as _check
 from cle._measure.inference import outputs_once
+from cle._measure.ties import tie_floor
 from cle._quantize.crossfit import KIND, CrossFit
 from cle._quantize.ranges import WIDEN_INPUTS, as_kind, expected_clipping, tensor_roles
 from cle._tflite import converter as tflite
@@ -331,9 +332,11 @@ def _write_refit(fit, build, name, reference, pooled, say, clip) -> None:
     build.content = content
     if ranges is not None:
         build.ranges = ranges
+    kinds = _check.output_kinds(fit.model, build.opts.output_kinds)
     build.crossfit = {"inputs": fit.label(), "n": fit.n, "reference": reference,
                       "test": pooled[name], "plain": pooled.get("plain"), "clipping": clip[name],
-                      "clipping_plain": clip["plain"]}
+                      "clipping_plain": clip["plain"],
+                      "ties": tie_floor(fit.model, content, fit.inputs(), reference, kinds)}
 
 
 def _may_switch(gain, margin=SWITCH_DB) -> bool:

@@ -196,6 +196,10 @@ class CrossFit:
             self._outputs[name] = self._pooled(per_fold)
         return self._outputs[name]
 
+    def inputs(self) -> ModelInputs:
+        """Every input, fold by fold (the order of :meth:`reference`)."""
+        return _join(self.folds)
+
     def label(self) -> str:
         """What the cross-fitted check ran on, in words."""
         return (f"calibration inputs, each checked by a build not calibrated on it "

@@ -305,8 +305,8 @@ def check_sets(model, build: Int8Build, say) -> list:
     if build.crossfit is not None:
         fit, names = build.crossfit, _check.output_names(model)
         kinds = _check.output_kinds(model, build.opts.output_kinds)
-        return [{**fit, "outputs": _check.check_outputs(fit["reference"], fit["test"], names,
-                                                        kinds, fit.get("clipping"))}]
+        return [{**fit, "outputs": _check.check_outputs(
+            fit["reference"], fit["test"], names, kinds, fit.get("clipping"), fit.get("ties"))}]
     return _timed(build.seconds, "check", _check_model, model, build.content,
                   build.inputs.checks, build.opts, say, build.runs)
 

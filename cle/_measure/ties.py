@@ -1,0 +1,94 @@
+"""Decisions near a tie: what a few dozen check inputs cannot show of a softmax output.
+
+On a softmax output the noise of new inputs is ruled by the few whose top two classes are
+nearly tied: there a small change of their log-ratio moves both probabilities most, and the
+quantized model may change it more than elsewhere. A few dozen calibration inputs hold one
+such input or none, so the check's figure and its bootstrap interval (over those inputs)
+cannot show that noise, and new inputs can read far lower (docs/design.md, "With data").
+
+This module measures the file at ties the float model makes: pairs of check inputs whose
+float top classes differ are mixed, ``(1 - λ) a + λ b`` on every model input, with ``λ``
+found by bisection where the float model's probabilities of the two classes are equal
+(kept where those two are its top two there). The file's noise at those inputs, their mean,
+is what one unseen tie would add; the check's interval reaches down to the figure with
+:data:`UNSEEN_TIES` of them added (:func:`tie_floor`): the rule of three, the upper end
+(95 %) of how many of n new decisions a kind never seen among n may hold. Mixed inputs are
+not natural ones: their noise is a probe of the file near the float model's decision
+boundaries, not a measurement of new inputs, and only moves the interval's lower end.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from cle._core.inputs import ModelInputs
+from cle._measure.inference import outputs_once
+
+__all__ = ["PAIRS", "STEPS", "UNSEEN_TIES", "softmax_probabilities", "tie_floor",
+           "tie_inputs"]
+
+#: Pairs of check inputs mixed to a tie (at most; fewer when fewer have different classes).
+PAIRS = 32
+#: Bisection steps of each pair's mixing weight.
+STEPS = 12
+#: Ties added to the interval's lower end: none seen among n inputs, up to this many expected
+#: among n new ones at the 95 % level.
+UNSEEN_TIES = 3
+
+
+def softmax_probabilities(reference) -> bool:
+    """Whether ``reference`` (an output's float values, ``(N, classes)``) holds a softmax's
+    probabilities: two classes or more, each row non-negative and summing to 1."""
+    r = np.asarray(reference, np.float64)
+    return (r.ndim == 2 and r.shape[1] >= 2 and len(r) >= 2 and bool(np.all(r >= 0))
+            and bool(np.all(np.abs(r.sum(axis=1) - 1.0) < 1e-3)))
+
+
+def _mixed(x: ModelInputs, a, b, lam) -> ModelInputs:
+    arrays = []
+    for arr in x.arrays:
+        w = lam.reshape((-1,) + (1,) * (arr.ndim - 1)).astype(np.float32)
+        arrays.append(((1.0 - w) * arr[a] + w * arr[b]).astype(np.float32))
+    return ModelInputs(tuple(arrays), x.names, x.shapes)
+
+
+def tie_inputs(model, x: ModelInputs, output: int, probabilities, seed: int = 0):
+    """Inputs mixed from pairs of ``x`` to a tie of the float ``model``'s output ``output``
+    (``probabilities``: its float values on ``x``), or None when no pair ties there."""
+    top = np.asarray(probabilities).argmax(axis=1)
+    a, b = np.nonzero(top[:, None] != top[None, :])
+    if not len(a):
+        return None
+    pick = np.random.default_rng(seed).permutation(len(a))[:PAIRS]
+    a, b = a[pick], b[pick]
+    ca, cb, rows = top[a], top[b], np.arange(len(a))
+    lo, hi = np.zeros(len(a)), np.ones(len(a))
+    for _ in range(STEPS):
+        lam = (lo + hi) / 2
+        p = np.asarray(outputs_once({}, model, _mixed(x, a, b, lam))[output], np.float64)
+        ahead = p[rows, ca] > p[rows, cb]
+        lo, hi = np.where(ahead, lam, lo), np.where(ahead, hi, lam)
+    mixed = _mixed(x, a, b, (lo + hi) / 2)
+    p = np.asarray(outputs_once({}, model, mixed)[output], np.float64)
+    two = np.sort(np.argsort(-p, axis=1)[:, :2], axis=1)
+    kept = np.all(two == np.sort(np.stack([ca, cb], axis=1), axis=1), axis=1)
+    return mixed[np.nonzero(kept)[0]] if kept.any() else None
+
+
+def tie_floor(model, content: bytes, x: ModelInputs, reference, kinds, seed: int = 0) -> list:
+    """Per output, the noise energy :data:`UNSEEN_TIES` ties would add to the check's noise:
+    that many times the mean noise of the ``.tflite`` ``content`` on inputs of ``x`` mixed
+    to a tie of the float ``model`` (:func:`tie_inputs`); 0.0 for an output that is not a
+    softmax's probabilities (``reference``: the float outputs on ``x``, ``kinds``: as
+    :func:`cle._measure.check.output_kinds` says) or when no pair ties."""
+    out = []
+    for k, (ref, kind) in enumerate(zip(reference, kinds)):
+        ties = (tie_inputs(model, x, k, ref, seed)
+                if kind != "values" and softmax_probabilities(ref) else None)
+        if ties is None:
+            out.append(0.0)
+            continue
+        p = np.asarray(outputs_once({}, model, ties)[k], np.float64)
+        q = np.asarray(outputs_once({}, content, ties)[k], np.float64)
+        out.append(UNSEEN_TIES * float(np.mean(np.sum((p - q) ** 2, axis=1))))
+    return out
