@@ -55,10 +55,15 @@ def _mixed(x: ModelInputs, a, b, lam) -> ModelInputs:
 def tie_inputs(model, x: ModelInputs, output: int, probabilities, seed: int = 0):
     """Inputs mixed from pairs of ``x`` to a tie of the float ``model``'s output ``output``
     (``probabilities``: its float values on ``x``), or None when no pair ties there."""
+    return _ties(model, x, output, probabilities, seed)[0]
+
+
+def _ties(model, x: ModelInputs, output: int, probabilities, seed: int):
+    """``(inputs, float outputs there)`` of :func:`tie_inputs`, ``(None, None)`` without."""
     top = np.asarray(probabilities).argmax(axis=1)
     a, b = np.nonzero(top[:, None] != top[None, :])
     if not len(a):
-        return None
+        return None, None
     pick = np.random.default_rng(seed).permutation(len(a))[:PAIRS]
     a, b = a[pick], b[pick]
     ca, cb, rows = top[a], top[b], np.arange(len(a))
@@ -71,8 +76,8 @@ def tie_inputs(model, x: ModelInputs, output: int, probabilities, seed: int = 0)
     mixed = _mixed(x, a, b, (lo + hi) / 2)
     p = np.asarray(outputs_once({}, model, mixed)[output], np.float64)
     two = np.sort(np.argsort(-p, axis=1)[:, :2], axis=1)
-    kept = np.all(two == np.sort(np.stack([ca, cb], axis=1), axis=1), axis=1)
-    return mixed[np.nonzero(kept)[0]] if kept.any() else None
+    kept = np.nonzero(np.all(two == np.sort(np.stack([ca, cb], axis=1), axis=1), axis=1))[0]
+    return (mixed[kept], p[kept]) if len(kept) else (None, None)
 
 
 def tie_floor(model, content: bytes, x: ModelInputs, reference, kinds, seed: int = 0) -> list:
@@ -83,12 +88,11 @@ def tie_floor(model, content: bytes, x: ModelInputs, reference, kinds, seed: int
     :func:`cle._measure.check.output_kinds` says) or when no pair ties."""
     out = []
     for k, (ref, kind) in enumerate(zip(reference, kinds)):
-        ties = (tie_inputs(model, x, k, ref, seed)
-                if kind != "values" and softmax_probabilities(ref) else None)
+        ties, p = (_ties(model, x, k, ref, seed)
+                   if kind != "values" and softmax_probabilities(ref) else (None, None))
         if ties is None:
             out.append(0.0)
             continue
-        p = np.asarray(outputs_once({}, model, ties)[k], np.float64)
         q = np.asarray(outputs_once({}, content, ties)[k], np.float64)
         out.append(UNSEEN_TIES * float(np.mean(np.sum((p - q) ** 2, axis=1))))
     return out
