@@ -193,6 +193,33 @@ def test_float32_activations_give_the_float64_statistics(kind, cap):
     assert single.hi.dtype == single.mean_sq.dtype == np.float64
 
 
+@pytest.mark.parametrize("kind, cap", [("linear", None), ("relu", None), ("relu6", 6.0),
+                                       ("clipped", np.array([0.5, 1.0, 2.0, 3.0, 9.0]))])
+@pytest.mark.parametrize("axis", [-1, 1])
+def test_backend_sums_give_the_numpy_statistics(kind, cap, axis):
+    """The junction sums measure_junctions computes in the backend, next to the activations
+    (compiled), accumulate to what SampleStats.update gives on the same values moved to
+    (N, C): range and counts exactly, the mean square to float32 round-off."""
+    from cle._core.backend import compiled
+    from cle._transforms.plan import _junction_sums
+
+    rng = np.random.default_rng(2)
+    pre = rng.normal(0.5, 2.0, size=(6, 5, 7, 9) if axis == 1 else (6, 7, 9, 5))
+    pre = pre.astype(np.float32)
+    flat = np.moveaxis(pre, axis, -1).reshape(-1, 5)
+    numpy_route = noise.SampleStats(kind, cap)
+    backend_route = noise.SampleStats(kind, cap)
+    run = compiled(lambda a: _junction_sums(a, axis, kind, cap))
+    for part, rows in ((pre[:4], flat[: len(flat) * 4 // 6]), (pre[4:], flat[len(flat) * 4 // 6:])):
+        numpy_route.update(rows)
+        backend_route.add(*(keras.ops.convert_to_numpy(v) for v in run(part)))
+    a, b = numpy_route.junction(), backend_route.junction()
+    assert numpy_route.n == backend_route.n == len(flat)
+    for attr in ("hi", "lo", "passing", "positive"):
+        np.testing.assert_array_equal(getattr(a, attr), getattr(b, attr))
+    np.testing.assert_allclose(a.mean_sq, b.mean_sq, rtol=1e-6)
+
+
 def test_scale_model_quantized_in_place(mobilenet, monkeypatch):
     # No margin: on this randomized network no set clears the default 2 dB; the point here is
     # that the sets scale_model does scale keep the function.

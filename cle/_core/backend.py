@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 
 __all__ = ["channels_first_conv_supported", "channels_first_problem", "check_runnable",
-           "NCHW_UNSUPPORTED"]
+           "compiled", "NCHW_UNSUPPORTED"]
 
 # What is missing, in words: the tests' skip reason and the library's error both start from it.
 NCHW_UNSUPPORTED = (
@@ -98,3 +98,23 @@ def check_runnable(model, purpose: str):
     if problem is not None:
         raise RuntimeError(f"{purpose} runs the model, but {problem}. Received: model "
                            f"'{model.name}' on backend tensorflow")
+
+
+def compiled(fn):
+    """``fn`` compiled by the running backend (``tf.function``, traced again at most once
+    for a new batch size; ``jax.jit``), or ``fn`` itself on a backend without a cheap
+    compiler. For a pass of a whole model over many batches: eager execution pays a Python
+    dispatch per operation, which on a network of many small layers costs more than the
+    arithmetic."""
+    import keras
+
+    backend = keras.backend.backend()
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        return tf.function(fn, reduce_retracing=True, autograph=False)
+    if backend == "jax":
+        import jax
+
+        return jax.jit(fn)
+    return fn

@@ -302,9 +302,15 @@ class SampleStats:
             post = np.clip(pre, pre.dtype.type(0), cap)
             passing = positive & (pre < cap)
         squares = np.square(post, out=None if post is pre else post)
-        stats = (pre.max(axis=0).astype(np.float64), pre.min(axis=0).astype(np.float64),
-                 squares.sum(axis=0, dtype=np.float64), positive.sum(axis=0),
-                 passing.sum(axis=0))
+        return self.add(pre.max(axis=0), pre.min(axis=0), squares.sum(axis=0, dtype=np.float64),
+                        positive.sum(axis=0), passing.sum(axis=0), pre.shape[0])
+
+    def add(self, hi, lo, sq, positive, passing, n):
+        """Add the per-channel sums of ``n`` values computed elsewhere (e.g. by the backend,
+        next to the values: :func:`cle._transforms.plan.measure_junctions`): their max and
+        min, the sum of the squares after the activation, how many were positive and how many
+        passed the activation (positive and below the cap)."""
+        stats = [np.asarray(v, dtype=np.float64) for v in (hi, lo, sq, positive, passing)]
         if self.n == 0:
             self.hi, self.lo, self.sq, self.pos, self.passing = stats
         else:
@@ -312,7 +318,7 @@ class SampleStats:
             self.lo = np.minimum(self.lo, stats[1])
             self.sq, self.pos, self.passing = (
                 self.sq + stats[2], self.pos + stats[3], self.passing + stats[4])
-        self.n += pre.shape[0]
+        self.n += int(n)
         return self
 
     def junction(self) -> Junction:

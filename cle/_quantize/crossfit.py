@@ -137,8 +137,9 @@ class CrossFit:
                                   values[index][:-2].reshape(len(self.folds[-1]), -1)])
             n_kept = per.shape[1]
             k = min(n_kept, int(np.ceil(_ranges.TAIL * n_kept * len(per))) + 2)
-            bottom = np.sort(np.partition(per, k - 1, axis=1)[:, :k], axis=1)
-            top = np.sort(np.partition(per, n_kept - k, axis=1)[:, n_kept - k:], axis=1)
+            ends = np.partition(per, sorted({k - 1, n_kept - k}), axis=1)  # both ends at once
+            bottom = np.sort(ends[:, :k], axis=1)
+            top = np.sort(ends[:, n_kept - k:], axis=1)
             self._tail_lists[index] = bottom, top, n_kept
         return self._tail_lists[index]
 

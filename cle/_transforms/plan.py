@@ -22,6 +22,7 @@ from cle._transforms import scale_choice
 from cle._transforms import scaling as _scaling
 from cle._transforms.bn_match import find_matches, fold_plan
 from cle._transforms.sets import SetSearch, find_sets
+from cle._core.backend import compiled
 from cle._core.graph import GraphView, inner_function
 from cle._core.layouts import channel_axis
 from cle._transforms.options import EqualizeOptions
@@ -75,7 +76,9 @@ def pre_activation(link, folded_bns):
 def measure_junctions(model, search, matches, x, value, progress):
     """``{id(link.first): Junction}`` measured on ``x`` (calibration inputs, already checked
     against the model) for every link of the search whose pre-activation is a top-level
-    tensor; one streaming pass over the data."""
+    tensor; one streaming pass over the data, compiled (:func:`cle._core.backend.compiled`),
+    each junction's per-channel sums computed next to its values (only they leave the
+    backend)."""
     folded = {id(m.bn_call.layer) for m in matches}
     links = [link for links in search.sets for link in links]
     targets = [(link, _pre_activation_call(link, folded)) for link in links]
@@ -85,19 +88,53 @@ def measure_junctions(model, search, matches, x, value, progress):
     # The calls' own output tensors: a layer of a loaded Sequential model has several nodes.
     probe = keras.Model(inner_function(model).inputs,
                         [call.node.outputs[0] for _, call in targets])
-    stats = [noise.SampleStats(*scale_choice.junction_kind(link, value)) for link, _ in targets]
-    # Small batches: the probe returns every junction's whole activation at once.
+    kinds = [scale_choice.junction_kind(link, value) for link, _ in targets]
+    axes = [channel_axis(link.first.layer, len(call.node.outputs[0].shape))
+            for link, call in targets]
+
+    def sums(*arrays):
+        outs = probe(list(arrays), training=False)
+        outs = outs if isinstance(outs, (list, tuple)) else [outs]
+        return [_junction_sums(out, axis, *kind) for out, axis, kind in zip(outs, axes, kinds)]
+
+    run = compiled(sums)
+    stats = [noise.SampleStats(*kind) for kind in kinds]
+    # Small batches: the pass holds every junction's whole activation of a batch at once.
     batches = [x[i: i + 8] for i in range(0, len(x), 8)]
     for b, batch in enumerate(batches):
         if progress is not None:
             progress(f"activation ranges: batch {b + 1}/{len(batches)}")
-        outs = probe(list(batch.arrays), training=False)
-        outs = outs if isinstance(outs, (list, tuple)) else [outs]
-        for (link, _), st, out in zip(targets, stats, outs):
-            out = keras.ops.convert_to_numpy(out)
-            axis = channel_axis(link.first.layer, out.ndim)
-            st.update(np.moveaxis(out, axis, -1).reshape(-1, out.shape[axis]))
+        for st, measured in zip(stats, run(*batch.arrays)):
+            st.add(*(keras.ops.convert_to_numpy(v) for v in measured))
     return {id(link.first): st.junction() for (link, _), st in zip(targets, stats)}
+
+
+def _junction_sums(pre, axis, kind, cap):
+    """What :meth:`cle._math.noise.SampleStats.update` sums of a junction's pre-activations
+    ``pre`` (channels on ``axis``), in the backend: ``(max, min, sum of squares after the
+    activation, positive count, passing count, values per channel)``. The squares are
+    summed in float32 (the backend's tree reduction: round-off far below what the choice
+    reads); the rest is exact."""
+    ops = keras.ops
+    pre = ops.cast(pre, "float32")  # a float16 layer's squares would overflow
+    axis = axis % len(pre.shape)
+    others = tuple(i for i in range(len(pre.shape)) if i != axis)
+    positive = ops.greater(pre, 0.0)
+    if kind == "linear":
+        post, passing = pre, positive
+    elif cap is None:
+        post, passing = ops.relu(pre), positive
+    else:
+        shape = [1] * len(pre.shape)
+        shape[axis] = -1
+        top = ops.reshape(ops.convert_to_tensor(np.asarray(cap, np.float32)), shape)
+        post = ops.minimum(ops.relu(pre), top)
+        passing = ops.logical_and(positive, ops.less(pre, top))
+    return (ops.max(pre, axis=others), ops.min(pre, axis=others),
+            ops.sum(ops.square(post), axis=others),
+            ops.sum(ops.cast(positive, "int32"), axis=others),
+            ops.sum(ops.cast(passing, "int32"), axis=others),
+            ops.size(pre) // ops.shape(pre)[axis])
 
 
 def decide_sets(model, search, matches, planned, opts, data, progress):
