@@ -463,6 +463,38 @@ def test_synthetic_inputs_match_the_bn_statistics(monkeypatch):
     assert confidence(x) > confidence(x0) + 0.05
 
 
+def test_distillation_traces_its_step_once_per_model(monkeypatch):
+    """cle.quantize distills twice (calibration, then the check's inputs apart): the step is
+    made once per model and weights, and the batches have one size (no second trace for a
+    smaller last batch); a changed weight or a changed constant gets a new step."""
+    model = _net(seed=3)
+    made, shapes = [], []
+    real = _synthetic._step_function
+
+    def counting(*args):
+        run = real(*args)
+        made.append(1)
+
+        def recorded(xs, steps, targets):
+            shapes.append(tuple(x.shape[0] for x in xs))
+            return run(xs, steps, targets)
+
+        return recorded
+
+    monkeypatch.setattr(_synthetic, "_step_function", counting)
+    first = _synthetic.distill(model, 32, steps=2, input_range=(0.0, 1.0))[0]
+    again = _synthetic.distill(model, 16, steps=2, input_range=(0.0, 1.0), seed=1000)[0]
+    assert len(made) == 1 and shapes == [(16,), (16,), (16,)]
+    assert len(first) == 32 and len(again) == 16
+    kernel = model.layers[1].kernel
+    kernel.assign(keras.ops.convert_to_numpy(kernel) * 1.5)
+    _synthetic.distill(model, 16, steps=2, input_range=(0.0, 1.0))
+    monkeypatch.setattr(_synthetic, "CE_WEIGHT", 0.0)
+    _synthetic.distill(model, 16, steps=2, input_range=(0.0, 1.0))
+    _synthetic.distill(model, 16, steps=2, input_range=(-1.0, 1.0))
+    assert len(made) == 4
+
+
 def test_synthetic_inputs_need_batch_norms():
     """One refusal for the one missing thing: without batch norms only data helps, so the
     input range is not asked for first (it was, and then the data)."""

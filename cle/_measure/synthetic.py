@@ -20,7 +20,9 @@ Backends: TensorFlow (``tf.GradientTape``) and JAX (``jax.value_and_grad`` over 
 
 from __future__ import annotations
 
+import hashlib
 import time
+import weakref
 from typing import Callable
 
 import keras
@@ -33,7 +35,7 @@ from cle._measure.check import guessed_scores
 EPS = 1e-5
 #: Weight of the cross-entropy term for outputs of class scores, against the BN loss.
 CE_WEIGHT = 0.05
-STEPS, BATCH, LEARNING_RATE = 25, 20, 0.25
+STEPS, BATCH, LEARNING_RATE = 20, 20, 0.25
 #: Input ranges wider than this scale Adam's step by ``width / WIDE_RANGE``.
 WIDE_RANGE = 8.0
 
@@ -185,18 +187,20 @@ def distill(model, n: int, steps: int = STEPS, batch_size: int = BATCH,
     scored = _scored(model)
     clips = _ranges(input_range, len(shapes))
     # Inputs normalized to a few units take the step as it is; a wider range (0..255, caffe's
-    # ±125) scales it, or 25 steps could not leave the starting noise.
+    # ±125) scales it, or a few dozen steps could not leave the starting noise.
     lrs = [learning_rate * (1.0 if c is None else max(1.0, (c[1] - c[0]) / WIDE_RANGE))
            for c in clips]
-    run = _step_function(_feature_model(model, bns, scored), _stats(bns), lrs, clips,
-                         [k for _, k in scored])
+    run = _runner(model, bns, scored, lrs, clips)
     rng = np.random.default_rng(seed)
     n_classes = max([int(o.shape[-1]) for o, _ in scored] or [1])
     targets = rng.permutation(max(n, n_classes))[:n] % n_classes
     out, losses = [], []
     start = time.perf_counter()
-    for first in range(0, n, batch_size):
-        b = min(batch_size, n - first)
+    # Batches of one size (32 inputs in batches of at most 20: 16 and 16), so that the step
+    # is traced once, not again for a last, smaller batch.
+    sizes = [len(part) for part in np.array_split(np.arange(n), -(-n // batch_size))]
+    for first, b in zip(np.cumsum([0] + sizes[:-1]), sizes):
+        first = int(first)
         xs, value = run(_start(rng, b, shapes, clips), steps,
                         targets[first: first + b].astype(np.int32))
         if not (np.isfinite(value) and all(np.isfinite(x).all() for x in xs)):
@@ -210,6 +214,30 @@ def distill(model, n: int, steps: int = STEPS, batch_size: int = BATCH,
                      f"{time.perf_counter() - start:.0f} s)")
     arrays = tuple(np.concatenate([xs[i] for xs in out], axis=0) for i in range(len(shapes)))
     return ModelInputs(arrays, tuple(nm for nm, _ in signatures), tuple(shapes)), losses
+
+
+#: The step functions made for each model (:func:`_runner`), while the model lives.
+_RUNS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _runner(model, bns, scored, lrs, clips):
+    """:func:`_step_function` for ``model``, made once per model, weights and options: a
+    second call (``cle.quantize`` distills its calibration inputs and, apart, its check's)
+    does not trace the step again, which on a 260 px network costs tens of seconds. The key
+    holds a digest of every weight and batch-norm statistic, so a model changed in between
+    gets a new step."""
+    stats = _stats(bns)
+    digest = hashlib.sha1()
+    for v in list(model.weights) + [a for group in stats[:2] for a in group]:
+        digest.update(np.ascontiguousarray(keras.ops.convert_to_numpy(v)).tobytes())
+    key = (digest.hexdigest(), tuple(lrs), tuple(None if c is None else tuple(c) for c in clips),
+           CE_WEIGHT, EPS)  # the constants the traced step reads
+    runs = _RUNS.setdefault(model, {})
+    if key not in runs:
+        runs.clear()  # one step per model: an older one is for weights it no longer has
+        runs[key] = _step_function(_feature_model(model, bns, scored), stats, lrs, clips,
+                                   [k for _, k in scored])
+    return runs[key]
 
 
 def _step_function(features, stats, lrs, clips, kinds):

@@ -91,10 +91,19 @@ _TF_BN_EPSILON = 1e-3
 _LITE1_BN_LAYERS = 64
 
 
+#: EfficientNet-Lite2's stages: Lite1's repeats (depth ×1.2 rounds up to the same; Lite
+#: scales neither the first nor the last stage) at width ×1.1, rounded to multiples of 8 as
+#: EfficientNet rounds them (stem and head fixed, as in every Lite).
+LITE2_STAGES = tuple((r, k, s, e, c) for (r, k, s, e, _), c in zip(
+    _LITE1_STAGES, (16, 24, 48, 88, 120, 208, 352)))
+
+
 def efficientnet_lite1_architecture(
-        input_size: int) -> tuple[keras.Model, dict[str, str]]:
+        input_size: int, stages=_LITE1_STAGES,
+        name: str = "efficientnet_lite1") -> tuple[keras.Model, dict[str, str]]:
     """EfficientNet-Lite1 as a Keras Functional model, untrained, for square inputs of
-    ``input_size`` pixels.
+    ``input_size`` pixels (another Lite's with its ``stages``, e.g. :data:`LITE2_STAGES`,
+    and ``name``).
 
     Returns the model and the map from torch module names (the
     ``EfficientNet-PyTorch`` names of the checkpoint) to Keras layer names.
@@ -123,8 +132,7 @@ def efficientnet_lite1_architecture(
                       use_bias=False, name="stem_conv"))
     channels = _LITE1_STEM_CHANNELS
     index = 0
-    for stage, (repeats, kernel, stride, expand, out) in enumerate(
-            _LITE1_STAGES, start=1):
+    for stage, (repeats, kernel, stride, expand, out) in enumerate(stages, start=1):
         for r in range(repeats):
             block_input = x
             t = f"_blocks.{index}."
@@ -155,5 +163,5 @@ def efficientnet_lite1_architecture(
     x = layers.GlobalAveragePooling2D(name="avg_pool")(x)
     names["_fc"] = "predictions"
     outputs = layers.Dense(1000, name="predictions")(x)
-    model = keras.Model(inputs, outputs, name="efficientnet_lite1")
+    model = keras.Model(inputs, outputs, name=name)
     return model, names
