@@ -198,8 +198,8 @@ def test_float32_activations_give_the_float64_statistics(kind, cap):
 @pytest.mark.parametrize("axis", [-1, 1])
 def test_backend_sums_give_the_numpy_statistics(kind, cap, axis):
     """The junction sums measure_junctions computes in the backend, next to the activations
-    (compiled), accumulate to what SampleStats.update gives on the same values moved to
-    (N, C): range and counts exactly, the mean square to float32 round-off."""
+    (compiled on TensorFlow), accumulate to what SampleStats.update gives on the same values
+    moved to (N, C): range and counts exactly, the mean square to float32 round-off."""
     from cle._core.backend import compiled
     from cle._transforms.plan import _junction_sums
 

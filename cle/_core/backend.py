@@ -101,20 +101,17 @@ def check_runnable(model, purpose: str):
 
 
 def compiled(fn):
-    """``fn`` compiled by the running backend (``tf.function``, traced again at most once
-    for a new batch size; ``jax.jit``), or ``fn`` itself on a backend without a cheap
-    compiler. For a pass of a whole model over many batches: eager execution pays a Python
-    dispatch per operation, which on a network of many small layers costs more than the
-    arithmetic."""
+    """``fn`` as a ``tf.function`` on TensorFlow (traced again at most once for a new batch
+    size), else ``fn`` itself. For a pass of a whole model over many batches: eager execution
+    pays a Python dispatch per operation, which on a network of many small layers costs more
+    than the arithmetic. Not ``jax.jit``: a model called inside it bakes its weights into the
+    program as constants (a large network's compile grows with them); a JAX pass that is
+    compiled hands the weights in as arguments (``_transforms/bias_steps``,
+    ``_measure/synthetic``)."""
     import keras
 
-    backend = keras.backend.backend()
-    if backend == "tensorflow":
+    if keras.backend.backend() == "tensorflow":
         import tensorflow as tf
 
         return tf.function(fn, reduce_retracing=True, autograph=False)
-    if backend == "jax":
-        import jax
-
-        return jax.jit(fn)
     return fn

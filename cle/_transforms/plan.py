@@ -76,9 +76,9 @@ def pre_activation(link, folded_bns):
 def measure_junctions(model, search, matches, x, value, progress):
     """``{id(link.first): Junction}`` measured on ``x`` (calibration inputs, already checked
     against the model) for every link of the search whose pre-activation is a top-level
-    tensor; one streaming pass over the data, compiled (:func:`cle._core.backend.compiled`),
-    each junction's per-channel sums computed next to its values (only they leave the
-    backend)."""
+    tensor; one streaming pass over the data (compiled on TensorFlow:
+    :func:`cle._core.backend.compiled`), each junction's per-channel sums computed next to its
+    values (only they leave the backend)."""
     folded = {id(m.bn_call.layer) for m in matches}
     links = [link for links in search.sets for link in links]
     targets = [(link, _pre_activation_call(link, folded)) for link in links]
