@@ -178,6 +178,74 @@ def test_concrete_function_route_equals_from_keras_model(net, data, sequential):
             Q.run_tflite(tflite.quantize_calibrated(slow, per_channel=per_channel), data))
 
 
+def _quantization(content) -> list:
+    """Every tensor of a ``.tflite`` by name: type, shape, scales and zero points."""
+    interp = runtime.interpreter(content)
+    return sorted((d["name"], str(d["dtype"]), tuple(d["shape"]),
+                   tuple(d["quantization_parameters"]["scales"]),
+                   tuple(d["quantization_parameters"]["zero_points"]))
+                  for d in interp.get_tensor_details())
+
+
+@pytest.mark.parametrize("which", ["one input", "two inputs"])
+def test_plain_conversion_calibrated_again_equals_the_converter(net, data, zoo, which):
+    """The plain conversion on one set of inputs after another, the model converted once and
+    its flatbuffer calibrated again by the converter's calibrator: every tensor's type,
+    quantization and the outputs are those of a conversion calibrated on the same inputs (a
+    model of two inputs too, which the calibrator matches by name on the Keras route)."""
+    import _zoo
+
+    if which == "one input":
+        model, x = net, check_calibration_data(net, data)
+    else:
+        model = zoo("two_input", 48)
+        x = check_calibration_data(model, _zoo.inputs("two_input", 24, size=48))
+    for integer_io in (False, True):
+        plain = tflite.PlainConversion(model, integer_io=integer_io)
+        for part in (x[: len(x) // 2], x[len(x) // 4:], x):
+            ours = plain.on(part)
+            theirs = tflite.convert_int8(model, part, integer_io=integer_io)
+            assert _quantization(ours) == _quantization(theirs)
+            for a, b in zip(runtime.run_all(ours, x), runtime.run_all(theirs, x)):
+                np.testing.assert_array_equal(a, b)
+
+
+def test_shared_exports_export_a_model_once_per_weights(net, data, monkeypatch):
+    """Within ``shared_exports`` a model read through Keras' export is exported once for its
+    weights (again after a weight changed), each conversion gives what a conversion outside
+    the block gives, and the exports are gone when the block ends."""
+    import tempfile
+
+    written = []
+    archive = type(keras.export.ExportArchive())  # the backend's class
+    write_out = archive.write_out
+
+    def spy(self, path, *args, **kwargs):
+        written.append(path)
+        return write_out(self, path, *args, **kwargs)
+
+    model = keras.models.clone_model(net)
+    model.set_weights(net.get_weights())
+    x = check_calibration_data(model, data)
+    alone = tflite.convert_int8(model, x, keras_route=True)
+    monkeypatch.setattr(archive, "write_out", spy)
+    with tflite.shared_exports():
+        first = tflite.convert_int8(model, x, keras_route=True)
+        with tflite.shared_exports():  # nested: the outer block's exports
+            again = tflite.calibrate(model, x[:5], keras_route=True)
+        assert len(written) == 1 and os.path.isdir(written[0])
+        kernel = next(layer.kernel for layer in model.layers if hasattr(layer, "kernel"))
+        kernel.assign(kernel * 1.5)
+        changed = tflite.convert_int8(model, x, keras_route=True)
+        assert len(written) == 2
+    assert not any(os.path.exists(p) for p in written)
+    assert tempfile.gettempdir() in written[0]
+    assert first == alone  # the same file, to the byte
+    assert [r.calibrated for r in tflite.ranges_of(again)] == [
+        r.calibrated for r in tflite.ranges_of(tflite.calibrate(net, x[:5], keras_route=True))]
+    assert _quantization(changed) != _quantization(alone)
+
+
 def test_written_ranges_reach_the_int8_model(net, data):
     calibrated = tflite.calibrate(net, data)
     ranges = tflite.ranges_of(calibrated)

@@ -236,9 +236,8 @@ def choose(model, build, say) -> tuple[Choice, bytes | None]:
     say(f"measuring cle's build against min/max ranges and TF Lite's plain conversion on "
         f"the {len(x)} held-out inputs")
     reference = outputs_once(build.runs, model, x)
-    plain = tflite.convert_int8(model, build.inputs.calibration,
-                                per_channel=build.opts.per_channel,
-                                integer_io=build.opts.integer_io)
+    plain_of = tflite.PlainConversion(model, build.opts.per_channel, build.opts.integer_io)
+    plain = plain_of.on(build.inputs.calibration)
     values = _has_values(model, build.opts.output_kinds)
     contents = {"cle": build.content, "cle, min/max ranges": _variant(build, "cle, min/max ranges"),
                 **({WIDENED: _variant(build, WIDENED)} if values else {}), "plain": plain}
@@ -252,7 +251,7 @@ def choose(model, build, say) -> tuple[Choice, bytes | None]:
                      reference, outputs[name], outputs["cle"]))]
     if build.opts.compare and "plain" not in undecided:
         undecided.append("plain")  # --compare's verdict is measured on every input too
-    fit, pooled_ref, pooled = _cross_fit(model, build, contents, undecided, say)
+    fit, pooled_ref, pooled = _cross_fit(model, build, contents, undecided, say, plain_of)
     clip = _clipping(model, build, pooled_ref)
     gains = {name: _check.sqnr_gain(pooled_ref, pooled[name], pooled["cle"],
                                     clipping=clip[name], clipping_other=clip["cle"])
@@ -313,10 +312,11 @@ def refit_cle(model, build, say) -> None:
     _write_refit(fit, build, "cle", pooled_ref, pooled, say, _clipping(model, build, pooled_ref))
 
 
-def _cross_fit(model, build, contents, candidates, say):
+def _cross_fit(model, build, contents, candidates, say, plain=None):
     """``(fit, reference, {name: outputs})``: the float model's and the builds' outputs on
-    every calibration input, cross-fitted, for cle's build and ``candidates``."""
-    fit = CrossFit(model, build, contents)
+    every calibration input, cross-fitted, for cle's build and ``candidates`` (``plain``: the
+    :class:`cle._tflite.converter.PlainConversion` that made ``contents["plain"]``)."""
+    fit = CrossFit(model, build, contents, plain)
     say(f"cross-fitting the check on all {fit.n} calibration inputs (each by a build not "
         "calibrated on it" + (f"; candidates: {', '.join(candidates)}" if candidates else "")
         + ")")

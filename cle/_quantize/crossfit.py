@@ -75,10 +75,14 @@ class CrossFit:
     ``build`` is a :class:`cle._quantize.pipeline.Int8Build` made with data, with its
     ``values`` and ``extremes`` (the activation tensors' values and extremes on each
     calibration input); ``written`` maps a candidate to its bytes on the held-out quarter
-    (the build's own, calibrated on the three quarters)."""
+    (the build's own, calibrated on the three quarters); ``plain``, the
+    :class:`cle._tflite.converter.PlainConversion` of ``model`` that made ``written["plain"]``
+    (None: a new one), makes the plain conversion of each fold."""
 
-    def __init__(self, model, build, written: dict):
+    def __init__(self, model, build, written: dict, plain=None):
         self.model, self.build, self.written = model, build, written
+        self.plain = plain or tflite.PlainConversion(model, build.opts.per_channel,
+                                                     build.opts.integer_io)
         x_cal, x_hold = build.inputs.calibration, build.inputs.checks[0][1]
         self.parts = np.array_split(np.arange(len(x_cal)), FOLDS - 1)
         self.folds = [x_cal[idx] for idx in self.parts] + [x_hold]
@@ -164,10 +168,10 @@ class CrossFit:
         """``(bytes, ranges)`` of the build of kind ``name`` calibrated on every input but
         part ``k``'s (every input: ``k`` None); no ranges for the plain conversion."""
         opts = self.build.opts
-        if name == "plain":
-            rest = [f for j, f in enumerate(self.folds) if j != k]
-            return tflite.convert_int8(self.model, _join(rest), per_channel=opts.per_channel,
-                                       integer_io=opts.integer_io), None
+        if name == "plain":  # the file written is the converter's own, to the byte
+            x = _join([f for j, f in enumerate(self.folds) if j != k])
+            return (self.plain.on(x) if k is not None else tflite.convert_int8(
+                self.model, x, per_channel=opts.per_channel, integer_io=opts.integer_io)), None
         ranges = self._ranges(k, KIND[name])
         return tflite.quantize_calibrated(tflite.with_ranges(self.build.calibrated, ranges),
                                           per_channel=opts.per_channel,

@@ -175,12 +175,12 @@ def quantize(model, calibration_data=None, *, per_channel: bool = True, weight_b
 def quantize_checked(model, calibration_data, opts: QuantizeOptions, progress=None):
     """:func:`quantize` with its options already made: the door and the stages up to the
     ``.tflite`` (:func:`build_checked`), the tuning if asked for, then the check
-    (:func:`check_build`). On a device target (a microcontroller's runtime, an NPU) every
-    conversion reads the model with a batch of one (:func:`cle._tflite.converter.static_batch`),
-    and the file then runs in the target's runtime (:mod:`cle._quantize.deploy`)."""
+    (:func:`check_build`); a model converted again is not exported again (``shared_exports``).
+    On a device target every conversion reads the model with a batch of one (``static_batch``
+    in :mod:`cle._tflite.converter`), and the file then runs in the target's runtime."""
     say = progress if progress is not None else (lambda message: None)
     device = opts.target_spec.runtime != "litert"
-    with tflite.static_batch(1 if device else None):
+    with tflite.static_batch(1 if device else None), tflite.shared_exports():
         build = build_checked(model, calibration_data, opts, say,
                               "cle.quantize(tune=True)" if opts.tune else None)
         if opts.tune:

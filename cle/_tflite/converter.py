@@ -20,10 +20,13 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
+import functools
+import hashlib
 import io
 import logging
 import os
 import re
+import shutil
 import sys
 import tempfile
 import warnings
@@ -83,6 +86,65 @@ def _with_batch(model, batch: int):
         warnings.simplefilter("ignore")
         outputs = model(inputs[0] if len(inputs) == 1 else inputs)
     return keras.Model(inputs, outputs, name=model.name)
+
+
+#: The SavedModel signature the converter reads (the one ``from_keras_model`` reads).
+SERVING = "serving_default"
+#: ``{(id(model), batch, weights' digest): (model, SavedModel directory)}`` within
+#: :func:`shared_exports`, else None.
+_EXPORTS: contextvars.ContextVar = contextvars.ContextVar("cle_exports", default=None)
+
+
+@contextlib.contextmanager
+def shared_exports():
+    """Within the block, a model the converter reads through Keras' export (every model on
+    the JAX backend, see :func:`_from_model`) is exported once for each batch and set of
+    weights, and every conversion of it reads that SavedModel (``from_saved_model``) instead
+    of exporting it again. ``cle.quantize`` converts the same model several times (the plain
+    conversion on each part of the data), and the export (tracing the model and writing the
+    SavedModel) takes most of a conversion's time on that route. The exports are deleted
+    when the outermost block ends; a nested block uses the outer one's."""
+    if _EXPORTS.get() is not None:
+        yield
+        return
+    exports = {}
+    token = _EXPORTS.set(exports)
+    try:
+        yield
+    finally:
+        _EXPORTS.reset(token)
+        for _, path in exports.values():
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _digest(model) -> str:
+    h = hashlib.sha1()
+    for v in model.weights:
+        h.update(np.ascontiguousarray(keras.ops.convert_to_numpy(v)).tobytes())
+    return h.hexdigest()
+
+
+def _exported(exports, model, batch) -> str:
+    """The SavedModel directory of ``model`` (with its batch fixed at ``batch``, None: free)
+    as ``from_keras_model`` writes it for a Functional or Sequential model: one endpoint, the
+    model called in inference mode on its inputs' specs; exported on first use."""
+    import tensorflow as tf
+
+    key = (id(model), batch, _digest(model))
+    if key not in exports:
+        read = model if batch is None else _with_batch(model, batch)
+        spec = tf.nest.map_structure(
+            lambda t: tf.TensorSpec(t.shape, dtype=t.dtype, name=t.name), read.inputs)
+        if isinstance(spec, list) and len(spec) > 1:
+            spec = [spec]
+        archive = keras.export.ExportArchive()
+        archive.track(read)
+        archive.add_endpoint("serve", functools.partial(read.__call__, training=False), spec)
+        path = tempfile.mkdtemp(prefix="cle_export_")
+        with quiet():
+            archive.write_out(path, verbose=False)
+        exports[key] = (model, path)  # the model kept alive: its id stays its own
+    return exports[key][1]
 
 
 @dataclasses.dataclass
@@ -254,6 +316,15 @@ def _from_model(model, keras_route=False):
 
     if _uses_keras_route(model, keras_route):
         batch = export_batch()
+        exports = _EXPORTS.get()
+        if exports is not None and (batch is not None or _graph.inner_function(model)
+                                    is not None):
+            path = _exported(exports, model, batch)
+            with quiet():
+                converter = tf.lite.TFLiteConverter.from_saved_model(path,
+                                                                     signature_keys=[SERVING])
+            internals.record_keras_source(converter)
+            return converter
         return tf.lite.TFLiteConverter.from_keras_model(
             model if batch is None else _with_batch(model, batch))
     specs = [tf.TensorSpec(t.shape, t.dtype, name=name)
@@ -303,6 +374,30 @@ def calibrate(model, x, keras_route=False) -> bytes:
     internals.calibrate_only(converter)
     with quiet():
         return bytes(converter.convert())
+
+
+class PlainConversion:
+    """TF Lite's plain full-INT8 conversion of ``model`` calibrated on one set of inputs after
+    another, the model converted once: the first :meth:`on` converts it calibrated on its
+    inputs (:func:`calibrate`); each later one has the converter's calibrator record that
+    flatbuffer's ranges again on its own inputs. Each then takes the converter's quantize
+    step. What :meth:`on` returns has the tensors, quantization and outputs of
+    :func:`convert_int8` on the same inputs, its metadata in another order
+    (tests/test_quantize.py)."""
+
+    def __init__(self, model, per_channel=True, integer_io=False):
+        self.model, self.per_channel, self.integer_io = model, per_channel, integer_io
+        self._calibrated = None
+
+    def on(self, x) -> bytes:
+        """The plain conversion calibrated on ``x`` (:class:`cle._core.inputs.ModelInputs`)."""
+        if self._calibrated is None:
+            self._calibrated = calibrated = calibrate(self.model, x)
+        else:
+            with quiet():
+                calibrated = internals.calibrate_again(
+                    self._calibrated, _representative(x, _uses_keras_route(self.model)))
+        return quantize_calibrated(calibrated, self.per_channel, self.integer_io)
 
 
 def quantize_calibrated(calibrated: bytes, per_channel=True, integer_io=False) -> bytes:

@@ -44,6 +44,31 @@ def quantize_calibrated_model(calibrated: bytes, per_channel: bool, io_type) -> 
                                        input_data_type=io_type, output_data_type=io_type))
 
 
+def calibrate_again(calibrated: bytes, dataset_gen) -> bytes:
+    """``calibrated`` (a flatbuffer the converter calibrated, :func:`calibrate_only`) with every
+    activation tensor's min/max recorded again on ``dataset_gen`` alone by the converter's own
+    calibrator: what converting the model calibrated on those inputs records.
+
+    Public replacement: none (``tensorflow.lite.python.optimize.calibrator.Calibrator``, which
+    ``TFLiteConverter._quantize`` runs on the converted float model).
+    """
+    from tensorflow.lite.python.optimize import calibrator
+
+    return bytes(calibrator.Calibrator(calibrated).calibrate(dataset_gen))
+
+
+def record_keras_source(converter):
+    """Have ``converter`` (made with ``from_saved_model`` from a Keras model's export) record
+    in the file's conversion metadata that it read a Keras model, as ``from_keras_model``
+    records: the file is then the same, byte for byte.
+
+    Public replacement: none (``TFLiteConverterBase._metadata.environment.modelType``).
+    """
+    from tensorflow.lite.python import conversion_metadata_schema_py_generated as schema
+
+    converter._metadata.environment.modelType = schema.ModelType.KERAS_MODEL
+
+
 def read_model(content: bytes):
     """The flatbuffer as a mutable object tree (``ModelT``: subgraphs, tensors, operators,
     buffers, operator codes).
