@@ -137,11 +137,12 @@ def _exported(exports, model, batch) -> str:
             lambda t: tf.TensorSpec(t.shape, dtype=t.dtype, name=t.name), read.inputs)
         if isinstance(spec, list) and len(spec) > 1:
             spec = [spec]
-        archive = keras.export.ExportArchive()
-        archive.track(read)
-        archive.add_endpoint("serve", functools.partial(read.__call__, training=False), spec)
         path = tempfile.mkdtemp(prefix="cle_export_")
-        with quiet():
+        with quiet():  # as the converter's own export is (JAX's deprecation warnings)
+            archive = keras.export.ExportArchive()
+            archive.track(read)
+            archive.add_endpoint("serve", functools.partial(read.__call__, training=False),
+                                 spec)
             archive.write_out(path, verbose=False)
         exports[key] = (model, path)  # the model kept alive: its id stays its own
     return exports[key][1]
