@@ -19,6 +19,12 @@ weights (block ``w4a8-apps``, rows in ``docs/data/w4a8_apps.json``)::
 
     .venv/bin/python scripts/gen_w4a8_results.py --apps apps.jsonl
 
+``benchmarks/bench_w4_generalize.py`` measures issue #44's levers for the rounding's
+generalization from few crops (block ``w4a8-generalize``, rows in
+``docs/data/w4_generalize.json``)::
+
+    .venv/bin/python scripts/gen_w4a8_results.py --generalize gen.jsonl
+
 ``--jsonl`` keeps the last row of each (network, row) in ``docs/data/w4a8.json`` (rows saved
 earlier stay unless measured again), then renders. A row without the machine's name (older
 benchmark output) gets the name of the machine this script runs on: run it where the
@@ -41,6 +47,7 @@ REPO = os.path.join(HERE, "..")
 DATA = os.path.join(REPO, "docs", "data", "w4a8.json")
 KNOBS = os.path.join(REPO, "docs", "data", "w4a8_knobs.json")
 APPS = os.path.join(REPO, "docs", "data", "w4a8_apps.json")
+GENERALIZE = os.path.join(REPO, "docs", "data", "w4_generalize.json")
 DOC = "docs/quantize_w4.md"
 NETS = {"mobilenet_v2": "MobileNetV2", "efficientnet_lite1": "EfficientNet-Lite1"}
 #: (row name, what it is) of the goals' table.
@@ -208,6 +215,42 @@ def knobs_table(rows):
     return "\n".join(lines) + "\n\n" + _machine(rows) + "\n"
 
 
+#: (row of bench_w4_generalize.py, what the rounding stage did) of the generalization table.
+GENERALIZE_ROWS = [
+    ("baseline", "none: the float model straight into TF Lite's converter, W8A8 (the goal)"),
+    ("default", "layer-wise AdaRound on the 48 crops the build calibrates on (the default)"),
+    ("flips", "the same on the 48 and a horizontally flipped copy of each"),
+    ("all", "the same on all 64 crops (the check's 16 among them)"),
+    ("block", "block reconstruction: each inverted residual's kernels rounded together for "
+              "the block's output"),
+]
+
+
+def save_generalize(paths):
+    """The rows of ``benchmarks/bench_w4_generalize.py`` into :data:`GENERALIZE`."""
+    _merge(GENERALIZE, paths, lambda r: (r["net"], r["row"]),
+           lambda r: (r["net"], [k for k, _ in GENERALIZE_ROWS].index(r["row"])))
+
+
+def generalize_table(rows):
+    lines = [wrap(
+        "`cle.quantize(model, crops, weight_bits=4)` with 64 real crops, only the rounding "
+        "stage's inputs or method changed (`benchmarks/bench_w4_generalize.py`): top-1 "
+        "agreement / logit SQNR (dB) against the float model on 256 other crops, and on the "
+        "48 crops the rounding fits (for the baseline: the same 48); wall time of the call."),
+        "", "| network | rounding | 256 other crops | the 48 fitted | time |",
+        "|---|---|---|---|---|"]
+    by = {(r["net"], r["row"]): r for r in rows}
+    for net in NETS:
+        for key, label in GENERALIZE_ROWS:
+            r = by.get((net, key))
+            if r is not None:
+                lines.append(f"| {NETS[net]} | {label} | {r['top1']:.1%} / {r['sqnr_db']:.2f} | "
+                             f"{r['fit_top1']:.1%} / {r['fit_sqnr_db']:.2f} | "
+                             f"{r['seconds']:.0f} s |")
+    return "\n".join(lines) + "\n\n" + _machine(rows) + "\n"
+
+
 def save_apps(paths):
     """The rows of ``benchmarks/bench_w4a8_apps.py`` (JSON lines) into :data:`APPS`, the last
     of each (model, mode, rounding) kept, in the models' order."""
@@ -252,6 +295,9 @@ def rendered():
     if os.path.exists(KNOBS):
         with open(KNOBS, encoding="utf-8") as f:
             out[(DOC, "w4a8-knobs")] = knobs_table(json.load(f)["rows"])
+    if os.path.exists(GENERALIZE):
+        with open(GENERALIZE, encoding="utf-8") as f:
+            out[(DOC, "w4a8-generalize")] = generalize_table(json.load(f)["rows"])
     if os.path.exists(APPS):
         with open(APPS, encoding="utf-8") as f:
             out[(DOC, "w4a8-apps")] = apps_table(json.load(f)["rows"])
@@ -264,6 +310,8 @@ def main(argv=None):
     parser.add_argument("--knobs", nargs="+",
                         help="bench_w4a8_knobs.py's JSON lines to save")
     parser.add_argument("--apps", nargs="+", help="bench_w4a8_apps.py's JSON lines to save")
+    parser.add_argument("--generalize", nargs="+",
+                        help="bench_w4_generalize.py's JSON lines to save")
     parser.add_argument("--render", action="store_true",
                         help="only render the docs from docs/data/w4a8.json (the default "
                              "without --jsonl)")
@@ -275,6 +323,8 @@ def main(argv=None):
         save_knobs(args.knobs)
     if args.apps and not args.render:
         save_apps(args.apps)
+    if args.generalize and not args.render:
+        save_generalize(args.generalize)
     publish([(os.path.join(REPO, doc), name, text) for (doc, name), text in rendered().items()],
             print_only=args.no_write, root=REPO)
 
