@@ -15,6 +15,7 @@ guessed from the CPU's name.
 from __future__ import annotations
 
 import functools
+import hashlib
 
 __all__ = ["channels_first_conv_supported", "channels_first_problem", "check_runnable",
            "compiled", "NCHW_UNSUPPORTED"]
@@ -115,3 +116,15 @@ def compiled(fn):
 
         return tf.function(fn, reduce_retracing=True, autograph=False)
     return fn
+
+
+def weights_digest(model) -> str:
+    """A SHA-1 of every weight of ``model`` (the batch norms' moving statistics among them):
+    a key that changes when the model is changed in place."""
+    import keras
+    import numpy as np
+
+    digest = hashlib.sha1()
+    for v in model.weights:
+        digest.update(np.ascontiguousarray(keras.ops.convert_to_numpy(v)).tobytes())
+    return digest.hexdigest()

@@ -20,7 +20,6 @@ Backends: TensorFlow (``tf.GradientTape``) and JAX (``jax.value_and_grad`` over 
 
 from __future__ import annotations
 
-import hashlib
 import time
 import weakref
 from typing import Callable
@@ -28,6 +27,7 @@ from typing import Callable
 import keras
 import numpy as np
 
+from cle._core.backend import weights_digest
 from cle._core.graph import graph_view, inner_function
 from cle._core.inputs import ModelInputs, input_signatures
 from cle._measure.check import guessed_scores
@@ -226,10 +226,7 @@ def _runner(model, bns, scored, lrs, clips):
     does not trace the step again, which on a 260 px network costs tens of seconds. The key
     holds a digest of every weight and batch-norm statistic, so a model changed in between
     gets a new step."""
-    digest = hashlib.sha1()
-    for v in model.weights:  # the batch norms' moving statistics among them
-        digest.update(np.ascontiguousarray(keras.ops.convert_to_numpy(v)).tobytes())
-    key = (digest.hexdigest(), tuple(lrs), tuple(None if c is None else tuple(c) for c in clips),
+    key = (weights_digest(model), tuple(lrs), tuple(None if c is None else tuple(c) for c in clips),
            CE_WEIGHT, EPS)  # the constants the traced step reads
     runs = _RUNS.setdefault(model, {})
     if key not in runs:

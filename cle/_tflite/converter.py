@@ -21,7 +21,6 @@ import contextlib
 import contextvars
 import dataclasses
 import functools
-import hashlib
 import io
 import logging
 import os
@@ -35,6 +34,7 @@ from typing import Callable
 import keras
 import numpy as np
 
+from cle._core import backend
 from cle._core import graph as _graph
 from cle._core.inputs import input_names
 from cle._tflite import internals
@@ -117,20 +117,13 @@ def shared_exports():
             shutil.rmtree(path, ignore_errors=True)
 
 
-def _digest(model) -> str:
-    h = hashlib.sha1()
-    for v in model.weights:
-        h.update(np.ascontiguousarray(keras.ops.convert_to_numpy(v)).tobytes())
-    return h.hexdigest()
-
-
 def _exported(exports, model, batch) -> str:
     """The SavedModel directory of ``model`` (with its batch fixed at ``batch``, None: free)
     as ``from_keras_model`` writes it for a Functional or Sequential model: one endpoint, the
     model called in inference mode on its inputs' specs; exported on first use."""
     import tensorflow as tf
 
-    key = (id(model), batch, _digest(model))
+    key = (id(model), batch, backend.weights_digest(model))
     if key not in exports:
         read = model if batch is None else _with_batch(model, batch)
         spec = tf.nest.map_structure(
