@@ -516,13 +516,30 @@ def test_version(capsys):
 
 @pytest.mark.slow
 @no_tflite_on_torch
-def test_run_demo(tmp_path):
+def test_run_demo(tmp_path, monkeypatch):
     """The main demo end to end on few photos: three builds judged on crops none calibrated
     on, the cle builds closer than the plain conversion, and the printed command making the
-    same file from the saved model and photos."""
+    same call to the library from the saved model and photos."""
     require_mobilenet_weights()
     from cle._measure.calibration import load_calibration
+    from cle._quantize import pipeline
 
+    class Captured(BaseException):  # not an Exception: the command line reports those
+        """Stops the command line once its quantize call is seen."""
+
+    calls, real = [], pipeline.quantize_checked
+
+    def capture(model, calibration, opts, progress=None):
+        arrays = getattr(calibration, "arrays", None)
+        calls.append({"config": json.loads(json.dumps(model.get_config())), "opts": opts,
+                      "weights": [np.array(w) for w in model.get_weights()],
+                      "data": None if calibration is None else np.asarray(
+                          arrays[0] if arrays is not None else calibration)})
+        if len(calls) > 2:  # the printed command: the call is all it is checked for
+            raise Captured()
+        return real(model, calibration, opts, progress)
+
+    monkeypatch.setattr(pipeline, "quantize_checked", capture)
     lines, n, n_cal = [], 16, 16
     out = str(tmp_path / "out")
     result = demo.run_demo(images=n, calibration=n_cal, out_dir=out, print_fn=lines.append)
@@ -548,7 +565,9 @@ def test_run_demo(tmp_path):
     assert "[6/6]" in text and "run the same yourself:" in text and "\ndone in " in text
     assert any(layer["name"] for layer in result["analysis"]["layers"])
     # the saved photos read back through --calibration DIR --preprocessing torch are the
-    # demo's calibration inputs, bit for bit, and the printed command writes the same file
+    # demo's calibration inputs, bit for bit, and the printed command makes the call the demo
+    # made for its file with data (quantize_checked is deterministic: the same call writes the
+    # same bytes), from the saved model
     model = cle.load_model(os.path.join(out, demo.MODEL_FILE))
     x = load_calibration(os.path.join(out, demo.PHOTOS_DIR), model, "torch")
     expected = pretrained.preprocess_imagenet(pretrained.sample_images(n_cal, seed=1))
@@ -556,9 +575,16 @@ def test_run_demo(tmp_path):
     command = list(result["commands"]["data"])
     assert command[:2] == ["cle", "quantize"]
     command[command.index("-o") + 1] = str(tmp_path / "again.tflite")
-    assert cli.main(command[1:]) == 0
-    with open(tmp_path / "again.tflite", "rb") as f, open(data["file"], "rb") as g:
-        assert f.read() == g.read()
+    assert [call["data"] is None for call in calls] == [False, True]
+    with pytest.raises(Captured):
+        cli.main(command[1:])
+    demo_call, cli_call = calls[0], calls[2]
+    assert cli_call["opts"] == demo_call["opts"]
+    assert cli_call["config"] == demo_call["config"]
+    np.testing.assert_array_equal(cli_call["data"], demo_call["data"])
+    assert len(cli_call["weights"]) == len(demo_call["weights"])
+    for a, b in zip(cli_call["weights"], demo_call["weights"]):
+        np.testing.assert_array_equal(a, b)
     for key in ("nodata", "analyze"):
         cli.build_parser().parse_args(result["commands"][key][1:])
     try:
