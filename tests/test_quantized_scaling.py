@@ -198,10 +198,11 @@ def test_float32_activations_give_the_float64_statistics(kind, cap):
 @pytest.mark.parametrize("axis", [-1, 1])
 def test_backend_sums_give_the_numpy_statistics(kind, cap, axis):
     """The junction sums measure_junctions computes in the backend, next to the activations
-    (compiled on TensorFlow), accumulate to what SampleStats.update gives on the same values
-    moved to (N, C): range and counts exactly, the mean square to float32 round-off."""
+    (compiled: tf.function on TensorFlow, jax.jit on JAX), accumulate to what
+    SampleStats.update gives on the same values moved to (N, C): range and counts exactly,
+    the mean square to float32 round-off."""
     from cle._core.backend import compiled
-    from cle._transforms.plan import _junction_sums
+    from cle._transforms.plan import junction_sums
 
     rng = np.random.default_rng(2)
     pre = rng.normal(0.5, 2.0, size=(6, 5, 7, 9) if axis == 1 else (6, 7, 9, 5))
@@ -209,7 +210,7 @@ def test_backend_sums_give_the_numpy_statistics(kind, cap, axis):
     flat = np.moveaxis(pre, axis, -1).reshape(-1, 5)
     numpy_route = noise.SampleStats(kind, cap)
     backend_route = noise.SampleStats(kind, cap)
-    run = compiled(lambda a: _junction_sums(a, axis, kind, cap))
+    run = compiled(lambda a: junction_sums(a, axis, kind, cap))
     for part, rows in ((pre[:4], flat[: len(flat) * 4 // 6]), (pre[4:], flat[len(flat) * 4 // 6:])):
         numpy_route.update(rows)
         backend_route.add(*(keras.ops.convert_to_numpy(v) for v in run(part)))

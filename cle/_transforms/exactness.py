@@ -36,7 +36,9 @@ __all__ = ["GUARD_DB", "GUARD_INPUTS", "NotExactError", "first_divergence", "gua
 #: quantization noise far below it, so a difference the guard lets through is smaller than
 #: anything the quantized model's figures could show.
 GUARD_DB = 40.0
-#: How many of the inputs at hand the guard runs both models on.
+#: How many of the inputs at hand the guard runs both models on: the first 8, or all of them
+#: where they are at most twice as many (one batch shape with the passes over all of them
+#: before it, whose operations JAX then compiles once).
 GUARD_INPUTS = 8
 #: How many inputs the walk that names the diverging layer runs (it holds every tensor).
 WALK_INPUTS = 2
@@ -76,7 +78,8 @@ def output_sqnrs(model, prepared, x) -> list[float]:
 def guard(view, prepared, clones, bypass, edited, x, what: str):
     """Stop with :class:`NotExactError` unless ``prepared`` (built from ``view.model`` by
     the rebuild that gave ``clones``) computes every output of ``view.model`` within
-    :data:`GUARD_DB` on the first :data:`GUARD_INPUTS` of ``x``.
+    :data:`GUARD_DB` on the first :data:`GUARD_INPUTS` of ``x`` (all of them where they are at
+    most twice as many).
 
     Args:
         view: the input model's graph view.
@@ -88,7 +91,7 @@ def guard(view, prepared, clones, bypass, edited, x, what: str):
             scaling").
     """
     model = view.model
-    probe = x[:GUARD_INPUTS]
+    probe = x if len(x) <= 2 * GUARD_INPUTS else x[:GUARD_INPUTS]
     sqnrs = output_sqnrs(model, prepared, probe)
     low = [(k, s) for k, s in enumerate(sqnrs) if s < GUARD_DB]
     if not low:

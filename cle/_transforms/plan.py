@@ -12,6 +12,7 @@ rebuild.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 
 import keras
@@ -34,6 +35,11 @@ __all__ = ["EqualizePlan", "decide_sets", "measure_junctions", "plan_equalizatio
            "pre_activation"]
 
 logger = logging.getLogger("cle.cross_layer_equalization")
+
+#: The junction pass's batch on a large network (:func:`measure_junctions`), and what its
+#: junctions' activations may hold at once, in bytes, for a larger batch on a small one.
+JUNCTION_BATCH = 8
+JUNCTION_PASS_BYTES = 64 * 2 ** 20
 
 
 @dataclasses.dataclass
@@ -78,7 +84,9 @@ def measure_junctions(model, search, matches, x, value, progress):
     against the model) for every link of the search whose pre-activation is a top-level
     tensor; one streaming pass over the data (compiled on TensorFlow:
     :func:`cle._core.backend.compiled`), each junction's per-channel sums computed next to its
-    values (only they leave the backend)."""
+    values (only they leave the backend; on JAX, whose model call runs operation by
+    operation, the sums are one compiled function per junction's shape:
+    :func:`junction_sums`)."""
     folded = {id(m.bn_call.layer) for m in matches}
     links = [link for links in search.sets for link in links]
     targets = [(link, _pre_activation_call(link, folded)) for link in links]
@@ -95,18 +103,51 @@ def measure_junctions(model, search, matches, x, value, progress):
     def sums(*arrays):
         outs = probe(list(arrays), training=False)
         outs = outs if isinstance(outs, (list, tuple)) else [outs]
-        return [_junction_sums(out, axis, *kind) for out, axis, kind in zip(outs, axes, kinds)]
+        return [junction_sums(out, axis, *kind) for out, axis, kind in zip(outs, axes, kinds)]
 
     run = compiled(sums)
     stats = [noise.SampleStats(*kind) for kind in kinds]
-    # Small batches: the pass holds every junction's whole activation of a batch at once.
-    batches = [x[i: i + 8] for i in range(0, len(x), 8)]
+    batches = [x[idx] for idx in np.array_split(np.arange(len(x)), -(-len(x) // _batch(
+        [call.node.outputs[0] for _, call in targets])))]
     for b, batch in enumerate(batches):
         if progress is not None:
             progress(f"activation ranges: batch {b + 1}/{len(batches)}")
         for st, measured in zip(stats, run(*batch.arrays)):
             st.add(*(keras.ops.convert_to_numpy(v) for v in measured))
     return {id(link.first): st.junction() for (link, _), st in zip(targets, stats)}
+
+
+def _batch(tensors) -> int:
+    """How many inputs the junction pass takes at once: the pass holds every junction's whole
+    activation of a batch, so :data:`JUNCTION_BATCH` on a network whose junctions hold more
+    than :data:`JUNCTION_PASS_BYTES` for that many inputs, more where they hold less (the
+    batches then are fewer and of one size or two: each new batch shape is a new trace on
+    TensorFlow and a compile of every operation on JAX)."""
+    sizes = [t.shape[1:] for t in tensors]
+    if any(d is None for shape in sizes for d in shape):
+        return JUNCTION_BATCH
+    per_input = 4 * sum(int(np.prod(shape)) for shape in sizes)  # float32 bytes
+    return max(JUNCTION_BATCH, JUNCTION_PASS_BYTES // max(per_input, 1))
+
+
+def junction_sums(pre, axis, kind, cap):
+    """:func:`_junction_sums` in the backend: on JAX through one ``jax.jit`` of it, kept for
+    the process (each operation of it run alone would be compiled for each junction's shape,
+    a dozen compiles a junction; the jitted function is compiled once per shape, and a later
+    call on the same shapes compiles nothing); elsewhere as it is (inside the pass's
+    ``tf.function`` on TensorFlow)."""
+    if keras.backend.backend() != "jax":
+        return _junction_sums(pre, axis, kind, cap)
+    top = None if cap is None else np.asarray(cap, np.float32)
+    return _jax_junction_sums()(pre, top, axis=axis, kind=kind)
+
+
+@functools.cache
+def _jax_junction_sums():
+    import jax
+
+    return jax.jit(lambda pre, top, axis, kind: _junction_sums(pre, axis, kind, top),
+                   static_argnames=("axis", "kind"))
 
 
 def _junction_sums(pre, axis, kind, cap):
@@ -127,7 +168,7 @@ def _junction_sums(pre, axis, kind, cap):
     else:
         shape = [1] * len(pre.shape)
         shape[axis] = -1
-        top = ops.reshape(ops.convert_to_tensor(np.asarray(cap, np.float32)), shape)
+        top = ops.reshape(ops.cast(ops.convert_to_tensor(cap), "float32"), shape)
         post = ops.minimum(ops.relu(pre), top)
         passing = ops.logical_and(positive, ops.less(pre, top))
     return (ops.max(pre, axis=others), ops.min(pre, axis=others),
