@@ -8,6 +8,7 @@ command line."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import keras
@@ -19,7 +20,8 @@ import cle
 from cle import cli
 from cle import quantization as Q
 from cle._quantize.options import QuantizeOptions
-from cle._quantize.pipeline import build_checked
+from cle._quantize.analysis import analyze_checked
+from cle._quantize.pipeline import build_checked, quantize_checked
 from cle._tflite import quant_sim
 from cle._tflite.flatgraph import FlatGraph, align, dequantize
 from cle._tflite.layer_map import map_layers
@@ -98,12 +100,26 @@ def test_the_tflite_is_the_one_quantize_writes_and_the_output_is_its_check(net, 
 
     monkeypatch.setattr(choice, "SUPPORT", {name: 2.0 for name in choice.SUPPORT})
     monkeypatch.setattr(choice, "PLAIN_MARGIN_DB", float("inf"))
-    content, quantized = cle.quantize(net, data, output_kinds={"logits": "classes"})
+    opts = QuantizeOptions.from_call(data, output_kinds={"logits": "classes"})
+    kept = []  # cle.quantize's own call, its build kept
+    content, quantized = quantize_checked(net, data, opts, builds=kept)
     assert quantized.choice.written == "cle"
     assert report.tflite == content
     assert report.output["sqnr_db"] == quantized.sqnr_db
     assert report.output["top1_agreement"] == quantized.top1_agreement > 0.5
     assert report.n_check == 40 and report.check_inputs.startswith("calibration inputs, each")
+    # that build analysed as it is (cle demo) is the analysis of a build made again
+    (made,) = kept
+    again = analyze_checked(net, data, opts, build=made).to_dict()
+    fresh = report.to_dict()
+    for figures in (again, fresh):
+        figures.pop("seconds")
+    assert again == fresh
+    assert "layers" not in quantized.seconds  # the quantize report's own times untouched
+    for other in (dataclasses.replace(made, opts=QuantizeOptions.from_call(data)),
+                  dataclasses.replace(made, crossfit={**made.crossfit, "written": "plain"})):
+        with pytest.raises(ValueError, match="analyses cle's build"):
+            analyze_checked(net, data, opts, build=other)
 
 
 def test_the_output_entry_matches_an_independent_check(net, data, report):

@@ -529,7 +529,7 @@ def test_run_demo(tmp_path, monkeypatch):
 
     calls, real = [], pipeline.quantize_checked
 
-    def capture(model, calibration, opts, progress=None):
+    def capture(model, calibration, opts, progress=None, builds=None):
         arrays = getattr(calibration, "arrays", None)
         calls.append({"config": json.loads(json.dumps(model.get_config())), "opts": opts,
                       "weights": [np.array(w) for w in model.get_weights()],
@@ -537,7 +537,7 @@ def test_run_demo(tmp_path, monkeypatch):
                           arrays[0] if arrays is not None else calibration)})
         if len(calls) > 2:  # the printed command: the call is all it is checked for
             raise Captured()
-        return real(model, calibration, opts, progress)
+        return real(model, calibration, opts, progress, builds)
 
     monkeypatch.setattr(pipeline, "quantize_checked", capture)
     lines, n, n_cal = [], 16, 16

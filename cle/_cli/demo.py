@@ -148,10 +148,11 @@ def _write(out_dir, key, content):
     return path
 
 
-def _quantize_rows(model, x_cal, x, reference, kinds, out_dir, step, commands):
-    """The three builds, written and judged."""
-    import cle
+def _quantize_rows(model, x_cal, x, reference, kinds, out_dir, step, commands, builds):
+    """The three builds, written and judged; the build with data appended to ``builds`` (for
+    the analysis, when it wrote cle's build)."""
     from cle import quantization as Q
+    from cle._quantize.pipeline import QuantizeOptions, quantize_checked
 
     n = len(x_cal)
     rows = {}
@@ -167,7 +168,11 @@ def _quantize_rows(model, x_cal, x, reference, kinds, out_dir, step, commands):
         step(f"{name}: BN folding, equalization, bias correction, ranges, the check")
         step.command(commands[key])
         start = time.perf_counter()
-        content, report = cle.quantize(model, data, output_kinds=kinds, progress=step.say)
+        kept = [] if data is not None else None  # what cle.quantize does, its build kept
+        content, report = quantize_checked(model, data, QuantizeOptions.from_call(
+            data, output_kinds=kinds), step.say, kept)
+        if kept and (report.choice is None or report.choice.written == "cle"):
+            builds.extend(kept)
         seconds = time.perf_counter() - start
         rows[key] = _judge(content, x, reference, seconds, rows["plain"]["outputs"])
         rows[key].update(name=name, file=_write(out_dir, key, content), check={
@@ -178,12 +183,16 @@ def _quantize_rows(model, x_cal, x, reference, kinds, out_dir, step, commands):
     return rows
 
 
-def _analysis(model, x_cal, kinds, out_dir, step, commands, warn, has_mpl):
-    import cle
+def _analysis(model, x_cal, kinds, out_dir, step, commands, warn, has_mpl, builds):
+    """``cle analyze`` of the build with the photos: the one the quantize step made when it
+    wrote cle's build (``builds``; the same call builds it again otherwise)."""
+    from cle._quantize.analysis import analyze_checked
+    from cle._quantize.pipeline import QuantizeOptions
 
     step("cle analyze: where the error left in the file made with the photos comes from")
     step.command(commands["analyze"])
-    report = cle.analyze(model, x_cal, output_kinds=kinds, progress=step.say)
+    report = analyze_checked(model, x_cal, QuantizeOptions.from_call(x_cal, output_kinds=kinds),
+                             progress=step.say, build=builds[0] if builds else None)
     png = None
     if has_mpl:
         png = report.plot(os.path.join(out_dir, ANALYSIS_PNG), n=WORST_LAYERS * 2)
@@ -323,8 +332,9 @@ def run_demo(images=DEFAULT_IMAGES, out_dir=DEFAULT_OUT_DIR, print_fn=print, war
     _save_inputs(model, photos, out_dir)
     commands = _commands(out_dir, kinds)
 
-    rows = _quantize_rows(model, x_cal, x, reference, kinds, out_dir, step, commands)
-    report, png = _analysis(model, x_cal, kinds, out_dir, step, commands, warn, has_mpl)
+    builds = []
+    rows = _quantize_rows(model, x_cal, x, reference, kinds, out_dir, step, commands, builds)
+    report, png = _analysis(model, x_cal, kinds, out_dir, step, commands, warn, has_mpl, builds)
     step.close()
     total = step.elapsed()
     _print_end(print_fn, rows, images, report, png, out_dir, commands, total, len(photos))

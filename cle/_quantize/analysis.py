@@ -59,8 +59,12 @@ def analyze(model, calibration_data=None, *, per_channel: bool = True,
 
 
 def analyze_checked(model, calibration_data, opts: QuantizeOptions,
-                    layer_inputs: int = LAYER_INPUTS, progress=None) -> AnalysisReport:
-    """:func:`analyze` with :func:`cle.quantize`'s options already made (``cle analyze``)."""
+                    layer_inputs: int = LAYER_INPUTS, progress=None,
+                    build=None) -> AnalysisReport:
+    """:func:`analyze` with :func:`cle.quantize`'s options already made (``cle analyze``).
+    ``build``: the :class:`cle._quantize.pipeline.Int8Build` a ``quantize_checked`` call made
+    of the same model, data and options (``builds=``) that wrote cle's build (its choice kept
+    it, or made none): analysed as it is, not built again (``cle demo``)."""
     say = progress if progress is not None else (lambda message: None)
     if isinstance(layer_inputs, bool) or not isinstance(layer_inputs, (int, np.integer)) or (
             layer_inputs < 1):
@@ -76,15 +80,20 @@ def analyze_checked(model, calibration_data, opts: QuantizeOptions,
                          "activations, untuned, without a comparison. Received: "
                          f"activation_bits={opts.activation_bits}, tune={opts.tune}, "
                          f"compare={opts.compare}")
-    build = build_checked(model, calibration_data, opts, say)
-    if chooses(build):  # the file cle.quantize writes when it keeps cle's build
-        refit_cle(model, build, say)
+    if build is None:
+        build = build_checked(model, calibration_data, opts, say)
+        if chooses(build):  # the file cle.quantize writes when it keeps cle's build
+            refit_cle(model, build, say)
+    elif build.opts != opts or chooses(build) and (
+            build.crossfit is None or build.crossfit["written"] != "cle"):
+        raise ValueError("cle.analyze analyses cle's build: the build of a cle.quantize call "
+                         "with the same options that wrote it")
     build.values, build.extremes = None, {}  # the samples are large, and not read here
     sets = check_sets(model, build, say)
     outputs = lower(sets)
     worst = min(range(len(sets)), key=lambda k: min(o.sqnr_db for o in sets[k]["outputs"]))
     x_check = build.inputs.checks[worst][1]
-    seconds = build.seconds
+    seconds = dict(build.seconds)  # a build given keeps its own
     start = time.perf_counter()
     x_layer = x_check[: min(int(layer_inputs), len(x_check))]
     reference = _float_reference(build, say)

@@ -333,7 +333,7 @@ def _write_refit(fit, build, name, reference, pooled, say, clip) -> None:
     if ranges is not None:
         build.ranges = ranges
     kinds = _check.output_kinds(fit.model, build.opts.output_kinds)
-    build.crossfit = {"inputs": fit.label(), "n": fit.n, "reference": reference,
+    build.crossfit = {"written": name, "inputs": fit.label(), "n": fit.n, "reference": reference,
                       "test": pooled[name], "plain": pooled.get("plain"), "clipping": clip[name],
                       "clipping_plain": clip["plain"],
                       "ties": tie_floor(fit.model, content, fit.inputs(), reference, kinds)}

@@ -1,7 +1,5 @@
-"""The implementation of :func:`cle.quantization.quantize` (the stages are documented in
-:mod:`cle.quantization`). Each stage is a small function; :func:`quantize` checks everything
-at its door once (options, model, backend, data, input ranges) and hands the checked values
-down."""
+"""The implementation of :func:`cle.quantization.quantize` (stages: :mod:`cle.quantization`),
+a small function each; everything is checked once, at the door, and handed down."""
 
 from __future__ import annotations
 
@@ -172,12 +170,13 @@ def quantize(model, calibration_data=None, *, per_channel: bool = True, weight_b
     return quantize_checked(model, calibration_data, opts, progress)
 
 
-def quantize_checked(model, calibration_data, opts: QuantizeOptions, progress=None):
+def quantize_checked(model, calibration_data, opts: QuantizeOptions, progress=None, builds=None):
     """:func:`quantize` with its options already made: the door and the stages up to the
     ``.tflite`` (:func:`build_checked`), the tuning if asked for, then the check
     (:func:`check_build`); a model converted again is not exported again (``shared_exports``).
     On a device target every conversion reads the model with a batch of one (``static_batch``
-    in :mod:`cle._tflite.converter`), and the file then runs in the target's runtime."""
+    in :mod:`cle._tflite.converter`), and the file runs in the target's runtime. ``builds``:
+    a list the :class:`Int8Build` is appended to (``cle demo`` analyses it)."""
     say = progress if progress is not None else (lambda message: None)
     device = opts.target_spec.runtime != "litert"
     with tflite.static_batch(1 if device else None), tflite.shared_exports():
@@ -189,6 +188,8 @@ def quantize_checked(model, calibration_data, opts: QuantizeOptions, progress=No
                          if _choice.chooses(build) else (None, None))
         build.values, build.extremes = None, {}  # the samples are large: not kept any longer
         report = check_build(model, build, say, plain, choice)
+    if builds is not None:
+        builds.append(build)
     if device:
         _timed(build.seconds, "target", deploy.check_on_target, model, build, report, say)
     return build.content, report
@@ -234,9 +235,8 @@ class Int8Build:
         int8_size: the bytes of the converter's file, every weight 8-bit, before the store
             stage put the rounded kernels in it.
         runs: the outputs already computed on the check's inputs, by model or ``.tflite``
-            and inputs (:func:`cle._measure.inference.outputs_once`): the choice of the build
-            runs the float model, the build written and the plain conversion on the held-out
-            inputs, and the check and ``compare`` take them from there.
+            and inputs (:func:`cle._measure.inference.outputs_once`): the choice's runs on
+            the held-out inputs, which the check and ``compare`` take from there.
     """
 
     opts: QuantizeOptions
