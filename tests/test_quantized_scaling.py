@@ -163,6 +163,33 @@ def test_calibration_ranges_are_measured_and_exact(mobilenet, equalized):
     assert before != [d.activation_range_before for d in bn_report.scaling]
 
 
+def test_the_junction_pass_takes_what_memory_allows_and_measures_the_same(mobilenet,
+                                                                         monkeypatch):
+    """A small network's junction pass takes its 12 inputs in one batch (one trace, one
+    compile of each operation on JAX); in the batches a large network gets, it measures the
+    same ranges, and the scaling it decides is the same."""
+    from cle._transforms import plan
+
+    x = inputs_for(mobilenet, batch=12) * 3
+    sizes = []
+    real = plan._batch
+    monkeypatch.setattr(plan, "_batch", lambda tensors: sizes.append(real(tensors)) or sizes[-1])
+    reports = []
+    for budget in (plan.JUNCTION_PASS_BYTES, 0):  # 0: batches of JUNCTION_BATCH, as a big net
+        monkeypatch.setattr(plan, "JUNCTION_PASS_BYTES", budget)
+        reports.append(cle.equalize_model(mobilenet, activation_ranges="calibration",
+                                          calibration_data=x, return_report=True)[1])
+    assert sizes[0] >= len(x) and sizes[1] == plan.JUNCTION_BATCH < len(x)
+    one, batched = reports
+    assert [d.activation_range_before for d in one.scaling] == [
+        d.activation_range_before for d in batched.scaling] and one.scaling
+    assert [len(s.cls_pair_info_list) for s in one.sets] == [
+        len(s.cls_pair_info_list) for s in batched.sets] and one.sets
+    for a, b in zip(one.sets, batched.sets):
+        for p, q in zip(a.cls_pair_info_list, b.cls_pair_info_list):
+            np.testing.assert_allclose(p.scale_factor, q.scale_factor, rtol=1e-5)
+
+
 def test_measured_junction_is_the_data_max():
     """SampleStats accumulates over batches to what one pass over all the data gives."""
     rng = np.random.default_rng(0)
