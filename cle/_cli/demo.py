@@ -152,6 +152,7 @@ def _quantize_rows(model, x_cal, x, reference, kinds, out_dir, step, commands, b
     """The three builds, written and judged; the build with data appended to ``builds`` (for
     the analysis, when it wrote cle's build)."""
     from cle import quantization as Q
+    from cle._quantize.analysis import holds_cle_build
     from cle._quantize.pipeline import QuantizeOptions, quantize_checked
 
     n = len(x_cal)
@@ -171,7 +172,7 @@ def _quantize_rows(model, x_cal, x, reference, kinds, out_dir, step, commands, b
         kept = [] if data is not None else None  # what cle.quantize does, its build kept
         content, report = quantize_checked(model, data, QuantizeOptions.from_call(
             data, output_kinds=kinds), step.say, kept)
-        if kept and (report.choice is None or report.choice.written == "cle"):
+        if kept and holds_cle_build(kept[0]):
             builds.extend(kept)
         seconds = time.perf_counter() - start
         rows[key] = _judge(content, x, reference, seconds, rows["plain"]["outputs"])

@@ -58,6 +58,14 @@ def analyze(model, calibration_data=None, *, per_channel: bool = True,
     return analyze_checked(model, calibration_data, opts, layer_inputs, progress)
 
 
+def holds_cle_build(build) -> bool:
+    """Whether a :class:`cle._quantize.pipeline.Int8Build` that ``quantize_checked`` made
+    holds cle's build as :func:`analyze_checked` analyses it: its choice kept cle's build (its
+    ranges then calibrated on every input), or it made no choice."""
+    return not chooses(build) or (build.crossfit is not None
+                                  and build.crossfit["written"] == "cle")
+
+
 def analyze_checked(model, calibration_data, opts: QuantizeOptions,
                     layer_inputs: int = LAYER_INPUTS, progress=None,
                     build=None) -> AnalysisReport:
@@ -84,8 +92,7 @@ def analyze_checked(model, calibration_data, opts: QuantizeOptions,
         build = build_checked(model, calibration_data, opts, say)
         if chooses(build):  # the file cle.quantize writes when it keeps cle's build
             refit_cle(model, build, say)
-    elif build.opts != opts or chooses(build) and (
-            build.crossfit is None or build.crossfit["written"] != "cle"):
+    elif build.opts != opts or not holds_cle_build(build):
         raise ValueError("cle.analyze analyses cle's build: the build of a cle.quantize call "
                          "with the same options that wrote it")
     build.values, build.extremes = None, {}  # the samples are large, and not read here
