@@ -26,6 +26,7 @@ import keras
 import numpy as np
 
 from cle._core import keras_internals as internals
+from cle._measure import tails as _tails
 
 __all__ = ["MIN_CLASSES", "OutputCheck", "check_outputs", "close_calls", "compare_verdict",
            "declared_kinds", "sqnr_gain", "sqnr_interval",
@@ -376,7 +377,10 @@ def compare_verdict(ref, y, y_other, seed=0, clipping=(0.0, 0.0)) -> tuple[str, 
 
 
 def check_outputs(reference, test, names, kinds, clipping=None, ties=None) -> list[OutputCheck]:
-    """One :class:`OutputCheck` per output.
+    """One :class:`OutputCheck` per output. Its interval (:func:`sqnr_interval`) reaches down
+    to the figure new inputs may read where a few inputs hold most of the noise
+    (:func:`cle._measure.tails.tail_floor`), and to the figures with ``clipping`` and ``ties``
+    added.
 
     Args:
         reference, test: lists of arrays ``(N, ...)``, one per output: the float model's and
@@ -401,11 +405,13 @@ def check_outputs(reference, test, names, kinds, clipping=None, ties=None) -> li
         top1 = _top1(ref, y) if kind != "values" else math.nan
         interval = sqnr_interval(ref, y)
         unseen = (clipping[k] * len(ref) if clipping else 0.0) + (ties[k] if ties else 0.0)
-        if unseen and interval is not None:  # noise the inputs at hand cannot show
+        if interval is not None:  # noise the inputs at hand cannot show
             signal, noise = _energies(ref, y)
-            with np.errstate(divide="ignore"):
-                interval = (min(interval[0], float(_db(signal.sum(), noise.sum() + unseen))),
-                            interval[1])
+            lows = [interval[0], _tails.tail_floor(signal, noise, _tails.noise_cap(ref, kind))]
+            if unseen:
+                with np.errstate(divide="ignore"):
+                    lows.append(float(_db(signal.sum(), noise.sum() + unseen)))
+            interval = (min(v for v in lows if v is not None), interval[1])
         out.append(OutputCheck(name, kind, _sqnr(ref, y), top1, interval))
     return out
 
@@ -538,10 +544,12 @@ def held_out_caveats(checked, names, kinds, x) -> list[str]:
     """With data, what makes the figures of the one check set ``checked`` (its
     ``reference``, ``test`` and ``n``) rough or hides a poor part of them, and the vector
     inputs of the calibration data ``x`` whose features lie far apart: :func:`rough_figures`,
-    :func:`poor_outputs`, the ties of :mod:`cle._measure.ties`, :func:`spread_inputs`."""
+    :func:`poor_outputs`, the ties of :mod:`cle._measure.ties`, the heavy tails of
+    :mod:`cle._measure.tails`, :func:`spread_inputs`."""
     ref, test = checked["reference"], checked["test"]
     return (rough_figures(ref, test, names, checked["n"]) + poor_outputs(ref, test, names, kinds)
-            + _tie_caveats(checked, names) + spread_inputs(x))
+            + _tie_caveats(checked, names) + _tails.tail_caveats(checked, names, kinds, _energies)
+            + spread_inputs(x))
 
 
 def _tie_caveats(checked, names) -> list[str]:

@@ -1,0 +1,120 @@
+"""Heavy tails of the check's errors (issue #41, "never a figure the data contradicts"): on
+the zoo, a PReLU net on photo crops claimed 40.5 dB (90 % interval 35.5 to 46.2) and read
+30.2 on a thousand new crops, one of which held two thirds of the noise. The check's own
+inputs show such a tail: their largest errors fall off as a power law. The interval reaches
+down to what a thousand new inputs read in all but one draw of twenty when that law goes on
+(:mod:`cle._measure.tails`); on a light tail it stays as the bootstrap sets it.
+
+The worlds below are simulated: per-input noise energies drawn from a known law, the check
+on 64 of them, the real figure on a thousand more.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from cle._measure import check as C
+from cle._measure import tails as T
+
+DRAWS = 24
+
+
+def _case(noise):
+    """Reference and test outputs ``(N, 1)`` whose per-input noise energy is ``noise``."""
+    ref = np.ones((len(noise), 1))
+    return ref, ref + np.sqrt(noise)[:, None]
+
+
+def _world(xi):
+    """A law of per-input noise energies: exponential (``xi`` None) or a power law of index
+    ``xi`` above 1e-5."""
+    if xi is None:
+        return lambda rng, n: rng.exponential(1e-4, n)
+    return lambda rng, n: 1e-5 * (1.0 - rng.random(n)) ** -xi
+
+
+def _draws(xi):
+    """Per draw: the check's interval on 64 inputs (bootstrap only, then as the check sets
+    it) and the real figure of a thousand new inputs of the same law."""
+    law, out = _world(xi), []
+    for seed in range(DRAWS):
+        rng = np.random.default_rng(seed)
+        ref, y = _case(law(rng, 64))
+        new = law(rng, 1000)
+        (checked,) = C.check_outputs([ref], [y], ["out"], ["values"])
+        out.append((C.sqnr_interval(ref, y), checked, 10 * np.log10(1000 / new.sum())))
+    return out
+
+
+@pytest.mark.parametrize("xi", [None, 0.3])
+def test_a_light_tail_leaves_the_bootstrap_interval_about_as_it_is(xi):
+    draws = _draws(xi)
+    moved = [bootstrap[0] - checked.sqnr_interval[0] for bootstrap, checked, _ in draws]
+    assert sum(m == 0 for m in moved) >= DRAWS - 2  # as the bootstrap set it
+    assert max(moved) < 0.5  # or by a fraction of a dB
+    assert all(checked.sqnr_interval[1] == bootstrap[1] for bootstrap, checked, _ in draws)
+
+
+@pytest.mark.parametrize("xi", [1.5, 2.0])
+def test_a_heavy_tail_reaches_down_to_what_a_thousand_new_inputs_read(xi):
+    draws = _draws(xi)
+    covered_before = sum(real >= bootstrap[0] for bootstrap, _, real in draws)
+    covered = sum(real >= checked.sqnr_interval[0] for _, checked, real in draws)
+    # the bootstrap alone covers the thousand inputs' figure about half the time or less;
+    # with the tail's lower end, in at least two draws of three (a 64-input fit of the law
+    # is rough: the aim is 95 %, reached on the zoo, not in a world without bound)
+    assert covered_before <= DRAWS * 0.6
+    assert covered >= DRAWS * 2 / 3
+    for bootstrap, checked, _ in draws:  # only the lower end moves, and only down
+        assert checked.sqnr_interval[1] == bootstrap[1]
+        assert checked.sqnr_interval[0] <= bootstrap[0]
+
+
+def test_the_fit_reads_the_index_of_a_power_law():
+    noise = _world(1.5)(np.random.default_rng(0), 4096)
+    xi, threshold, k = T.tail_index(noise)
+    assert k == round(T.TAIL_SHARE * 4096)
+    assert xi == pytest.approx(1.5, rel=0.1)
+    assert threshold == np.sort(noise)[::-1][k]
+
+
+def test_few_inputs_or_exact_ones_fit_no_tail():
+    rng = np.random.default_rng(0)
+    assert T.tail_index(rng.exponential(size=T.MIN_INPUTS - 1)) is None
+    noise = np.zeros(64)
+    noise[:3] = 1.0  # most inputs exact
+    assert T.tail_index(noise) is None
+    assert T.tail_floor(np.ones(64), noise) is None
+    (checked,) = C.check_outputs(*[[a] for a in _case(noise)], ["out"], ["values"])
+    np.testing.assert_equal(checked.sqnr_interval, C.sqnr_interval(*_case(noise)))
+
+
+def test_probabilities_bound_the_drawn_errors():
+    rng = np.random.default_rng(0)
+    logits = rng.normal(size=(64, 6, 6, 5))
+    p = np.exp(logits) / np.exp(logits).sum(axis=-1, keepdims=True)
+    assert T.noise_cap(p, "probabilities") == pytest.approx(2.0 * 36)  # 2 per pixel's row
+    sigmoid = 1 / (1 + np.exp(-logits))
+    assert T.noise_cap(sigmoid, "probabilities") == pytest.approx(6 * 6 * 5)  # 1 per entry
+    assert T.noise_cap(p, "values") is None  # values in [0, 1] need not stay there
+    assert T.noise_cap(logits, "logits") is None
+    noise = _world(2.0)(rng, 64) * 1e4  # a law whose drawn errors reach past the bound
+    cap = 2.0
+    capped = T.new_figures(np.ones(64), noise, cap)
+    assert np.all(capped >= 10 * np.log10(1.0 / cap) - 1e-9)
+    assert np.median(capped) > np.median(T.new_figures(np.ones(64), noise))
+
+
+def test_the_report_says_what_the_tail_does_to_the_figure():
+    rng = np.random.default_rng(0)
+    heavy, light = _world(2.0)(rng, 64), _world(None)(rng, 64)
+    refs, tests = zip(*[_case(heavy), _case(light)])
+    outputs = C.check_outputs(list(refs), list(tests), ["heavy", "light"], ["values"] * 2)
+    checked = {"reference": refs, "test": tests, "outputs": outputs}
+    (said,) = T.tail_caveats(checked, ["heavy", "light"], ["values"] * 2, C._energies)
+    figures = T.new_figures(np.ones(64), heavy)
+    assert said.startswith("output 'heavy': a few of the check's inputs hold most of its error")
+    assert f"{np.median(figures):.1f} dB" in said
+    assert f"{outputs[0].sqnr_interval[0]:.1f} dB or less one time in 20" in said
+    assert outputs[0].sqnr_interval[0] < outputs[0].sqnr_db - T.SAID_DB
