@@ -411,7 +411,8 @@ def check_outputs(reference, test, names, kinds, clipping=None, ties=None) -> li
             if unseen:
                 with np.errstate(divide="ignore"):
                     lows.append(float(_db(signal.sum(), noise.sum() + unseen)))
-            interval = (min(v for v in lows if v is not None), interval[1])
+            interval = (min((v for v in lows if v is not None and not math.isnan(v)),
+                            default=math.nan), interval[1])
         out.append(OutputCheck(name, kind, _sqnr(ref, y), top1, interval))
     return out
 

@@ -36,7 +36,7 @@ SIMULATIONS = 500
 #: The share of those draws whose figure is below the lower end: the lower tail of the check's
 #: :data:`cle._measure.check.INTERVAL` interval.
 QUANTILE = 0.05
-#: Fewer check inputs than this fit no tail (under four in the tail's share).
+#: Fewer check inputs than this fit no tail: the tail's share of them is too few to fit.
 MIN_INPUTS = 32
 #: The lower end a heavy tail sets this far below the figure or further is said in the report.
 SAID_DB = 3.0
@@ -78,16 +78,27 @@ def new_figures(signal, noise, cap=None, seed=0) -> np.ndarray | None:
     if cap is not None:
         tail = np.minimum(tail, cap)
     totals = np.where(in_tail, tail, bulk).sum(axis=1)
+    signal_total = float(np.mean(signal)) * NEW_INPUTS
+    if not signal_total > 0:  # no signal: no figure to reach down from
+        return None
     with np.errstate(divide="ignore"):
-        return 10.0 * np.log10(float(np.mean(signal)) * NEW_INPUTS / totals)
+        return 10.0 * np.log10(signal_total / totals)
 
 
 def tail_floor(signal, noise, cap=None) -> float | None:
     """The figure :data:`NEW_INPUTS` new inputs read in all but :data:`QUANTILE` of the draws
     of :func:`new_figures` (the check's interval reaches down to it); None where no tail is
     fitted."""
-    figures = new_figures(signal, noise, cap)
-    return None if figures is None else float(np.quantile(figures, QUANTILE))
+    return _floor(new_figures(signal, noise, cap))
+
+
+def _floor(figures) -> float | None:
+    """The :data:`QUANTILE` point of the drawn figures (one of them, not interpolated:
+    some may be minus infinity where a draw overflowed), None when it is not finite."""
+    if figures is None:
+        return None
+    floor = float(np.quantile(figures, QUANTILE, method="inverted_cdf"))
+    return floor if np.isfinite(floor) else None
 
 
 def noise_cap(reference, kind) -> float | None:
@@ -116,15 +127,15 @@ def tail_caveats(checked, names, kinds, energies) -> list[str]:
             continue
         signal, noise = energies(ref, y)
         figures = new_figures(signal, noise, noise_cap(ref, kind))
-        if figures is None:
-            continue
-        floor = float(np.quantile(figures, QUANTILE))
-        if floor > o.sqnr_db - SAID_DB or floor > o.sqnr_interval[0] + 0.05:
-            continue
+        floor = _floor(figures)
+        if floor is None or not (floor <= o.sqnr_db - SAID_DB
+                                 and floor <= o.sqnr_interval[0] + 0.05):
+            continue  # no heavy tail, or ties or clipping set the lower end lower
+        typical = float(np.quantile(figures, 0.5, method="inverted_cdf"))
         out.append(f"output '{name}': a few of the check's inputs hold most of its error (the "
                    f"largest {TAIL_SHARE:.1%} of the errors fall off as a power law of index "
                    f"{tail_index(noise)[0]:.1f}), and new inputs hold more such: "
-                   f"{NEW_INPUTS} of them would typically read about "
-                   f"{float(np.median(figures)):.1f} dB, and {floor:.1f} dB or less one time "
-                   f"in {round(1 / QUANTILE)} (the interval's lower end)")
+                   f"{NEW_INPUTS} of them would typically read about {typical:.1f} dB, and "
+                   f"{floor:.1f} dB or less one time in {round(1 / QUANTILE)} (the interval's "
+                   "lower end)")
     return out
