@@ -67,6 +67,24 @@ def test_mixed_inputs_sit_at_a_tie_of_the_float_model(softmax_case):
     assert T.tie_inputs(model, inputs[:1], 0, ref[:1]) is None
 
 
+def test_the_ties_are_found_in_a_few_runs_of_the_float_model(softmax_case, monkeypatch):
+    """Bug caught: the probe bisected every pair's mixing weight a dozen times, a run of the
+    float model each (a quarter of cle.quantize's time on a softmax MobileNetV2); regula falsi
+    on the log-ratio, from the ends the check already has, needs a few, and finds closer ties."""
+    from cle._measure import ties as ties_module
+
+    model, x, inputs = softmax_case
+    ref = model.predict(x, verbose=0)
+    runs = []
+    real = ties_module.outputs_once
+    monkeypatch.setattr(ties_module, "outputs_once",
+                        lambda r, what, xs: runs.append(len(xs)) or real(r, what, xs))
+    ties = T.tie_inputs(model, inputs, 0, ref)
+    assert ties is not None and 1 <= len(runs) <= T.STEPS // 2
+    p = np.sort(model.predict(ties.arrays[0], verbose=0), axis=1)
+    assert np.all(p[:, -1] - p[:, -2] < T.TIE * 1.01)
+
+
 @no_tflite_on_torch
 def test_the_floor_is_three_times_the_files_mean_noise_at_ties(softmax_case):
     model, x, inputs = softmax_case

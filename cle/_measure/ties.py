@@ -6,15 +6,15 @@ quantized model may change it more than elsewhere. A few dozen calibration input
 such input or none, so the check's figure and its bootstrap interval (over those inputs)
 cannot show that noise, and new inputs can read far lower (docs/design.md, "With data").
 
-This module measures the file at ties the float model makes: pairs of check inputs whose
-float top classes differ are mixed, ``(1 - λ) a + λ b`` on every model input, with ``λ``
-found by bisection where the float model's probabilities of the two classes are equal
-(kept where those two are its top two there). The file's noise at those inputs, their mean,
-is what one unseen tie would add; the check's interval reaches down to the figure with
-:data:`UNSEEN_TIES` of them added (:func:`tie_floor`): the rule of three, the upper end
-(95 %) of how many of n new decisions a kind never seen among n may hold. Mixed inputs are
-not natural ones: their noise is a probe of the file near the float model's decision
-boundaries, not a measurement of new inputs, and only moves the interval's lower end.
+This module measures the file at ties the float model makes: pairs of check inputs whose float
+top classes differ are mixed, ``(1 - λ) a + λ b`` on every model input, with ``λ`` found where
+the float model's probabilities of the two classes are equal (regula falsi on their log-ratio;
+kept where those two are its top two there). The file's noise at those inputs, their mean, is
+what one unseen tie would add; the check's interval reaches down to the figure with
+:data:`UNSEEN_TIES` of them added (:func:`tie_floor`): the rule of three, the upper end (95 %)
+of how many of n new decisions a kind never seen among n may hold. Mixed inputs are not natural
+ones: their noise is a probe of the file near the float model's decision boundaries, not a
+measurement of new inputs, and only moves the interval's lower end.
 """
 
 from __future__ import annotations
@@ -24,13 +24,17 @@ import numpy as np
 from cle._core.inputs import ModelInputs
 from cle._measure.inference import outputs_once
 
-__all__ = ["PAIRS", "STEPS", "UNSEEN_TIES", "softmax_probabilities", "tie_floor",
-           "tie_inputs"]
+__all__ = ["FLOOR", "PAIRS", "STEPS", "TIE", "UNSEEN_TIES", "softmax_probabilities",
+           "tie_floor", "tie_inputs"]
 
 #: Pairs of check inputs mixed to a tie (at most; fewer when fewer have different classes).
 PAIRS = 32
-#: Bisection steps of each pair's mixing weight.
+#: Runs of the float model that find the pairs' mixing weights, at most.
 STEPS = 12
+#: A pair is at a tie when the float model's probabilities of its two classes differ by less.
+TIE = 1e-2
+#: Probabilities below this are read as this (a float32 softmax's zeros) in their logs.
+FLOOR = 1e-30
 #: Ties added to the interval's lower end: none seen among n inputs, up to this many expected
 #: among n new ones at the 95 % level.
 UNSEEN_TIES = 3
@@ -58,9 +62,24 @@ def tie_inputs(model, x: ModelInputs, output: int, probabilities, seed: int = 0)
     return _ties(model, x, output, probabilities, seed)[0]
 
 
+def _log_ratio(p, ca, cb):
+    """Per pair, the log of the float model's probability of class ``ca`` over ``cb``'s (the
+    difference of their logits), its probabilities ``p`` read from :data:`FLOOR` up."""
+    rows = np.arange(len(p))
+    return (np.log(np.maximum(p[rows, ca], FLOOR)) - np.log(np.maximum(p[rows, cb], FLOOR)))
+
+
 def _ties(model, x: ModelInputs, output: int, probabilities, seed: int):
-    """``(inputs, float outputs there)`` of :func:`tie_inputs`, ``(None, None)`` without."""
-    top = np.asarray(probabilities).argmax(axis=1)
+    """``(inputs, float outputs there)`` of :func:`tie_inputs`, ``(None, None)`` without.
+
+    Each pair's mixing weight is found where the log-ratio of the two classes' probabilities
+    (the difference of their logits, close to linear along the mix in a network of ReLUs) is
+    0, by regula falsi with the Illinois rule (an end kept twice in a row has its value
+    halved), from the ends the float model's outputs on ``x`` give, until every pair's two
+    probabilities are within :data:`TIE` of each other (a few runs of the model; at most
+    :data:`STEPS`, which bisection took every time)."""
+    probabilities = np.asarray(probabilities, np.float64)
+    top = probabilities.argmax(axis=1)
     a, b = np.nonzero(top[:, None] != top[None, :])
     if not len(a):
         return None, None
@@ -68,16 +87,28 @@ def _ties(model, x: ModelInputs, output: int, probabilities, seed: int):
     a, b = a[pick], b[pick]
     ca, cb, rows = top[a], top[b], np.arange(len(a))
     lo, hi = np.zeros(len(a)), np.ones(len(a))
+    f_lo, f_hi = _log_ratio(probabilities[a], ca, cb), _log_ratio(probabilities[b], ca, cb)
+    kept_end = np.zeros(len(a))  # +1: the last step moved the low end, -1: the high end
+    best, gap, at = np.full(len(a), 0.5), np.full(len(a), np.inf), None
     for _ in range(STEPS):
-        lam = (lo + hi) / 2
+        lam = np.clip((lo * f_hi - hi * f_lo) / (f_hi - f_lo), lo, hi)
         p = np.asarray(outputs_once({}, model, _mixed(x, a, b, lam))[output], np.float64)
-        ahead = p[rows, ca] > p[rows, cb]
-        lo, hi = np.where(ahead, lam, lo), np.where(ahead, hi, lam)
-    mixed = _mixed(x, a, b, (lo + hi) / 2)
-    p = np.asarray(outputs_once({}, model, mixed)[output], np.float64)
-    two = np.sort(np.argsort(-p, axis=1)[:, :2], axis=1)
+        closer = np.abs(p[rows, ca] - p[rows, cb]) < gap
+        best, at = np.where(closer, lam, best), p if at is None else np.where(
+            closer[:, None], p, at)
+        gap = np.where(closer, np.abs(p[rows, ca] - p[rows, cb]), gap)
+        if np.all(gap < TIE):
+            break
+        f = _log_ratio(p, ca, cb)
+        ahead = f > 0
+        f_hi = np.where(ahead & (kept_end > 0), f_hi / 2, f_hi)
+        f_lo = np.where(~ahead & (kept_end < 0), f_lo / 2, f_lo)
+        lo, f_lo = np.where(ahead, lam, lo), np.where(ahead, f, f_lo)
+        hi, f_hi = np.where(ahead, hi, lam), np.where(ahead, f_hi, f)
+        kept_end = np.where(ahead, 1, -1)
+    two = np.sort(np.argsort(-at, axis=1)[:, :2], axis=1)
     kept = np.nonzero(np.all(two == np.sort(np.stack([ca, cb], axis=1), axis=1), axis=1))[0]
-    return (mixed[kept], p[kept]) if len(kept) else (None, None)
+    return (_mixed(x, a, b, best)[kept], at[kept]) if len(kept) else (None, None)
 
 
 def tie_floor(model, content: bytes, x: ModelInputs, reference, kinds, seed: int = 0) -> list:
