@@ -91,7 +91,10 @@ def _ties(model, x: ModelInputs, output: int, probabilities, seed: int):
     kept_end = np.zeros(len(a))  # +1: the last step moved the low end, -1: the high end
     best, gap, at = np.full(len(a), 0.5), np.full(len(a), np.inf), None
     for _ in range(STEPS):
-        lam = np.clip((lo * f_hi - hi * f_lo) / (f_hi - f_lo), lo, hi)
+        span = f_hi - f_lo  # < 0 but where both ends read as a tie (then: the midpoint)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            lam = np.where(span < 0, np.clip((lo * f_hi - hi * f_lo) / span, lo, hi),
+                           (lo + hi) / 2)
         p = np.asarray(outputs_once({}, model, _mixed(x, a, b, lam))[output], np.float64)
         closer = np.abs(p[rows, ca] - p[rows, cb]) < gap
         best, at = np.where(closer, lam, best), p if at is None else np.where(
