@@ -186,13 +186,9 @@ class CrossFit:
     # ------------------------------------------------------------------ the outputs
 
     def reference(self) -> list:
-        """The float model's outputs on every input, fold by fold: one run over the
-        calibration inputs (the parts are slices of them) and the held-out quarter's, which
-        the choice has run already."""
-        runs, build = self.build.runs, self.build
-        whole = outputs_once(runs, self.model, build.inputs.calibration)
-        held = outputs_once(runs, self.model, self.folds[-1])
-        return [np.concatenate([y[idx] for idx in self.parts] + [h]) for y, h in zip(whole, held)]
+        """The float model's outputs on every input, fold by fold."""
+        return self._pooled([outputs_once(self.build.runs, self.model, x)
+                             for x in self.folds])
 
     def outputs(self, name) -> list:
         """Candidate ``name``'s outputs on every input, each fold's by the build not
