@@ -11,11 +11,17 @@ on 64 of them, the real figure on a thousand more.
 
 from __future__ import annotations
 
+import keras
 import numpy as np
 import pytest
+from keras import layers as L
 
+import cle
+from cle import quantization as Q
 from cle._measure import check as C
 from cle._measure import tails as T
+
+from conftest import no_tflite_on_torch
 
 DRAWS = 24
 
@@ -148,3 +154,32 @@ def test_the_report_says_what_the_tail_does_to_the_figure():
     assert f"{np.quantile(figures, 0.5, method='inverted_cdf'):.1f} dB" in said
     assert f"{outputs[0].sqnr_interval[0]:.1f} dB or less one time in 20" in said
     assert outputs[0].sqnr_interval[0] < outputs[0].sqnr_db - T.SAID_DB
+
+
+def _outlier_inputs(n, seed):
+    """Feature vectors each scaled by a factor with a power-law tail: a few inputs far larger
+    than the rest, which a build calibrated on the others clips."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, 16)) * (1.0 - rng.random((n, 1))) ** -0.7
+    return x.astype("float32")
+
+
+@no_tflite_on_torch
+def test_cle_quantize_reaches_down_for_a_heavy_tail_and_says_so():
+    """End to end, with data: a regression head whose inputs have a power-law scale. The
+    cross-fitted check sees the tail in its own inputs; the report's interval reaches down for
+    it and a warning says so; a thousand new inputs of the same law read below the figure
+    and above that lower end."""
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((16,), name="features")
+    hidden = L.Dense(32, activation="relu", name="hidden")(inp)
+    model = keras.Model(inp, L.Dense(4, name="out")(hidden), name="outliers")
+    content, report = cle.quantize(model, _outlier_inputs(64, 0))
+    (out,) = report.outputs
+    (said,) = [w for w in report.warnings if "fall off as a power law" in w]
+    assert said.startswith("output 'out': a few of the check's inputs hold most of its error")
+    assert f"{out.sqnr_interval[0]:.1f} dB or less one time in 20" in said
+    new = _outlier_inputs(1000, 1)
+    ref, y = model.predict(new, verbose=0), Q.run_tflite(content, new)
+    real = 10 * np.log10(np.sum(ref.astype(np.float64) ** 2) / np.sum((ref - y) ** 2.0))
+    assert out.sqnr_interval[0] < real < out.sqnr_db - T.SAID_DB
