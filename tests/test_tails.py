@@ -148,9 +148,10 @@ def test_the_report_says_what_the_tail_does_to_the_figure():
     refs, tests = zip(*[_case(heavy), _case(light)])
     outputs = C.check_outputs(list(refs), list(tests), ["heavy", "light"], ["values"] * 2)
     checked = {"reference": refs, "test": tests, "outputs": outputs}
-    (said,) = T.tail_caveats(checked, ["heavy", "light"], ["values"] * 2, C._energies)
+    (said,) = T.tail_caveats(checked, ["heavy", "light"])
     figures = T.new_figures(np.ones(64), heavy)
     assert said.startswith("output 'heavy': a few of the check's inputs hold most of its error")
+    assert f"index {T.tail_index(heavy)[0]:.1f})" in said
     assert f"{np.quantile(figures, 0.5, method='inverted_cdf'):.1f} dB" in said
     assert f"{outputs[0].sqnr_interval[0]:.1f} dB or less one time in 20" in said
     assert outputs[0].sqnr_interval[0] < outputs[0].sqnr_db - T.SAID_DB

@@ -223,6 +223,8 @@ class OutputCheck:
         sqnr_interval: ``(low, high)``, the :data:`INTERVAL` bootstrap interval of the SQNR
             over the inputs (:func:`sqnr_interval`); None with fewer than
             :data:`MIN_INTERVAL` inputs.
+        tail: the heavy tail of the per-input errors (:func:`cle._measure.tails.heavy_tail`)
+            its lower end reaches down for; None where none is fitted.
     """
 
     name: str
@@ -230,6 +232,7 @@ class OutputCheck:
     sqnr_db: float
     top1_agreement: float = math.nan
     sqnr_interval: tuple | None = None
+    tail: _tails.Tail | None = None
 
     @property
     def class_scores(self) -> bool:
@@ -379,7 +382,7 @@ def compare_verdict(ref, y, y_other, seed=0, clipping=(0.0, 0.0)) -> tuple[str, 
 def check_outputs(reference, test, names, kinds, clipping=None, ties=None) -> list[OutputCheck]:
     """One :class:`OutputCheck` per output. Its interval (:func:`sqnr_interval`) reaches down
     to the figure new inputs may read where a few inputs hold most of the noise
-    (:func:`cle._measure.tails.tail_floor`), and to the figures with ``clipping`` and ``ties``
+    (:func:`cle._measure.tails.heavy_tail`), and to the figures with ``clipping`` and ``ties``
     added.
 
     Args:
@@ -405,15 +408,17 @@ def check_outputs(reference, test, names, kinds, clipping=None, ties=None) -> li
         top1 = _top1(ref, y) if kind != "values" else math.nan
         interval = sqnr_interval(ref, y)
         unseen = (clipping[k] * len(ref) if clipping else 0.0) + (ties[k] if ties else 0.0)
+        tail = None
         if interval is not None:  # noise the inputs at hand cannot show
             signal, noise = _energies(ref, y)
-            lows = [interval[0], _tails.tail_floor(signal, noise, _tails.noise_cap(ref, kind))]
+            tail = _tails.heavy_tail(signal, noise, _tails.noise_cap(ref, kind))
+            lows = [interval[0], None if tail is None else tail.floor]
             if unseen:
                 with np.errstate(divide="ignore"):
                     lows.append(float(_db(signal.sum(), noise.sum() + unseen)))
             interval = (min((v for v in lows if v is not None and not math.isnan(v)),
                             default=math.nan), interval[1])
-        out.append(OutputCheck(name, kind, _sqnr(ref, y), top1, interval))
+        out.append(OutputCheck(name, kind, _sqnr(ref, y), top1, interval, tail))
     return out
 
 
@@ -549,7 +554,7 @@ def held_out_caveats(checked, names, kinds, x) -> list[str]:
     :mod:`cle._measure.tails`, :func:`spread_inputs`."""
     ref, test = checked["reference"], checked["test"]
     return (rough_figures(ref, test, names, checked["n"]) + poor_outputs(ref, test, names, kinds)
-            + _tie_caveats(checked, names) + _tails.tail_caveats(checked, names, kinds, _energies)
+            + _tie_caveats(checked, names) + _tails.tail_caveats(checked, names)
             + spread_inputs(x))
 
 

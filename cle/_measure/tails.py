@@ -15,17 +15,19 @@ Hill estimator of its index ξ; above ξ = 1 such a law has no finite mean) and 
 check's own below the tail's threshold or, in the tail's share, from the fitted law (capped
 at the largest error the output can have, :func:`noise_cap`): :func:`new_figures`. The
 check's interval reaches down to the figure all but :data:`QUANTILE` of those sets read
-(:func:`tail_floor`), the lower tail of its :data:`cle._measure.check.INTERVAL` interval. On
+(:func:`heavy_tail`), the lower tail of its :data:`cle._measure.check.INTERVAL` interval. On
 a light tail that is above the bootstrap's lower end and changes nothing; on a heavy one it
 is lower. It moves the interval's lower end only, never the figure.
 """
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
-__all__ = ["MIN_INPUTS", "NEW_INPUTS", "QUANTILE", "SIMULATIONS", "TAIL_SHARE", "new_figures",
-           "noise_cap", "tail_caveats", "tail_floor", "tail_index"]
+__all__ = ["MIN_INPUTS", "NEW_INPUTS", "QUANTILE", "SIMULATIONS", "TAIL_SHARE", "Tail",
+           "heavy_tail", "new_figures", "noise_cap", "tail_caveats", "tail_floor", "tail_index"]
 
 #: The share of the check's inputs, those with the largest noise, the power law is fitted to.
 TAIL_SHARE = 0.125
@@ -85,20 +87,38 @@ def new_figures(signal, noise, cap=None, seed=0) -> np.ndarray | None:
         return 10.0 * np.log10(signal_total / totals)
 
 
+@dataclasses.dataclass(frozen=True)
+class Tail:
+    """What :func:`heavy_tail` read of one output's check: the fitted law's index ``xi``, and
+    the figures of sets of :data:`NEW_INPUTS` new inputs drawn from it: ``typical`` (their
+    median) and ``floor`` (all but :data:`QUANTILE` of them read more)."""
+
+    xi: float
+    typical: float
+    floor: float
+
+
+def heavy_tail(signal, noise, cap=None) -> Tail | None:
+    """The :class:`Tail` of the check's per-input ``signal`` and ``noise`` energies (each
+    drawn noise at most ``cap``, :func:`new_figures`); None where no tail is fitted or its
+    lower end is not finite. The quantiles are drawn figures, not interpolated: some may be
+    minus infinity where a draw overflowed."""
+    figures = new_figures(signal, noise, cap)
+    if figures is None:
+        return None
+    floor = float(np.quantile(figures, QUANTILE, method="inverted_cdf"))
+    if not np.isfinite(floor):
+        return None
+    return Tail(tail_index(noise)[0], float(np.quantile(figures, 0.5, method="inverted_cdf")),
+                floor)
+
+
 def tail_floor(signal, noise, cap=None) -> float | None:
     """The figure :data:`NEW_INPUTS` new inputs read in all but :data:`QUANTILE` of the draws
     of :func:`new_figures` (the check's interval reaches down to it); None where no tail is
     fitted."""
-    return _floor(new_figures(signal, noise, cap))
-
-
-def _floor(figures) -> float | None:
-    """The :data:`QUANTILE` point of the drawn figures (one of them, not interpolated:
-    some may be minus infinity where a draw overflowed), None when it is not finite."""
-    if figures is None:
-        return None
-    floor = float(np.quantile(figures, QUANTILE, method="inverted_cdf"))
-    return floor if np.isfinite(floor) else None
+    tail = heavy_tail(signal, noise, cap)
+    return None if tail is None else tail.floor
 
 
 def noise_cap(reference, kind) -> float | None:
@@ -115,27 +135,19 @@ def noise_cap(reference, kind) -> float | None:
     return float(per_input)
 
 
-def tail_caveats(checked, names, kinds, energies) -> list[str]:
-    """A sentence per output of the check set ``checked`` (its ``reference``, ``test`` and
-    ``outputs``) whose errors have a heavy tail that sets the interval's lower end at least
-    :data:`SAID_DB` below the figure (``kinds``: of each output; ``energies(ref, y)``: per
-    input, signal and noise)."""
+def tail_caveats(checked, names) -> list[str]:
+    """A sentence per output of the check set ``checked`` (its ``outputs``, each
+    :class:`cle._measure.check.OutputCheck` with the :class:`Tail` its check read) whose
+    heavy tail sets the interval's lower end at least :data:`SAID_DB` below the figure."""
     out = []
-    for name, kind, ref, y, o in zip(names, kinds, checked["reference"], checked["test"],
-                                     checked.get("outputs") or []):
-        if o.sqnr_interval is None:
-            continue
-        signal, noise = energies(ref, y)
-        figures = new_figures(signal, noise, noise_cap(ref, kind))
-        floor = _floor(figures)
-        if floor is None or not (floor <= o.sqnr_db - SAID_DB
-                                 and floor <= o.sqnr_interval[0] + 0.05):
+    for name, o in zip(names, checked.get("outputs") or []):
+        tail = o.tail
+        if tail is None or o.sqnr_interval is None or not (
+                tail.floor <= o.sqnr_db - SAID_DB and tail.floor <= o.sqnr_interval[0] + 0.05):
             continue  # no heavy tail, or ties or clipping set the lower end lower
-        typical = float(np.quantile(figures, 0.5, method="inverted_cdf"))
         out.append(f"output '{name}': a few of the check's inputs hold most of its error (the "
                    f"largest {TAIL_SHARE:.1%} of the errors fall off as a power law of index "
-                   f"{tail_index(noise)[0]:.1f}), and new inputs hold more such: "
-                   f"{NEW_INPUTS} of them would typically read about {typical:.1f} dB, and "
-                   f"{floor:.1f} dB or less one time in {round(1 / QUANTILE)} (the interval's "
-                   "lower end)")
+                   f"{tail.xi:.1f}), and new inputs hold more such: {NEW_INPUTS} of them would "
+                   f"typically read about {tail.typical:.1f} dB, and {tail.floor:.1f} dB or "
+                   f"less one time in {round(1 / QUANTILE)} (the interval's lower end)")
     return out

@@ -96,10 +96,11 @@ def _ties(model, x: ModelInputs, output: int, probabilities, seed: int):
             lam = np.where(span < 0, np.clip((lo * f_hi - hi * f_lo) / span, lo, hi),
                            (lo + hi) / 2)
         p = np.asarray(outputs_once({}, model, _mixed(x, a, b, lam))[output], np.float64)
-        closer = np.abs(p[rows, ca] - p[rows, cb]) < gap
+        here = np.abs(p[rows, ca] - p[rows, cb])
+        closer = here < gap
         best, at = np.where(closer, lam, best), p if at is None else np.where(
             closer[:, None], p, at)
-        gap = np.where(closer, np.abs(p[rows, ca] - p[rows, cb]), gap)
+        gap = np.fmin(here, gap)
         if np.all(gap < TIE):
             break
         f = _log_ratio(p, ca, cb)
