@@ -25,6 +25,12 @@ generalization from few crops (block ``w4a8-generalize``, rows in
 
     .venv/bin/python scripts/gen_w4a8_results.py --generalize gen.jsonl
 
+``benchmarks/bench_w4_distill.py`` measures issue #44's item 4, what the distillation of the
+synthetic inputs can give the rounding without data (block ``w4a8-distill``, rows in
+``docs/data/w4_distill.json``)::
+
+    .venv/bin/python scripts/gen_w4a8_results.py --distill distill.jsonl
+
 ``--jsonl`` keeps the last row of each (network, row) in ``docs/data/w4a8.json`` (rows saved
 earlier stay unless measured again), then renders. A row without the machine's name (older
 benchmark output) gets the name of the machine this script runs on: run it where the
@@ -48,6 +54,7 @@ DATA = os.path.join(REPO, "docs", "data", "w4a8.json")
 KNOBS = os.path.join(REPO, "docs", "data", "w4a8_knobs.json")
 APPS = os.path.join(REPO, "docs", "data", "w4a8_apps.json")
 GENERALIZE = os.path.join(REPO, "docs", "data", "w4_generalize.json")
+DISTILL = os.path.join(REPO, "docs", "data", "w4_distill.json")
 DOC = "docs/quantize_w4.md"
 NETS = {"mobilenet_v2": "MobileNetV2", "efficientnet_lite1": "EfficientNet-Lite1"}
 #: (row name, what it is) of the goals' table.
@@ -251,6 +258,47 @@ def generalize_table(rows):
     return "\n".join(lines) + "\n\n" + _machine(rows) + "\n"
 
 
+#: (row of bench_w4_distill.py, how the synthetic inputs were distilled) of its table.
+DISTILL_ROWS = [
+    ("base", "20 Adam steps from white noise (the default)"),
+    ("pink", "20 steps from noise of a natural image's spectrum (1/f), channels apart"),
+    ("pink_corr0.8", "20 steps from 1/f noise, 80 % of each pixel's variance common to its "
+                     "channels"),
+    ("s100", "100 steps from white noise"),
+    ("pink_corr0.8_s100", "100 steps from that 1/f noise"),
+    ("s300", "300 steps from white noise"),
+    ("pink_corr0.8_s300", "300 steps from that 1/f noise"),
+    ("distilled", "the default's, the rounding fitted on its distilled half alone"),
+    ("fields", "the default's, the rounding fitted on its natural-image fields alone"),
+]
+
+
+def save_distill(paths):
+    """The rows of ``benchmarks/bench_w4_distill.py`` into :data:`DISTILL`."""
+    _merge(DISTILL, paths, lambda r: (r["net"], r["row"]),
+           lambda r: (list(NETS).index(r["net"]), [k for k, _ in DISTILL_ROWS].index(r["row"])))
+
+
+def distill_table(rows):
+    lines = [wrap(
+        "`cle.quantize(model, weight_bits=4, input_range=...)` without data, only the "
+        "distillation of its synthetic inputs, or which of them the rounding fits, changed "
+        "(`benchmarks/bench_w4_distill.py`): "
+        "top-1 agreement / logit SQNR (dB) against the float model on 256 real photo crops; "
+        "wall time of the call (of its synthesis). The plain W8A8 conversion with 64 real "
+        "crops, the goal's baseline, is in the goals' table above."),
+        "", "| network | synthetic inputs | top-1 / SQNR (dB) | time |", "|---|---|---|---|"]
+    by = {(r["net"], r["row"]): r for r in rows}
+    for net in NETS:
+        for key, label in DISTILL_ROWS:
+            r = by.get((net, key))
+            if r is not None:
+                lines.append(f"| {NETS[net]} | {label} | {r['top1']:.1%} / {r['sqnr_db']:.2f} | "
+                             f"{r['seconds']:.0f} s (synthesis "
+                             f"{r['stages']['synthesize']:.0f} s) |")
+    return "\n".join(lines) + "\n\n" + _machine(rows) + "\n"
+
+
 def save_apps(paths):
     """The rows of ``benchmarks/bench_w4a8_apps.py`` (JSON lines) into :data:`APPS`, the last
     of each (model, mode, rounding) kept, in the models' order."""
@@ -298,6 +346,9 @@ def rendered():
     if os.path.exists(GENERALIZE):
         with open(GENERALIZE, encoding="utf-8") as f:
             out[(DOC, "w4a8-generalize")] = generalize_table(json.load(f)["rows"])
+    if os.path.exists(DISTILL):
+        with open(DISTILL, encoding="utf-8") as f:
+            out[(DOC, "w4a8-distill")] = distill_table(json.load(f)["rows"])
     if os.path.exists(APPS):
         with open(APPS, encoding="utf-8") as f:
             out[(DOC, "w4a8-apps")] = apps_table(json.load(f)["rows"])
@@ -312,6 +363,8 @@ def main(argv=None):
     parser.add_argument("--apps", nargs="+", help="bench_w4a8_apps.py's JSON lines to save")
     parser.add_argument("--generalize", nargs="+",
                         help="bench_w4_generalize.py's JSON lines to save")
+    parser.add_argument("--distill", nargs="+",
+                        help="bench_w4_distill.py's JSON lines to save")
     parser.add_argument("--render", action="store_true",
                         help="only render the docs from docs/data/w4a8.json (the default "
                              "without --jsonl)")
@@ -325,6 +378,8 @@ def main(argv=None):
         save_apps(args.apps)
     if args.generalize and not args.render:
         save_generalize(args.generalize)
+    if args.distill and not args.render:
+        save_distill(args.distill)
     publish([(os.path.join(REPO, doc), name, text) for (doc, name), text in rendered().items()],
             print_only=args.no_write, root=REPO)
 
