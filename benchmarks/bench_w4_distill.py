@@ -15,7 +15,12 @@ layers, which a few steps do not settle. Each row changes the distillation only:
 * ``distilled`` / ``fields``: the distillation as by default, but the rounding fitted on the
   distilled inputs alone, or on the natural-image fields alone (without data the calibration
   inputs are both: ``SYNTHETIC_CALIBRATION`` distilled, then as many fields across the input
-  range; the activation ranges still see both).
+  range; the activation ranges still see both);
+* ``real48``: an oracle, not a method: the rounding (``gptq``, the no-data default) fitted
+  on 48 real crops (those a build with data fits) with the ridge and correlations it takes on
+  real data, everything else without data; how close inputs could bring the rounding;
+* ``n<k>``: ``k`` distilled calibration inputs instead of ``SYNTHETIC_CALIBRATION`` (the
+  fields as many as before): more for the rounding's statistics, and for the ranges.
 
 Run it directly (one network per process; rows of 100 steps take several minutes)::
 
@@ -43,13 +48,14 @@ import numpy as np  # noqa: E402
 import cle  # noqa: E402
 from cle import pretrained as P  # noqa: E402
 from cle import quantization as Q  # noqa: E402
+from cle._core.inputs import ModelInputs  # noqa: E402
 from cle._measure import synthetic as S  # noqa: E402
 from cle._quantize import pipeline, weight_stages  # noqa: E402
 
 from bench_w4a8 import NETS, _cpu  # noqa: E402
 
 ROWS = ("base", "s100", "pink", "pink_corr0.8", "pink_corr0.8_s100", "s300",
-        "pink_corr0.8_s300", "distilled", "fields")
+        "pink_corr0.8_s300", "distilled", "fields", "n96", "n160", "real48")
 
 
 def parse(row):
@@ -100,14 +106,22 @@ def pink_start(white, corr):
     return start
 
 
-def rounding_on(part, round_stage):
+def rounding_on(part, round_stage, real=None):
     """A replacement for ``weight_stages.round_stage`` that fits the rounding on one part of
     the no-data calibration inputs: ``"distilled"`` (the first ``SYNTHETIC_CALIBRATION``) or
-    ``"fields"`` (the rest)."""
+    ``"fields"`` (the rest), or on ``real`` inputs instead (``"real48"``)."""
     k = pipeline.SYNTHETIC_CALIBRATION
 
     def stage(equalized, x, *args):
-        assert len(x) == 2 * k, len(x)
+        assert len(x) == k + pipeline.SYNTHETIC_CHECK, len(x)
+        if part == "real48":  # with the settings the rounding takes on real data
+            saved = weight_stages.SYNTHETIC_DAMP, weight_stages.SYNTHETIC_SHRINK
+            weight_stages.SYNTHETIC_DAMP = weight_stages.DATA_DAMP_LOW_BITS
+            weight_stages.SYNTHETIC_SHRINK = 0.0
+            try:
+                return round_stage(equalized, ModelInputs((real,), x.names, x.shapes), *args)
+            finally:
+                weight_stages.SYNTHETIC_DAMP, weight_stages.SYNTHETIC_SHRINK = saved
         return round_stage(equalized, x[:k] if part == "distilled" else x[k:], *args)
 
     return stage
@@ -118,19 +132,25 @@ def measure(net, rows, json_path=None):
     model = load()
     x_eval = prep(P.sample_images(256, size, seed=7))
     reference = model.predict(x_eval, batch_size=32, verbose=0)
+    real = prep(P.sample_images(64, size, seed=1))[:48]  # the crops a build with data fits
     white, defaults, round_stage = S._start, S.distill.__defaults__, weight_stages.round_stage
+    n_distilled = pipeline.SYNTHETIC_CALIBRATION
     try:
         for row in rows:
+            pipeline.SYNTHETIC_CALIBRATION = (int(row[1:]) if row[0] == "n" and row[1:].isdigit()
+                                              else n_distilled)
             steps, start_kind, corr = parse(row)
             S._start = pink_start(white, corr) if start_kind == "pink" else white
-            weight_stages.round_stage = (rounding_on(row, round_stage)
-                                         if row in ("distilled", "fields") else round_stage)
+            weight_stages.round_stage = (rounding_on(row, round_stage, real)
+                                         if row in ("distilled", "fields", "real48")
+                                         else round_stage)
             S.distill.__defaults__ = (steps,) + defaults[1:]
             start = time.perf_counter()
             content, report = cle.quantize(model, weight_bits=4, input_range=input_range)
             seconds = time.perf_counter() - start
             y = Q.run_tflite(content, x_eval, batch_size=32)
             r = {"net": net, "row": row, "steps": steps, "start": start_kind, "common": corr,
+                 "distilled": pipeline.SYNTHETIC_CALIBRATION,
                  "top1": Q.top1_agreement(reference, y), "sqnr_db": Q.sqnr_db(reference, y),
                  "n_eval": len(x_eval), "synthesis_loss": report.synthesis_loss,
                  "seconds": seconds, "stages": dict(report.seconds),
@@ -144,6 +164,7 @@ def measure(net, rows, json_path=None):
     finally:
         S._start, S.distill.__defaults__ = white, defaults
         weight_stages.round_stage = round_stage
+        pipeline.SYNTHETIC_CALIBRATION = n_distilled
 
 
 def main(argv=None):

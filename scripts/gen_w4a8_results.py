@@ -270,6 +270,10 @@ DISTILL_ROWS = [
     ("pink_corr0.8_s300", "300 steps from that 1/f noise"),
     ("distilled", "the default's, the rounding fitted on its distilled half alone"),
     ("fields", "the default's, the rounding fitted on its natural-image fields alone"),
+    ("n96", "96 distilled inputs instead of 32 (the fields as before)"),
+    ("n160", "160 distilled inputs instead of 32"),
+    ("real48", "not a method, a bound: the default's, the rounding fitted on the 48 real crops a "
+               "build with data fits, with the settings it takes on real data"),
 ]
 
 
