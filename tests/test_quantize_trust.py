@@ -1015,3 +1015,62 @@ def test_the_command_line_refuses_a_regression_output_without_data(tmp_path, cap
     assert code == 2 and len(err) == 1 and not (tmp_path / "m.tflite").exists()
     assert "the range of output 'box' (4 values) cannot be found" in err[0]
     assert err[0].endswith("; pass --calibration PATH")
+
+
+class _FakeInterpreter:
+    """What :func:`cle._tflite.converter.observe` asks of LiteRT's interpreter, with tensor 0
+    of a fixed size and tensor 1 whose size changes from input to input."""
+
+    def __init__(self, sizes):
+        self.sizes, self.k, self.x = sizes, -1, None
+
+    def get_input_details(self):
+        return [{"name": "x", "index": 99}]
+
+    def resize_tensor_input(self, *args, **kwargs):
+        pass
+
+    def allocate_tensors(self):
+        pass
+
+    def set_tensor(self, index, value):
+        self.x = value
+
+    def invoke(self):
+        self.k += 1
+
+    def get_tensor(self, index):
+        size = 3000 if index == 0 else self.sizes[self.k]
+        return float(self.x.ravel()[0]) + np.arange(size, dtype=np.float32) / size
+
+
+@pytest.mark.parametrize("sizes", [(50, 50, 50, 50), (50, 50, 4000, 20)])
+def test_observe_keeps_each_inputs_sample_in_order(monkeypatch, sizes):
+    """Bug caught: the sample written in place losing or reordering an input's values, or a
+    tensor whose size changes between inputs (kept as pieces) breaking the measurement.
+    Against the definition: per input, the tensor whole or ``per_input`` positions drawn with
+    replacement, then the exact min and max."""
+    per_tensor = 1000  # per input: 250 of 4 inputs
+    fake = _FakeInterpreter(sizes)
+    monkeypatch.setattr(tflite, "interpreter", lambda *a, **k: fake)
+    monkeypatch.setattr(tflite, "input_details_by_name", lambda interp, names: [
+        {"name": "x", "index": 99}])
+    x = _inputs.ModelInputs((np.arange(4, dtype=np.float32).reshape(4, 1),), ("x",), ((1,),))
+    extremes = {}
+    got = tflite.observe(b"", x, [0, 1], per_tensor=per_tensor, seed=3, extremes=extremes)
+    rng = np.random.default_rng(3)
+    want = {0: [], 1: []}
+    for k in range(4):
+        for i in (0, 1):
+            size = 3000 if i == 0 else sizes[k]
+            v = k + np.arange(size, dtype=np.float32) / size
+            want[i].append(v[rng.integers(0, size, 250)] if size > 250 else v)
+    for i in (0, 1):
+        full = [k + np.arange(3000 if i == 0 else sizes[k]) / (3000 if i == 0 else sizes[k])
+                for k in range(4)]
+        ends = [min(float(np.float32(f).min()) for f in full),
+                max(float(np.float32(f).max()) for f in full)]
+        expected = np.concatenate(want[i] + [np.array(ends, np.float32)])
+        assert got[i].dtype == np.float32
+        np.testing.assert_array_equal(got[i], expected)
+        np.testing.assert_array_equal(extremes[i][0], [float(np.float32(f).min()) for f in full])

@@ -29,7 +29,7 @@ import shutil
 import sys
 import tempfile
 import warnings
-from typing import Callable
+from typing import Any, Callable
 
 import keras
 import numpy as np
@@ -511,11 +511,15 @@ def observe(calibrated: bytes, x, indices, progress: Callable | None = None,
         interp.resize_tensor_input(d["index"], (1,) + a.shape[1:], strict=False)
     interp.allocate_tensors()
     rng = np.random.default_rng(seed)
-    per_input = sample_per_input(len(x), per_tensor)
-    kept = {i: [] for i in indices}
-    lows = {i: np.empty(len(x)) for i in indices}
-    highs = {i: np.empty(len(x)) for i in indices}
-    for k in range(len(x)):
+    n = len(x)
+    per_input = sample_per_input(n, per_tensor)
+    # Each tensor's sample is written in place into one array (its values input by input,
+    # then the extremes), not joined from pieces at the end (a copy of every sample more); a
+    # tensor whose size changes from input to input keeps a list of pieces.
+    kept: dict[int, Any] = {}
+    lows = {i: np.empty(n) for i in indices}
+    highs = {i: np.empty(n) for i in indices}
+    for k in range(n):
         for d, a in zip(ins, x.arrays):
             interp.set_tensor(d["index"], a[k: k + 1])
         interp.invoke()
@@ -524,13 +528,27 @@ def observe(calibrated: bytes, x, indices, progress: Callable | None = None,
             lows[i][k], highs[i][k] = float(v.min()), float(v.max())
             if v.size > per_input:  # a random sample of positions (with replacement: fast)
                 v = v[rng.integers(0, v.size, per_input)]
-            kept[i].append(v)
+            into = kept.get(i)
+            if into is None:
+                into = kept[i] = np.empty(n * v.size + 2, np.result_type(v.dtype, np.float32))
+            if isinstance(into, np.ndarray) and into.size == n * v.size + 2:
+                into[k * v.size: (k + 1) * v.size] = v
+                continue
+            if isinstance(into, np.ndarray):  # the size changed: pieces from here on
+                m = (into.size - 2) // n
+                into = kept[i] = [into[j * m: (j + 1) * m] for j in range(k)]
+            into.append(v)
         if progress is not None and (k + 1) % 16 == 0:
-            progress(f"measured activations on {k + 1} of {len(x)} inputs")
+            progress(f"measured activations on {k + 1} of {n} inputs")
     if extremes is not None:
         extremes.update({i: (lows[i], highs[i]) for i in indices})
-    return {i: np.concatenate(kept[i] + [np.array([lows[i].min(), highs[i].max()], np.float32)])
-            for i in indices}
+    for i in indices:
+        ends = np.array([lows[i].min(), highs[i].max()], np.float32)
+        if isinstance(kept[i], list):
+            kept[i] = np.concatenate(kept[i] + [ends])
+        else:
+            kept[i][-2:] = ends
+    return kept
 
 
 def sample_per_input(n: int, per_tensor=SAMPLE_PER_TENSOR) -> int:
