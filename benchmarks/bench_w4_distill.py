@@ -40,7 +40,6 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import argparse  # noqa: E402
-import json  # noqa: E402
 import time  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -52,7 +51,7 @@ from cle._core.inputs import ModelInputs  # noqa: E402
 from cle._measure import synthetic as S  # noqa: E402
 from cle._quantize import pipeline, weight_stages  # noqa: E402
 
-from bench_w4a8 import NETS, _cpu  # noqa: E402
+from bench_w4a8 import NETS, _append, _cpu  # noqa: E402
 
 ROWS = ("base", "s100", "pink", "pink_corr0.8", "pink_corr0.8_s100", "s300",
         "pink_corr0.8_s300", "distilled", "fields", "n96", "n160", "real48")
@@ -158,9 +157,7 @@ def measure(net, rows, json_path=None):
             print(f"{net:18s} {row:18s} top-1 {r['top1']:.3f}  SQNR {r['sqnr_db']:6.2f} dB  "
                   f"{seconds:4.0f} s (synthesis {r['stages']['synthesize']:.0f} s)  "
                   f"load {r['load']:.1f}", flush=True)
-            if json_path:
-                with open(json_path, "a") as f:
-                    f.write(json.dumps(r) + "\n")
+            _append(json_path, r)
     finally:
         S._start, S.distill.__defaults__ = white, defaults
         weight_stages.round_stage = round_stage

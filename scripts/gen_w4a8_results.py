@@ -222,6 +222,14 @@ def knobs_table(rows):
     return "\n".join(lines) + "\n\n" + _machine(rows) + "\n"
 
 
+def _net_rows(rows, order, cells) -> list[str]:
+    """A table's lines, network by network in :data:`NETS`' order and row by row in ``order``
+    (``(row key, label)``): ``| network | label | cells(row) |`` for each row measured."""
+    by = {(r["net"], r["row"]): r for r in rows}
+    return [f"| {NETS[net]} | {label} | {cells(by[net, key])} |"
+            for net in NETS for key, label in order if (net, key) in by]
+
+
 #: (row of bench_w4_generalize.py, what the rounding stage did) of the generalization table.
 GENERALIZE_ROWS = [
     ("baseline", "none: the float model straight into TF Lite's converter, W8A8 (the goal)"),
@@ -247,14 +255,9 @@ def generalize_table(rows):
         "48 crops the rounding fits (for the baseline: the same 48); wall time of the call."),
         "", "| network | rounding | 256 other crops | the 48 fitted | time |",
         "|---|---|---|---|---|"]
-    by = {(r["net"], r["row"]): r for r in rows}
-    for net in NETS:
-        for key, label in GENERALIZE_ROWS:
-            r = by.get((net, key))
-            if r is not None:
-                lines.append(f"| {NETS[net]} | {label} | {r['top1']:.1%} / {r['sqnr_db']:.2f} | "
-                             f"{r['fit_top1']:.1%} / {r['fit_sqnr_db']:.2f} | "
-                             f"{r['seconds']:.0f} s |")
+    lines += _net_rows(rows, GENERALIZE_ROWS, lambda r: (
+        f"{r['top1']:.1%} / {r['sqnr_db']:.2f} | {r['fit_top1']:.1%} / {r['fit_sqnr_db']:.2f} | "
+        f"{r['seconds']:.0f} s"))
     return "\n".join(lines) + "\n\n" + _machine(rows) + "\n"
 
 
@@ -292,14 +295,9 @@ def distill_table(rows):
         "wall time of the call (of its synthesis). The plain W8A8 conversion with 64 real "
         "crops, the goal's baseline, is in the goals' table above."),
         "", "| network | synthetic inputs | top-1 / SQNR (dB) | time |", "|---|---|---|---|"]
-    by = {(r["net"], r["row"]): r for r in rows}
-    for net in NETS:
-        for key, label in DISTILL_ROWS:
-            r = by.get((net, key))
-            if r is not None:
-                lines.append(f"| {NETS[net]} | {label} | {r['top1']:.1%} / {r['sqnr_db']:.2f} | "
-                             f"{r['seconds']:.0f} s (synthesis "
-                             f"{r['stages']['synthesize']:.0f} s) |")
+    lines += _net_rows(rows, DISTILL_ROWS, lambda r: (
+        f"{r['top1']:.1%} / {r['sqnr_db']:.2f} | {r['seconds']:.0f} s (synthesis "
+        f"{r['stages']['synthesize']:.0f} s)"))
     return "\n".join(lines) + "\n\n" + _machine(rows) + "\n"
 
 
