@@ -22,6 +22,10 @@ layers, which a few steps do not settle. Each row changes the distillation only:
 * ``n<k>``: ``k`` distilled calibration inputs instead of ``SYNTHETIC_CALIBRATION`` (the
   fields as many as before): more for the rounding's statistics, and for the ranges.
 
+``again`` is ``base`` once more, in a process of its own: how far two runs of the same call
+fall apart (the no-data route was not bit-reproducible from run to run here; where the
+difference enters was not traced).
+
 Run it directly (one network per process; rows of 100 steps take several minutes)::
 
     .venv/bin/python benchmarks/bench_w4_distill.py --net efficientnet_lite1 \\
@@ -53,7 +57,7 @@ from cle._quantize import pipeline, weight_stages  # noqa: E402
 
 from bench_w4a8 import NETS, _append, _cpu  # noqa: E402
 
-ROWS = ("base", "s100", "pink", "pink_corr0.8", "pink_corr0.8_s100", "s300",
+ROWS = ("base", "again", "s100", "pink", "pink_corr0.8", "pink_corr0.8_s100", "s300",
         "pink_corr0.8_s300", "distilled", "fields", "n96", "n160", "real48")
 
 

@@ -264,6 +264,7 @@ def generalize_table(rows):
 #: (row of bench_w4_distill.py, how the synthetic inputs were distilled) of its table.
 DISTILL_ROWS = [
     ("base", "20 Adam steps from white noise (the default)"),
+    ("again", "the default again, another run of the same call"),
     ("pink", "20 steps from noise of a natural image's spectrum (1/f), channels apart"),
     ("pink_corr0.8", "20 steps from 1/f noise, 80 % of each pixel's variance common to its "
                      "channels"),
