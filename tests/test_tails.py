@@ -94,7 +94,7 @@ def test_few_inputs_or_exact_ones_fit_no_tail():
     noise = np.zeros(64)
     noise[:3] = 1.0  # most inputs exact
     assert T.tail_index(noise) is None
-    assert T.tail_floor(np.ones(64), noise) is None
+    assert T.heavy_tail(np.ones(64), noise) is None
     (checked,) = C.check_outputs(*[[a] for a in _case(noise)], ["out"], ["values"])
     np.testing.assert_equal(checked.sqnr_interval, C.sqnr_interval(*_case(noise)))
 
@@ -125,19 +125,19 @@ def test_a_softmax_outputs_check_draws_its_errors_within_their_bound():
     q += rng.normal(scale=1e-4, size=q.shape)
     (checked,) = C.check_outputs([p], [q], ["classes"], ["probabilities"])
     signal, noise = C._energies(p, q)
-    capped = T.tail_floor(signal, noise, 2.0)
-    assert capped is not None and capped > T.tail_floor(signal, noise)
-    assert checked.sqnr_interval[0] == min(capped, C.sqnr_interval(p, q)[0])
+    capped = T.heavy_tail(signal, noise, 2.0)
+    assert capped is not None and capped.floor > T.heavy_tail(signal, noise).floor
+    assert checked.sqnr_interval[0] == min(capped.floor, C.sqnr_interval(p, q)[0])
 
 
 def test_no_signal_or_an_overflowing_law_gives_no_lower_end():
     rng = np.random.default_rng(0)
     noise = _world(2.0)(rng, 64)
-    assert T.tail_floor(np.zeros(64), noise) is None  # no signal: nothing to reach down from
+    assert T.heavy_tail(np.zeros(64), noise) is None  # no signal: nothing to reach down from
     steep = noise.copy()
     steep[:4] = 1e300  # a law so steep that its draws overflow
-    floor = T.tail_floor(np.ones(64), steep)
-    assert floor is None or np.isfinite(floor)
+    tail = T.heavy_tail(np.ones(64), steep)
+    assert tail is None or np.isfinite(tail.floor)
     ref, y = _case(_world(None)(rng, T.MIN_INPUTS))  # as few inputs as fit a tail
     assert T.tail_index(y[:, 0] - 1.0) is not None
 

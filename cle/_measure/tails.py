@@ -27,7 +27,7 @@ import dataclasses
 import numpy as np
 
 __all__ = ["MIN_INPUTS", "NEW_INPUTS", "QUANTILE", "SIMULATIONS", "TAIL_SHARE", "Tail",
-           "heavy_tail", "new_figures", "noise_cap", "tail_caveats", "tail_floor", "tail_index"]
+           "heavy_tail", "new_figures", "noise_cap", "tail_caveats", "tail_index"]
 
 #: The share of the check's inputs, those with the largest noise, the power law is fitted to.
 TAIL_SHARE = 0.125
@@ -111,14 +111,6 @@ def heavy_tail(signal, noise, cap=None) -> Tail | None:
         return None
     return Tail(tail_index(noise)[0], float(np.quantile(figures, 0.5, method="inverted_cdf")),
                 floor)
-
-
-def tail_floor(signal, noise, cap=None) -> float | None:
-    """The figure :data:`NEW_INPUTS` new inputs read in all but :data:`QUANTILE` of the draws
-    of :func:`new_figures` (the check's interval reaches down to it); None where no tail is
-    fitted."""
-    tail = heavy_tail(signal, noise, cap)
-    return None if tail is None else tail.floor
 
 
 def noise_cap(reference, kind) -> float | None:
