@@ -29,6 +29,7 @@ import copy
 import numpy as np
 
 from cle._core.inputs import ModelInputs
+from cle._math.order import largest, smallest
 from cle._measure.inference import outputs_once
 from cle._quantize import ranges as _ranges
 from cle._quantize.ranges import as_kind, pick_range, tensor_roles
@@ -132,7 +133,8 @@ class CrossFit:
         values of tensor ``index`` a tail of :data:`cle._quantize.ranges.TAIL` of any fold's
         sample can reach, and how many values each input gave: the tails of a fold are those
         of the union of its inputs' lists (the quantiles of :func:`_Tails.quantile`), so the
-        whole sample is partitioned once per tensor, not once per fold."""
+        whole sample is read once per tensor, not once per fold (each input's ends by
+        :func:`cle._math.order.smallest` and :func:`~cle._math.order.largest`)."""
         if index not in self._tail_lists:
             build = self.build
             values, _ = self._held_stats()
@@ -141,9 +143,8 @@ class CrossFit:
                                   values[index][:-2].reshape(len(self.folds[-1]), -1)])
             n_kept = per.shape[1]
             k = min(n_kept, int(np.ceil(_ranges.TAIL * n_kept * len(per))) + 2)
-            ends = np.partition(per, sorted({k - 1, n_kept - k}), axis=1)  # both ends at once
-            bottom = np.sort(ends[:, :k], axis=1)
-            top = np.sort(ends[:, n_kept - k:], axis=1)
+            bottom = np.stack([smallest(row, k) for row in per])
+            top = np.stack([largest(row, k) for row in per])
             self._tail_lists[index] = bottom, top, n_kept
         return self._tail_lists[index]
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from cle._math.order import quantiles
 from cle._tflite import converter as tflite
 from cle._tflite.runtime import input_name
 
@@ -36,7 +37,7 @@ def tail_range(values, calibrated, tail: float = TAIL):
     if hasattr(values, "quantile"):  # a sample known by its ends (cle._quantize.crossfit)
         lo, hi = values.quantile(tail), values.quantile(1.0 - tail)
     else:
-        lo, hi = np.quantile(values, [tail, 1.0 - tail])
+        lo, hi = quantiles(values, [tail, 1.0 - tail])  # np.quantile's, bit for bit
     lo = min(max(float(lo), calibrated[0]), 0.0)
     hi = max(min(float(hi), calibrated[1]), 0.0)
     if hi - lo < MIN_WIDTH * (calibrated[1] - calibrated[0]):
