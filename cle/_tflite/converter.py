@@ -431,7 +431,11 @@ def convert_int16(model, x, integer_io=False) -> bytes:
         "activation_bits=16")
 
 
-def _object(calibrated):
+@functools.lru_cache(maxsize=2)
+def _object(calibrated: bytes):
+    """The object tree of a calibrated flatbuffer, parsed once for the readers below (a parse
+    costs as much as a few interpreter runs; one build reads the same flatbuffer a dozen
+    times). Shared: a caller that changes it puts it back (:func:`with_ranges`)."""
     return internals.read_model(calibrated)
 
 
@@ -489,11 +493,16 @@ def with_ranges(calibrated: bytes, ranges: list[TensorRange]) -> bytes:
     """``calibrated`` with each listed tensor's min/max replaced by its ``lo``/``hi``."""
     obj = _object(calibrated)
     tensors = obj.subgraphs[0].tensors
-    for r in ranges:
-        q = tensors[r.index].quantization
-        q.min = [np.float32(min(r.lo, 0.0))]
-        q.max = [np.float32(max(r.hi, 0.0))]
-    return internals.write_model(obj)
+    before = [(q, q.min, q.max) for q in (tensors[r.index].quantization for r in ranges)]
+    try:
+        for r in ranges:
+            q = tensors[r.index].quantization
+            q.min = [np.float32(min(r.lo, 0.0))]
+            q.max = [np.float32(max(r.hi, 0.0))]
+        return internals.write_model(obj)
+    finally:  # the parsed tree is shared (_object): as it was read
+        for q, lo, hi in reversed(before):
+            q.min, q.max = lo, hi
 
 
 def observe(calibrated: bytes, x, indices, progress: Callable | None = None,
