@@ -258,6 +258,21 @@ def test_written_ranges_reach_the_int8_model(net, data):
     assert np.abs(net.predict(data, verbose=0)).max() > 0.4  # the clip did something
 
 
+def test_written_ranges_do_not_leak_into_the_next_writing(net, data):
+    """The parsed flatbuffer is shared between readers (converter._object): ranges written
+    for one build are not in the next one's, nor in what ranges_of reads."""
+    calibrated = tflite.calibrate(net, data)
+    untouched = tflite.with_ranges(calibrated, [])
+    ranges = tflite.ranges_of(calibrated)
+    for r in ranges:
+        r.lo, r.hi = r.lo / 2, r.hi / 2
+    halved = tflite.with_ranges(calibrated, ranges)
+    assert halved != untouched
+    assert tflite.with_ranges(calibrated, []) == untouched
+    assert [(r.lo, r.hi) for r in tflite.ranges_of(calibrated)] == [
+        r.calibrated for r in ranges]
+
+
 # ------------------------------------------------------------------------------ quantize
 
 
