@@ -109,25 +109,59 @@ def _stats(bns):
 
 def _objective(outs, mus, sds, axes, targets, kinds):
     """``(loss, BN-statistics loss)``: the BN loss plus, for each output of class scores,
-    cross-entropy towards ``targets``."""
+    cross-entropy towards ``targets``. Terms are summed as one reduction of a stacked vector:
+    a chain of ``+`` becomes, in TensorFlow's graph optimizer, one ``AddN`` whose order of
+    addition varies from run to run (see :func:`_moments`)."""
     ops = keras.ops
     n_bn = len(mus)
-    bn_loss = 0.0
+    terms = []
     for f, mu, sd, axis in zip(outs[:n_bn], mus, sds, axes):
         axis = axis % len(f.shape)
-        reduce = tuple(i for i in range(len(f.shape)) if i != axis)
-        mean = ops.mean(f, axis=reduce)
-        std = ops.sqrt(ops.var(f, axis=reduce) + EPS)
-        bn_loss = bn_loss + ops.mean(ops.square((mean - mu) / sd) + ops.square((std - sd) / sd))
-    bn_loss = bn_loss / n_bn
-    total = bn_loss
+        mean, var = _moments(f, tuple(i for i in range(len(f.shape)) if i != axis))
+        std = ops.sqrt(var + EPS)
+        terms.append(ops.mean(ops.square((mean - mu) / sd) + ops.square((std - sd) / sd)))
+    bn_loss = ops.sum(ops.stack(terms)) / n_bn
+    total = [bn_loss]
     for scores, kind in zip(outs[n_bn:], kinds):
         classes = int(scores.shape[-1])
         log_p = ops.log(ops.clip(scores, 1e-12, 1.0)) if kind == "probabilities" else \
             ops.log_softmax(scores, axis=-1)
         ce = -ops.mean(ops.sum(ops.one_hot(targets % classes, classes) * log_p, axis=-1))
-        total = total + CE_WEIGHT * ce
-    return total, bn_loss
+        total.append(CE_WEIGHT * ce)
+    return ops.sum(ops.stack(total)), bn_loss
+
+
+def _moments(f, reduce):
+    """``(mean, variance)`` of ``f`` over the axes ``reduce``.
+
+    On TensorFlow, one operation with its own gradient, ``(g_mean + 2 g_var (f - mean)) / n``
+    (the term through the mean is zero): read through ``ops.mean`` and ``ops.var``, ``f``
+    feeds four operations besides its batch norm, and TensorFlow adds their gradients with
+    one ``AddN`` whose CPU kernel changes the order of three or more addends with the timing of
+    the threads (it moves the input whose buffer it reuses to the front). A difference in the
+    last bit of the gradient, through Adam's division by the gradient's own size, grew to
+    inputs several units apart after 20 steps: two runs of :func:`distill` with one seed gave
+    different inputs. With two addends the order does not matter. A tensor of the network
+    that feeds three layers or more (DenseNet's concatenations) still gets such a sum."""
+    ops = keras.ops
+    if keras.backend.backend() != "tensorflow":
+        return ops.mean(f, axis=reduce), ops.var(f, axis=reduce)
+    import tensorflow as tf
+
+    @tf.custom_gradient
+    def moments(f):
+        mean = tf.reduce_mean(f, axis=reduce, keepdims=True)
+        centred = f - mean
+        var = tf.reduce_mean(tf.square(centred), axis=reduce)
+        n = tf.cast(tf.size(f) // tf.size(mean), f.dtype)
+
+        def grad(g_mean, g_var):
+            shape = tf.shape(mean)
+            return (tf.reshape(g_mean, shape) + 2.0 * tf.reshape(g_var, shape) * centred) / n
+
+        return (tf.reshape(mean, [-1]), var), grad
+
+    return moments(f)
 
 
 def _ranges(input_range, k):
