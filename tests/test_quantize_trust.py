@@ -977,8 +977,29 @@ def test_a_head_farther_than_the_converters_writes_the_plain_conversion():
                                     "cle, min/max ranges") == []
     text = _choice.Choice("plain", 16, {"cle": [1.0, 2.0], "plain": [1.0, 2.0]}, 64,
                           {"cle": [40.0, 20.0], "plain": [30.0, 26.0]}, ["head_b"])
-    assert "not as close to the float model on output 'head_b'" in text.line()
+    assert "not shown closer to the float model on output 'head_b'" in text.line()
     assert "'head_b'" in text.warning() and text.to_dict()["farther"] == ["head_b"]
+
+
+def test_a_gain_the_inputs_do_not_back_writes_the_plain_conversion():
+    """cle's build closer on the mean of the inputs at hand but not in PLAIN_SUPPORT of the
+    bootstrap's resamples (a few inputs decide) is a tie: the plain conversion is written; the
+    same gain spread over every input is kept."""
+    from cle._quantize import choice as _choice
+
+    inp = keras.Input((4,), name="x")
+    model = keras.Model(inp, L.Dense(2, name="only")(inp))
+    rng = np.random.default_rng(8)
+    ref = [rng.normal(size=(64, 2))]
+    plain_err = 0.01 * rng.normal(size=(64, 2))
+    scale = np.where(rng.random(64) < 0.1, 2.0, 0.8)[:, None]  # most inputs closer, a few far
+    noisy = [ref[0] + plain_err * scale]
+    gain, _, support = C.sqnr_gain(ref, noisy, [ref[0] + plain_err])
+    assert gain > 0 and support < _choice.PLAIN_SUPPORT  # the premise
+    pooled = {"cle": noisy, "plain": [ref[0] + plain_err]}
+    assert _choice._farther_outputs(model, ref, pooled) == ["only"]
+    pooled["cle"] = [ref[0] + plain_err * 0.9]  # closer on every input: backed
+    assert _choice._farther_outputs(model, ref, pooled) == []
 
 
 def test_without_data_a_regression_output_is_refused_and_a_bounded_one_is_not():
