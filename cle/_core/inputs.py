@@ -18,14 +18,15 @@ import os
 
 import numpy as np
 
-__all__ = ["ModelInputs", "check_calibration_data", "format_shape", "input_names",
-           "input_signature", "input_signatures"]
+__all__ = ["ModelInputs", "check_calibration_data", "format_shape", "input_dtypes",
+           "input_names", "input_signature", "input_signatures", "integer_inputs"]
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class ModelInputs:
-    """Checked model inputs: one float32 array ``(N, *shape)`` per model input, in the order
-    of ``model.inputs``, all with the same ``N``.
+    """Checked model inputs: one float32 array ``(N, *shape)`` per model input (an input that
+    takes integers, e.g. token ids, keeps its integer dtype), in the order of
+    ``model.inputs``, all with the same ``N``.
 
     Attributes:
         arrays: the arrays.
@@ -78,6 +79,25 @@ def input_signatures(model) -> list[tuple[str, tuple]]:
     """``(name, sample shape with None for free sizes)`` of every input of ``model``."""
     return [(name, tuple(None if _free(d) else int(d) for d in tensor.shape[1:]))
             for name, tensor in zip(input_names(model), model.inputs)]
+
+
+def input_dtypes(model) -> list[str]:
+    """The dtype name of every input of ``model`` (``"float32"``, or ``"int32"`` for token
+    ids)."""
+    return [str(getattr(t, "dtype", None) or "float32") for t in model.inputs]
+
+
+def integer_inputs(model) -> list[str]:
+    """The names of ``model``'s inputs that take integers (token ids, indices)."""
+    return [name for name, dtype in zip(input_names(model), input_dtypes(model))
+            if _integer(dtype)]
+
+
+def _integer(dtype) -> bool:
+    try:
+        return np.dtype(dtype).kind in "iu"
+    except TypeError:
+        return False
 
 
 def input_signature(model) -> tuple[tuple, str]:
@@ -184,13 +204,19 @@ def _fits(got, want) -> bool:
     return len(got) == len(want) and all(w is None or g == w for g, w in zip(got, want))
 
 
-def _check_part(part, shape, label, where, unbatched):
-    """One array of one input, checked; with a batch dimension added for a dataset's sample."""
+def _check_part(part, shape, label, where, unbatched, dtype="float32"):
+    """One array of one input (the model's input ``dtype``), checked; with a batch dimension
+    added for a dataset's sample."""
     expected = format_shape(shape)
     if part.dtype.kind not in "fiu" or part.dtype == np.bool_:
         raise ValueError(f"{label} must be numeric model inputs of shape {expected}. Received: "
                          f"dtype {part.dtype}{where}")
-    if part.dtype.kind in "iu":
+    if _integer(dtype):  # token ids, indices: the model takes them as they are
+        if part.dtype.kind == "f" and not np.array_equal(part, np.round(part)):
+            raise ValueError(
+                f"{label} must be whole numbers: the model's input is {dtype} (e.g. token "
+                f"ids). Received: dtype {part.dtype} with fractional values{where}")
+    elif part.dtype.kind in "iu":
         raise ValueError(
             f"{label} must be float model inputs, already preprocessed as the model expects "
             f"(shape {expected}); integers look like raw images (for a folder of images, name "
@@ -225,18 +251,21 @@ def check_calibration_data(model, data, name: str = "calibration_data",
         min_samples: the fewest samples accepted.
 
     Returns:
-        :class:`ModelInputs` holding every sample (float32; the one copy of the data).
+        :class:`ModelInputs` holding every sample (float32, or an integer input's own dtype;
+        the one copy of the data).
 
     Raises:
         ValueError: one line naming what the model expects and what was received: no
             samples, fewer than ``min_samples``, a missing batch dimension, a wrong rank, size
             or channel count, a missing input, inputs of different lengths, a non-numeric or
-            integer dtype (inputs must be preprocessed floats), or non-finite values.
+            integer dtype for a float input (inputs must be preprocessed floats), fractional
+            values for an integer input, or non-finite values.
 
     Example:
         >>> x = check_calibration_data(model, np.zeros((8, 224, 224, 3), np.float32))
     """
     signatures = input_signatures(model)
+    dtypes = input_dtypes(model)
     if isinstance(data, ModelInputs) and data.fits(model):
         if len(data) < max(1, min_samples):
             raise ValueError(f"`{name}` must hold at least {max(1, min_samples)} samples. "
@@ -250,16 +279,19 @@ def check_calibration_data(model, data, name: str = "calibration_data",
         where = "" if len(parts) == 1 else f" (batch {k})"
         for i, ((input_name, shape), part) in enumerate(zip(signatures, batch)):
             what = label if len(signatures) == 1 else f"{label} input '{input_name}'"
-            per_input[i].append(_check_part(part, shape, what, where, _is_dataset(data)))
-    return _joined(per_input, signatures, label, min_samples)
+            per_input[i].append(_check_part(part, shape, what, where, _is_dataset(data),
+                                            dtypes[i]))
+    return _joined(per_input, signatures, label, min_samples, dtypes)
 
 
-def _joined(per_input, signatures, label, min_samples):
-    """The checked batches of each input joined into :class:`ModelInputs`, with the checks of
-    the whole: the count of samples, equal lengths and finite values."""
+def _joined(per_input, signatures, label, min_samples, dtypes):
+    """The checked batches of each input joined into :class:`ModelInputs` (float32, or the
+    input's own integer dtype), with the checks of the whole: the count of samples, equal
+    lengths and finite values."""
     expected = " and ".join(format_shape(s) for _, s in signatures)
-    arrays = [np.concatenate(parts, axis=0).astype(np.float32, copy=False) if parts else None
-              for parts in per_input]
+    arrays = [np.concatenate(parts, axis=0).astype(
+        dtype if _integer(dtype) else np.float32, copy=False) if parts else None
+        for parts, dtype in zip(per_input, dtypes)]
     if arrays[0] is None or len(arrays[0]) == 0:
         raise ValueError(f"{label} must hold at least {max(1, min_samples)} sample(s) of shape "
                          f"{expected}. Received: none")

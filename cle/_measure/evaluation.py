@@ -228,12 +228,12 @@ def convert_to_tflite_int8(model, representative_inputs, per_channel=True,
     """
     check_model(model)
     per_channel = check_bool(per_channel, "per_channel")
-    if len(model.inputs) == 1:
+    from cle._core.inputs import check_calibration_data, integer_inputs
+
+    if len(model.inputs) == 1 and not integer_inputs(model):
         x = check_inputs(representative_inputs, model.inputs[0].shape[1:],
                          "representative_inputs")
-    else:
-        from cle._core.inputs import check_calibration_data
-
+    else:  # several inputs, or token ids (kept integers: the converter feeds them as they are)
         x = check_calibration_data(model, representative_inputs, "representative_inputs")
     if num_calibration is not None:
         if isinstance(num_calibration, bool) or not isinstance(

@@ -29,7 +29,7 @@ import numpy as np
 
 from cle._core.backend import weights_digest
 from cle._core.graph import graph_view, inner_function
-from cle._core.inputs import ModelInputs, input_signatures
+from cle._core.inputs import ModelInputs, input_signatures, integer_inputs
 from cle._measure.check import guessed_scores
 
 EPS = 1e-5
@@ -75,13 +75,19 @@ def _feature_model(model, bns, scored):
 def check_distillable(model):
     """``(batch norms, input signatures)`` when synthetic inputs can be distilled for
     ``model``; else :class:`NeedsData` saying why (no batch norm, one whose statistics are not
-    finite, an input whose size is not fixed). Cheap: reads the graph and the statistics."""
+    finite, an input that takes integers, an input whose size is not fixed). Cheap: reads the graph and the statistics."""
     bns = batch_norms(model)
     if not bns:
         raise NeedsData(
             f"model '{model.name}' has no BatchNormalization layer whose statistics could shape "
             "synthetic inputs")
     _stats(bns)
+    integers = integer_inputs(model)
+    if integers:  # token ids: no gradient to follow
+        raise NeedsData(
+            "synthetic inputs cannot be distilled for " + ", ".join(
+                f"input '{name}'" for name in integers) + ", which takes integers (token ids, "
+            "indices)")
     signatures = input_signatures(model)
     for name, shape in signatures:
         if any(d is None for d in shape):
