@@ -75,7 +75,8 @@ def _feature_model(model, bns, scored):
 def check_distillable(model):
     """``(batch norms, input signatures)`` when synthetic inputs can be distilled for
     ``model``; else :class:`NeedsData` saying why (no batch norm, one whose statistics are not
-    finite, an input that takes integers, an input whose size is not fixed). Cheap: reads the graph and the statistics."""
+    finite, an input that takes integers, an input whose size is not fixed). Cheap: reads the
+    graph and the statistics."""
     bns = batch_norms(model)
     if not bns:
         raise NeedsData(
