@@ -192,7 +192,8 @@ def _start(rng, b, shapes, clips):
 
 def distill(model, n: int, steps: int = STEPS, batch_size: int = BATCH,
             learning_rate: float = LEARNING_RATE, input_range=None, seed: int = 0,
-            progress: Callable[[str], None] | None = None) -> tuple[ModelInputs, list]:
+            progress: Callable[[str], None] | None = None,
+            fail_above: float | None = None) -> tuple[ModelInputs, list]:
     """``n`` synthetic inputs whose statistics at every BN match its moving mean and variance.
 
     For each vector of class scores (:func:`cle._measure.check.guessed_scores`) each input is
@@ -212,6 +213,8 @@ def distill(model, n: int, steps: int = STEPS, batch_size: int = BATCH,
             preprocessing), or one ``(lo, hi)`` or None per input, or None.
         seed: the starting noise and the target classes.
         progress: optional ``callable(str)``, told about every batch.
+        fail_above: a batch's final BN-statistics loss above which the distillation failed
+            (:class:`NeedsData`, at the first such batch); None: any loss is returned.
 
     Returns:
         ``(inputs, losses)``: :class:`cle._core.inputs.ModelInputs` and each batch's final
@@ -219,7 +222,8 @@ def distill(model, n: int, steps: int = STEPS, batch_size: int = BATCH,
 
     Raises:
         NeedsData: (a ValueError) the model has no batch norm to match, one with non-finite
-            statistics, or an input size is not fixed (:func:`check_distillable`).
+            statistics, an input that takes integers or an input size is not fixed
+            (:func:`check_distillable`), or a batch's loss is above ``fail_above``.
         RuntimeError: the backend is neither TensorFlow nor JAX, or the loss or an input
             turned non-finite.
     """
@@ -248,6 +252,13 @@ def distill(model, n: int, steps: int = STEPS, batch_size: int = BATCH,
             raise RuntimeError(
                 f"the distillation of synthetic inputs diverged (batch {first // batch_size + 1}"
                 f": loss {value}, non-finite inputs); no synthetic inputs. Pass calibration data")
+        if fail_above is not None and value > fail_above:
+            raise NeedsData(
+                f"the distillation of synthetic inputs failed on model '{model.name}' (final "
+                f"batch-norm loss {value:.3g}, above {fail_above:g}; distillations that "
+                "converged end below 1): inputs that do not match the model's batch-norm "
+                "statistics cannot stand in for real ones, and a file calibrated on them can be "
+                "broken")
         out.append(xs)
         losses.append(value)
         if progress is not None:

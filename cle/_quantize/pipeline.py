@@ -41,8 +41,9 @@ HOLDOUT = 0.25
 #: natural-image-like inputs across the input range; the check: other natural-image-like
 #: inputs, and inputs distilled apart (another seed, other batches).
 SYNTHETIC_CALIBRATION, SYNTHETIC_CHECK, DISTILLED_CHECK = 32, 32, 16
-#: A synthetic batch whose final BN-statistics loss is above this did not converge.
-CONVERGED_LOSS = 1.0
+#: A synthetic batch whose final BN-statistics loss is above this did not converge (a warning);
+#: above ``FAILED_LOSS`` it failed, and the run stops: synthetic inputs cannot stand in for data.
+CONVERGED_LOSS, FAILED_LOSS = 1.0, 100.0
 
 
 @dataclasses.dataclass
@@ -412,7 +413,7 @@ def _calibration_inputs(model, x, input_ranges, opts, say, seconds) -> _Inputs:
         "inputs from the model's batch-norm statistics, in the input range "
         + ", ".join(f"[{lo:.4g}, {hi:.4g}]" for lo, hi in ranges))
     distilled, loss = _synthetic.distill(model, SYNTHETIC_CALIBRATION, input_range=ranges,
-                                         seed=opts.seed, progress=say)
+                                         seed=opts.seed, progress=say, fail_above=FAILED_LOSS)
     apart, loss_apart = _synthetic.distill(model, DISTILLED_CHECK, input_range=ranges,
                                            seed=opts.seed + 1000, progress=say)
     seconds["synthesize"] = time.perf_counter() - start
@@ -510,8 +511,7 @@ def _lower(sets, key="outputs"):
 
 
 def _public(check_set):
-    return {"inputs": check_set["inputs"], "n": check_set["n"],
-            "outputs": check_set["outputs"]}
+    return {"inputs": check_set["inputs"], "n": check_set["n"], "outputs": check_set["outputs"]}
 
 
 def _compare(model, inputs, sets, opts, say, straight=None, runs=None, fitted=None):
