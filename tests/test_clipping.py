@@ -164,3 +164,37 @@ def test_a_regression_heads_report_states_the_clipping_its_figures_could_not_see
     assert report.outputs[0].sqnr_interval[0] == pytest.approx(low)
     assert low < report.outputs[0].sqnr_db
     assert report.to_dict()["plain_conversion"]["verdicts"][0]["verdict"]
+
+
+# ------------------------------------------------------------------ an input's usual range
+
+
+@pytest.mark.parametrize("calibrated, usual", [
+    ((0.0, 0.94), (0.0, 1.0)), ((0.02, 0.93), (0.0, 1.0)), ((0.0, 0.9), (0.0, 1.0)),
+    ((-0.95, 0.97), (-1.0, 1.0)), ((0.0, 240.0), (0.0, 255.0)), ((3.0, 250.0), (0.0, 255.0)),
+    ((0.0, 0.89), None), ((0.0, 0.5), None), ((-0.5, 1.0), None), ((0.0, 1.01), None),
+    ((-1.2, 1.0), None), ((-3.0, 4.0), None)])
+def test_an_input_takes_the_usual_range_its_values_nearly_span(calibrated, usual):
+    assert R.usual_range(*calibrated) == usual
+
+
+def test_an_image_input_short_of_white_takes_the_whole_pixel_range():
+    """Pixels in [0, 1] whose calibration images stay below 0.93: the file's input range is
+    [0, 1], so new images that reach white are not clipped (the input was kept at the
+    calibration inputs' extremes, and on an autoencoder that clipping ruled the error of new
+    inputs); an input far from any usual range keeps its own."""
+    import cle
+
+    keras.utils.set_random_seed(5)
+    inp = keras.Input((16, 16, 1))
+    h = L.Conv2D(8, 3, padding="same", activation="relu")(inp)
+    model = keras.Model(inp, L.Conv2D(1, 3, padding="same", name="image")(h))
+    rng = np.random.default_rng(6)
+    x = rng.uniform(0.0, 0.93, (32, 16, 16, 1)).astype(np.float32)
+    _, report = cle.quantize(model, x)
+    first = report.to_dict()["ranges"][0]
+    assert first["how"] == "usual range" and first["chosen"] == [0.0, 1.0], first
+    assert "takes it ([0, 1])" in report.summary()
+    _, report = cle.quantize(model, 0.6 * x)
+    first = report.to_dict()["ranges"][0]
+    assert first["how"] != "usual range" and first["chosen"][1] <= 0.6 * 0.93 + 1e-6, first

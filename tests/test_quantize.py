@@ -291,14 +291,19 @@ def test_quantize_with_data(net, data):
     assert report.sqnr_db == pytest.approx(Q.sqnr_db(ref, y))
     assert report.top1_agreement == Q.top1_agreement(ref, y)
     assert report.sqnr_db > 25
-    # Every tensor but the output got its 1e-4 tails; the output kept min/max.
-    kept = [r for r in report.ranges if r.how != "percentile"]
+    # Every tensor but the input and the output got its 1e-4 tails: the input, whose values
+    # nearly span [-1, 1], takes it; the output kept min/max.
+    usual = [r for r in report.ranges if r.how == "usual range"]
+    assert [(r.lo, r.hi) for r in usual] == [(-1.0, 1.0)]
+    kept = [r for r in report.ranges if r.how not in ("percentile", "usual range")]
     # The output kept min/max (on JAX also a few near-constant tensors, kept as sparse).
     assert [r.how for r in kept if r.how.startswith("min/max (out")] == ["min/max (output)"]
     assert BACKEND != "tensorflow" or len(kept) == 1
-    assert len(report.ranges) - len(kept) >= 6
+    assert len(report.ranges) - len(kept) - len(usual) >= 6
     for r in report.ranges:
-        assert min(r.calibrated[0], 0.0) <= r.lo + 1e-6 and r.hi <= max(r.calibrated[1], 0.0) + 1e-6
+        if r.how != "usual range":
+            assert (min(r.calibrated[0], 0.0) <= r.lo + 1e-6
+                    and r.hi <= max(r.calibrated[1], 0.0) + 1e-6)
     text = report.summary()
     assert "check on 10 held-out calibration inputs: top-1 agreement" in text
     assert "calibration: 40 inputs given: 30 to calibrate, 10 held out for the check" in text
@@ -457,13 +462,17 @@ def test_sparse_tensor_keeps_min_max():
     assert report.sqnr_db > 20
 
 
-def test_integer_io_input_keeps_its_min_max(net, data):
-    content, report = cle.quantize(net, data, integer_io=True, bias_correction="none")
+@pytest.mark.parametrize("factor, how", [(1.0, "usual range"),
+                                         (0.5, "min/max (integer input)")])
+def test_integer_io_input_keeps_its_min_max_or_usual_range(net, data, factor, how):
+    """An int8 input's scale is its range: min/max (never the tails: real extremes must not
+    clip), or the usual range its values nearly span ([-1, 1] for ``data``)."""
+    content, report = cle.quantize(net, factor * data, integer_io=True, bias_correction="none")
     details = runtime.interpreter(content).get_input_details()[0]
     first = [r for r in report.ranges if r.name == details["name"]]
-    assert first and all(r.how == "min/max (integer input)" for r in first)
+    assert first and all(r.how == how for r in first)
     scale, zero = details["quantization"]
-    lo, hi = first[0].calibrated
+    lo, hi = (-1.0, 1.0) if how == "usual range" else first[0].calibrated
     assert scale == pytest.approx((hi - lo) / 255, rel=1e-3)
 
 

@@ -18,6 +18,7 @@ _OUT_AXIS = {"CONV_2D": 0, "DEPTHWISE_CONV_2D": -1, "FULLY_CONNECTED": 0,
 # How a range was chosen, in words (cle._tflite.converter.TensorRange.how).
 _HOW = {"percentile": "1e-4 tails", "min/max": "min/max",
         "input range": "the input range (stated, or found from the model)",
+        "usual range": "the usual range its calibration values nearly span",
         "min/max (sparse)": "min/max (the 1e-4 tails would be too narrow: a sparse tensor)",
         "min/max (output)": "min/max (the output)",
         "min/max (decides an output)": "min/max (the logits before a softmax)",

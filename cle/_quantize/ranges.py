@@ -12,8 +12,8 @@ from cle._tflite import converter as tflite
 from cle._tflite.runtime import input_name
 
 __all__ = ["KINDS", "MIN_WIDTH", "TAIL", "WIDEN_INPUTS", "as_kind", "choose_percentile_ranges",
-           "clipping_noise", "expected_clipping", "mse_range", "pick_range", "tail_range",
-           "tensor_roles", "widened"]
+           "USUAL_RANGES", "USUAL_SHARE", "clipping_noise", "expected_clipping", "mse_range",
+           "pick_range", "tail_range", "tensor_roles", "usual_range", "widened"]
 
 #: The share of a tensor's values left outside its range on each side (``ranges="percentile"``).
 TAIL = 1e-4
@@ -25,6 +25,11 @@ MIN_WIDTH = 1e-2
 WIDEN_INPUTS = 3.0
 #: The kinds of range :func:`as_kind` makes from the ranges :func:`pick_range` sets.
 KINDS = ("tails", "min/max", "widened")
+#: The usual ranges of a model input's values (pixels and normalized signals) ...
+USUAL_RANGES = ((0.0, 1.0), (-1.0, 1.0), (0.0, 255.0))
+#: ... an input takes whole when its calibration values lie within one and span at least this
+#: share of its width (:func:`usual_range`).
+USUAL_SHARE = 0.9
 #: Values of a tensor's sample the MSE search uses.
 MSE_SAMPLE = 1 << 18
 _GRID = np.linspace(0.05, 1.0, 39)
@@ -43,6 +48,20 @@ def tail_range(values, calibrated, tail: float = TAIL):
     if hi - lo < MIN_WIDTH * (calibrated[1] - calibrated[0]):
         return None
     return lo, hi
+
+
+def usual_range(lo, hi) -> tuple[float, float] | None:
+    """The narrowest of :data:`USUAL_RANGES` that holds ``[lo, hi]`` (a model input's values
+    on the calibration inputs) and whose width they span by :data:`USUAL_SHARE` or more, else
+    None. A few dozen calibration inputs seldom reach the ends their kind of data reaches
+    (pixels in [0, 1]: the brightest of a few dozen image patches can stay short of white,
+    where many new patches reach it): an input range at their extremes clips the new inputs
+    that go further, and on an autoencoder that clipping ruled the error of new inputs; the
+    usual range costs at most a tenth of the input's resolution."""
+    for low, high in sorted(USUAL_RANGES, key=lambda r: r[1] - r[0]):
+        if low <= lo and hi <= high and hi - lo >= USUAL_SHARE * (high - low):
+            return low, high
+    return None
 
 
 def mse_range(values, low: float, high: float) -> tuple[float, float]:
@@ -75,8 +94,9 @@ def choose_percentile_ranges(calibrated, x, tensor_ranges, stated, integer_io, s
     :func:`cle._tflite.converter.protected_indices`), an input tensor with ``integer_io`` (its
     range is the int8 input's scale: real extremes must not clip); an input with a ``stated``
     range (``{input name: (lo, hi)}``, without data) takes it; and a tensor whose tail range
-    would be narrower than :data:`MIN_WIDTH` of its min/max range keeps min/max. Every range
-    includes 0, as the converter's do.
+    would be narrower than :data:`MIN_WIDTH` of its min/max range keeps min/max. An input whose
+    values lie within one of :data:`USUAL_RANGES` and nearly span it takes that range
+    (:func:`usual_range`). Every range includes 0, as the converter's do.
 
     Each tensor's ``calibrated`` range becomes its min/max over all of ``x`` as the float
     interpreter computes it, so ``calibrated`` needs only the converter's tensor layout: one
@@ -116,6 +136,9 @@ def pick_range(r, values, extremes, roles, stated, integer_io) -> None:
     if r.index in inputs and input_name(r.name) in stated:
         lo, hi = stated[input_name(r.name)]
         r.lo, r.hi, r.how = min(lo, 0.0), max(hi, 0.0), "input range"
+    elif r.index in inputs and usual_range(*r.calibrated) is not None:
+        r.lo, r.hi = usual_range(*r.calibrated)
+        r.how = "usual range"
     elif r.index in inputs and integer_io:
         r.how = "min/max (integer input)"
     elif r.index in protected:  # min/max: the largest outputs decide the top-1 class

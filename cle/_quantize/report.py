@@ -126,6 +126,9 @@ class QuantizeReport:
     def _range_lines(self):
         if not self.ranges:
             return ["activation ranges: the converter's (16-bit activations)"]
+        usual = sorted({(r.lo, r.hi) for r in self.ranges if r.how == "usual range"})
+        said = ("; an input whose calibration values nearly span a usual range takes it ("
+                + ", ".join(f"[{lo:g}, {hi:g}]" for lo, hi in usual) + ")") if usual else ""
         narrowed = [r for r in self.ranges if r.how == "percentile"]
         widened = [r for r in self.ranges if r.how.endswith(", widened")]
         if widened:
@@ -134,9 +137,10 @@ class QuantizeReport:
             return [f"activation ranges: {len(widened)} of {len(self.ranges)} tensors widened "
                     f"past their min/max to the extremes {WIDEN_INPUTS:g}× as many inputs would "
                     f"be expected to reach (width {np.median(ratios):.2f}× the min/max range at "
-                    f"the median, {ratios.max():.2f}× at the widest); the others keep min/max"]
+                    f"the median, {ratios.max():.2f}× at the widest); the others keep min/max"
+                    + said]
         if not narrowed:
-            return [f"activation ranges: min/max of {len(self.ranges)} tensors"]
+            return [f"activation ranges: min/max of {len(self.ranges)} tensors" + said]
         ratios = np.array([(r.hi - r.lo) / max(r.calibrated[1] - r.calibrated[0], 1e-30)
                            for r in narrowed])
         kept = ["the model's outputs"]
@@ -148,7 +152,7 @@ class QuantizeReport:
                 "min/max")
         if any(r.how == "input range" for r in self.ranges):
             line += "; the inputs take their input range"
-        return [line]
+        return [line + said]
 
     def _calibration_line(self):
         if self.calibration == "data":

@@ -150,11 +150,11 @@ def tune_build(build, model, say):
 
 def _fixed(build, integer_io) -> set:
     """Tensors whose range is not open to tuning: the output and the logits before a softmax
-    (they decide the top class), and the input when its range is stated or it is int8."""
+    (they decide the top class), and the input when its range is stated, usual or int8."""
     protected, inputs = tflite.protected_indices(build.calibrated)
     fixed = set(protected)
     for r in build.ranges:
-        if r.how == "input range" or (integer_io and r.index in inputs):
+        if r.how in ("input range", "usual range") or (integer_io and r.index in inputs):
             fixed.add(r.index)
     return fixed
 
