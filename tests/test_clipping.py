@@ -198,3 +198,92 @@ def test_an_image_input_short_of_white_takes_the_whole_pixel_range():
     _, report = cle.quantize(model, 0.6 * x)
     first = report.to_dict()["ranges"][0]
     assert first["how"] != "usual range" and first["chosen"][1] <= 0.6 * 0.93 + 1e-6, first
+
+
+# ------------------------------------------------------------- a softmax's clipped logits
+
+
+def test_softmax_logits_names_the_tensor_each_softmax_output_is_of():
+    """For each output, in the Keras model's order, the logits tensor its SOFTMAX reads (a
+    Dense's softmax activation or a Softmax layer), None for an output without one; each is a
+    tensor that keeps its min/max (it decides an output)."""
+    from cle._tflite import converter as T
+
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((8,))
+    h = L.Dense(16, activation="relu")(inp)
+    model = keras.Model(inp, [L.Dense(5, activation="softmax")(h), L.Dense(2)(h),
+                              L.Softmax()(L.Dense(3)(h))])
+    calibrated = T.calibrate(model, np.random.default_rng(0).normal(size=(8, 8)).astype("f4"))
+    first, second, third = T.softmax_logits(calibrated)
+    protected = T.protected_indices(calibrated)[0] - T.output_indices(calibrated)
+    assert second is None and first != third and {first, third} <= protected
+
+
+def _logits_law(seed=0, n=64, classes=5):
+    rng = np.random.default_rng(seed)
+    z = rng.normal(0.0, 1.0, (n, classes)) * rng.gamma(4.0, 0.5, (n, 1))
+    p = np.exp(z - z.max(axis=1, keepdims=True))
+    return p / p.sum(axis=1, keepdims=True), z.min(axis=1), z.max(axis=1)
+
+
+def test_softmax_clipping_is_the_expectation_of_its_law():
+    """The noise :func:`softmax_clipping` gives is what new inputs drawn from its law read: a
+    Monte Carlo of four million draws of the largest logit by the Gumbel law fitted to the
+    calibration inputs' largest logits, each input one of the calibration inputs with the
+    largest logits spread out to reach it, every logit clipped into the range."""
+    p, lows, highs = _logits_law()
+    got = R.softmax_clipping(p, lows, highs, "min/max")
+    rng = np.random.default_rng(1)
+    location, scale = R._gumbel(highs)
+    drawn = location - scale * np.log(-np.log(rng.random(4_000_000)))
+    lo, hi = lows.min(), highs.max()
+    z = np.log(p) - np.log(p).max(axis=1, keepdims=True) + highs[:, None]
+    k = int(round(R.LOGIT_TAIL * len(p)))
+    noise = []
+    for j in np.argsort(highs)[::-1][:k]:
+        y = drawn[drawn > hi][:, None]
+        c = z[j].mean()
+        logits = c + (z[j] - c) * (y - c) / (highs[j] - c)
+        change = R._softmax(logits) - R._softmax(np.clip(logits, lo, hi))
+        noise.append(np.sum(change ** 2) / len(drawn))
+    assert got > 0 and got == pytest.approx(np.mean(noise), rel=0.03)
+
+
+def test_softmax_clipping_weighs_the_range_and_the_spread_of_the_logits():
+    p, lows, highs = _logits_law()
+    base = R.softmax_clipping(p, lows, highs, "min/max")
+    assert R.softmax_clipping(p, lows, highs, "widened") < base
+    assert R.softmax_clipping(p, lows, np.full_like(highs, highs.max()), "min/max") == 0.0
+    assert R.softmax_clipping(p[:, :1], lows, highs, "min/max") == 0.0  # not class scores
+    wide = highs.mean() + 2.0 * (highs - highs.mean())  # the largest logits spread further
+    assert R.softmax_clipping(p, lows, wide, "min/max") > base
+
+
+def test_a_softmax_outputs_interval_reaches_down_to_its_clipped_logits():
+    """End to end, with data, on a softmax classifier: the check's interval on its output
+    reaches down to the figure with the clipping of the logits new inputs are expected to
+    bring (the written build's, and the plain conversion's for ``compare``), weighed by no
+    choice; a value output's is its own expected clipping, as before."""
+    rng = np.random.default_rng(6)
+    inp = keras.Input((8,), name="x")
+    h = L.Dense(16, activation="relu")(inp)
+    model = keras.Model(inp, [L.Dense(5, activation="softmax", name="probs")(h),
+                              L.Dense(2, name="box")(h)])
+    model.set_weights([rng.normal(0, 0.5, (8, 16)), rng.normal(0, 0.1, 16),
+                       rng.normal(0, 2.0, (16, 5)), rng.normal(0, 0.3, 5),
+                       rng.normal(0, 0.5, (16, 2)), np.zeros(2)])
+    from cle._quantize.pipeline import QuantizeOptions, quantize_checked
+
+    x = rng.standard_normal((64, 8)).astype(np.float32)
+    builds = []  # cle.quantize's own call, its build kept
+    _, report = quantize_checked(model, x, QuantizeOptions.from_call(x), builds=builds)
+    fit = builds[0].crossfit
+    assert fit["clipping"][0] > 0 and fit["clipping_plain"][0] > 0
+    expected = C.sqnr_with_clipping(fit["reference"][0], fit["test"][0], fit["clipping"][0])
+    assert expected < report.outputs[0].sqnr_db
+    assert report.outputs[0].sqnr_interval[0] <= expected + 1e-9
+    # the value output's is its own expected clipping, as before
+    assert fit["clipping"][1] == pytest.approx(R.expected_clipping(
+        fit["reference"][1], R.KINDS[1] if report.choice.written != "cle, widened ranges"
+        else "widened"))

@@ -40,6 +40,10 @@ by the extreme-value law the widened ranges are read from. On a regression head 
 the plain conversion's cross-fitted figure was several dB above its figure on new inputs, and
 widened ranges lost to it by that blind spot alone (docs/design.md). ``Choice.expected``
 holds the figures compared; the check's interval reaches down to the written build's.
+On a softmax output the same blind spot is its logits' range: the check's interval (not the
+choice, as every candidate keeps the logits' min/max) reaches down to the figure with the
+clipping of the logits new inputs are expected to bring
+(:func:`cle._quantize.ranges.softmax_clipping`, :func:`_logit_clipping`).
 
 Against the plain conversion the burden of proof is cle's: the promise is never to be worse
 than the converter, so cle's build (or its min/max variant) is written only when, cross-fitted
@@ -74,7 +78,8 @@ from cle._measure import check as _check
 from cle._measure.inference import outputs_once
 from cle._measure.ties import tie_floor
 from cle._quantize.crossfit import KIND, CrossFit
-from cle._quantize.ranges import WIDEN_INPUTS, as_kind, expected_clipping, tensor_roles
+from cle._quantize.ranges import (WIDEN_INPUTS, as_kind, expected_clipping, softmax_clipping,
+                                  tensor_roles)
 from cle._tflite import converter as tflite
 
 __all__ = ["CANDIDATES", "PLAIN_MARGIN_DB", "PLAIN_SCREEN_DB", "PLAIN_SUPPORT", "SUPPORT",
@@ -299,6 +304,25 @@ def _clipping(model, build, reference) -> dict:
                    for r, kind in zip(reference, kinds)] for name in CANDIDATES}
 
 
+def _logit_clipping(fit, build, reference, kinds) -> dict:
+    """``{candidate: [noise energy per input, per output]}``: the clipping of its logits new
+    inputs are expected to add on each softmax output (its logits' range calibrated as the
+    candidate calibrates it: widened, or min/max), :func:`cle._quantize.ranges.softmax_clipping`
+    from the logits' extremes on every calibration input; 0 elsewhere. The check's interval
+    reaches down to it; the choice does not weigh it (every candidate but the widened one keeps
+    the logits' min/max, and on class scores the widened one is not built)."""
+    logits = tflite.softmax_logits(build.calibrated)
+    out = {name: [0.0] * len(reference) for name in CANDIDATES}
+    for k, (r, kind) in enumerate(zip(reference, kinds)):
+        index = logits[k] if k < len(logits) else None
+        if kind != "probabilities" or index is None or index not in build.extremes:
+            continue
+        lows, highs = fit.extremes(index)
+        for name in CANDIDATES:
+            out[name][k] = softmax_clipping(r, lows, highs, KIND.get(name, "min/max"))
+    return out
+
+
 def _output_gains(reference, ys, others, clip=None, clip_other=None) -> list:
     """:func:`cle._measure.check.sqnr_gain` of each output alone (``clip``/``clip_other``:
     each output's expected clipping per input of ``ys``/``others``; none by default)."""
@@ -349,9 +373,11 @@ def _write_refit(fit, build, name, reference, pooled, say, clip) -> None:
     if ranges is not None:
         build.ranges = ranges
     kinds = _check.output_kinds(fit.model, build.opts.output_kinds)
+    logits = _logit_clipping(fit, build, reference, kinds)
     build.crossfit = {"written": name, "inputs": fit.label(), "n": fit.n, "reference": reference,
-                      "test": pooled[name], "plain": pooled.get("plain"), "clipping": clip[name],
-                      "clipping_plain": clip["plain"],
+                      "test": pooled[name], "plain": pooled.get("plain"),
+                      "clipping": [a + b for a, b in zip(clip[name], logits[name])],
+                      "clipping_plain": [a + b for a, b in zip(clip["plain"], logits["plain"])],
                       "ties": tie_floor(fit.model, content, fit.inputs(), reference, kinds)}
 
 

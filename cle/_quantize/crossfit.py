@@ -128,6 +128,11 @@ class CrossFit:
         highs = np.concatenate([highs[keep], held_highs])
         return sample, (float(lows.min()), float(highs.max())), (lows, highs)
 
+    def extremes(self, index) -> tuple[np.ndarray, np.ndarray]:
+        """``(lows, highs)``: tensor ``index``'s min and max on every input, in the order of
+        :meth:`reference`."""
+        return self._stats(index, None)[2]
+
     def _tails(self, index):
         """Per input (calibration inputs, then held-out ones), the smallest and the largest
         values of tensor ``index`` a tail of :data:`cle._quantize.ranges.TAIL` of any fold's

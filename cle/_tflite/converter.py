@@ -38,7 +38,7 @@ from cle._core import backend
 from cle._core import graph as _graph
 from cle._core.inputs import input_names
 from cle._tflite import internals
-from cle._tflite.runtime import input_details_by_name, interpreter
+from cle._tflite.runtime import input_details_by_name, interpreter, keras_output_order
 
 # Values kept per tensor to choose its range (a uniform sample of all positions of all
 # inputs, plus the exact extremes).
@@ -459,19 +459,25 @@ _PASS_BACK = ("SOFTMAX", "LOGISTIC", "LOG_SOFTMAX", "RESHAPE", "SQUEEZE", "DEQUA
               "QUANTIZE", "CAST")
 
 
-def protected_indices(calibrated: bytes) -> tuple[set, set]:
-    """``(tensors that decide the outputs, input tensors)`` of the main subgraph: the outputs,
-    and walking back from them through :data:`_PASS_BACK` ops, their inputs."""
-    obj = _object(calibrated)
-    graph = obj.subgraphs[0]
+def _producers(obj) -> dict:
+    """``{tensor: (op kind, input tensors)}`` of the main subgraph's operators."""
     names = internals.builtin_operator_names()
     producer = {}
-    for op in graph.operators:
+    for op in obj.subgraphs[0].operators:
         code = obj.operatorCodes[op.opcodeIndex]
         kind = names.get(max(int(code.builtinCode), int(code.deprecatedBuiltinCode)), "")
         for t in (op.outputs if op.outputs is not None else []):
             producer[int(t)] = (kind, [int(i) for i in (op.inputs if op.inputs is not None
                                                          else [])])
+    return producer
+
+
+def protected_indices(calibrated: bytes) -> tuple[set, set]:
+    """``(tensors that decide the outputs, input tensors)`` of the main subgraph: the outputs,
+    and walking back from them through :data:`_PASS_BACK` ops, their inputs."""
+    obj = _object(calibrated)
+    graph = obj.subgraphs[0]
+    producer = _producers(obj)
     protected, todo = set(), [int(i) for i in graph.outputs]
     while todo:
         t = todo.pop()
@@ -482,6 +488,26 @@ def protected_indices(calibrated: bytes) -> tuple[set, set]:
         if kind in _PASS_BACK and inputs:
             todo.append(inputs[0])
     return protected, set(int(i) for i in graph.inputs)
+
+
+def softmax_logits(calibrated: bytes) -> list:
+    """For each output of the main subgraph, in the order of the Keras model's outputs, the
+    index of the tensor it is the SOFTMAX of (walking back through ops that only move values
+    around or change their type), else None (on JAX the converter may split a softmax into
+    its arithmetic: None too)."""
+    obj = _object(calibrated)
+    graph = obj.subgraphs[0]
+    producer = _producers(obj)
+    outputs = [int(i) for i in graph.outputs]
+    names = [graph.tensors[i].name for i in outputs]
+    names = [n.decode("utf-8", "replace") if isinstance(n, bytes) else str(n) for n in names]
+    found = []
+    for t in outputs:
+        kind, inputs = producer.get(t, ("", []))
+        while kind in _PASS_BACK and kind != "SOFTMAX" and inputs:
+            kind, inputs = producer.get(inputs[0], ("", []))
+        found.append(inputs[0] if kind == "SOFTMAX" and inputs else None)
+    return [found[k] for k in keras_output_order(names)]
 
 
 def output_indices(calibrated: bytes) -> set:
