@@ -86,6 +86,18 @@ def test_snap_takes_only_conventions_that_cover_the_fit():
     assert not dark.sure and dark.lo < -2.09 and dark.hi > 0.01
 
 
+def test_a_grayscale_fit_snaps_only_to_conventions_that_treat_channels_alike():
+    """ImageNet's per-channel mean and std say nothing of one channel: a grayscale fit near
+    the torch convention's range is "cannot tell" (a custom layer before the first batch norm
+    of a grayscale net trained on [0, 1] put its fit there, and the distilled file read
+    several dB below the converter's), while tf's [-1, 1] still snaps."""
+    assert IR.snap(-1.32, 2.44, "x", "bn").convention == "torch (ImageNet mean/std)"
+    gray = IR.snap(-1.32, 2.44, "x", "bn", channels=1)
+    assert not gray.sure and gray.convention is None
+    tf = IR.snap(-1.08, 0.97, "x", "bn", channels=1)
+    assert (tf.lo, tf.hi, tf.sure, tf.convention) == (-1.0, 1.0, True, "tf ([-1, 1])")
+
+
 def test_natural_inputs_follow_the_convention():
     x = IR.natural_inputs(16, (32, 32, 3), IR.InputRange("x", -123.68, 151.061, "",
                                                         convention="caffe (BGR minus the "

@@ -23,7 +23,8 @@ tried in this order for each input:
    moving variance gives ``a`` from ``σ²_o = a²·v_o + β_o`` (``v_o`` the variance of ``f``'s
    linear part on the fields, ``β_o`` the spread of ``f(m)`` over positions); ``a`` is their
    median in log space. The fitted range ``[min b, max(b + 255·a)]`` is then snapped to the
-   usual conventions (:data:`CONVENTIONS`) by ``|log(w / w_k)| + |c − c_k| / w_k`` (width,
+   usual conventions (:data:`CONVENTIONS`; a one-channel input only to those that treat every
+   channel alike) by ``|log(w / w_k)| + |c − c_k| / w_k`` (width,
    centre), among the conventions that cover the fitted range (a convention narrower than
    what the statistics say would clip real inputs): the nearest within :data:`SNAP_MAX`,
    :data:`SNAP_MARGIN` ahead of the next; two close ones give their union, none the fitted
@@ -375,11 +376,24 @@ def _channel_var(y, axis):
     return y.reshape(-1, y.shape[-1]).var(axis=0)
 
 
-def snap(lo, hi, name, bn_name):
-    """The convention the fitted range ``[lo, hi]`` stands for (module docstring, step 2)."""
+def _uniform(name) -> bool:
+    """Whether convention ``name`` treats every channel alike (no per-channel mean or order)."""
+    scale, offset, perm = CONVENTIONS[name]
+    return bool(np.all(scale == scale[0]) and np.all(offset == offset[0])
+                and tuple(perm) == (0, 1, 2))
+
+
+def snap(lo, hi, name, bn_name, channels=3):
+    """The convention the fitted range ``[lo, hi]`` stands for (module docstring, step 2).
+    A ``channels``-1 input (grayscale) is held only to the conventions that treat every
+    channel alike: ImageNet's per-channel mean and std, or BGR order, say nothing of one
+    channel, and a custom layer before the first batch norm once put a grayscale fit near
+    the torch convention's range, "sure", for inputs in [0, 1]."""
     w, c = hi - lo, (hi + lo) / 2
     d = {}
     for k in CONVENTIONS:
+        if channels == 1 and not _uniform(k):
+            continue
         lk, hk = convention_range(k)
         wk = hk - lk
         if lk <= lo + COVER_TOL * wk and hk >= hi - COVER_TOL * wk:  # covers the fit
@@ -425,7 +439,7 @@ def infer_input_ranges(model, seed: int = 0) -> list[InputRange]:
         answer = _chain_answer(graph, index, shape, axis, name, rng)
         if answer is None:
             fit, why, bn_name = bn_fit(graph, index, shape, axis, rng, seed)
-            answer = (snap(*fit, name, bn_name) if fit is not None else
+            answer = (snap(*fit, name, bn_name, _layout(shape, axis)[2]) if fit is not None else
                       InputRange(name, np.nan, np.nan, f"no preprocessing layer, and {why}",
                                  sure=False))
         out.append(answer)
