@@ -22,6 +22,7 @@ _HOW = {"percentile": "1e-4 tails", "min/max": "min/max",
         "min/max (sparse)": "min/max (the 1e-4 tails would be too narrow: a sparse tensor)",
         "min/max (output)": "min/max (the output)",
         "min/max (decides an output)": "min/max (the logits before a softmax)",
+        "widened (decides an output)": "min/max widened (the logits before a softmax)",
         "min/max (integer input)": "min/max (an int8 input)"}
 
 

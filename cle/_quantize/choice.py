@@ -40,10 +40,10 @@ by the extreme-value law the widened ranges are read from. On a regression head 
 the plain conversion's cross-fitted figure was several dB above its figure on new inputs, and
 widened ranges lost to it by that blind spot alone (docs/design.md). ``Choice.expected``
 holds the figures compared; the check's interval reaches down to the written build's.
-On a softmax output the same blind spot is its logits' range: the check's interval (not the
-choice, as every candidate keeps the logits' min/max) reaches down to the figure with the
-clipping of the logits new inputs are expected to bring
-(:func:`cle._quantize.ranges.softmax_clipping`, :func:`_logit_clipping`).
+On a softmax output the same blind spot is its logits' range (cle's build widens it,
+:func:`cle._quantize.ranges.as_kind`; the converter keeps its min/max): the check's interval
+(not the choice) reaches down to the figure with the clipping of the logits new inputs are
+expected to bring (:func:`cle._quantize.ranges.softmax_clipping`, :func:`_logit_clipping`).
 
 Against the plain conversion the burden of proof is cle's: the promise is never to be worse
 than the converter, so cle's build (or its min/max variant) is written only when, cross-fitted
@@ -307,10 +307,10 @@ def _clipping(model, build, reference) -> dict:
 def _logit_clipping(fit, build, reference, kinds) -> dict:
     """``{candidate: [noise energy per input, per output]}``: the clipping of its logits new
     inputs are expected to add on each softmax output (its logits' range calibrated as the
-    candidate calibrates it: widened, or min/max), :func:`cle._quantize.ranges.softmax_clipping`
-    from the logits' extremes on every calibration input; 0 elsewhere. The check's interval
-    reaches down to it; the choice does not weigh it (every candidate but the widened one keeps
-    the logits' min/max, and on class scores the widened one is not built)."""
+    candidate calibrates it: widened in cle's build and the widened one, min/max in the others),
+    :func:`cle._quantize.ranges.softmax_clipping` from the logits' extremes on every
+    calibration input; 0 elsewhere. The check's interval reaches down to it; the choice does
+    not weigh it (the law is fitted to a few dozen extremes)."""
     logits = tflite.softmax_logits(build.calibrated)
     out = {name: [0.0] * len(reference) for name in CANDIDATES}
     for k, (r, kind) in enumerate(zip(reference, kinds)):
@@ -318,8 +318,9 @@ def _logit_clipping(fit, build, reference, kinds) -> dict:
         if kind != "probabilities" or index is None or index not in build.extremes:
             continue
         lows, highs = fit.extremes(index)
-        for name in CANDIDATES:
-            out[name][k] = softmax_clipping(r, lows, highs, KIND.get(name, "min/max"))
+        for name in CANDIDATES:  # cle's own build widens the logits too (ranges.as_kind)
+            kind = "widened" if KIND.get(name) in ("tails", "widened") else "min/max"
+            out[name][k] = softmax_clipping(r, lows, highs, kind)
     return out
 
 

@@ -11,7 +11,7 @@ from cle._math.order import quantiles
 from cle._tflite import converter as tflite
 from cle._tflite.runtime import input_name
 
-__all__ = ["KINDS", "MIN_WIDTH", "TAIL", "WIDEN_INPUTS", "as_kind", "choose_percentile_ranges",
+__all__ = ["KINDS", "LOGITS", "MIN_WIDTH", "TAIL", "WIDEN_INPUTS", "as_kind", "choose_percentile_ranges",
            "USUAL_RANGES", "USUAL_SHARE", "clipping_noise", "expected_clipping", "mse_range",
            "pick_range", "softmax_clipping", "tail_range", "tensor_roles", "usual_range",
            "widened"]
@@ -24,6 +24,9 @@ MIN_WIDTH = 1e-2
 #: Widened ranges reach the extremes this many times as many inputs as calibrated them would
 #: be expected to reach (:func:`as_kind`).
 WIDEN_INPUTS = 3.0
+#: How the logits before a softmax (or a sigmoid) are set in cle's own build: widened like
+#: the ``"widened"`` kind's ranges (:func:`as_kind`).
+LOGITS = "widened (decides an output)"
 #: The kinds of range :func:`as_kind` makes from the ranges :func:`pick_range` sets.
 KINDS = ("tails", "min/max", "widened")
 #: The usual ranges of a model input's values (pixels and normalized signals) ...
@@ -96,8 +99,9 @@ def choose_percentile_ranges(calibrated, x, tensor_ranges, stated, integer_io, s
     """Set each tensor's ``lo``/``hi`` to its :data:`TAIL` quantiles on ``x``, and return the
     values each tensor took (a sample, by tensor index, as
     :func:`cle._tflite.converter.observe` keeps it). Kept at min/max: the tensors that decide an
-    output (the outputs, and the logits before a softmax;
-    :func:`cle._tflite.converter.protected_indices`), an input tensor with ``integer_io`` (its
+    output (the outputs, and the logits before a softmax, which are then widened where
+    ``extremes`` is given, :func:`as_kind`; :func:`cle._tflite.converter.protected_indices`),
+    an input tensor with ``integer_io`` (its
     range is the int8 input's scale: real extremes must not clip); an input with a ``stated``
     range (``{input name: (lo, hi)}``, without data) takes it; and a tensor whose tail range
     would be narrower than :data:`MIN_WIDTH` of its min/max range keeps min/max. An input whose
@@ -118,6 +122,8 @@ def choose_percentile_ranges(calibrated, x, tensor_ranges, stated, integer_io, s
         # have been calibrated on fewer inputs; observe keeps each tensor's min and max last).
         pick_range(r, values[r.index], (float(values[r.index][-2]),
                                          float(values[r.index][-1])), roles, stated, integer_io)
+        if extremes is not None and r.index in extremes:
+            as_kind(r, "tails", *extremes[r.index], roles[1])
     return values
 
 
@@ -159,7 +165,8 @@ def pick_range(r, values, extremes, roles, stated, integer_io) -> None:
 
 def as_kind(r, kind: str, lows, highs, inputs) -> None:
     """Make ``r``, as :func:`pick_range` set it, a range of ``kind`` (one of :data:`KINDS`):
-    ``"tails"`` keeps it; ``"min/max"`` sets a tail range back to the tensor's min/max;
+    ``"tails"`` keeps it but for the logits before a softmax (or a sigmoid), which are widened
+    as below (:data:`LOGITS`); ``"min/max"`` sets a tail range back to the tensor's min/max;
     ``"widened"`` takes the min/max and, but for a model input, widens it to the extremes
     :data:`WIDEN_INPUTS` times as many inputs would be expected to reach: ``lows``/``highs``
     are the tensor's min and max on each input, and a Gumbel law fitted to them (its scale
@@ -167,8 +174,20 @@ def as_kind(r, kind: str, lows, highs, inputs) -> None:
     scale × ln k. A side at 0 (a ReLU's) stays there. On a value output (a regression head)
     the SQNR is ruled by the few inputs whose values leave the calibrated ranges, which few
     calibration inputs seldom contain; a classifier's outputs lose resolution for nothing.
-    ``inputs``: the indices of the model's input tensors."""
+    ``inputs``: the indices of the model's input tensors.
+
+    The logits before a softmax keep the top class where it is at any range, but a new input
+    whose largest logit passes the range has it cut, and its probabilities move: on a small
+    classifier of signals such inputs ruled the error of new inputs, and widening its logits
+    alone took the file's figure on them most of the way to its claim, at the cost of a
+    little of their resolution (which a softmax hardly sees). So cle's own build widens them
+    too."""
+    if r.how == LOGITS:  # back to the min/max pick_range set
+        r.lo, r.hi, r.how = r.calibrated[0], r.calibrated[1], "min/max (decides an output)"
     if kind == "tails":
+        if r.how == "min/max (decides an output)":
+            r.lo, r.hi = widened(r.lo, r.hi, lows, highs)
+            r.how = LOGITS
         return
     if r.how == "percentile":
         r.lo, r.hi, r.how = r.calibrated[0], r.calibrated[1], "min/max (chosen)"

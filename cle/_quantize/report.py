@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from cle._quantize.ranges import WIDEN_INPUTS
+from cle._quantize.ranges import LOGITS, WIDEN_INPUTS
 
 __all__ = ["QuantizeReport"]
 
@@ -129,6 +129,10 @@ class QuantizeReport:
         usual = sorted({(r.lo, r.hi) for r in self.ranges if r.how == "usual range"})
         said = ("; an input whose calibration values nearly span a usual range takes it ("
                 + ", ".join(f"[{lo:g}, {hi:g}]" for lo, hi in usual) + ")") if usual else ""
+        if any(r.how == LOGITS for r in self.ranges):
+            said = (f"; the logits before a softmax are widened past their min/max to the "
+                    f"extremes {WIDEN_INPUTS:g}× as many inputs would be expected to reach"
+                    + said)
         narrowed = [r for r in self.ranges if r.how == "percentile"]
         widened = [r for r in self.ranges if r.how.endswith(", widened")]
         if widened:
