@@ -324,6 +324,37 @@ def test_token_inputs_are_quantized_as_the_converter_takes_them(text_net):
     assert again == content
 
 
+def test_uint8_pixels_in_are_fed_as_they_are():
+    """A model that takes uint8 pixels and rescales them itself: TF Lite keeps that input
+    uint8 and unquantized (scale 0). The runner fed it as a quantized input and divided by
+    that 0, every nonzero pixel read as 255, so every figure (the check, the cross-fit, the
+    choice, run_tflite) said a good file was broken; now each file runs on the pixels as they
+    are, as LiteRT fed directly does."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    keras.utils.set_random_seed(3)
+    inp = keras.Input((12, 12, 1), dtype="uint8", name="pixels")
+    h = L.Rescaling(1 / 255)(inp)
+    h = L.Conv2D(8, 3, activation="relu")(h)
+    model = keras.Model(inp, L.Dense(4, activation="softmax")(L.GlobalAveragePooling2D()(h)))
+    x = np.random.default_rng(4).integers(0, 256, (96, 12, 12, 1)).astype(np.uint8)
+    content, report = cle.quantize(model, x[:64])
+    plain = Q.convert_to_tflite_int8(model, x[:64])
+    ref = model.predict(x[64:], verbose=0)
+    for tflite in (content, plain):
+        it = Interpreter(model_content=tflite)
+        detail = it.get_input_details()[0]
+        assert detail["dtype"] == np.uint8 and detail["quantization"] == (0.0, 0)
+        it.resize_tensor_input(detail["index"], x[64:].shape)
+        it.allocate_tensors()
+        it.set_tensor(detail["index"], x[64:])
+        it.invoke()
+        direct = it.get_tensor(it.get_output_details()[0]["index"])
+        np.testing.assert_array_equal(Q.run_tflite(tflite, x[64:]), direct)
+        assert Q.sqnr_db(ref, direct) > 25
+    assert report.sqnr_db > 25
+
+
 def test_token_inputs_refuse_what_cannot_be_done_in_one_line(text_net):
     """Fractional values for an integer input are an error naming the dtype; without data the
     one refusal names the integer input (nothing to distil along)."""
@@ -333,5 +364,28 @@ def test_token_inputs_refuse_what_cannot_be_done_in_one_line(text_net):
         cle.quantize(model, x[:8] + 0.5)
     with pytest.raises(ValueError, match=r"synthetic inputs cannot be distilled for input "
                                          r"'tokens', which takes integers \(token ids, "
-                                         r"indices\); pass calibration_data$"):
+                                         r"indices, 8-bit pixels: no gradient reaches them\); "
+                                         r"pass calibration_data$"):
         cle.quantize(model)
+
+
+def test_without_data_batch_norms_out_of_reach_are_named():
+    """Batch norms inside a nested model (a backbone called as a layer) or called twice are
+    not ones the distillation reads: the refusal says where they are, not that the model
+    has none."""
+    from cle._measure.synthetic import NeedsData, check_distillable
+
+    block = keras.Sequential([L.Conv2D(4, 3, padding="same"), L.BatchNormalization(),
+                              L.ReLU()], name="backbone")
+    inp = keras.Input((8, 8, 3))
+    nested = keras.Model(inp, L.Dense(2)(L.GlobalAveragePooling2D()(block(inp))))
+    with pytest.raises(NeedsData, match=r"of its own graph called once \(it holds 1: inside "
+                                        r"nested model 'backbone'; the distillation reads"):
+        check_distillable(nested)
+    bn = L.BatchNormalization(name="shared_bn")
+    a, b = keras.Input((4,)), keras.Input((4,))
+    shared = keras.Model([a, b], L.Add()([bn(a), bn(b)]))
+    with pytest.raises(NeedsData, match=r"\(it holds 1: called more than once \('shared_bn'\)"):
+        check_distillable(shared)
+    with pytest.raises(NeedsData, match=r"could shape synthetic inputs; pass calibration_data$"):
+        check_distillable(keras.Model(a, L.Dense(2)(a)))

@@ -30,6 +30,7 @@ import numpy as np
 from cle._core.backend import weights_digest
 from cle._core.graph import graph_view, inner_function
 from cle._core.inputs import ModelInputs, input_signatures, integer_inputs
+from cle._core.keras_internals import sublayers
 from cle._measure.check import guessed_scores
 
 EPS = 1e-5
@@ -59,6 +60,27 @@ def batch_norms(model) -> list:
             and view.n_calls(c.layer) == 1]
 
 
+def _unreached(model) -> str:
+    """Why the batch norms ``model`` holds, if any, are not ones :func:`batch_norms` reads:
+    inside a nested model (a backbone called as a layer), or called more than once (shared, or
+    wrapped by ``TimeDistributed``); "" when it holds none."""
+    view = graph_view(model)
+    nested = sorted({c.scope[0] for c in view.calls if c.scope
+                     and isinstance(c.layer, keras.layers.BatchNormalization)})
+    shared = [c.layer.name for c in view.calls if not c.scope
+              and isinstance(c.layer, keras.layers.BatchNormalization) and view.n_calls(c.layer) > 1]
+    held = sum(isinstance(layer, keras.layers.BatchNormalization) for layer in sublayers(model))
+    if not held:
+        return ""
+    why = ([f"inside nested model {', '.join(repr(n) for n in nested)}"] if nested else []) + (
+        [f"called more than once ({', '.join(repr(n) for n in sorted(set(shared)))})"]
+        if shared else [])
+    return (f" of its own graph called once (it holds {held}: "
+            + ("; ".join(why) if why else "inside a wrapper layer such as TimeDistributed")
+            + "; the distillation reads only the batch norms of the model's own graph, each "
+              "called once)")
+
+
 def _scored(model):
     """``(output tensor, kind)`` of the outputs the cross-entropy pushes: vectors of class
     scores (a segmentation map's per-pixel scores are left to the BN statistics)."""
@@ -79,16 +101,15 @@ def check_distillable(model):
     graph and the statistics."""
     bns = batch_norms(model)
     if not bns:
-        raise NeedsData(
-            f"model '{model.name}' has no BatchNormalization layer whose statistics could shape "
-            "synthetic inputs")
+        raise NeedsData(f"model '{model.name}' has no BatchNormalization layer whose statistics "
+                        "could shape synthetic inputs" + _unreached(model))
     _stats(bns)
     integers = integer_inputs(model)
-    if integers:  # token ids: no gradient to follow
+    if integers:  # token ids, raw 8-bit pixels: no gradient reaches them
         raise NeedsData(
             "synthetic inputs cannot be distilled for " + ", ".join(
                 f"input '{name}'" for name in integers) + ", which takes integers (token ids, "
-            "indices)")
+            "indices, 8-bit pixels: no gradient reaches them)")
     signatures = input_signatures(model)
     for name, shape in signatures:
         if any(d is None for d in shape):

@@ -73,8 +73,16 @@ def keras_output_order(names) -> list[int]:
     raise RuntimeError(f"cannot tell which TF Lite output is which Keras output: {list(names)}")
 
 
+def _quantized(detail) -> bool:
+    """Whether a tensor ``detail`` holds quantized values: an 8- or 16-bit integer with a
+    scale. A model's own uint8 (or int8) input, pixels the model rescales itself, is an
+    integer tensor with no quantization (scale 0): its values are what they say."""
+    return (np.dtype(detail["dtype"]) in (np.int8, np.uint8, np.int16)
+            and float(detail["quantization"][0]) != 0.0)
+
+
 def _to_float(y, detail):
-    if np.dtype(detail["dtype"]) in (np.int8, np.uint8, np.int16):
+    if _quantized(detail):
         scale, zero = detail["quantization"]
         return (y.astype(np.float32) - zero) * np.float32(scale)
     return np.array(y, dtype=np.float32)
@@ -82,12 +90,17 @@ def _to_float(y, detail):
 
 def to_input(chunk, detail):
     """Float model inputs ``chunk`` as the interpreter's input ``detail`` takes them:
-    quantized to its scale and zero point for an integer input, else cast."""
-    if np.dtype(detail["dtype"]) in (np.int8, np.uint8, np.int16):
+    quantized to its scale and zero point for a quantized input, rounded into an integer
+    input's type where it takes integers as they are, else cast."""
+    dtype = np.dtype(detail["dtype"])
+    if _quantized(detail):
         scale, zero = detail["quantization"]
-        info = np.iinfo(detail["dtype"])
+        info = np.iinfo(dtype)
         chunk = np.clip(np.round(chunk / scale) + zero, info.min, info.max)
-    return chunk.astype(detail["dtype"])
+    elif dtype.kind in "iu" and np.asarray(chunk).dtype.kind == "f":
+        info = np.iinfo(dtype)
+        chunk = np.clip(np.round(chunk), info.min, info.max)
+    return np.asarray(chunk).astype(dtype)
 
 
 def run_all(tflite_model, x, batch_size=TFLITE_BATCH, interp=None) -> list[np.ndarray]:
