@@ -389,3 +389,35 @@ def test_without_data_batch_norms_out_of_reach_are_named():
         check_distillable(shared)
     with pytest.raises(NeedsData, match=r"could shape synthetic inputs; pass calibration_data$"):
         check_distillable(keras.Model(a, L.Dense(2)(a)))
+
+
+def test_keras_output_order_places_repeated_and_passed_through_outputs():
+    from cle._tflite.runtime import keras_output_order
+
+    assert keras_output_order(["Identity_1", "Identity"]) == [1, 0]
+    assert keras_output_order(["Identity", "Identity"]) == [0, 1]  # one tensor, listed twice
+    assert keras_output_order(["Identity", "x"], ["x"]) == [0, 1]  # the input, returned
+    assert keras_output_order(["serving_default_x:0", "StatefulPartitionedCall_1:0"],
+                              ["serving_default_x:0"]) == [1, 0]
+    with pytest.raises(RuntimeError, match="cannot tell which TF Lite output"):
+        keras_output_order(["a", "b"])
+
+
+@pytest.mark.parametrize("outputs", ["twice", "input after", "input first"])
+def test_an_output_listed_twice_or_the_input_returned_is_quantized(outputs):
+    """A model that lists one output twice, or returns its input (through ``Identity``) as an
+    output: TF Lite's converter writes it, and every entry point stopped on 'cannot tell which
+    TF Lite output is which Keras output'. Each output now reads its own tensor."""
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((6,), name="x")
+    out = L.Dense(3, name="head")(L.Dense(8, activation="relu")(inp))
+    passed = L.Identity(name="same")(inp)
+    model = keras.Model(inp, {"twice": [out, out], "input after": [out, passed],
+                              "input first": [passed, out]}[outputs])
+    x = np.random.default_rng(0).uniform(0, 1, (64, 6)).astype(np.float32)
+    refs = model.predict(x, verbose=0)
+    content, report = cle.quantize(model, x)
+    for tflite in (content, Q.convert_to_tflite_int8(model, x)):
+        for ref, y in zip(refs, Q.run_tflite(tflite, x)):
+            assert ref.shape == y.shape and Q.sqnr_db(ref, y) > 35
+    assert len(report.outputs) == 2

@@ -186,7 +186,8 @@ class _Measure:
                           for s in sim.switches])
         graph = sim.float_graph
         self.outputs = [graph.outputs[k] for k in
-                        keras_output_order([graph.name(t) for t in graph.outputs])]
+                        keras_output_order([graph.name(t) for t in graph.outputs],
+                                           [graph.name(t) for t in graph.inputs])]
         plan = []  # (input, what, entry)
         for i in range(len(x)):
             plan += [(i, "off", -1), (i, "on", -1)]

@@ -448,8 +448,7 @@ def ranges_of(calibrated: bytes) -> list[TensorRange]:
         if q is None or q.min is None or len(q.min) != 1:
             continue
         lo, hi = float(q.min[0]), float(q.max[0])
-        name = t.name.decode("utf-8", "replace") if isinstance(t.name, bytes) else str(t.name)
-        out.append(TensorRange(i, name, tuple(int(d) for d in t.shape), (lo, hi), lo, hi))
+        out.append(TensorRange(i, _tensor_name(t), tuple(int(d) for d in t.shape), (lo, hi), lo, hi))
     return out
 
 
@@ -499,15 +498,20 @@ def softmax_logits(calibrated: bytes) -> list:
     graph = obj.subgraphs[0]
     producer = _producers(obj)
     outputs = [int(i) for i in graph.outputs]
-    names = [graph.tensors[i].name for i in outputs]
-    names = [n.decode("utf-8", "replace") if isinstance(n, bytes) else str(n) for n in names]
+    names = [_tensor_name(graph.tensors[i]) for i in outputs]
     found = []
     for t in outputs:
         kind, inputs = producer.get(t, ("", []))
         while kind in _PASS_BACK and kind != "SOFTMAX" and inputs:
             kind, inputs = producer.get(inputs[0], ("", []))
         found.append(inputs[0] if kind == "SOFTMAX" and inputs else None)
-    return [found[k] for k in keras_output_order(names)]
+    inputs = [_tensor_name(graph.tensors[int(i)]) for i in graph.inputs]
+    return [found[k] for k in keras_output_order(names, inputs)]
+
+
+def _tensor_name(tensor) -> str:
+    name = tensor.name
+    return name.decode("utf-8", "replace") if isinstance(name, bytes) else str(name)
 
 
 def output_indices(calibrated: bytes) -> set:

@@ -54,23 +54,39 @@ def output_details_in_order(interp) -> list[dict]:
     converter names them ``Identity``, ``Identity_1``, ... (a traced function) or ``...:k``
     (Keras' export), numbered in that order."""
     details = interp.get_output_details()
-    return [details[k] for k in keras_output_order([d["name"] for d in details])]
+    inputs = [d["name"] for d in interp.get_input_details()]
+    return [details[k] for k in keras_output_order([d["name"] for d in details], inputs)]
 
 
-def keras_output_order(names) -> list[int]:
+def keras_output_order(names, input_names=()) -> list[int]:
     """The positions of a flatbuffer's output tensors, given their ``names``, in the order of
-    the Keras model's outputs (see :func:`output_details_in_order`)."""
+    the Keras model's outputs (see :func:`output_details_in_order`); ``input_names``: the
+    flatbuffer's input tensors', which a model input returned as an output keeps."""
+    inputs = set(input_names)
 
     def position(name):
+        if name in inputs:
+            return None
         m = re.search(r":(\d+)$", name) or re.fullmatch(r"Identity(?:_(\d+))?", name)
         return None if m is None else int(m.group(1) or 0)
 
-    positions = [position(n) for n in names]
-    if sorted(p for p in positions if p is not None) == list(range(len(names))):
-        return sorted(range(len(names)), key=lambda k: positions[k])
-    if len(names) == 1:
-        return [0]
-    raise RuntimeError(f"cannot tell which TF Lite output is which Keras output: {list(names)}")
+    names = list(names)
+    n = len(names)
+    order, taken = [None] * n, set()
+    for k, p in enumerate(position(name) for name in names):
+        if p is not None and p < n and p not in taken:
+            order[k] = p
+            taken.add(p)
+    missing = [p for p in range(n) if p not in taken]
+    free = [k for k in range(n) if order[k] is None]
+    # A tensor the model lists twice is listed twice under one name (either copy will do); a
+    # model input returned as an output keeps the input's name, in the place of its number.
+    seen = {names[k] for k in range(n) if order[k] is not None}
+    if len(free) == len(missing) and (len(free) <= 1 or all(names[k] in seen for k in free)):
+        for k, p in zip(free, missing):
+            order[k] = p
+        return sorted(range(n), key=lambda k: order[k])
+    raise RuntimeError(f"cannot tell which TF Lite output is which Keras output: {names}")
 
 
 def _quantized(detail) -> bool:

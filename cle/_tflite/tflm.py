@@ -120,7 +120,7 @@ def run_tflm(content: bytes, x, timeout: float = 3600.0) -> TflmRun:
             raise TflmFailed(_failure(done))
         with open(dst, "rb") as f:
             outputs, arena = pickle.load(f)
-    order = keras_output_order(out_names)
+    order = keras_output_order(out_names, [graph.name(t) for t in graph.inputs])
     return TflmRun([outputs[k] for k in order], arena)
 
 
