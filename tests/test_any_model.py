@@ -17,7 +17,7 @@ from cle._core.inputs import check_calibration_data
 from cle._measure import check as C
 from cle._measure.inference import predict, predict_all
 
-from conftest import no_tflite_on_torch, randomize_batch_norms
+from conftest import no_tflite_on_torch, randomize_batch_norms, tensorflow_only
 
 pytestmark = no_tflite_on_torch
 
@@ -421,3 +421,23 @@ def test_an_output_listed_twice_or_the_input_returned_is_quantized(outputs):
         for ref, y in zip(refs, Q.run_tflite(tflite, x)):
             assert ref.shape == y.shape and Q.sqnr_db(ref, y) > 35
     assert len(report.outputs) == 2
+
+
+@tensorflow_only("on JAX the export of a net whose input size is free computes its shapes in "
+                 "the graph, and the pairing of its float and INT8 operators stops on them "
+                 "(a ValueError; CHANGELOG, known issues)")
+def test_analyze_and_tune_a_net_whose_input_size_is_free():
+    """A fully convolutional net on ``Input((None, None, 1))``: the file's placeholder input
+    is 1×1, and the simulation that ``cle.analyze`` and ``tune=True`` run was probed at that
+    size (LiteRT: 'input->dims->data[1] > 0' after a pooling). It is probed at the data's
+    size now."""
+    keras.utils.set_random_seed(5)
+    inp = keras.Input((None, None, 1))
+    h = L.ReLU()(L.BatchNormalization()(L.Conv2D(4, 3, padding="same")(inp)))
+    h = L.Conv2D(4, 3, padding="same", activation="relu")(L.MaxPooling2D()(h))
+    model = keras.Model(inp, L.Conv2D(1, 1)(L.UpSampling2D()(h)))
+    x = np.random.default_rng(5).uniform(0, 1, (32, 16, 16, 1)).astype(np.float32)
+    report = cle.analyze(model, x, layer_inputs=2)
+    assert report.layers and all(np.isfinite(layer.sqnr_db) for layer in report.layers)
+    _, tuned = cle.quantize(model, x, tune=True)
+    assert tuned.tuning is not None and np.isfinite(tuned.sqnr_db)

@@ -107,7 +107,8 @@ def analyze_checked(model, calibration_data, opts: QuantizeOptions,
     say(f"pairing the model's layers with the .tflite's tensors on {min(PROBE_INPUTS, len(x_layer))}"
         " inputs")
     lmap = map_layers(build.equalized, reference, x_layer[:PROBE_INPUTS])
-    sim = quant_sim.build(reference, build.content, watch=[e.tensor for e in lmap.entries])
+    sim = quant_sim.build(reference, build.content, watch=[e.tensor for e in lmap.entries],
+                          like=x_layer)
     entries, entry_of = _with_switches(_input_entries(x_layer.names, sim) + lmap.entries,
                                        lmap.owner, sim)
     seconds["map"] = time.perf_counter() - start

@@ -215,7 +215,7 @@ def tune_ranges(build, model, x_tune, inputs: str, per_channel: bool, integer_io
     start = time.perf_counter()
     f = FlatGraph(build.calibrated)
     fixed = _fixed(build, integer_io)
-    sim = quant_sim.build(build.calibrated, build.content)
+    sim = quant_sim.build(build.calibrated, build.content, like=x_tune)
     open_ = {s.tensor: [s.index] for s in sim.switches
              if s.kind == "activation" and not s.requantize and s.tensor not in fixed
              and s.tensor in {r.index for r in build.ranges}}
@@ -233,7 +233,8 @@ def tune_ranges(build, model, x_tune, inputs: str, per_channel: bool, integer_io
         int8_of = align(f, q).int8_of
         for t in top:
             alternatives[t].append(q.params(int8_of[t]))
-    sim = quant_sim.build(build.calibrated, build.content, alternatives=alternatives)
+    sim = quant_sim.build(build.calibrated, build.content, alternatives=alternatives,
+                          like=x_tune)
     switches = {(s.tensor, s.alternative): s.index for s in sim.switches
                 if s.tensor in alternatives and not s.requantize and s.kind == "activation"}
     say(f"tuning: trying {len(kinds)} other ranges for each of the {len(top)} tensors that add "
@@ -299,7 +300,7 @@ def correct_biases(calibrated, content, x, per_channel, integer_io):
     channel, of the error the quantization of its inputs alone (their range and rounding, on
     float values, the rest in float) leaves at its pre-activation on ``x``. The weights' own
     error is not corrected again: the float model already carries its bias correction."""
-    sim = quant_sim.build(calibrated, content, pre_activations=True)
+    sim = quant_sim.build(calibrated, content, pre_activations=True, like=x)
     f = sim.float_graph
     reads = {}
     for key in sim.readable:

@@ -328,13 +328,16 @@ def _exact(f: FlatGraph, q: FlatGraph, op, qop, u) -> bool:
 
 
 def build(float_content: bytes, int8_content: bytes, watch=(), alternatives=None,
-          pre_activations=False) -> QuantSim:
+          pre_activations=False, like=None) -> QuantSim:
     """The switchable simulation of ``int8_content`` on ``float_content`` (see the module
     docstring). Every activation tensor with a switch, every model output and the float
     model's tensors in ``watch`` are readable. ``alternatives``: float tensor -> list of
     other ``(scales, zero_points, axis)`` to quantize it with, each under a switch of its own
     (an activation range to try in its place). ``pre_activations`` makes each operator's
-    sum before its activation readable too."""
+    sum before its activation readable too. ``like``: inputs
+    (:class:`cle._core.inputs.ModelInputs`, or a one-input model's array) whose sample shapes
+    the file is probed at, for an input whose size is free (a fully convolutional net; else
+    the file's own shape)."""
     alternatives = alternatives or {}
     f, q = FlatGraph(float_content), FlatGraph(int8_content)
     alignment = align(f, q)
@@ -390,11 +393,11 @@ def build(float_content: bytes, int8_content: bytes, watch=(), alternatives=None
         for t in op.outputs:
             activation(t, op.index)
     return _finish(ed, work, f, alignment, switches, masks, current, watch, pre_activations,
-                   float_content)
+                   float_content, like)
 
 
 def _finish(ed, work, f, alignment, switches, masks, current, watch, pre,
-            float_content) -> QuantSim:
+            float_content, like) -> QuantSim:
     graph = ed.graph
     graph.operators = ed.pending
     graph.inputs = np.array(list(work.inputs) + masks, np.int32)
@@ -410,25 +413,31 @@ def _finish(ed, work, f, alignment, switches, masks, current, watch, pre,
         f.ops[t[1]].outputs[0] if isinstance(t, tuple) else t for t in order}
     return QuantSim(content, switches, {t: p for p, t in enumerate(order)}, f, alignment,
                     n_inputs=len(work.inputs), apart=frozenset(
-                        tensors - batch_leading(float_content, tensors)))
+                        tensors - batch_leading(float_content, tensors, like)))
 
 
-def batch_leading(content: bytes, tensors) -> set[int]:
+def batch_leading(content: bytes, tensors, like=None) -> set[int]:
     """The tensors of ``tensors`` that hold one row per sample: shape ``(1, ...)`` on one
-    sample and ``(2, ...)`` on two (found by running ``content`` on zeros). Others hold
-    several samples in one row or one sample in several: JAX's export runs a Dense layer on
-    a sequence as one matrix product over ``(samples × positions, features)``."""
+    sample and ``(2, ...)`` on two (found by running ``content`` on zeros, each input of the
+    sample shape of ``like``'s, when given, else of the file's: an input whose size is free
+    has a placeholder of 1 there, too small for a pooling). Others hold several samples in
+    one row or one sample in several: JAX's export runs a Dense layer on a sequence as one
+    matrix product over ``(samples × positions, features)``."""
     shapes = []
     for n in (1, 2):
         interp = interpreter(content, preserve_all_tensors=True)
-        details = interp.get_input_details()
+        named = hasattr(like, "names")  # ModelInputs, or one input's array
+        details = (input_details_by_name(interp, like.names) if named else
+                   interp.get_input_details())
+        samples = ([tuple(d["shape"][1:]) for d in details] if like is None else
+                   [tuple(a.shape[1:]) for a in (like.arrays if named else [like])])
         if n == 2 and fixed_batch(interp, details):  # runs one at a time: (1, ...) is a row
             return {t for t in tensors if shapes[0][t][:1] == (1,)}
-        for d in details:
-            interp.resize_tensor_input(d["index"], (n,) + tuple(d["shape"][1:]), strict=False)
+        for d, sample in zip(details, samples):
+            interp.resize_tensor_input(d["index"], (n,) + sample, strict=False)
         interp.allocate_tensors()
-        for d in details:
-            interp.set_tensor(d["index"], np.zeros((n,) + tuple(d["shape"][1:]), d["dtype"]))
+        for d, sample in zip(details, samples):
+            interp.set_tensor(d["index"], np.zeros((n,) + sample, d["dtype"]))
         with np.errstate(all="ignore"):
             interp.invoke()
         shapes.append({t: tuple(interp.get_tensor(t).shape) for t in tensors})
