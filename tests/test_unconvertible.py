@@ -111,3 +111,25 @@ def test_a_nested_layer_is_found_and_the_command_line_says_it_in_one_line(tmp_pa
     refusal = [line for line in err.splitlines() if "inner_rnn" in line]
     assert len(refusal) == 1 and "cannot write model 'nested'" in refusal[0], err
     assert not (tmp_path / "m.tflite").exists()
+
+
+def test_a_mixed_precision_model_is_refused_naming_its_policy():
+    """A model built under ``mixed_bfloat16``: TF Lite's converter fails on it with an MLIR
+    dump; quantize refuses before any work, naming the policy and what to do, in one entry
+    for every such layer."""
+    previous = keras.config.dtype_policy()
+    keras.config.set_dtype_policy("mixed_bfloat16")
+    try:
+        inp = keras.Input((8, 8, 1))
+        h = L.Conv2D(4, 3, activation="relu", name="c1")(inp)
+        h = L.Conv2D(4, 3, activation="relu", name="c2")(h)
+        h = L.Dense(3, name="d")(L.GlobalAveragePooling2D()(h))
+        model = keras.Model(inp, L.Activation("softmax", dtype="float32")(h))
+    finally:
+        keras.config.set_dtype_policy(previous)
+    (entry,) = tflite.unconvertible_layers(model)
+    assert entry.startswith("'c1', 'c2', 'global_average_pooling2d', ... (4 layers): compute "
+                            "in bfloat16 (dtype policy 'mixed_bfloat16')")
+    with pytest.raises(ValueError, match=r"cle\.quantize needs TF Lite's converter, which "
+                                         r"cannot write model .* compute in bfloat16"):
+        cle.quantize(model, np.zeros((8, 8, 8, 1), np.float32))

@@ -19,7 +19,7 @@ from cle._math.checks import check_bits, check_bool, check_inputs, check_pair
 from cle._math.kernel_quant import quantize_kernel
 from cle._measure.inference import predict
 from cle._tflite import converter as _tflite
-from cle._tflite.converter import check_convertible, check_tflite_backend
+from cle._tflite.convertible import check_convertible, check_tflite_backend
 from cle._tflite.runtime import (TFLITE_BATCH, input_name, interpreter,
                                  output_details_in_order, run_all)
 
@@ -216,7 +216,7 @@ def convert_to_tflite_int8(model, representative_inputs, per_channel=True,
         TypeError: ``model`` is not a ``keras.Model``.
         ValueError: ``representative_inputs`` is empty or does not match the model's inputs,
             or ``per_channel``/``num_calibration`` is invalid, or a layer the converter
-            cannot write (:func:`cle._tflite.converter.unconvertible_layers`, each named).
+            cannot write (:func:`cle._tflite.convertible.unconvertible_layers`, each named).
         Exception: whatever the TF Lite converter raises (e.g. an op without an INT8 builtin
             kernel); the converter's captured log is written to ``sys.stderr`` first.
         RuntimeError: the Keras backend is PyTorch, whose models TF Lite's converter cannot
