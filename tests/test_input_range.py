@@ -86,6 +86,16 @@ def test_snap_takes_only_conventions_that_cover_the_fit():
     assert not dark.sure and dark.lo < -2.09 and dark.hi > 0.01
 
 
+def test_a_nearer_convention_that_does_not_cover_the_fit_makes_it_unsure():
+    """Sparse digits in [0, 1] fit about [-0.3, 1.08]: [0, 1] is the nearest convention but
+    does not cover the fit, and tf's [-1, 1], the nearest that does, cost a distilled file
+    more than 3 dB against the converter's. Between the two the answer is unsure (a refusal
+    naming input_range), not tf's."""
+    r = IR.snap(-0.3, 1.08, "x", "bn", channels=1)
+    assert not r.sure and "between tf ([-1, 1]) and [0, 1]" in r.source
+    assert IR.snap(-0.045, 0.773, "x", "bn", channels=1).convention == "[0, 1]"
+
+
 def test_a_grayscale_fit_snaps_only_to_conventions_that_treat_channels_alike():
     """ImageNet's per-channel mean and std say nothing of one channel: a grayscale fit near
     the torch convention's range is "cannot tell" (a custom layer before the first batch norm

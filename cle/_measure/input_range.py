@@ -390,19 +390,23 @@ def snap(lo, hi, name, bn_name, channels=3):
     channel, and a custom layer before the first batch norm once put a grayscale fit near
     the torch convention's range, "sure", for inputs in [0, 1]."""
     w, c = hi - lo, (hi + lo) / 2
-    d = {}
+    d, near = {}, {}
     for k in CONVENTIONS:
         if channels == 1 and not _uniform(k):
             continue
         lk, hk = convention_range(k)
         wk = hk - lk
+        near[k] = abs(np.log(w / wk)) + abs(c - (hk + lk) / 2) / wk
         if lk <= lo + COVER_TOL * wk and hk >= hi - COVER_TOL * wk:  # covers the fit
-            d[k] = abs(np.log(w / wk)) + abs(c - (hk + lk) / 2) / wk
+            d[k] = near[k]
     order = sorted(d, key=d.get)
     where = f"the statistics of its first batch norm '{bn_name}'"
     fit = f"[{lo:.3g}, {hi:.3g}]"
     if order and d[order[0]] < SNAP_MAX:
         close = [k for k in order if d[k] - d[order[0]] < SNAP_MARGIN]
+        nearest = min(near, key=near.get)
+        if nearest not in d and near[nearest] < SNAP_MAX:  # nearer, but narrower than the fit
+            close.append(nearest)  # (sparse [0, 1] digits fit below 0: not tf's [-1, 1])
         if len(close) == 1:
             lo_k, hi_k = convention_range(order[0])
             return InputRange(name, lo_k, hi_k, f"{where} fit {fit}: the {order[0]} "
