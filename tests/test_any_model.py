@@ -370,25 +370,60 @@ def test_token_inputs_refuse_what_cannot_be_done_in_one_line(text_net):
 
 
 def test_without_data_batch_norms_out_of_reach_are_named():
-    """Batch norms inside a nested model (a backbone called as a layer) or called twice are
-    not ones the distillation reads: the refusal says where they are, not that the model
-    has none."""
+    """Batch norms called twice (shared) are not ones the distillation reads: the refusal says
+    where they are, not that the model has none."""
     from cle._measure.synthetic import NeedsData, check_distillable
 
-    block = keras.Sequential([L.Conv2D(4, 3, padding="same"), L.BatchNormalization(),
-                              L.ReLU()], name="backbone")
-    inp = keras.Input((8, 8, 3))
-    nested = keras.Model(inp, L.Dense(2)(L.GlobalAveragePooling2D()(block(inp))))
-    with pytest.raises(NeedsData, match=r"of its own graph called once \(it holds 1: inside "
-                                        r"nested model 'backbone'; the distillation reads"):
-        check_distillable(nested)
     bn = L.BatchNormalization(name="shared_bn")
     a, b = keras.Input((4,)), keras.Input((4,))
     shared = keras.Model([a, b], L.Add()([bn(a), bn(b)]))
-    with pytest.raises(NeedsData, match=r"\(it holds 1: called more than once \('shared_bn'\)"):
+    with pytest.raises(NeedsData, match=r"of its own graph called once \(it holds 1: called "
+                                        r"more than once \('shared_bn'\)"):
         check_distillable(shared)
     with pytest.raises(NeedsData, match=r"could shape synthetic inputs; pass calibration_data$"):
         check_distillable(keras.Model(a, L.Dense(2)(a)))
+
+
+def _nested_backbone():
+    keras.utils.set_random_seed(6)
+    backbone = keras.Sequential([keras.Input((16, 16, 3)), L.Rescaling(1 / 127.5, offset=-1),
+                                 L.Conv2D(8, 3, padding="same"), L.BatchNormalization(),
+                                 L.ReLU(), L.Conv2D(8, 3, strides=2, padding="same"),
+                                 L.BatchNormalization(), L.ReLU()], name="backbone")
+    inp = keras.Input((16, 16, 3), name="image")
+    model = keras.Model(inp, L.Dense(5, activation="softmax")(
+        L.GlobalAveragePooling2D()(backbone(inp))), name="transfer")
+    randomize_batch_norms(model, deep=True)
+    return model
+
+
+def test_flattened_inlines_nested_models_and_computes_the_same():
+    from cle._core.graph import graph_view
+    from cle._core.rebuild import flattened
+
+    model = _nested_backbone()
+    before = [w.copy() for w in model.get_weights()]
+    flat = flattened(model)
+    assert not any(isinstance(layer, keras.Model) for layer in flat.layers)
+    assert all(not c.scope for c in graph_view(flat).calls)
+    assert [layer.name for layer in flat.layers[:1]] == ["image"]
+    x = np.random.default_rng(0).uniform(0, 255, (4, 16, 16, 3)).astype(np.float32)
+    np.testing.assert_allclose(flat.predict(x, verbose=0), model.predict(x, verbose=0),
+                               rtol=1e-6, atol=1e-7)
+    assert all(np.array_equal(a, b) for a, b in zip(before, model.get_weights()))
+    assert len(graph_view(model).calls_of[id(model.layers[1].layers[1])]) == 1
+
+
+def test_without_data_a_backbone_called_as_a_layer_is_distilled_through():
+    """The transfer-learning pattern: a backbone (its preprocessing and batch norms inside)
+    called as a layer. Without data it was refused ('no BatchNormalization layer'); its
+    preprocessing now tells the input range, and the distillation reads its batch norms
+    through a flattened copy."""
+    model = _nested_backbone()
+    content, report = cle.quantize(model)
+    assert report.calibration == "synthetic" and len(content) > 0
+    assert report.to_dict()["input_ranges"][0]["range"] == [0.0, 255.0]
+    assert np.isfinite(report.sqnr_db)
 
 
 def test_keras_output_order_places_repeated_and_passed_through_outputs():

@@ -123,12 +123,12 @@ def test_a_mixed_precision_model_is_refused_naming_its_policy():
         inp = keras.Input((8, 8, 1))
         h = L.Conv2D(4, 3, activation="relu", name="c1")(inp)
         h = L.Conv2D(4, 3, activation="relu", name="c2")(h)
-        h = L.Dense(3, name="d")(L.GlobalAveragePooling2D()(h))
+        h = L.Dense(3, name="d")(L.GlobalAveragePooling2D(name="pool")(h))
         model = keras.Model(inp, L.Activation("softmax", dtype="float32")(h))
     finally:
         keras.config.set_dtype_policy(previous)
     (entry,) = tflite.unconvertible_layers(model)
-    assert entry.startswith("'c1', 'c2', 'global_average_pooling2d', ... (4 layers): compute "
+    assert entry.startswith("'c1', 'c2', 'pool', ... (4 layers): compute "
                             "in bfloat16 (dtype policy 'mixed_bfloat16')")
     with pytest.raises(ValueError, match=r"cle\.quantize needs TF Lite's converter, which "
                                          r"cannot write model .* compute in bfloat16"):

@@ -110,6 +110,8 @@ class GraphView:
     hidden_batch_norms: list[tuple[Call, Any]]
     # The model's input tensors, in the order of model.inputs (empty for a local view).
     inputs: list[Tensor] = dataclasses.field(default_factory=list)
+    # Its output tensors, in the order of its function's outputs (empty for a local view).
+    outputs: list[Tensor] = dataclasses.field(default_factory=list)
 
     # For a local view (see local_view): number of calls of each layer known from Keras.
     counts: dict[int, int] = dataclasses.field(default_factory=dict)
@@ -252,9 +254,9 @@ def graph_view(model) -> GraphView:
             t.output_of.append(name)
         return outs
 
-    visit(function, None, (), model.name)
+    outputs = visit(function, None, (), model.name)
     return GraphView(model=model, calls=calls, calls_of=calls_of, hidden_batch_norms=hidden,
-                     inputs=top_inputs)
+                     inputs=top_inputs, outputs=outputs)
 
 
 def takes_training(layer) -> bool:

@@ -23,7 +23,7 @@ import keras
 import numpy as np
 
 from cle._core import keras_internals as internals
-from cle._core.graph import inner_function
+from cle._core.graph import graph_view, inner_function, run_call
 from cle._core.layouts import layout_of
 
 __all__ = ["CloneMap", "LayerEdit", "gc_paused", "own_configs", "rebuild"]
@@ -346,3 +346,24 @@ def rebuild(model, edits=None, bypass=()):
     builder.restore_initializers()
     builder.copy_weights()
     return new, builder.clones
+
+
+def flattened(model):
+    """A copy of ``model`` with every nested Functional or Sequential model inlined: one graph
+    of clones of its layers (weights and state copied, a shared layer still shared), computing
+    what ``model`` computes, its inputs named as ``model``'s. ``model`` is not touched: its
+    layers are not called. For what reads a model's own graph only (the distillation reads the
+    batch norms of a ``keras.applications`` backbone called as a layer this way)."""
+    view = graph_view(model)
+    builder = _Rebuilder({}, set())
+    with gc_paused(), own_configs():
+        inputs = [_new_input(kt) for kt in inner_function(model).inputs]
+        values = {id(t): kt for t, kt in zip(view.inputs, inputs)}
+        for call in view.calls:
+            outs = run_call(call, [values[id(t)] for t in call.inputs],
+                            layer=builder.clone_layer(call.layer))
+            values.update((id(t), v) for t, v in zip(call.outputs, outs))
+        new = keras.Model(inputs, [values[id(t)] for t in view.outputs], name=model.name)
+    builder.restore_initializers()
+    builder.copy_weights()
+    return new

@@ -269,7 +269,7 @@ def _constant_probes(f, shape, axis):
 
 def _is_preprocessing(call, tensor):
     layer = call.layer
-    if call.scope or len(call.inputs) != 1 or len(call.outputs) != 1:
+    if len(call.inputs) != 1 or len(call.outputs) != 1:
         return False
     if call.outputs[0].shape != tensor.shape:
         return False

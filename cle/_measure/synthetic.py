@@ -31,6 +31,7 @@ from cle._core.backend import weights_digest
 from cle._core.graph import graph_view, inner_function
 from cle._core.inputs import ModelInputs, input_signatures, integer_inputs
 from cle._core.keras_internals import sublayers
+from cle._core.rebuild import flattened
 from cle._measure.check import guessed_scores
 
 EPS = 1e-5
@@ -49,6 +50,28 @@ class NeedsData(ValueError):
     def __init__(self, why: str):
         self.why = why
         super().__init__(f"{why}; pass calibration_data")
+
+
+#: The flattened copy of each model whose batch norms sit in nested models
+#: (:func:`reachable`), with the digest of the weights it was made from, while the model lives.
+_FLAT: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def reachable(model):
+    """``model``, or, when some of its batch norms sit inside a nested model (a
+    ``keras.applications`` backbone called as a layer), its flattened copy
+    (:func:`cle._core.rebuild.flattened`): the distillation reads batch norms through the
+    model's own graph, and a nested model's tensors are not in it. Made once per model and
+    weights."""
+    view = graph_view(model)
+    if not any(c.scope and isinstance(c.layer, keras.layers.BatchNormalization)
+               for c in view.calls):
+        return model
+    digest = weights_digest(model)
+    kept = _FLAT.get(model)
+    if kept is None or kept[0] != digest:
+        kept = _FLAT[model] = (digest, flattened(model))
+    return kept[1]
 
 
 def batch_norms(model) -> list:
@@ -98,8 +121,9 @@ def check_distillable(model):
     """``(batch norms, input signatures)`` when synthetic inputs can be distilled for
     ``model``; else :class:`NeedsData` saying why (no batch norm, one whose statistics are not
     finite, an input that takes integers, an input whose size is not fixed). Cheap: reads the
-    graph and the statistics."""
-    bns = batch_norms(model)
+    graph and the statistics (a model whose batch norms sit in a nested model is flattened
+    once, :func:`reachable`)."""
+    bns = batch_norms(reachable(model))
     if not bns:
         raise NeedsData(f"model '{model.name}' has no BatchNormalization layer whose statistics "
                         "could shape synthetic inputs" + _unreached(model))
@@ -249,6 +273,7 @@ def distill(model, n: int, steps: int = STEPS, batch_size: int = BATCH,
             turned non-finite.
     """
     bns, signatures = check_distillable(model)
+    model = reachable(model)  # what the batch norms' tensors belong to
     shapes = [shape for _, shape in signatures]
     scored = _scored(model)
     clips = _ranges(input_range, len(shapes))
