@@ -141,7 +141,10 @@ def _settle_bn(model, x):
     disagrees with itself at inference)."""
     import keras
 
-    bns = [la for la in model.layers if isinstance(la, keras.layers.BatchNormalization)]
+    from cle._core.keras_internals import sublayers
+
+    bns = [la for la in sublayers(model)  # a nested model's too
+           if isinstance(la, keras.layers.BatchNormalization)]
     if bns:
         saved = [b.momentum for b in bns]
         for b in bns:
@@ -613,6 +616,28 @@ def mobilenet_v3_photos():
         "excitation, hard-swish) trained: photo crops 64, 0..255; which photo (8)")
 
 
+def transfer_mobilenet_v3():
+    import keras
+
+    (xt, yt, _), (xc, _, _), (xe, _, _) = _photo_set(64)
+
+    def train():
+        _seed(12)
+        backbone = keras.applications.MobileNetV3Small(
+            input_shape=(64, 64, 3), alpha=0.75, weights=None, include_top=False,
+            include_preprocessing=True, pooling="avg")
+        inp = keras.Input((64, 64, 3), name="photo")
+        out = keras.layers.Dense(8, activation="softmax", name="which")(backbone(inp))
+        model = keras.Model(inp, out, name="transfer_mobilenet_v3")
+        return _fit(model, xt.astype(np.float32), yt, 8, "sparse_categorical_crossentropy")
+
+    return _cached("transfer_mobilenet_v3", train), ZooData(
+        xc.astype(np.float32), xe.astype(np.float32), ("class",),
+        "the transfer-learning pattern: keras.applications' MobileNetV3Small (alpha 0.75, "
+        "no top; Rescaling and batch norms inside) called as a layer under a softmax head, "
+        "trained: photo crops 64, 0..255; which photo (8)")
+
+
 # ---------------------------------------------------------------------------- 1-D signals
 
 
@@ -870,7 +895,7 @@ MODELS: dict[str, Callable] = {f.__name__: f for f in [
     digits_sequential, digits_dict, digits_attention, breast_cancer, signal_conv1d, signal_lstm,
     sepconv_bn, dw_groups, tabular_heads, seg_softmax, unet_bn,
     photo_regression, photo_detector, two_input, rescale255_prelu, normalization_cnn,
-    mobilenet_v3_photos, fer_emotion, mtcnn_onet, mobilenet_v2,
+    mobilenet_v3_photos, transfer_mobilenet_v3, fer_emotion, mtcnn_onet, mobilenet_v2,
 ]}
 
 
