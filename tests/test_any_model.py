@@ -382,6 +382,10 @@ def test_without_data_batch_norms_out_of_reach_are_named():
         check_distillable(shared)
     with pytest.raises(NeedsData, match=r"could shape synthetic inputs; pass calibration_data$"):
         check_distillable(keras.Model(a, L.Dense(2)(a)))
+    tower = keras.Sequential([keras.Input((4,)), L.Dense(4), L.BatchNormalization(name="bn")],
+                             name="tower")  # one backbone for both inputs: its BN runs twice
+    with pytest.raises(NeedsData, match=r"\(it holds 1: called more than once \('bn'\)"):
+        check_distillable(keras.Model([a, b], L.Add()([tower(a), tower(b)])))
 
 
 def _nested_backbone():

@@ -123,10 +123,11 @@ def check_distillable(model):
     finite, an input that takes integers, an input whose size is not fixed). Cheap: reads the
     graph and the statistics (a model whose batch norms sit in a nested model is flattened
     once, :func:`reachable`)."""
-    bns = batch_norms(reachable(model))
+    flat = reachable(model)
+    bns = batch_norms(flat)
     if not bns:
         raise NeedsData(f"model '{model.name}' has no BatchNormalization layer whose statistics "
-                        "could shape synthetic inputs" + _unreached(model))
+                        "could shape synthetic inputs" + _unreached(flat))
     _stats(bns)
     integers = integer_inputs(model)
     if integers:  # token ids, raw 8-bit pixels: no gradient reaches them
