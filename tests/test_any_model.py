@@ -382,6 +382,12 @@ def test_without_data_batch_norms_out_of_reach_are_named():
         check_distillable(shared)
     with pytest.raises(NeedsData, match=r"could shape synthetic inputs; pass calibration_data$"):
         check_distillable(keras.Model(a, L.Dense(2)(a)))
+    def named(name):  # layer names are unique within a nested model only
+        return keras.Sequential([keras.Input((4,)), L.Dense(4, name="dense"),
+                                 L.BatchNormalization(name="bn")], name=name)
+
+    with pytest.raises(NeedsData, match=r"inside nested model 't1', 't2'"):
+        check_distillable(keras.Model([a, b], L.Add()([named("t1")(a), named("t2")(b)])))
     tower = keras.Sequential([keras.Input((4,)), L.Dense(4), L.BatchNormalization(name="bn")],
                              name="tower")  # one backbone for both inputs: its BN runs twice
     with pytest.raises(NeedsData, match=r"\(it holds 1: called more than once \('bn'\)"):
@@ -440,6 +446,9 @@ def test_keras_output_order_places_repeated_and_passed_through_outputs():
                               ["serving_default_x:0"]) == [1, 0]
     with pytest.raises(RuntimeError, match="cannot tell which TF Lite output"):
         keras_output_order(["a", "b"])
+    with pytest.raises(RuntimeError, match="cannot tell which TF Lite output"):
+        keras_output_order(["Identity_1", "Identity_2"])  # a number out of range: no guess
+    assert keras_output_order(["anything"]) == [0]
 
 
 @pytest.mark.parametrize("outputs", ["twice", "input after", "input first"])

@@ -453,6 +453,24 @@ def test_logits_before_a_softmax_are_never_narrowed():
     assert "the logits before a softmax are widened past their min/max" in report.summary()
 
 
+def test_a_tensor_before_a_reshaped_output_is_not_widened():
+    """Only the logits of a softmax (or sigmoid) are widened: a head whose output is a
+    ``Reshape`` or ``Flatten`` of a Dense or 1×1 convolution keeps the output's min/max (the
+    reshape's input shares its range)."""
+    from cle._quantize import ranges as R
+
+    keras.utils.set_random_seed(4)
+    inp = keras.Input((8,))
+    h = L.Dense(16, activation="relu")(inp)
+    model = keras.Model(inp, [L.Reshape((2, 2))(L.Dense(4)(h)),
+                              L.Dense(3, activation="softmax")(h)])
+    x = np.random.default_rng(4).normal(size=(32, 8)).astype(np.float32)
+    _, report = cle.quantize(model, x, ranges="percentile", output_kinds={
+        model.output_names[0] if hasattr(model, "output_names") else "reshape": "values"})
+    widened = [r for r in report.ranges if r.how == R.LOGITS]
+    assert len(widened) == 1 and widened[0].shape[-1] == 3  # the softmax's logits alone
+
+
 @tensorflow_only("TF Lite's converter aborts the process on this JAX-exported graph "
                  "(GlobalMaxPooling2D after a 1x1 convolution)")
 def test_sparse_tensor_keeps_min_max():

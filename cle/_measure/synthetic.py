@@ -70,7 +70,11 @@ def reachable(model):
     digest = weights_digest(model)
     kept = _FLAT.get(model)
     if kept is None or kept[0] != digest:
-        kept = _FLAT[model] = (digest, flattened(model))
+        try:
+            flat = flattened(model)
+        except ValueError:  # e.g. two nested models whose layers share names: not one graph
+            flat = model  # their batch norms stay out of reach, and the refusal says where
+        kept = _FLAT[model] = (digest, flat)
     return kept[1]
 
 

@@ -167,7 +167,7 @@ class CrossFit:
         for r in ranges:
             sample, (lo, hi), (lows, highs) = self._stats(r.index, k)
             pick_range(r, sample, (lo, hi), roles, {}, build.opts.integer_io)
-            as_kind(r, kind, lows, highs, roles[1])
+            as_kind(r, kind, lows, highs, roles[1], roles[3])
         return ranges
 
     def _content(self, name, k) -> tuple[bytes, list | None]:

@@ -123,22 +123,24 @@ def choose_percentile_ranges(calibrated, x, tensor_ranges, stated, integer_io, s
         pick_range(r, values[r.index], (float(values[r.index][-2]),
                                          float(values[r.index][-1])), roles, stated, integer_io)
         if extremes is not None and r.index in extremes:
-            as_kind(r, "tails", *extremes[r.index], roles[1])
+            as_kind(r, "tails", *extremes[r.index], roles[1], roles[3])
     return values
 
 
-def tensor_roles(calibrated) -> tuple[set, set, set]:
-    """``(protected, inputs, outputs)``: the indices of the tensors that keep min/max
-    (:func:`cle._tflite.converter.protected_indices`), of the inputs and of the outputs."""
+def tensor_roles(calibrated) -> tuple[set, set, set, set]:
+    """``(protected, inputs, outputs, logits)``: the indices of the tensors that keep min/max
+    (:func:`cle._tflite.converter.protected_indices`), of the inputs, of the outputs, and of
+    the logits of a softmax or sigmoid output (:func:`cle._tflite.converter.logit_indices`)."""
     protected, inputs = tflite.protected_indices(calibrated)
-    return protected, inputs, tflite.output_indices(calibrated)
+    return (protected, inputs, tflite.output_indices(calibrated),
+            tflite.logit_indices(calibrated))
 
 
 def pick_range(r, values, extremes, roles, stated, integer_io) -> None:
     """Set ``r``'s ``calibrated`` to ``extremes`` (``(min, max)`` of the tensor over the
     inputs) and its ``lo``/``hi``/``how`` as :func:`choose_percentile_ranges` says, from
     ``values`` (a sample of the tensor's values on those inputs)."""
-    protected, inputs, outputs = roles
+    protected, inputs, outputs = roles[:3]
     lo, hi = extremes
     # A tensor constant over all of the inputs keeps the converter's range: it widens a
     # range of width 0 (e.g. a ReLU that never fires gets (0, FLT_MIN)).
@@ -163,7 +165,7 @@ def pick_range(r, values, extremes, roles, stated, integer_io) -> None:
             r.lo, r.hi, r.how = picked[0], picked[1], "percentile"
 
 
-def as_kind(r, kind: str, lows, highs, inputs) -> None:
+def as_kind(r, kind: str, lows, highs, inputs, logits=frozenset()) -> None:
     """Make ``r``, as :func:`pick_range` set it, a range of ``kind`` (one of :data:`KINDS`):
     ``"tails"`` keeps it but for the logits before a softmax (or a sigmoid), which are widened
     as below (:data:`LOGITS`); ``"min/max"`` sets a tail range back to the tensor's min/max;
@@ -174,7 +176,8 @@ def as_kind(r, kind: str, lows, highs, inputs) -> None:
     scale × ln k. A side at 0 (a ReLU's) stays there. On a value output (a regression head)
     the SQNR is ruled by the few inputs whose values leave the calibrated ranges, which few
     calibration inputs seldom contain; a classifier's outputs lose resolution for nothing.
-    ``inputs``: the indices of the model's input tensors.
+    ``inputs``: the indices of the model's input tensors; ``logits``: of the logits of a
+    softmax or sigmoid output (:func:`cle._tflite.converter.logit_indices`).
 
     The logits before a softmax keep the top class where it is at any range, but a new input
     whose largest logit passes the range has it cut, and its probabilities move: on a small
@@ -185,7 +188,7 @@ def as_kind(r, kind: str, lows, highs, inputs) -> None:
     if r.how == LOGITS:  # back to the min/max pick_range set
         r.lo, r.hi, r.how = r.calibrated[0], r.calibrated[1], "min/max (decides an output)"
     if kind == "tails":
-        if r.how == "min/max (decides an output)":
+        if r.how == "min/max (decides an output)" and r.index in logits:
             r.lo, r.hi = widened(r.lo, r.hi, lows, highs)
             r.how = LOGITS
         return

@@ -452,6 +452,34 @@ def softmax_logits(calibrated: bytes) -> list:
     return [found[k] for k in keras_output_order(names, inputs)]
 
 
+#: Ops whose output is their input moved around or retyped (TF Lite gives both one scale).
+_SAME_VALUES = ("RESHAPE", "SQUEEZE", "DEQUANTIZE", "QUANTIZE", "CAST")
+
+
+def logit_indices(calibrated: bytes) -> set:
+    """The tensors that hold the logits of an output's softmax (or sigmoid): the input of the
+    SOFTMAX or LOGISTIC an output is (walking back through ops that only move values around
+    or change their type), and back from it through such ops. Not a tensor before an output
+    that is a reshape alone (its range is the output's)."""
+    obj = _object(calibrated)
+    producer = _producers(obj)
+    found = set()
+    for t in (int(i) for i in obj.subgraphs[0].outputs):
+        kind, inputs = producer.get(t, ("", []))
+        while kind in _SAME_VALUES and inputs:
+            kind, inputs = producer.get(inputs[0], ("", []))
+        if kind not in ("SOFTMAX", "LOGISTIC") or not inputs:
+            continue
+        t = inputs[0]
+        while True:
+            found.add(t)
+            kind, inputs = producer.get(t, ("", []))
+            if kind not in _SAME_VALUES or not inputs:
+                break
+            t = inputs[0]
+    return found
+
+
 def _tensor_name(tensor) -> str:
     name = tensor.name
     return name.decode("utf-8", "replace") if isinstance(name, bytes) else str(name)

@@ -82,7 +82,10 @@ def keras_output_order(names, input_names=()) -> list[int]:
     # A tensor the model lists twice is listed twice under one name (either copy will do); a
     # model input returned as an output keeps the input's name, in the place of its number.
     seen = {names[k] for k in range(n) if order[k] is not None}
-    if len(free) == len(missing) and (len(free) <= 1 or all(names[k] in seen for k in free)):
+    if n == 1:
+        return [0]
+    if len(free) == len(missing) and all(names[k] in seen or names[k] in inputs for k in free) \
+            and sum(names[k] in inputs for k in free) <= 1:
         for k, p in zip(free, missing):
             order[k] = p
         return sorted(range(n), key=lambda k: order[k])
