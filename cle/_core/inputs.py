@@ -216,7 +216,7 @@ def _check_part(part, shape, label, where, unbatched, dtype="float32"):
             raise ValueError(
                 f"{label} must be whole numbers: the model's input is {dtype} (e.g. token "
                 f"ids). Received: dtype {part.dtype} with fractional values{where}")
-    elif part.dtype.kind in "iu":
+    elif _integer(part.dtype):
         raise ValueError(
             f"{label} must be float model inputs, already preprocessed as the model expects "
             f"(shape {expected}); integers look like raw images (for a folder of images, name "

@@ -94,8 +94,8 @@ def _unreached(model) -> str:
     view = graph_view(model)
     nested = sorted({c.scope[0] for c in view.calls if c.scope
                      and isinstance(c.layer, keras.layers.BatchNormalization)})
-    shared = [c.layer.name for c in view.calls if not c.scope
-              and isinstance(c.layer, keras.layers.BatchNormalization) and view.n_calls(c.layer) > 1]
+    shared = [c.layer.name for c in view.calls if not c.scope and view.n_calls(c.layer) > 1
+              and isinstance(c.layer, keras.layers.BatchNormalization)]
     held = sum(isinstance(layer, keras.layers.BatchNormalization) for layer in sublayers(model))
     if not held:
         return ""

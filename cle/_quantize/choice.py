@@ -304,23 +304,24 @@ def _clipping(model, build, reference) -> dict:
                    for r, kind in zip(reference, kinds)] for name in CANDIDATES}
 
 
-def _logit_clipping(fit, build, reference, kinds) -> dict:
-    """``{candidate: [noise energy per input, per output]}``: the clipping of its logits new
-    inputs are expected to add on each softmax output (its logits' range calibrated as the
-    candidate calibrates it: widened in cle's build and the widened one, min/max in the others),
-    :func:`cle._quantize.ranges.softmax_clipping` from the logits' extremes on every
-    calibration input; 0 elsewhere. The check's interval reaches down to it; the choice does
-    not weigh it (the law is fitted to a few dozen extremes)."""
+def _logit_clipping(fit, build, reference, kinds, names) -> dict:
+    """``{candidate: [noise energy per input, per output]}`` for the candidates ``names``: the
+    clipping of its logits new inputs are expected to add on each softmax output (its logits'
+    range calibrated as the candidate calibrates it: widened in cle's build and the widened
+    one, min/max in the others), :func:`cle._quantize.ranges.softmax_clipping` from the
+    logits' extremes on every calibration input; 0 elsewhere. The check's interval reaches
+    down to it; the choice does not weigh it (the law is fitted to a few dozen extremes)."""
     logits = tflite.softmax_logits(build.calibrated)
-    out = {name: [0.0] * len(reference) for name in CANDIDATES}
-    for k, (r, kind) in enumerate(zip(reference, kinds)):
-        index = logits[k] if k < len(logits) else None
-        if kind != "probabilities" or index is None or index not in build.extremes:
+    law = {name: "widened" if KIND.get(name) in ("tails", "widened") else "min/max"
+           for name in names}  # cle's own build widens the logits too (ranges.as_kind)
+    out = {name: [0.0] * len(reference) for name in names}
+    for k, (r, output_kind, index) in enumerate(zip(reference, kinds, logits)):
+        if output_kind != "probabilities" or index is None or index not in build.extremes:
             continue
         lows, highs = fit.extremes(index)
-        for name in CANDIDATES:  # cle's own build widens the logits too (ranges.as_kind)
-            kind = "widened" if KIND.get(name) in ("tails", "widened") else "min/max"
-            out[name][k] = softmax_clipping(r, lows, highs, kind)
+        noise = {kind: softmax_clipping(r, lows, highs, kind) for kind in set(law.values())}
+        for name in names:
+            out[name][k] = noise[law[name]]
     return out
 
 
@@ -374,7 +375,7 @@ def _write_refit(fit, build, name, reference, pooled, say, clip) -> None:
     if ranges is not None:
         build.ranges = ranges
     kinds = _check.output_kinds(fit.model, build.opts.output_kinds)
-    logits = _logit_clipping(fit, build, reference, kinds)
+    logits = _logit_clipping(fit, build, reference, kinds, {name, "plain"})
     build.crossfit = {"written": name, "inputs": fit.label(), "n": fit.n, "reference": reference,
                       "test": pooled[name], "plain": pooled.get("plain"),
                       "clipping": [a + b for a, b in zip(clip[name], logits[name])],

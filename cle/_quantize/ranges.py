@@ -11,10 +11,10 @@ from cle._math.order import quantiles
 from cle._tflite import converter as tflite
 from cle._tflite.runtime import input_name
 
-__all__ = ["KINDS", "LOGITS", "MIN_WIDTH", "TAIL", "WIDEN_INPUTS", "as_kind", "choose_percentile_ranges",
-           "USUAL_RANGES", "USUAL_SHARE", "clipping_noise", "expected_clipping", "mse_range",
-           "pick_range", "softmax_clipping", "tail_range", "tensor_roles", "usual_range",
-           "widened"]
+__all__ = ["KINDS", "LOGITS", "MIN_WIDTH", "TAIL", "USUAL_RANGES", "USUAL_SHARE",
+           "WIDEN_INPUTS", "as_kind", "choose_percentile_ranges", "clipping_noise",
+           "expected_clipping", "mse_range", "pick_range", "softmax_clipping", "tail_range",
+           "tensor_roles", "usual_range", "widened"]
 
 #: The share of a tensor's values left outside its range on each side (``ranges="percentile"``).
 TAIL = 1e-4
@@ -271,8 +271,8 @@ def softmax_clipping(probabilities, lows, highs, kind: str) -> float:
 
     A new input whose largest logit passes the range has it cut to the range's end, and its
     probabilities move (on a small classifier of signals a few such inputs ruled the error of
-    new inputs, for the plain conversion as for cle's build). The largest logit of a new input follows the Gumbel law :func:`widened` fits to
-    ``highs``; beyond the range, the input is taken to be one of the :data:`LOGIT_TAIL`
+    new inputs, for the plain conversion as for cle's build). The largest logit of a new input
+    follows the Gumbel law :func:`widened` fits to ``highs``; beyond the range, the input is taken to be one of the :data:`LOGIT_TAIL`
     calibration inputs with the largest logits, its logits (recovered from its
     probabilities and its largest logit) spread about their mean until the largest reaches
     the drawn value, as a more confident input of that kind would be: the expected squared

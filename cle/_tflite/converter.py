@@ -391,7 +391,8 @@ def ranges_of(calibrated: bytes) -> list[TensorRange]:
         if q is None or q.min is None or len(q.min) != 1:
             continue
         lo, hi = float(q.min[0]), float(q.max[0])
-        out.append(TensorRange(i, _tensor_name(t), tuple(int(d) for d in t.shape), (lo, hi), lo, hi))
+        out.append(TensorRange(i, _tensor_name(t), tuple(int(d) for d in t.shape), (lo, hi),
+                               lo, hi))
     return out
 
 
@@ -432,6 +433,19 @@ def protected_indices(calibrated: bytes) -> tuple[set, set]:
     return protected, set(int(i) for i in graph.inputs)
 
 
+#: Ops whose output is their input moved around or retyped (TF Lite gives both one scale).
+_SAME_VALUES = ("RESHAPE", "SQUEEZE", "DEQUANTIZE", "QUANTIZE", "CAST")
+
+
+def _back(producer, t) -> tuple[str, list]:
+    """``(kind, inputs)`` of the op that makes tensor ``t``, walking back past the ops that
+    only move values around or change their type (:data:`_SAME_VALUES`)."""
+    kind, inputs = producer.get(t, ("", []))
+    while kind in _SAME_VALUES and inputs:
+        kind, inputs = producer.get(inputs[0], ("", []))
+    return kind, inputs
+
+
 def softmax_logits(calibrated: bytes) -> list:
     """For each output of the main subgraph, in the order of the Keras model's outputs, the
     index of the tensor it is the SOFTMAX of (walking back through ops that only move values
@@ -441,19 +455,13 @@ def softmax_logits(calibrated: bytes) -> list:
     graph = obj.subgraphs[0]
     producer = _producers(obj)
     outputs = [int(i) for i in graph.outputs]
-    names = [_tensor_name(graph.tensors[i]) for i in outputs]
     found = []
     for t in outputs:
-        kind, inputs = producer.get(t, ("", []))
-        while kind in _PASS_BACK and kind != "SOFTMAX" and inputs:
-            kind, inputs = producer.get(inputs[0], ("", []))
+        kind, inputs = _back(producer, t)
         found.append(inputs[0] if kind == "SOFTMAX" and inputs else None)
+    names = [_tensor_name(graph.tensors[i]) for i in outputs]
     inputs = [_tensor_name(graph.tensors[int(i)]) for i in graph.inputs]
     return [found[k] for k in keras_output_order(names, inputs)]
-
-
-#: Ops whose output is their input moved around or retyped (TF Lite gives both one scale).
-_SAME_VALUES = ("RESHAPE", "SQUEEZE", "DEQUANTIZE", "QUANTIZE", "CAST")
 
 
 def logit_indices(calibrated: bytes) -> set:
@@ -465,18 +473,16 @@ def logit_indices(calibrated: bytes) -> set:
     producer = _producers(obj)
     found = set()
     for t in (int(i) for i in obj.subgraphs[0].outputs):
-        kind, inputs = producer.get(t, ("", []))
-        while kind in _SAME_VALUES and inputs:
-            kind, inputs = producer.get(inputs[0], ("", []))
+        kind, inputs = _back(producer, t)
         if kind not in ("SOFTMAX", "LOGISTIC") or not inputs:
             continue
-        t = inputs[0]
-        while True:
+        t = inputs[0]  # the logits, and back from them past the same ops
+        found.add(t)
+        kind, inputs = producer.get(t, ("", []))
+        while kind in _SAME_VALUES and inputs:
+            t = inputs[0]
             found.add(t)
             kind, inputs = producer.get(t, ("", []))
-            if kind not in _SAME_VALUES or not inputs:
-                break
-            t = inputs[0]
     return found
 
 

@@ -424,9 +424,9 @@ def batch_leading(content: bytes, tensors, like=None) -> set[int]:
     one row or one sample in several: JAX's export runs a Dense layer on a sequence as one
     matrix product over ``(samples × positions, features)``."""
     shapes = []
+    named = hasattr(like, "names")  # ModelInputs, or one input's array
     for n in (1, 2):
         interp = interpreter(content, preserve_all_tensors=True)
-        named = hasattr(like, "names")  # ModelInputs, or one input's array
         details = (input_details_by_name(interp, like.names) if named else
                    interp.get_input_details())
         samples = ([tuple(d["shape"][1:]) for d in details] if like is None else

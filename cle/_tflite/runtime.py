@@ -72,6 +72,8 @@ def keras_output_order(names, input_names=()) -> list[int]:
 
     names = list(names)
     n = len(names)
+    if n == 1:
+        return [0]
     order, taken = [None] * n, set()
     for k, p in enumerate(position(name) for name in names):
         if p is not None and p < n and p not in taken:
@@ -82,10 +84,9 @@ def keras_output_order(names, input_names=()) -> list[int]:
     # A tensor the model lists twice is listed twice under one name (either copy will do); a
     # model input returned as an output keeps the input's name, in the place of its number.
     seen = {names[k] for k in range(n) if order[k] is not None}
-    if n == 1:
-        return [0]
-    if len(free) == len(missing) and all(names[k] in seen or names[k] in inputs for k in free) \
-            and sum(names[k] in inputs for k in free) <= 1:
+    passed = [k for k in free if names[k] in inputs]
+    if len(free) == len(missing) and len(passed) <= 1 and all(
+            names[k] in seen or k in passed for k in free):
         for k, p in zip(free, missing):
             order[k] = p
         return sorted(range(n), key=lambda k: order[k])
@@ -111,15 +112,16 @@ def to_input(chunk, detail):
     """Float model inputs ``chunk`` as the interpreter's input ``detail`` takes them:
     quantized to its scale and zero point for a quantized input, rounded into an integer
     input's type where it takes integers as they are, else cast."""
-    dtype = np.dtype(detail["dtype"])
+    dtype, chunk = np.dtype(detail["dtype"]), np.asarray(chunk)
     if _quantized(detail):
         scale, zero = detail["quantization"]
-        info = np.iinfo(dtype)
-        chunk = np.clip(np.round(chunk / scale) + zero, info.min, info.max)
-    elif dtype.kind in "iu" and np.asarray(chunk).dtype.kind == "f":
-        info = np.iinfo(dtype)
-        chunk = np.clip(np.round(chunk), info.min, info.max)
-    return np.asarray(chunk).astype(dtype)
+        chunk = np.round(chunk / scale) + zero
+    elif dtype.kind in "iu" and chunk.dtype.kind == "f":
+        chunk = np.round(chunk)
+    else:
+        return chunk.astype(dtype)
+    info = np.iinfo(dtype)
+    return np.clip(chunk, info.min, info.max).astype(dtype)
 
 
 def run_all(tflite_model, x, batch_size=TFLITE_BATCH, interp=None) -> list[np.ndarray]:
