@@ -16,6 +16,7 @@ from cle import cli
 from cle import quantization as Q
 from cle._core.inputs import check_calibration_data
 from cle._tflite import converter as tflite
+from cle._tflite import convertible
 
 from conftest import BACKEND, no_tflite_on_torch
 
@@ -133,3 +134,65 @@ def test_a_mixed_precision_model_is_refused_naming_its_policy():
     with pytest.raises(ValueError, match=r"cle\.quantize needs TF Lite's converter, which "
                                          r"cannot write model .* compute in bfloat16"):
         cle.quantize(model, np.zeros((8, 8, 8, 1), np.float32))
+
+
+#: A Keras operation on a Dense layer's output, by the operation's class.
+OPERATIONS = {"Argmax": lambda t: keras.ops.argmax(t, axis=-1),
+              "Argmin": lambda t: keras.ops.argmin(t, axis=-1),
+              "Erf": keras.ops.erf,
+              "TopK": lambda t: keras.ops.top_k(t, 2)[0],
+              "Sort": lambda t: keras.ops.sort(t, axis=-1),
+              "Norm": lambda t: keras.ops.norm(t, axis=-1)}
+REFUSED = sorted(convertible.UNCONVERTIBLE_OPERATIONS.get(BACKEND, {}))
+
+
+def _operation_model(kind):
+    inp = keras.Input((8,), name="features")
+    return keras.Model(inp, OPERATIONS[kind](L.Dense(6, name="scores")(inp)), name=f"{kind}_net")
+
+
+@pytest.mark.parametrize("kind", REFUSED)
+def test_an_operation_the_converter_cannot_write_is_refused_up_front(kind, capsys):
+    """A plain ``keras.ops`` call (not a layer) the converter cannot write on this backend:
+    named with its way around before any work, by every entry point (before, the converter's
+    error after the equalization: a raw MLIR dump, or an AttributeError on JAX's norm)."""
+    model = _operation_model(kind)
+    x = _data(model)
+    for call in (lambda: cle.quantize(model, x), lambda: Q.convert_to_tflite_int8(model, x)):
+        with pytest.raises(ValueError) as info:
+            call()
+        message = str(info.value)
+        assert f"model '{model.name}'" in message and "keras.ops." in message, message
+        assert "\n" not in message
+    assert "TF Lite converter output" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("kind", REFUSED)
+def test_the_converter_itself_fails_on_each_refused_operation(kind):
+    """The premise of each entry of ``UNCONVERTIBLE_OPERATIONS``: without the check the
+    converter fails. If a newer converter writes one, this fails: drop that entry."""
+    model = _operation_model(kind)
+    with pytest.raises(Exception):  # noqa: B017 - ConverterError, or the JAX export's error
+        tflite.convert_int8(model, check_calibration_data(model, _data(model)))
+
+
+@pytest.mark.skipif(BACKEND != "tensorflow", reason="the argmax refused is TensorFlow's")
+def test_an_argmax_of_integers_is_not_refused():
+    inp = keras.Input((8,), dtype="int32")
+    model = keras.Model(inp, keras.ops.argmax(inp, axis=-1))
+    assert convertible.unconvertible_operations(model) == []
+
+
+def test_an_operation_no_table_knows_is_refused_in_one_line_by_the_converter(monkeypatch):
+    """What the table does not know yet: the converter's own error becomes one ValueError
+    naming the ops it could not write (TensorFlow: the BitwiseAnd of Keras' argmax; JAX: the
+    StableHLO sort of its export)."""
+    kind = "Argmax" if BACKEND == "tensorflow" else "Sort"
+    monkeypatch.setitem(convertible.UNCONVERTIBLE_OPERATIONS, BACKEND, {})
+    model = _operation_model(kind)
+    with pytest.raises(ValueError, match="cannot write model 'Argmax_net|cannot write model "
+                                         "'Sort_net") as info:
+        Q.convert_to_tflite_int8(model, _data(model))
+    expected = "TensorFlow ops BitwiseAnd" if BACKEND == "tensorflow" else "ops of the JAX " \
+        "export sort"
+    assert expected in str(info.value) and "\n" not in str(info.value)

@@ -39,7 +39,7 @@ from cle._core import graph as _graph
 from cle._core.inputs import input_names
 from cle._tflite import internals
 from cle._tflite.convertible import (  # noqa: F401  (read as converter's by callers)
-    check_convertible, check_tflite_backend, unconvertible_layers)
+    check_convertible, check_tflite_backend, converter_refusal, unconvertible_layers)
 from cle._tflite.runtime import input_details_by_name, interpreter, keras_output_order
 
 # Values kept per tensor to choose its range (a uniform sample of all positions of all
@@ -298,8 +298,20 @@ def convert_int8(model, x, per_channel=True, integer_io=False, keras_route=False
 
     converter = _converter(model, x, per_channel, tf.int8 if integer_io else tf.float32,
                            keras_route)
-    with quiet():
-        return bytes(converter.convert())
+    return _converted(converter, model)
+
+
+def _converted(converter, model) -> bytes:
+    """``converter.convert()``, quiet; an operation outside TF Lite's builtin ops raises the
+    ``ValueError`` that names it (:func:`cle._tflite.convertible.converter_refusal`)."""
+    try:
+        with quiet():
+            return bytes(converter.convert())
+    except Exception as error:
+        refusal = converter_refusal(error, model)
+        if refusal is None:
+            raise
+        raise refusal from error
 
 
 def calibrate(model, x, keras_route=False) -> bytes:
@@ -309,8 +321,7 @@ def calibrate(model, x, keras_route=False) -> bytes:
     check_tflite_backend("cle.quantize")
     converter = _converter(model, x, keras_route=keras_route)
     internals.calibrate_only(converter)
-    with quiet():
-        return bytes(converter.convert())
+    return _converted(converter, model)
 
 
 class PlainConversion:

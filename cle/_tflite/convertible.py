@@ -3,9 +3,28 @@ after it (a raw MLIR dump), with the way around it."""
 
 from __future__ import annotations
 
+import re
+
 import keras
 
-__all__ = ["check_convertible", "check_tflite_backend", "unconvertible_layers"]
+__all__ = ["check_convertible", "check_tflite_backend", "converter_refusal",
+           "unconvertible_layers", "unconvertible_operations"]
+
+_NO_BITWISE = ("on the TensorFlow backend Keras computes it on floats with a BitwiseAnd (so "
+               "that -0 ranks below +0), which TF Lite's builtin ops do not have")
+_XLA_CALL = ("the JAX export keeps it as an XLA call, which TF Lite's converter cannot read")
+#: Keras operations (``keras.ops``, not layers) TF Lite's converter cannot write in builtin
+#: INT8 ops, by backend and class, each with why; measured on the converter this package pins
+#: (tests/test_unconvertible.py fails when a newer one writes any of them).
+UNCONVERTIBLE_OPERATIONS = {
+    "tensorflow": {"Argmax": _NO_BITWISE, "Argmin": _NO_BITWISE,
+                   "Erf": "TF Lite has no builtin erf"},
+    "jax": {"TopK": _XLA_CALL, "Sort": _XLA_CALL, "Erf": _XLA_CALL,
+            "Norm": "the JAX export of it fails, and TF Lite's converter with it"},
+}
+_WAY_AROUND = {"Argmax": "end the model before it and take the argmax of the .tflite's output",
+               "Argmin": "end the model before it and take the argmin of the .tflite's output",
+               "Erf": "use keras.activations.gelu, which TF Lite has, or a tanh approximation"}
 
 
 def check_tflite_backend(what):
@@ -32,7 +51,7 @@ def unconvertible_layers(model) -> list[str]:
     the converter refuses), every recurrent layer on the other backends (their export holds
     uint32 tensors the converter refuses, unrolled or not), 3-D pooling (no builtin op), and
     layers that compute in float16 or bfloat16 (a mixed-precision policy: one entry for
-    them all). Measured in tests/test_unconvertible.py on the converter this package pins."""
+    them all), and the operations of :func:`unconvertible_operations`. Measured in tests/test_unconvertible.py on the converter this package pins."""
     from cle._core.keras_internals import sublayers
 
     tensorflow = keras.backend.backend() == "tensorflow"
@@ -64,11 +83,72 @@ def unconvertible_layers(model) -> list[str]:
                      "Lite's converter cannot write; build the model again under the float32 "
                      "policy (keras.config.set_dtype_policy('float32')), set its weights, and "
                      "quantize that")
+    return found + unconvertible_operations(model)
+
+
+def _functions(model) -> list:
+    """``model`` and every Functional model or Sequential model it holds."""
+    from cle._core.keras_internals import is_functional, sublayers
+
+    return [f for f in [model, *sublayers(model)] if is_functional(f)]
+
+
+def unconvertible_operations(model) -> list[str]:
+    """The plain operations of ``model`` (``keras.ops`` calls on its tensors, nested models
+    included) that TF Lite's converter cannot write on this backend
+    (:data:`UNCONVERTIBLE_OPERATIONS`), each as ``"'name' (keras.ops.kind): why; what to do"``.
+    An argmax or argmin of integers is written as it is, and is not listed."""
+    from cle._core.keras_internals import inbound_nodes
+
+    table = UNCONVERTIBLE_OPERATIONS.get(keras.backend.backend(), {})
+    found = []
+    for function in _functions(model):
+        for op in function.operations:
+            kind = type(op).__name__
+            if isinstance(op, keras.layers.Layer) or kind not in table:
+                continue
+            if kind in ("Argmax", "Argmin") and keras.backend.backend() == "tensorflow":
+                dtypes = [str(t.dtype) for node in inbound_nodes(op)
+                          for t in node.input_tensors[:1]]
+                if dtypes and not any("float" in d for d in dtypes):
+                    continue
+            way = _WAY_AROUND.get(kind, "compute it outside the model")
+            found.append(f"'{op.name}' (keras.ops.{_snake(kind)}): {table[kind]}; {way}")
     return found
 
 
+def _snake(kind: str) -> str:
+    return {"TopK": "top_k"}.get(kind, kind.lower())
+
+
+def converter_refusal(error: Exception, model) -> ValueError | None:
+    """The ``ValueError`` to raise for TF Lite converter's ``error`` on ``model`` when the
+    cause is an operation outside what it writes (a TensorFlow op it has no builtin for, or
+    a StableHLO op of a JAX export it does not read): those named; None for any other
+    error. For what :func:`unconvertible_layers` does not know yet: said in one line, the
+    converter's own output already written to stderr."""
+    text = str(error)
+    tf_ops = set(re.findall(r"'tf\.(\w+)' op is neither a custom op nor a flex op", text))
+    hlo_ops = set(re.findall(r"'vhlo\.(\w+?)(?:_v\d+)?' op is not part of the vhlo", text))
+    if not tf_ops and not hlo_ops:
+        return None
+    parts = []
+    if tf_ops - {"XlaCallModule"}:
+        parts.append("TensorFlow ops " + ", ".join(sorted(tf_ops - {"XlaCallModule"})))
+    if hlo_ops:
+        parts.append("StableHLO ops of the JAX export " + ", ".join(sorted(hlo_ops)))
+    elif "XlaCallModule" in tf_ops:
+        parts.append("an XLA call the JAX export kept (an operation it could not write as "
+                     "TensorFlow ops)")
+    return ValueError(
+        f"TF Lite's converter cannot write model '{model.name}' in builtin INT8 ops: it needs "
+        f"{' and '.join(parts)}, which it has no builtin for (its output above says where). "
+        "Compute the operation that makes them outside the model, or replace it with one TF "
+        f"Lite has. Received: model '{model.name}' on the {keras.backend.backend()} backend")
+
+
 def check_convertible(model, what):
-    """:func:`check_tflite_backend`, then a ``ValueError`` naming every layer of
+    """:func:`check_tflite_backend`, then a ``ValueError`` naming every layer and operation of
     :func:`unconvertible_layers`: said before any work, not as the converter's error after
     it."""
     check_tflite_backend(what)
@@ -77,5 +157,6 @@ def check_convertible(model, what):
         raise ValueError(
             f"{what} needs TF Lite's converter, which cannot write model '{model.name}' in "
             "builtin INT8 ops: " + "; ".join(found)
-            + f". Received: {len(found)} such layer{'s' if len(found) > 1 else ''} on the "
-            f"{keras.backend.backend()} backend")
+            + f". Received: {len(found)} such "
+            f"{'parts (layers or operations)' if len(found) > 1 else 'layer or operation'} "
+            f"on the {keras.backend.backend()} backend")
