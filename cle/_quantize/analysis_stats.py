@@ -21,7 +21,8 @@ _HOW = {"percentile": "1e-4 tails", "min/max": "min/max",
         "usual range": "the usual range its calibration values nearly span",
         "min/max (sparse)": "min/max (the 1e-4 tails would be too narrow: a sparse tensor)",
         "min/max (output)": "min/max (the output)",
-        "min/max (decides an output)": "min/max (the logits before a softmax)",
+        "min/max (decides an output)": "min/max (an output only reshapes it or passes it "
+                                       "through a softmax)",
         "widened (decides an output)": "min/max widened (the logits before a softmax)",
         "min/max (integer input)": "min/max (an int8 input)"}
 

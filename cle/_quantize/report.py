@@ -149,7 +149,7 @@ class QuantizeReport:
                            for r in narrowed])
         kept = ["the model's outputs"]
         if any(r.how == "min/max (decides an output)" for r in self.ranges):
-            kept.append("the logits before a softmax")
+            kept.append("the tensors an output only reshapes or passes through a softmax")
         line = (f"activation ranges: {len(narrowed)} of {len(self.ranges)} tensors set to their "
                 f"{self.tail:g} tails (width {np.median(ratios):.2f}× the min/max range at the "
                 f"median, {ratios.min():.2f}× at the narrowest); {' and '.join(kept)} keep "
