@@ -305,6 +305,8 @@ def _bounds(values):
     tail = (1.0 - INTERVAL) / 2 * 100
     with np.errstate(invalid="ignore"):  # an exact output: infinite SQNRs, no warning
         lo, hi = np.percentile(finite, [tail, 100 - tail])
+        if np.isnan(lo) or np.isnan(hi):  # between two infinities: the nearer one
+            lo, hi = np.percentile(finite, [tail, 100 - tail], method="nearest")
     return float(lo), float(hi)
 
 

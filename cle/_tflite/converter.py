@@ -84,6 +84,12 @@ def _with_batch(model, batch: int):
     """A Functional model that calls ``model`` on inputs whose batch is ``batch``."""
     inputs = [keras.Input(batch_shape=(batch,) + tuple(t.shape[1:]), dtype=t.dtype, name=n)
               for t, n in zip(model.inputs, input_names(model))]
+    if any(any(o is t for t in model.inputs) for o in keras.tree.flatten(model.outputs)):
+        # An output that is an input itself: the call below would return that new input
+        # for it, and Keras then finds the other outputs "not connected to inputs". The
+        # graph rebuilt on the new inputs, its layers shared, has none of that.
+        return keras.models.clone_model(model, input_tensors=inputs[0] if len(inputs) == 1
+                                        else inputs, clone_function=lambda layer: layer)
     with warnings.catch_warnings():  # a dict-structured model called with a list: the same
         warnings.simplefilter("ignore")
         outputs = model(inputs[0] if len(inputs) == 1 else inputs)
