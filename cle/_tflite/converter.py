@@ -58,8 +58,10 @@ def static_batch(n: int | None):
     the JAX backend) is read with its batch fixed at ``n``: that export is polymorphic in the
     batch, and its shape arithmetic (SHAPE, BROADCAST_TO, UNSORTED_SEGMENT_PROD, ...) becomes
     operators a microcontroller's runtime has no kernel for and an NPU's compiler leaves to
-    the CPU. A traced TensorFlow function needs no fix (its batch is free, without such
-    operators). ``None``: the backend's own (:func:`export_batch`).
+    the CPU. A model traced on TensorFlow is traced with that batch too: a free batch leaves
+    most of them out, but not all (an unrolled recurrent layer's zero state becomes SHAPE and
+    FILL, which TF Lite Micro cannot prepare). ``None``: the backend's own
+    (:func:`export_batch`).
     :func:`cle._tflite.runtime.run_all` runs a file of fixed batch one input at a time."""
     token = _STATIC_BATCH.set(n)
     try:
@@ -270,7 +272,10 @@ def _from_model(model, keras_route=False):
             return converter
         return tf.lite.TFLiteConverter.from_keras_model(
             model if batch is None else _with_batch(model, batch))
-    specs = [tf.TensorSpec(t.shape, t.dtype, name=name)
+    batch = _STATIC_BATCH.get()  # a device's file: shape arithmetic on a free batch (an
+    # unrolled recurrent layer's zero state: SHAPE, FILL) is operators its runtime lacks
+    specs = [tf.TensorSpec(t.shape if batch is None else (batch,) + tuple(t.shape[1:]),
+                           t.dtype, name=name)
              for t, name in zip(model.inputs, input_names(model))]
     call = tf.function(lambda *ts: model(ts[0] if len(ts) == 1 else list(ts), training=False),
                        input_signature=specs)
