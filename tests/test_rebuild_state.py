@@ -84,7 +84,17 @@ def _custom():
     return layer, X_FLOAT
 
 
+SCALE = 1.5
+
+
+def _lambda_reading_globals():
+    """A ``Lambda`` whose function reads names of this module (``keras``, ``SCALE``): rebuilt
+    from its config it held the bytecode without those globals and raised ``NameError``."""
+    return L.Lambda(lambda t: keras.ops.tanh(t) * SCALE, output_shape=lambda s: s), X_FLOAT
+
+
 CASES = {
+    "lambda-reading-globals": _lambda_reading_globals,
     "normalization-adapted": _normalization,
     "normalization-given": _normalization_given,
     "normalization-axis-none": _normalization_axis_none,

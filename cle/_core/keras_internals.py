@@ -93,6 +93,20 @@ def takes_training(layer) -> bool:
 ADD_OP, MULTIPLY_OP = _ops_numpy.Add, _ops_numpy.Multiply
 
 
+def lambda_copy(layer):
+    """A new ``keras.layers.Lambda`` computing what ``layer`` (one) computes, holding the same
+    Python callables (its function, output shape and mask): one rebuilt from its config holds
+    the function's bytecode without the globals it reads, and a lambda that reads
+    ``keras.ops`` or a module of the caller's raises ``NameError`` when the copy is called.
+
+    Public replacement: none (``Lambda._output_shape``; the function, mask and arguments are
+    public attributes).
+    """
+    return type(layer)(layer.function, output_shape=layer._output_shape, mask=layer.mask,
+                       arguments=dict(layer.arguments), name=layer.name,
+                       dtype=layer.dtype_policy, trainable=layer.trainable)
+
+
 @contextlib.contextmanager
 def unsafe_deserialization():
     """Keras' safe mode off for the block (thread-local, restored afterwards), so that a layer
@@ -111,6 +125,6 @@ def unsafe_deserialization():
         yield
 
 
-__all__ = ["ADD_OP", "MULTIPLY_OP", "inbound_nodes", "is_functional", "nodes_by_depth",
-           "outbound_nodes", "producer_of", "sequential_graph", "sublayers", "takes_training",
-           "unsafe_deserialization"]
+__all__ = ["ADD_OP", "MULTIPLY_OP", "inbound_nodes", "is_functional", "lambda_copy",
+           "nodes_by_depth", "outbound_nodes", "producer_of", "sequential_graph", "sublayers",
+           "takes_training", "unsafe_deserialization"]

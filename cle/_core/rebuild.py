@@ -148,6 +148,8 @@ class _Rebuilder:
             new = self.rebuild_sequential(layer)
         elif isinstance(layer, keras.Model) and inner_function(layer) is layer:
             new = self.rebuild_functional(layer)
+        elif type(layer) is keras.layers.Lambda and edit is None:
+            new = internals.lambda_copy(layer)  # its function keeps the globals it reads
         else:
             config = layer.get_config()
             if edit is not None:
