@@ -120,3 +120,73 @@ def test_natural_inputs_follow_the_convention():
     assert y.shape == (8, 5) and y.min() >= -3 and y.max() <= 2
     z = IR.natural_inputs(4, (3, 16, 16), (0.0, 1.0))  # channels first
     assert z.shape == (4, 3, 16, 16) and 0 <= z.min() and z.max() <= 1
+
+
+# ------------------------------------------------ batch norms trained briefly (bn_moments)
+
+#: Steps at Keras' default momentum that leave a fifth of the start in the statistics.
+BRIEF_STEPS, MOMENTUM = 160, 0.99
+
+
+def _briefly_trained(steps=BRIEF_STEPS, optimizer=True, trainable=True):
+    """A conv → BN net whose BN statistics are what ``steps`` training steps from Keras' start
+    leave: ``w + (1 - w)`` times the statistics of the BN's input on natural-image-like
+    inputs in [0, 1] (``w = MOMENTUM ** steps``), and an optimizer that counts those steps."""
+    import keras
+
+    keras.utils.set_random_seed(3)
+    inp = keras.Input((32, 32, 3))
+    h = keras.layers.Conv2D(16, 3, name="conv")(inp)
+    bn = keras.layers.BatchNormalization(momentum=MOMENTUM, name="bn")
+    out = keras.layers.Dense(3)(keras.layers.GlobalAveragePooling2D()(
+        keras.layers.ReLU()(bn(h))))
+    model = keras.Model(inp, out)
+    x = IR.natural_images(64, 32, 32, seed=1).astype("float32") / 255.0
+    y = keras.Model(inp, h).predict(x, verbose=0)
+    w = MOMENTUM ** steps
+    bn.moving_mean.assign((1 - w) * y.mean(axis=(0, 1, 2)))
+    bn.moving_variance.assign(w + (1 - w) * y.var(axis=(0, 1, 2)))
+    bn.trainable = trainable
+    if optimizer:
+        model.compile(optimizer=keras.optimizers.Adam(), loss="mse")
+        model.optimizer.build(model.trainable_variables)
+        model.optimizer.iterations.assign(steps)
+    return model, bn
+
+
+def test_a_briefly_trained_first_batch_norm_gives_the_input_range_with_its_start_out():
+    """Keras starts a BN's moving variance at 1; 160 steps at momentum 0.99 leave 20% of it
+    in every channel. The fit read those statistics as they are and put a [0, 1] input at the
+    torch convention, marked sure (a pre-activation ResNet trained briefly: its file without
+    data read 23.7 dB against a claim of 47.1 and the plain converter's 29.9). With the
+    optimizer's step count the start is taken out, and the fit finds [0, 1]."""
+    from cle._measure import bn_moments
+
+    model, bn = _briefly_trained()
+    assert bn_moments.training_steps(model) == BRIEF_STEPS
+    assert bn_moments.start_weight(bn, BRIEF_STEPS) == pytest.approx(MOMENTUM ** BRIEF_STEPS)
+    (found,) = IR.infer_input_ranges(model)
+    assert (found.lo, found.hi, found.sure) == (0.0, 1.0, True), found
+    assert "less the 20% their start still holds after 160 training steps" in found.source
+    # the premise: the same statistics read as they are put the input elsewhere
+    bare, _ = _briefly_trained(optimizer=False)
+    assert bn_moments.training_steps(bare) is None
+    (raw,) = IR.infer_input_ranges(bare)
+    assert (raw.lo, raw.hi) != (0.0, 1.0) and "less the" not in raw.source
+
+
+def test_the_start_is_taken_out_only_where_the_statistics_can_hold_it():
+    from cle._measure import bn_moments
+
+    _, bn = _briefly_trained()
+    assert bn_moments.start_weight(bn, None) == 0.0  # no optimizer: read as they are
+    assert bn_moments.start_weight(bn, 2000) == 0.0  # 0.99**2000: converged
+    mu, var, w = bn_moments.moments(bn, BRIEF_STEPS)
+    raw_var = np.asarray(bn.moving_variance)
+    assert w > 0.19 and np.allclose(var, (raw_var - w) / (1 - w))
+    assert np.allclose(mu, np.asarray(bn.moving_mean) / (1 - w))
+    # a channel below w cannot have started at 1 for these steps (a pretrained layer's)
+    bn.moving_variance.assign(np.where(np.arange(16) == 0, 0.5 * w, raw_var))
+    assert bn_moments.start_weight(bn, BRIEF_STEPS) == 0.0
+    _, frozen = _briefly_trained(trainable=False)  # not updated while frozen
+    assert bn_moments.start_weight(frozen, BRIEF_STEPS) == 0.0

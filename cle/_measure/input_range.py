@@ -46,6 +46,7 @@ import numpy as np
 
 from cle._core.graph import graph_view, run_call
 from cle._core.inputs import input_names
+from cle._measure import bn_moments
 
 __all__ = ["CONVENTIONS", "InputRange", "bn_fit", "convention_range", "image_axis",
            "infer_input_ranges", "natural_images", "natural_inputs", "snap"]
@@ -339,19 +340,21 @@ def _first_batch_norm(graph, index):
 
 def bn_fit(graph, index, shape, axis, rng, seed=0):
     """The fitted range of input ``index`` from its first batch norm (module docstring), as
-    ``(lo, hi, bn_name)``, or ``(None, why, bn_name)``."""
+    ``((lo, hi), note, bn_name)``, or ``(None, why, bn_name)``. The batch norm's statistics
+    are read with their start taken out (:func:`cle._measure.bn_moments.moments`); ``note``
+    says so where it was, else it is empty."""
     call = _first_batch_norm(graph, index)
     if call is None:
         return None, "no batch norm depends on this input alone", None
     bn = call.layer
     f = graph.function(index, call.inputs[0])
-    ok, err = _is_affine(f, shape, rng)
+    ok, _ = _is_affine(f, shape, rng)
     if not ok:
         return None, (f"the path to its first batch norm '{bn.name}' is not linear (it "
                       "passes an activation)"), bn.name
     bn_axis = bn.axis if isinstance(bn.axis, int) else bn.axis[0]
-    mu = np.asarray(keras.ops.convert_to_numpy(bn.moving_mean), np.float64)
-    var = np.asarray(keras.ops.convert_to_numpy(bn.moving_variance), np.float64)
+    steps = bn_moments.training_steps(graph.view.model)
+    mu, var, w = bn_moments.moments(bn, steps)
     sd = np.sqrt(var + 1e-12)
     y, c = _constant_probes(f, shape, axis)
     means = _channel_means(y, bn_axis)
@@ -368,7 +371,9 @@ def bn_fit(graph, index, shape, axis, rng, seed=0):
         return None, f"the statistics of batch norm '{bn.name}' say nothing of the input", bn.name
     a = float(np.exp(np.median(0.5 * np.log((var[keep] - beta[keep]) / v[keep]))))
     b = m - a * _pixel_stats(c)[0]
-    return (float(np.min(b)), float(np.max(b + 255.0 * a))), err, bn.name
+    note = "" if not w else (f" (less the {w:.0%} their start still holds after {steps} "
+                             f"training steps at momentum {bn.momentum:g})")
+    return (float(np.min(b)), float(np.max(b + 255.0 * a))), note, bn.name
 
 
 def _channel_var(y, axis):
@@ -383,7 +388,7 @@ def _uniform(name) -> bool:
                 and tuple(perm) == (0, 1, 2))
 
 
-def snap(lo, hi, name, bn_name, channels=3):
+def snap(lo, hi, name, bn_name, channels=3, note=""):
     """The convention the fitted range ``[lo, hi]`` stands for (module docstring, step 2).
     A ``channels``-1 input (grayscale) is held only to the conventions that treat every
     channel alike: ImageNet's per-channel mean and std, or BGR order, say nothing of one
@@ -400,7 +405,7 @@ def snap(lo, hi, name, bn_name, channels=3):
         if lk <= lo + COVER_TOL * wk and hk >= hi - COVER_TOL * wk:  # covers the fit
             d[k] = near[k]
     order = sorted(d, key=d.get)
-    where = f"the statistics of its first batch norm '{bn_name}'"
+    where = f"the statistics of its first batch norm '{bn_name}'{note}"
     fit = f"[{lo:.3g}, {hi:.3g}]"
     if order and d[order[0]] < SNAP_MAX:
         close = [k for k in order if d[k] - d[order[0]] < SNAP_MARGIN]
@@ -443,7 +448,8 @@ def infer_input_ranges(model, seed: int = 0) -> list[InputRange]:
         answer = _chain_answer(graph, index, shape, axis, name, rng)
         if answer is None:
             fit, why, bn_name = bn_fit(graph, index, shape, axis, rng, seed)
-            answer = (snap(*fit, name, bn_name, _layout(shape, axis)[2]) if fit is not None else
+            answer = (snap(*fit, name, bn_name, _layout(shape, axis)[2], note=why)
+                      if fit is not None else
                       InputRange(name, np.nan, np.nan, f"no preprocessing layer, and {why}",
                                  sure=False))
         out.append(answer)
