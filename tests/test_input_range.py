@@ -188,5 +188,8 @@ def test_the_start_is_taken_out_only_where_the_statistics_can_hold_it():
     # a channel below w cannot have started at 1 for these steps (a pretrained layer's)
     bn.moving_variance.assign(np.where(np.arange(16) == 0, 0.5 * w, raw_var))
     assert bn_moments.start_weight(bn, BRIEF_STEPS) == 0.0
+    # every channel well above w: statistics set from data, not a brief training's
+    bn.moving_variance.assign(raw_var + 2 * bn_moments.FLOOR_SLACK * w)
+    assert bn_moments.start_weight(bn, BRIEF_STEPS) == 0.0
     _, frozen = _briefly_trained(trainable=False)  # not updated while frozen
     assert bn_moments.start_weight(frozen, BRIEF_STEPS) == 0.0
