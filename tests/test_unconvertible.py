@@ -196,3 +196,24 @@ def test_an_operation_no_table_knows_is_refused_in_one_line_by_the_converter(mon
     expected = "TensorFlow ops BitwiseAnd" if BACKEND == "tensorflow" else "ops of the JAX " \
         "export sort"
     assert expected in str(info.value) and "\n" not in str(info.value)
+
+
+def test_a_float64_model_is_refused_naming_its_dtype():
+    """A model built with ``dtype="float64"``: the converter failed on it naming Conv2D and
+    MatMul as ops it has no builtin for (with data), and without data the distillation
+    crashed with a TypeError (float64 times float32). Refused before any work, naming the
+    type and the way around it."""
+    inp = keras.Input((8, 8, 3), dtype="float64")
+    h = L.BatchNormalization(dtype="float64", name="bn")(
+        L.Conv2D(4, 3, activation="relu", dtype="float64", name="c1")(inp))
+    h = L.GlobalAveragePooling2D(dtype="float64", name="pool")(h)
+    model = keras.Model(inp, L.Dense(3, dtype="float64", name="d")(h), name="f64")
+    (entry,) = tflite.unconvertible_layers(model)
+    assert entry.startswith("'c1', 'bn', 'pool', ... (4 layers): compute in float64")
+    x = np.random.default_rng(0).random((8, 8, 8, 3))
+    for call in (lambda: cle.quantize(model, x), lambda: cle.quantize(model, input_range=(0, 1)),
+                 lambda: Q.convert_to_tflite_int8(model, x)):
+        with pytest.raises(ValueError, match="model 'f64' .* compute in float64"):
+            call()
+    with pytest.raises(Exception):  # noqa: B017 - the premise: the converter cannot write it
+        tflite.convert_int8(model, check_calibration_data(model, x))

@@ -50,8 +50,8 @@ def unconvertible_layers(model) -> list[str]:
     that are not unrolled (on the TensorFlow backend their loop becomes TensorList ops, which
     the converter refuses), every recurrent layer on the other backends (their export holds
     uint32 tensors the converter refuses, unrolled or not), 3-D pooling (no builtin op), and
-    layers that compute in float16 or bfloat16 (a mixed-precision policy: one entry for
-    them all), and the operations of :func:`unconvertible_operations`. Measured in tests/test_unconvertible.py on the converter this package pins."""
+    layers that compute in float16 or bfloat16 (a mixed-precision policy) or in float64 (one
+    entry for each such type), and the operations of :func:`unconvertible_operations`. Measured in tests/test_unconvertible.py on the converter this package pins."""
     from cle._core.keras_internals import sublayers
 
     tensorflow = keras.backend.backend() == "tensorflow"
@@ -70,17 +70,19 @@ def unconvertible_layers(model) -> list[str]:
         else:
             continue
         found.append(f"'{layer.name}' ({kind}): {why}")
-    low = [layer for layer in sublayers(model)
-           if not isinstance(layer, keras.layers.InputLayer)
-           and getattr(getattr(layer, "dtype_policy", None), "compute_dtype", "float32")
-           in ("float16", "bfloat16")]
-    if low:
-        names = ", ".join(f"'{layer.name}'" for layer in low[:3]) + (", ..." if len(low) > 3
-                                                                      else "")
-        policy = low[0].dtype_policy.name
-        found.append(f"{names} ({len(low)} layer{'s' if len(low) > 1 else ''}): compute in "
-                     f"{low[0].dtype_policy.compute_dtype} (dtype policy '{policy}'), which TF "
-                     "Lite's converter cannot write; build the model again under the float32 "
+    for dtype in ("float16", "bfloat16", "float64"):
+        other = [layer for layer in sublayers(model)
+                 if not isinstance(layer, keras.layers.InputLayer)
+                 and getattr(getattr(layer, "dtype_policy", None), "compute_dtype", "float32")
+                 == dtype]
+        if not other:
+            continue
+        names = ", ".join(f"'{layer.name}'" for layer in other[:3]) + (
+            ", ..." if len(other) > 3 else "")
+        policy = other[0].dtype_policy.name
+        found.append(f"{names} ({len(other)} layer{'s' if len(other) > 1 else ''}): compute "
+                     f"in {dtype} (dtype policy '{policy}'), which TF Lite's converter cannot "
+                     "write in builtin INT8 ops; build the model again under the float32 "
                      "policy (keras.config.set_dtype_policy('float32')), set its weights, and "
                      "quantize that")
     return found + unconvertible_operations(model)
