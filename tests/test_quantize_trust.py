@@ -1024,6 +1024,30 @@ def test_without_data_a_regression_output_is_refused_and_a_bounded_one_is_not():
     assert C.regression_outputs(only) == []
 
 
+def test_without_data_one_refusal_names_the_output_and_the_input_range():
+    """A regression output and an input whose range the model cannot tell (an activation
+    before its first batch norm): the refusal named the output and said to declare it; once
+    declared, a second refusal asked for the input range. One refusal names both."""
+    from cle._measure.synthetic import NeedsData
+    from cle._quantize.input_ranges import InputRangeUnknown
+
+    inp = keras.Input((8, 8, 3), name="image")
+    h = L.Conv2D(4, 3, activation="relu", name="c")(inp)
+    h = L.GlobalAveragePooling2D()(L.BatchNormalization(name="bn")(h))
+    model = keras.Model(inp, L.Dense(4, name="scores")(h))
+    with pytest.raises(NeedsData) as info:
+        cle.quantize(model)
+    message = str(info.value)
+    assert "output 'scores' (4 values) cannot be found" in message
+    assert "state the input range, which the model cannot tell either (input 'image'" in message
+    assert "input_range=(low, high)" in message and message.endswith("pass calibration_data")
+    with pytest.raises(InputRangeUnknown):  # declared: the input range is what is left
+        cle.quantize(model, output_kinds={"scores": "classes"})
+    with pytest.raises(NeedsData) as stated:  # the range stated: the output alone
+        cle.quantize(model, input_range=(0, 1))
+    assert "input range" not in str(stated.value)
+
+
 def test_the_command_line_refuses_a_regression_output_without_data(tmp_path, capsys):
     from cle import cli
 

@@ -8,7 +8,7 @@ import numpy as np
 from cle._core.inputs import input_names
 from cle._measure import input_range as _input_range
 
-__all__ = ["InputRangeUnknown", "input_ranges_of"]
+__all__ = ["InputRangeUnknown", "input_ranges_of", "ranges_without_data"]
 
 
 class InputRangeUnknown(ValueError):
@@ -72,3 +72,27 @@ def _far(a, b) -> bool:
     wa, wb = a.hi - a.lo, b.hi - b.lo
     return (abs(np.log(wa / wb)) + abs((a.hi + a.lo) / 2 - (b.hi + b.lo) / 2) / wb
             > _input_range.SNAP_MAX)
+
+
+def ranges_without_data(model, stated, unknown_outputs):
+    """:func:`input_ranges_of`, for a run without data whose outputs ``unknown_outputs``
+    (``[(name, values)]``, :func:`cle._measure.check.regression_outputs`) have ranges synthetic
+    inputs cannot tell: with any, one :class:`cle._measure.synthetic.NeedsData` names them and,
+    when the model cannot tell it either, the input range (not the output, then, once it is
+    declared, the input: one refusal names everything that would settle it)."""
+    from cle._measure.synthetic import NeedsData
+
+    if not unknown_outputs:
+        return input_ranges_of(model, stated)
+    try:
+        input_ranges_of(model, stated)
+        also = ""
+    except InputRangeUnknown as exc:
+        also = (", and state the input range, which the model cannot tell either ("
+                f"{exc.why()}; input_range=(low, high), --input-range=LOW,HIGH)")
+    raise NeedsData(
+        "without data the range of " + ", ".join(
+            f"output '{name}' ({n} value{'s' if n > 1 else ''})" for name, n in unknown_outputs)
+        + " cannot be found: synthetic inputs tell nothing of what a regression head gives "
+        "real inputs, and a wrong range clips it; if such an output holds class scores, "
+        "declare it (output_kinds={name: 'classes'}, --output-kind NAME=classes)" + also)

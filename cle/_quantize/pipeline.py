@@ -23,7 +23,8 @@ from cle._quantize import choice as _choice
 from cle._quantize import deploy
 from cle._quantize import tune as _tune
 from cle._quantize import weight_stages
-from cle._quantize.input_ranges import InputRangeUnknown, input_ranges_of
+from cle._quantize.input_ranges import (  # noqa: F401  (input_ranges_of: read from here)
+    InputRangeUnknown, input_ranges_of, ranges_without_data)
 from cle._quantize.options import QuantizeOptions
 from cle._quantize.ranges import MIN_WIDTH, TAIL, choose_percentile_ranges  # noqa: F401
 from cle._quantize.report import QuantizeReport
@@ -382,15 +383,8 @@ def _door(model, calibration_data, opts, single_io=None):
     # A model without batch norms needs data whatever its input range: say that first, so
     # one refusal names the one thing that settles it (not the input range, then the data).
     _synthetic.check_distillable(model)
-    unknown = _check.regression_outputs(model, opts.output_kinds)
-    if unknown:
-        raise _synthetic.NeedsData(
-            "without data the range of " + ", ".join(
-                f"output '{name}' ({n} value{'s' if n > 1 else ''})" for name, n in unknown)
-            + " cannot be found: synthetic inputs tell nothing of what a regression head gives "
-            "real inputs, and a wrong range clips it; if such an output holds class scores, "
-            "declare it (output_kinds={name: 'classes'}, --output-kind NAME=classes)")
-    return view, None, input_ranges_of(model, opts.input_range)
+    return view, None, ranges_without_data(
+        model, opts.input_range, _check.regression_outputs(model, opts.output_kinds))
 
 
 # ---------------------------------------------------------------------------- the stages
