@@ -344,6 +344,21 @@ def test_output_kinds_take_top1_for_class_scores_only():
     assert C.undeclared_scores(model, declared) == []
 
 
+def test_a_softmax_over_another_axis_than_the_last_is_no_top1_output():
+    """``Softmax(axis=1)`` over a (positions, classes) output normalizes each class over the
+    positions: top-1 agreement, read along the last axis, measured nothing there (helper-15's
+    hunt). It is checked as values, still bounded (no refusal without data), and
+    the distillation does not push it towards a class."""
+    inp = keras.Input((8, 8, 3), name="image")
+    h = L.Reshape((36, 6))(L.Conv2D(6, 3, name="c")(inp))
+    model = keras.Model(inp, [L.Softmax(axis=1, name="over_positions")(h),
+                              L.Softmax(name="over_classes")(h),
+                              L.Softmax(axis=-2, name="minus_two")(h)])
+    assert C.output_kinds(model) == ["values", "probabilities", "values"]
+    assert C.guessed_scores(model) == ["values", "probabilities", "values"]
+    assert C.regression_outputs(model) == []
+
+
 @pytest.mark.parametrize("declared, message", [
     ({"nope": "classes"}, r"output_kinds names an output model '.*' does not have\. "
                           r"Received: 'nope'; its outputs: \['logits', 'boxes'"),

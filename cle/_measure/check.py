@@ -2,8 +2,8 @@
 
 Every output gets its SQNR against the float model's; an output of class scores also gets its
 top-1 agreement (the share of samples, or of pixels, whose highest score is the float
-model's). An output counts as class scores when it ends in a softmax or a sigmoid (any rank,
-two classes or more), or when the caller declares it so (``output_kinds={name: "classes"}``,
+model's). An output counts as class scores when it ends in a softmax (over its last axis) or a
+sigmoid (any rank, two classes or more), or when the caller declares it so (``output_kinds={name: "classes"}``,
 ``--output-kind NAME=classes``); anything else (a regression value, box or landmark
 coordinates, an image, and a linear vector nobody declared) gets its SQNR only, since the
 position of its largest entry may mean nothing. A linear vector of at least
@@ -75,9 +75,15 @@ def _activation_name(layer):
     return getattr(fn, "__name__", "") if fn is not None else ""
 
 
-def _ends_in(producer) -> str:
+def _ends_in(out) -> str:
+    """The activation that makes the output tensor ``out`` ("" for none): a softmax over
+    another axis than the last (the classes of a per-position output stand elsewhere) is
+    "softmax, not last axis", which top-1 agreement, read along the last axis, cannot use."""
+    producer = internals.producer_of(out)
     if isinstance(producer, keras.layers.Softmax):
-        return "softmax"
+        axes = [producer.axis] if isinstance(producer.axis, int) else list(producer.axis)
+        rank = len(tuple(out.shape))
+        return "softmax" if [a % rank for a in axes] == [rank - 1] else "softmax, not last axis"
     return _activation_name(producer)
 
 
@@ -121,7 +127,7 @@ def output_kinds(model, declared=None) -> list[str]:
     given = declared_kinds(model, declared)
     kinds = []
     for k, out in enumerate(model.outputs):
-        ending = _ends_in(internals.producer_of(out))
+        ending = _ends_in(out)
         if given.get(k) == "values":
             kinds.append("values")
         elif _classes(out) >= 2 and ending in SCORE_ACTIVATIONS:
@@ -135,7 +141,7 @@ def output_kinds(model, declared=None) -> list[str]:
 
 def _linear_vector(out) -> bool:
     return (len(tuple(out.shape)) == 2 and _classes(out) >= MIN_CLASSES
-            and _ends_in(internals.producer_of(out)) in ("", "linear"))
+            and _ends_in(out) in ("", "linear"))
 
 
 def undeclared_scores(model, declared=None) -> list[str]:
@@ -148,7 +154,8 @@ def undeclared_scores(model, declared=None) -> list[str]:
 
 #: Output endings that bound the output's range whatever the input (so synthetic inputs can
 #: set it without data).
-BOUNDED_ACTIVATIONS = ("softmax", "sigmoid", "tanh", "hard_sigmoid", "hard_tanh", "relu6")
+BOUNDED_ACTIVATIONS = ("softmax", "softmax, not last axis", "sigmoid", "tanh", "hard_sigmoid",
+                       "hard_tanh", "relu6")
 
 
 def _entries(out) -> int | None:
@@ -167,7 +174,7 @@ def regression_outputs(model, declared=None) -> list[tuple[str, int]]:
     for out, name, kind in zip(model.outputs, output_names(model), kinds):
         n = _entries(out)
         if (kind == "values" and n is not None and n < MIN_CLASSES
-                and _ends_in(internals.producer_of(out)) not in BOUNDED_ACTIVATIONS):
+                and _ends_in(out) not in BOUNDED_ACTIVATIONS):
             found.append((name, n))
     return found
 
@@ -176,7 +183,7 @@ def guessed_scores(model) -> list[str]:
     """Per output, what the distillation without data pushes inputs towards:
     ``"probabilities"`` (a softmax, any rank, two classes or more), ``"logits"`` (a linear
     vector of at least :data:`MIN_CLASSES` entries) or ``"values"`` (nothing)."""
-    return ["probabilities" if _classes(out) >= 2 and _ends_in(internals.producer_of(out))
+    return ["probabilities" if _classes(out) >= 2 and _ends_in(out)
             == "softmax" else "logits" if _linear_vector(out) else "values"
             for out in model.outputs]
 
