@@ -60,9 +60,12 @@ def data():
     (np.zeros((4, 24, 24, 4), np.float32), r"wrong channel count: the model expects "
                                            r"\(N, 24, 24, 3\)\. Received: shape \(4, 24, 24, 4\)"),
     (np.zeros((24, 24, 3), np.float32), r"needs a batch dimension: the model expects "
-                                        r"\(N, 24, 24, 3\)\. Received: one sample"),
+                                        r"\(N, 24, 24, 3\)\. Received: one sample.*x\[None\]"),
+    ([np.zeros((24, 24, 3), np.float32)] * 3, r"needs a batch dimension.*stack a list of "
+                                              r"samples into one array \(np\.stack"),
     (np.zeros((4, 20, 24, 3), np.float32), r"wrong shape: the model expects"),
-    (np.zeros((4, 24, 24, 3), np.uint8), r"must be float model inputs.*Received: dtype uint8"),
+    (np.zeros((4, 24, 24, 3), np.uint8), r"must be float model inputs.*pass them as floats "
+                                         r"\(x\.astype\('float32'\)\).*Received: dtype uint8"),
     (np.array([["a"]]), r"must be numeric"),
     (np.zeros((0, 24, 24, 3), np.float32), r"at least 1 sample"),
     (np.full((2, 24, 24, 3), np.nan, np.float32), r"must be finite\. Received: 3456 NaN"),

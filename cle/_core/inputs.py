@@ -204,9 +204,10 @@ def _fits(got, want) -> bool:
     return len(got) == len(want) and all(w is None or g == w for g, w in zip(got, want))
 
 
-def _check_part(part, shape, label, where, unbatched, dtype="float32"):
+def _check_part(part, shape, label, where, unbatched, dtype="float32", listed=False):
     """One array of one input (the model's input ``dtype``), checked; with a batch dimension
-    added for a dataset's sample."""
+    added for a dataset's sample. ``listed``: the array is one of a list of them (a list of
+    single samples wants stacking, not a batch dimension each)."""
     expected = format_shape(shape)
     if part.dtype.kind not in "fiu" or part.dtype == np.bool_:
         raise ValueError(f"{label} must be numeric model inputs of shape {expected}. Received: "
@@ -219,13 +220,17 @@ def _check_part(part, shape, label, where, unbatched, dtype="float32"):
     elif _integer(part.dtype):
         raise ValueError(
             f"{label} must be float model inputs, already preprocessed as the model expects "
-            f"(shape {expected}); integers look like raw images (for a folder of images, name "
-            f"a preprocessing). Received: dtype {part.dtype}{where}")
+            f"(shape {expected}); integers look like raw images: if the model takes pixels "
+            "as they are (its own Rescaling or preprocessing layers), pass them as floats "
+            "(x.astype('float32')), else preprocess them as it expects (for a folder of "
+            f"images, name a preprocessing). Received: dtype {part.dtype}{where}")
     if part.ndim == len(shape) and _fits(part.shape, shape):
         if not unbatched:
             raise ValueError(
                 f"{label} needs a batch dimension: the model expects {expected}. Received: one "
-                f"sample of shape {part.shape}{where}; add one with x[None]")
+                f"sample of shape {part.shape}{where}; "
+                + ("stack a list of samples into one array (np.stack(samples))" if listed
+                   else "add one with x[None]"))
         part = part[None]
     if part.ndim != len(shape) + 1:
         raise ValueError(f"{label} must be a batch of model inputs of shape {expected}. "
@@ -280,7 +285,7 @@ def check_calibration_data(model, data, name: str = "calibration_data",
         for i, ((input_name, shape), part) in enumerate(zip(signatures, batch)):
             what = label if len(signatures) == 1 else f"{label} input '{input_name}'"
             per_input[i].append(_check_part(part, shape, what, where, _is_dataset(data),
-                                            dtypes[i]))
+                                            dtypes[i], isinstance(data, (list, tuple))))
     return _joined(per_input, signatures, label, min_samples, dtypes)
 
 
