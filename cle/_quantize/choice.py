@@ -335,11 +335,11 @@ def _output_gains(reference, ys, others, clip=None, clip_other=None) -> list:
 
 def _farther_outputs(model, reference, pooled, mine="cle", clip=None) -> list[str]:
     """The outputs on which the build ``mine`` is not shown closer to the float model than the
-    plain conversion, on the pooled cross-fitted outputs, both with each one's expected
-    clipping (``clip``, :func:`_clipping`) and as measured: farther, or closer in fewer than
-    :data:`PLAIN_SUPPORT` of the resamples of the inputs, either way (the promise is per
-    output: a better mean does not excuse a worse head, and a tie, or a gain the inputs do
-    not back, goes to what the user had). The expected clipping alone, a law fitted to a few
+    plain conversion, on the pooled cross-fitted outputs with each one's expected clipping
+    (``clip``, :func:`_clipping`): farther, or closer in fewer than :data:`PLAIN_SUPPORT` of
+    the resamples of the inputs (the promise is per output: a better mean does not excuse a
+    worse head, and a tie, or a gain the inputs do not back, goes to what the user had); or
+    farther as measured, without the expected clipping. That alone, a law fitted to a few
     dozen extremes, does not make a gain: where the extremes' tail is lighter than the law's
     (an image output), it charged the plain conversion's min/max output for clipping new
     inputs hardly made, and a build the cross-fit put below it was written, below it on new
@@ -348,9 +348,9 @@ def _farther_outputs(model, reference, pooled, mine="cle", clip=None) -> list[st
     weighed = _output_gains(reference, pooled["plain"], pooled[mine], clip.get("plain"),
                             clip.get(mine))
     measured = _output_gains(reference, pooled["plain"], pooled[mine])
-    return [name for name, *gains in zip(_check.output_names(model), weighed, measured)
-            if any(gain > PLAIN_MARGIN_DB or support > 1.0 - PLAIN_SUPPORT
-                   for gain, _, support in gains)]
+    return [name for name, (gain, _, support), (raw, _, _) in zip(
+        _check.output_names(model), weighed, measured)
+        if gain > PLAIN_MARGIN_DB or support > 1.0 - PLAIN_SUPPORT or raw > PLAIN_MARGIN_DB]
 
 
 def refit_cle(model, build, say) -> None:
