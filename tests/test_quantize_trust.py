@@ -1066,6 +1066,24 @@ def test_without_data_a_regression_output_is_refused_and_a_bounded_one_is_not():
     assert C.regression_outputs(only) == []
 
 
+def test_without_data_a_file_far_from_its_float_model_is_refused(net, monkeypatch):
+    """A file made without data whose check reads an output below FAR_DB on the synthetic
+    inputs is no answer (helper-15: a net of selu/softplus/mish blocks got a 0.4 dB file, top-1
+    40 %, exit 0): refused, naming the output and its figure, and what would settle it."""
+    from cle._measure import synthetic
+    from cle._measure.check import OutputCheck
+
+    far = OutputCheck("scores", "values", 0.4, float("nan"))
+    with pytest.raises(synthetic.NeedsData, match=r"output 'scores': 0\.4 dB, under 6 dB.*"
+                                                   r"pass calibration_data$"):
+        synthetic.refuse_far_file([OutputCheck("near", "values", 30.0, float("nan")), far])
+    synthetic.refuse_far_file([OutputCheck("near", "values", 30.0, float("nan"))])
+    _, report = cle.quantize(net, input_range=(-1.0, 1.0), output_kinds=LOGITS)  # passes
+    monkeypatch.setattr(synthetic, "FAR_DB", report.sqnr_db + 1.0)  # the same file, too far
+    with pytest.raises(synthetic.NeedsData, match="far from the float model"):
+        cle.quantize(net, input_range=(-1.0, 1.0), output_kinds=LOGITS)
+
+
 def test_without_data_one_refusal_names_the_output_and_the_input_range():
     """A regression output and an input whose range the model cannot tell (an activation
     before its first batch norm): the refusal named the output and said to declare it; once

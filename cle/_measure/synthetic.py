@@ -52,6 +52,26 @@ class NeedsData(ValueError):
         super().__init__(f"{why}; pass calibration_data")
 
 
+#: Without data, a file whose check reads an output below this SQNR (dB) on the synthetic
+#: inputs is refused: its error is a fair share of the output's signal on inputs made to
+#: look like real ones, and nothing without data can tell which of its layers is at fault.
+FAR_DB = 6.0
+
+
+def refuse_far_file(outputs) -> None:
+    """Raise :class:`NeedsData` when an output of a file made without data reads below
+    :data:`FAR_DB` on its check (``outputs``: the report's
+    :class:`cle._measure.check.OutputCheck`, the lower over the synthetic sets), naming them:
+    a file that far from its float model is no answer, and data is what would make another."""
+    far = [o for o in outputs if o.sqnr_db < FAR_DB]
+    if far:
+        raise NeedsData(
+            "without data the file came out far from the float model on the synthetic inputs "
+            "of its check (" + ", ".join(f"output '{o.name}': {o.sqnr_db:.1f} dB" for o in far)
+            + f", under {FAR_DB:g} dB): inputs distilled from the batch norms do not stand in "
+            "for real ones on this model")
+
+
 #: The flattened copy of each model whose batch norms sit in nested models
 #: (:func:`reachable`), with the digest of the weights it was made from, while the model lives.
 _FLAT: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()

@@ -190,6 +190,8 @@ def quantize_checked(model, calibration_data, opts: QuantizeOptions, progress=No
                          if _choice.chooses(build) else (None, None))
         build.values, build.extremes = None, {}  # the samples are large: not kept any longer
         report = check_build(model, build, say, plain, choice)
+    if build.calibration == "synthetic":
+        _synthetic.refuse_far_file(report.outputs)
     if builds is not None:
         builds.append(build)
     if device:
