@@ -422,7 +422,8 @@ def snap(lo, hi, name, bn_name, channels=3, note=""):
                           sure=False)
     pad = UNSURE_PAD * w
     return InputRange(name, lo - pad, hi + pad, f"{where} fit {fit}, no usual convention "
-                      f"close: widened by {UNSURE_PAD:.0%} on each side", sure=False)
+                      f"close (a guess only: the fit and {UNSURE_PAD:.0%} of its width either "
+                      "side)", sure=False)
 
 
 # ------------------------------------------------------------------------ the answer
