@@ -312,6 +312,9 @@ def test_fake_quantize_bad_args():
     sub(np.zeros((1, 3), "float32"))
     with pytest.raises(ValueError, match="subclassed"):
         Q.fake_quantize_weights(sub)
+    # the converter's own route too (an AttributeError on model.inputs before)
+    with pytest.raises(ValueError, match="subclassed model whose call"):
+        Q.convert_to_tflite_int8(sub, np.zeros((4, 3), "float32"))
 
 
 @pytest.mark.filterwarnings("ignore:Layer InputLayer does not have a `quantize` method")

@@ -27,7 +27,8 @@ import keras
 
 from cle._core import keras_internals as internals
 
-__all__ = ["Call", "GraphView", "Tensor", "calls_leading_to", "graph_view", "inner_function", "is_plain_call",
+__all__ = ["Call", "GraphView", "Tensor", "calls_leading_to", "check_readable", "graph_view",
+           "inner_function", "is_plain_call",
            "local_view", "rebuilt_view", "run_call", "takes_training"]
 
 
@@ -148,6 +149,13 @@ def inner_function(model):
     if _is_functional(model):
         return model
     return None
+
+
+def check_readable(model) -> None:
+    """Raise the ``ValueError`` :func:`graph_view` raises for a model whose graph cannot be
+    read (a subclassed model, an empty or unbuilt Sequential one), before any work."""
+    if inner_function(model) is None:
+        raise _unreadable(model)
 
 
 def _unreadable(model) -> ValueError:

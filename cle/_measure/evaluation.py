@@ -214,7 +214,9 @@ def convert_to_tflite_int8(model, representative_inputs, per_channel=True,
 
     Raises:
         TypeError: ``model`` is not a ``keras.Model``.
-        ValueError: ``representative_inputs`` is empty or does not match the model's inputs,
+        ValueError: a model whose graph cannot be read (subclassed, or an unbuilt
+            Sequential one), ``representative_inputs`` is empty or does not match the model's
+            inputs,
             or ``per_channel``/``num_calibration`` is invalid, or a layer the converter
             cannot write (:func:`cle._tflite.convertible.unconvertible_layers`, each named).
         Exception: whatever the TF Lite converter raises (e.g. an op without an INT8 builtin
@@ -228,7 +230,10 @@ def convert_to_tflite_int8(model, representative_inputs, per_channel=True,
     """
     check_model(model)
     per_channel = check_bool(per_channel, "per_channel")
+    from cle._core.graph import check_readable
     from cle._core.inputs import check_calibration_data, integer_inputs
+
+    check_readable(model)  # a subclassed model has no inputs to check the data against
 
     if len(model.inputs) == 1 and not integer_inputs(model):
         x = check_inputs(representative_inputs, model.inputs[0].shape[1:],
