@@ -486,6 +486,20 @@ class Choice:
     lam: float
 
 
+def _silent(j: Junction) -> np.ndarray:
+    """Per channel, whether the junction's activation is 0 wherever it was measured (a ReLU
+    that never fires on the calibration data, a channel of zeros). Such a channel keeps scale
+    1: the balance of log-ranges reads its range as 0 and amplified it without bound (a
+    hundred-thousandfold), and the one input in many that did fire it then set the tensor's
+    range, every other channel's values a step or less of it (a file of one constant output,
+    from a small classifier of a failure hunt)."""
+    if j.hi_draws is not None:  # the data-free model: no channel is measured silent
+        return np.zeros(np.shape(j.hi), bool)
+    top = np.asarray(j.hi, np.float64) if j.kind != "linear" else np.maximum(
+        np.asarray(j.hi, np.float64), -np.asarray(j.lo, np.float64))
+    return top <= 0.0
+
+
 def choose_scales(w: ChainWeights, junctions, target: QuantTarget, extra=(), min_gain_db=0.0):
     """The candidate scales with the least modelled noise, if it is at least ``min_gain_db``
     below the identity's; else the identity (which also wins ties).
@@ -516,8 +530,9 @@ def choose_scales(w: ChainWeights, junctions, target: QuantTarget, extra=(), min
         logs = _balanced_logs(w, junctions, alpha)
         for lam in LAMBDAS:
             candidates.append((alpha, lam, [np.exp(lam * lg) for lg in logs]))
+    dead = [_silent(j) for j in junctions]
     for alpha, lam, scales in candidates:
-        scales = [np.where(np.isfinite(s) & (s > 0), s, 1.0) for s in scales]
+        scales = [np.where(np.isfinite(s) & (s > 0) & ~d, s, 1.0) for s, d in zip(scales, dead)]
         beat = best.noise_after * (1 - _TIE)
         noise, _ = chain_noise(w, junctions, scales, target, stop_at=min(beat, need))
         if noise < beat and noise <= need:
