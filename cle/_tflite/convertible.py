@@ -51,7 +51,8 @@ def unconvertible_layers(model) -> list[str]:
     the converter refuses), every recurrent layer on the other backends (their export holds
     uint32 tensors the converter refuses, unrolled or not), 3-D pooling (no builtin op), and
     layers that compute in float16 or bfloat16 (a mixed-precision policy) or in float64 (one
-    entry for each such type), and the operations of :func:`unconvertible_operations`. Measured in tests/test_unconvertible.py on the converter this package pins."""
+    entry for each such type), and the operations of :func:`unconvertible_operations`.
+    Measured in tests/test_unconvertible.py on the converter this package pins."""
     from cle._core.keras_internals import sublayers
 
     tensorflow = keras.backend.backend() == "tensorflow"
