@@ -4,9 +4,9 @@ Every output gets its SQNR against the float model's; an output of class scores 
 top-1 agreement (the share of samples, or of pixels, whose highest score is the float
 model's). An output counts as class scores when it ends in a softmax (over its last axis) or
 a sigmoid (any rank, two classes or more), or when the caller declares it so
-(``output_kinds={name: "classes"}``, ``--output-kind NAME=classes``); anything else (a regression value, box or landmark
-coordinates, an image, and a linear vector nobody declared) gets its SQNR only, since the
-position of its largest entry may mean nothing. A linear vector of at least
+(``output_kinds={name: "classes"}``, ``--output-kind NAME=classes``); anything else (a
+regression value, box or landmark coordinates, an image, and a linear vector nobody declared)
+gets its SQNR only, since the position of its largest entry may mean nothing. A linear vector of at least
 :data:`MIN_CLASSES` entries may well be logits: the report says how to declare it
 (:func:`undeclared_scores`).
 
