@@ -6,8 +6,8 @@ model's). An output counts as class scores when it ends in a softmax (over its l
 a sigmoid (any rank, two classes or more), or when the caller declares it so
 (``output_kinds={name: "classes"}``, ``--output-kind NAME=classes``); anything else (a
 regression value, box or landmark coordinates, an image, and a linear vector nobody declared)
-gets its SQNR only, since the position of its largest entry may mean nothing. A linear vector of at least
-:data:`MIN_CLASSES` entries may well be logits: the report says how to declare it
+gets its SQNR only, since the position of its largest entry may mean nothing. A linear vector
+of at least :data:`MIN_CLASSES` entries may well be logits: the report says how to declare it
 (:func:`undeclared_scores`).
 
 The figures come with what makes them rough: fewer than :data:`MIN_RELIABLE` inputs, or the
