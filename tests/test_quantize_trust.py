@@ -1023,6 +1023,33 @@ def test_a_gain_made_by_the_expected_clipping_alone_writes_the_plain_conversion(
     assert _choice._farther_outputs(model, ref, pooled, wide, charged) == []
 
 
+def test_a_build_that_falls_in_the_cross_fit_brings_the_plain_conversion_back(
+        net, data, monkeypatch):
+    """The screen on the held-out quarter leaves the plain conversion out when cle's build,
+    calibrated on three quarters, is clearly closer there; the build written is then made
+    from every input, and its cross-fit checks builds of its kind on other inputs. When those
+    fall far below the plain conversion's figure on the quarter (once, a channel silent on
+    the three quarters amplified without bound made every one a constant: 5 dB against
+    plain's 42), the plain conversion is cross-fitted after all and the rule against it
+    applies."""
+    from cle._quantize import choice as _choice
+    from cle._quantize.crossfit import CrossFit
+
+    monkeypatch.setattr(_choice, "_may_switch", lambda gain, margin=0.0: False)  # screened
+    _, kept = cle.quantize(net, data, output_kinds=LOGITS)
+    assert kept.choice.written == "cle" and "plain" not in kept.choice.crossfit
+    outputs = CrossFit.outputs
+
+    def fallen(self, name):
+        ys = outputs(self, name)
+        return ys if name == "plain" else [y + 100.0 * np.std(y) for y in ys]
+
+    monkeypatch.setattr(CrossFit, "outputs", fallen)
+    _, report = cle.quantize(net, data, output_kinds=LOGITS)
+    assert "plain" in report.choice.crossfit and report.choice.written == "plain"
+    assert report.choice.crossfit["plain"][0] > report.choice.crossfit["cle"][0] + 20
+
+
 def test_a_gain_the_inputs_do_not_back_writes_the_plain_conversion():
     """cle's build closer on the mean of the inputs at hand but not in PLAIN_SUPPORT of the
     bootstrap's resamples (a few inputs decide) is a tie: the plain conversion is written; the

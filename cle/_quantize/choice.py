@@ -279,8 +279,10 @@ def choose(model, build, say) -> tuple[Choice, bytes | None]:
     better = {name: gain for name, (gain, _, support) in gains.items()
               if name in SUPPORT and gain > SWITCH_DB and support >= SUPPORT[name]}
     written = max(better, key=better.get) if better else "cle"
-    farther = (_farther_outputs(model, pooled_ref, pooled, written, clip) if "plain" in gains
-               else [])
+    held = "plain" in gains
+    if not held and "plain" in usable and _fell(pooled_ref, pooled[written], sqnr["plain"]):
+        pooled["plain"], held = fit.outputs("plain"), True  # the screen's verdict fell
+    farther = _farther_outputs(model, pooled_ref, pooled, written, clip) if held else []
     if farther:  # the converter's file keeps every output at the converter's level
         written = "plain"
     _write_refit(fit, build, written, pooled_ref, pooled, say, clip)
@@ -388,6 +390,16 @@ def _write_refit(fit, build, name, reference, pooled, say, clip) -> None:
                       "clipping": [a + b for a, b in zip(clip[name], logits[name])],
                       "clipping_plain": [a + b for a, b in zip(clip["plain"], logits["plain"])],
                       "ties": tie_floor(fit.model, content, fit.inputs(), reference, kinds)}
+
+
+def _fell(reference, pooled, plain_held) -> bool:
+    """Whether the build about to be written, cross-fitted (``pooled``), reads some output
+    more than :data:`PLAIN_SCREEN_DB` below the plain conversion's figure on the held-out
+    quarter (``plain_held``): the screen that left the plain conversion out judged cle's build
+    calibrated on three quarters, and a build of the same kind on other inputs fell far below
+    it (a channel silent on the three quarters, amplified without bound, once made every
+    cross-fitted build a constant). The plain conversion is then cross-fitted too."""
+    return any(s < p - PLAIN_SCREEN_DB for s, p in zip(_sqnrs(reference, pooled), plain_held))
 
 
 def _may_switch(gain, margin=SWITCH_DB) -> bool:
