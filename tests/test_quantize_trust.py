@@ -1111,6 +1111,18 @@ def test_without_data_a_file_far_from_its_float_model_is_refused(net, monkeypatc
         cle.quantize(net, input_range=(-1.0, 1.0), output_kinds=LOGITS)
 
 
+def test_an_interval_without_width_is_said_to_say_nothing():
+    """Every calibration output of a softmax one-hot, each quantized within the same fraction
+    of a step: every input read the 8-bit ceiling, and the claim came with an interval of no
+    width, while one held-out input in 320 held most of the real error (helper-16). Said."""
+    from cle._measure.check import OutputCheck, _flat_caveats
+
+    flat = OutputCheck("softmax", "values", 48.16, float("nan"), sqnr_interval=(48.16, 48.16))
+    wide = OutputCheck("other", "values", 30.0, float("nan"), sqnr_interval=(28.0, 31.0))
+    (said,) = _flat_caveats({"outputs": [flat, wide]}, ["softmax", "other"])
+    assert said.startswith("output 'softmax': every check input reads the same figure (48.2 dB)")
+
+
 def test_without_data_one_refusal_names_the_output_and_the_input_range():
     """A regression output and an input whose range the model cannot tell (an activation
     before its first batch norm): the refusal named the output and said to declare it; once

@@ -57,6 +57,8 @@ INTERVAL = 0.9
 BOOTSTRAP = 2000
 #: Fewer inputs than this get no interval.
 MIN_INTERVAL = 4
+#: An interval narrower than this (dB): every check input read the same figure (said).
+FLAT_DB = 0.05
 #: A decision is close when the float model's lead of its top class over the runner-up is
 #: less than this many times the typical change (root mean square over the inputs) the
 #: quantized model makes to that lead.
@@ -565,7 +567,23 @@ def held_out_caveats(checked, names, kinds, x) -> list[str]:
     ref, test = checked["reference"], checked["test"]
     return (rough_figures(ref, test, names, checked["n"]) + poor_outputs(ref, test, names, kinds)
             + _tie_caveats(checked, names) + _tails.tail_caveats(checked, names)
-            + spread_inputs(x))
+            + _flat_caveats(checked, names) + spread_inputs(x))
+
+
+def _flat_caveats(checked, names) -> list[str]:
+    """A sentence per output whose interval has no width: every check input read the same
+    figure (outputs saturated at their range's ends, each quantized to within the same
+    fraction of a step), so the inputs say nothing of one that quantizes less cleanly (on a
+    softmax whose every calibration output was one-hot, the claim read the 8-bit ceiling, and
+    one held-out input in hundreds held most of the real error)."""
+    out = []
+    for name, o in zip(names, checked.get("outputs") or []):
+        iv = o.sqnr_interval
+        if iv is not None and np.isfinite(o.sqnr_db) and abs(iv[1] - iv[0]) < FLAT_DB:
+            out.append(f"output '{name}': every check input reads the same figure "
+                       f"({o.sqnr_db:.1f} dB), so its interval has no width and says nothing of "
+                       "new inputs that quantize less cleanly; check it on more varied inputs")
+    return out
 
 
 def _tie_caveats(checked, names) -> list[str]:
