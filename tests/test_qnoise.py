@@ -164,15 +164,21 @@ def test_choice_keeps_identity_when_nothing_to_gain():
         np.testing.assert_array_equal(s, 1.0)
 
 
+def _spread_chain(rng, c, low, g_first, top=1.0):
+    """``(ChainWeights, r_first)`` of a pair whose first layer's channel ranges spread
+    log-uniformly over ``[low, top]`` (the last layer's weights random, 8 outputs)."""
+    r1 = np.exp(rng.uniform(np.log(low), np.log(top), c))
+    r_last = np.abs(rng.normal(size=(c, 8))) * 0.1
+    return ChainWeights(r_first=r1, g_first=g_first, r_last=r_last, sq_last=3 * r_last ** 2,
+                        taps_last=9), r1
+
+
 def test_choice_lowers_per_tensor_noise_of_spread_weights():
     """Weight ranges spread over 100x on one side, per-tensor weights: scaling must help, and
     the chosen scales must be modelled better than Nagel's weight equalization or equal."""
     rng = np.random.default_rng(7)
     c = 16
-    r1 = np.exp(rng.uniform(np.log(0.01), np.log(1.0), c))
-    r_last = np.abs(rng.normal(size=(c, 8))) * 0.1
-    w = ChainWeights(r_first=r1, g_first=1000.0, r_last=r_last, sq_last=3 * r_last ** 2,
-                     taps_last=9)
+    w, r1 = _spread_chain(rng, c, 0.01, 1000.0)
     # Activations alike on every channel: the first layer's per-tensor weight noise dominates.
     j = _qnoise.junction_from_bn(np.ones(c), np.ones(c), "relu", None, positions=196)
     target = QuantTarget(per_channel=False)
@@ -296,10 +302,7 @@ def test_a_channel_silent_on_the_calibration_data_keeps_scale_one():
     hunt). Its scale is 1; the other channels are scaled as before."""
     rng = np.random.default_rng(3)
     c = 16
-    r1 = np.exp(rng.uniform(np.log(0.05), np.log(0.5), c))
-    r_last = np.abs(rng.normal(size=(c, 8))) * 0.1
-    w = ChainWeights(r_first=r1, g_first=1.0, r_last=r_last, sq_last=3 * r_last ** 2,
-                     taps_last=9)
+    w, _ = _spread_chain(rng, c, 0.05, 1.0, top=0.5)
     hi = np.exp(rng.uniform(np.log(0.05), np.log(2.0), c))
     hi[5] = 0.0  # silent: never above 0 on the data
     j = _qnoise.Junction(hi=hi, lo=-hi, kind="relu", cap=None, mean_sq=(hi / 3) ** 2,
