@@ -493,3 +493,65 @@ def test_analyze_and_tune_a_net_whose_input_size_is_free():
     assert report.layers and all(np.isfinite(layer.sqnr_db) for layer in report.layers)
     _, tuned = cle.quantize(model, x, tune=True)
     assert tuned.tuning is not None and np.isfinite(tuned.sqnr_db)
+
+
+def _custom_loss(y_true, y_pred):  # unregistered: a compile config cannot name it back
+    return keras.ops.mean(keras.ops.square(y_true - y_pred))
+
+
+def test_a_model_compiled_with_an_unregistered_loss_is_rebuilt_and_quantized():
+    """``keras.models.clone_model`` compiles its copy of a compiled model from the compile
+    config, which names an unregistered loss function Keras cannot find again: every rebuild
+    (``fold_all_batch_norms``, ``cle.quantize``) stopped on its TypeError (a review found it).
+    The copy is compiled where the config reads back, else left uncompiled."""
+    keras.utils.set_random_seed(2)
+    inp = keras.Input((8, 8, 3), name="image")
+    h = L.ReLU()(L.BatchNormalization()(L.Conv2D(4, 3, name="c")(inp)))
+    model = keras.Model(inp, L.Dense(3, name="out")(L.GlobalAveragePooling2D()(h)))
+    x = np.random.default_rng(2).uniform(0, 1, (40, 8, 8, 3)).astype(np.float32)
+    model.compile(optimizer="adam", loss=_custom_loss)
+    _, folded = cle.fold_all_batch_norms(model)
+    assert not folded.compiled
+    np.testing.assert_allclose(folded.predict(x, verbose=0), model.predict(x, verbose=0),
+                               rtol=1e-4, atol=1e-5)
+    _, report = cle.quantize(model, x)
+    assert np.isfinite(report.sqnr_db) and model.compiled  # the caller's model as it was
+    model.compile(optimizer="adam", loss="mse")  # a config that reads back: compiled copy
+    _, again = cle.fold_all_batch_norms(model)
+    assert again.compiled
+
+
+@pytest.mark.parametrize("form", ["list", "dict", "compiled"])
+def test_the_batch_of_one_model_of_a_model_returning_its_input(form):
+    """A model that returns an input tensor itself, read with a batch of one (every model on
+    JAX, and a device target's): its graph is rebuilt on the new inputs. Inputs given as a
+    list of one or as a dict, and a model compiled with an unregistered loss, stopped it
+    (Keras: 'input_tensors must have the same structure'; TypeError); a review found them."""
+    from cle._tflite.converter import _with_batch
+
+    a, b = keras.Input((6,), name="a"), keras.Input((6,), name="b")
+    z = L.Dense(4, name="z")(a)
+    if form == "dict":
+        model = keras.Model({"a": a, "b": b}, [b, z])
+        feed = {"a": np.ones((1, 6), np.float32), "b": np.full((1, 6), 2.0, np.float32)}
+    else:
+        model = keras.Model([a], [a, z])
+        feed = [np.ones((1, 6), np.float32)]
+    if form == "compiled":
+        model.compile(optimizer="adam", loss=_custom_loss)
+    fixed = _with_batch(model, 1)
+    assert all(t.shape[0] == 1 for t in fixed.inputs)
+    for got, want in zip(fixed.predict(feed, verbose=0), model.predict(feed, verbose=0)):
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def test_a_list_of_unbatched_samples_for_two_inputs_is_told_to_add_a_batch_dimension():
+    """A list is one array per input for a model of several inputs: a sample without its
+    batch dimension there is told ``x[None]``, not to stack a list of samples (a review)."""
+    from cle._core.inputs import check_calibration_data
+
+    a, b = keras.Input((8,), name="a"), keras.Input((8,), name="b")
+    model = keras.Model([a, b], L.Dense(2)(L.Concatenate()([a, b])))
+    with pytest.raises(ValueError, match=r"x\[None\]") as info:
+        check_calibration_data(model, [np.zeros(8, np.float32), np.zeros(8, np.float32)])
+    assert "np.stack" not in str(info.value)

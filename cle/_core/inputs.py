@@ -285,7 +285,8 @@ def check_calibration_data(model, data, name: str = "calibration_data",
         for i, ((input_name, shape), part) in enumerate(zip(signatures, batch)):
             what = label if len(signatures) == 1 else f"{label} input '{input_name}'"
             per_input[i].append(_check_part(part, shape, what, where, _is_dataset(data),
-                                            dtypes[i], isinstance(data, (list, tuple))))
+                                            dtypes[i], isinstance(data, (list, tuple))
+                                            and len(signatures) == 1))
     return _joined(per_input, signatures, label, min_samples, dtypes)
 
 

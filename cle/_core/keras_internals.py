@@ -108,6 +108,26 @@ def lambda_copy(layer):
 
 
 @contextlib.contextmanager
+def not_compiled(model):
+    """For the block, ``model.compiled`` reads False, so that ``keras.models.clone_model``
+    does not compile its copy from ``model``'s compile config (which names a loss or metric
+    function by a name Keras cannot find again unless it was registered: a ``TypeError``).
+    Yields whether ``model`` was compiled; restores it afterwards.
+
+    Public replacement: none (``clone_model`` compiles a compiled model's copy unasked;
+    ``Trainer.compiled`` is a plain attribute).
+    """
+    was = bool(getattr(model, "compiled", False))
+    if was:
+        model.compiled = False
+    try:
+        yield was
+    finally:
+        if was:
+            model.compiled = True
+
+
+@contextlib.contextmanager
 def unsafe_deserialization():
     """Keras' safe mode off for the block (thread-local, restored afterwards), so that a layer
     config taken from a live layer (a ``Lambda`` holding Python bytecode) deserializes.
@@ -126,5 +146,5 @@ def unsafe_deserialization():
 
 
 __all__ = ["ADD_OP", "MULTIPLY_OP", "inbound_nodes", "is_functional", "lambda_copy",
-           "nodes_by_depth", "outbound_nodes", "producer_of", "sequential_graph", "sublayers",
+           "nodes_by_depth", "not_compiled", "outbound_nodes", "producer_of", "sequential_graph", "sublayers",
            "takes_training", "unsafe_deserialization"]

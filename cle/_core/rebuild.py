@@ -181,12 +181,16 @@ class _Rebuilder:
         # clone_model names new inputs after the KerasTensors ("keras_tensor_12"); name them
         # after the input layers instead, so input names survive.
         inputs = keras.tree.map_structure(_new_input, model.input)
-        return keras.models.clone_model(
-            model,
-            input_tensors=inputs,
-            clone_function=self.clone_layer,
-            call_function=self.call_layer,
-        )
+        with internals.not_compiled(model) as compiled:
+            new = keras.models.clone_model(
+                model,
+                input_tensors=inputs,
+                clone_function=self.clone_layer,
+                call_function=self.call_layer,
+            )
+        if compiled:
+            _compile_like(new, model)
+        return new
 
     def rebuild_sequential(self, model):
         layers = []
@@ -203,7 +207,7 @@ class _Rebuilder:
             trainable=model.trainable,
         )
         if model.compiled:
-            new.compile_from_config(model.get_compile_config())
+            _compile_like(new, model)
         return new
 
     def restore_initializers(self):
@@ -240,6 +244,16 @@ class _Rebuilder:
                 value = np.asarray(values.pop(attr))
                 var.assign(keras.ops.convert_to_tensor(value, dtype=var.dtype))
                 del value
+
+
+def _compile_like(new, model):
+    """Compile ``new`` as ``model`` was, from its compile config; where that config cannot be
+    read back (a loss or metric function Keras cannot find by name unless registered),
+    ``new`` is left uncompiled: it computes what it should, and training it needs a
+    ``compile`` call (before, the whole rebuild, and so ``cle.quantize``, stopped on Keras'
+    TypeError)."""
+    with contextlib.suppress(TypeError, ValueError):
+        new.compile_from_config(model.get_compile_config())
 
 
 def _copy_variables(old, new):

@@ -36,6 +36,7 @@ import numpy as np
 
 from cle._core import backend
 from cle._core import graph as _graph
+from cle._core import keras_internals as internals_keras
 from cle._core.inputs import input_names
 from cle._tflite import internals
 from cle._tflite.convertible import (  # noqa: F401  (read as converter's by callers)
@@ -89,9 +90,12 @@ def _with_batch(model, batch: int):
     if any(any(o is t for t in model.inputs) for o in keras.tree.flatten(model.outputs)):
         # An output that is an input itself: the call below would return that new input
         # for it, and Keras then finds the other outputs "not connected to inputs". The
-        # graph rebuilt on the new inputs, its layers shared, has none of that.
-        return keras.models.clone_model(model, input_tensors=inputs[0] if len(inputs) == 1
-                                        else inputs, clone_function=lambda layer: layer)
+        # graph rebuilt on the new inputs (in the model's own structure: a list of one, a
+        # dict), its layers shared and the copy not compiled, has none of that.
+        packed = keras.tree.pack_sequence_as(model.input, inputs)
+        with internals_keras.not_compiled(model):
+            return keras.models.clone_model(model, input_tensors=packed,
+                                            clone_function=lambda layer: layer)
     with warnings.catch_warnings():  # a dict-structured model called with a list: the same
         warnings.simplefilter("ignore")
         outputs = model(inputs[0] if len(inputs) == 1 else inputs)
