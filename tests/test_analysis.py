@@ -99,7 +99,7 @@ def test_the_tflite_is_the_one_quantize_writes_and_the_output_is_its_check(net, 
     from cle._quantize import choice
 
     monkeypatch.setattr(choice, "SUPPORT", {name: 2.0 for name in choice.SUPPORT})
-    monkeypatch.setattr(choice, "PLAIN_MARGIN_DB", float("inf"))
+    monkeypatch.setattr(choice, "_farther_outputs", lambda *args, **kwargs: [])
     opts = QuantizeOptions.from_call(data, output_kinds={"logits": "classes"})
     kept = []  # cle.quantize's own call, its build kept
     content, quantized = quantize_checked(net, data, opts, builds=kept)
