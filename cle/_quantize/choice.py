@@ -335,6 +335,12 @@ def _output_gains(reference, ys, others, clip=None, clip_other=None) -> list:
             for r, a, b, ca, cb in zip(reference, ys, others, clip or zeros, clip_other or zeros)]
 
 
+def _sqnr(reference, y) -> float:
+    """One output's SQNR (dB) of ``y`` against ``reference``, as :func:`_output_gains` reads
+    its point (float64, no clipping added)."""
+    return _check.sqnr_with_clipping(np.asarray(reference, np.float64), np.asarray(y, np.float64))
+
+
 def _farther_outputs(model, reference, pooled, mine="cle", clip=None) -> list[str]:
     """The outputs on which the build ``mine`` is not shown closer to the float model than the
     plain conversion, on the pooled cross-fitted outputs with each one's expected clipping
@@ -349,8 +355,9 @@ def _farther_outputs(model, reference, pooled, mine="cle", clip=None) -> list[st
     clip = clip or {}
     weighed = _output_gains(reference, pooled["plain"], pooled[mine], clip.get("plain"),
                             clip.get(mine))
-    measured = _output_gains(reference, pooled["plain"], pooled[mine])
-    return [name for name, (gain, _, support), (raw, _, _) in zip(
+    measured = [_sqnr(r, p) - _sqnr(r, m)  # the point alone: no bootstrap to read
+                for r, p, m in zip(reference, pooled["plain"], pooled[mine])]
+    return [name for name, (gain, _, support), raw in zip(
         _check.output_names(model), weighed, measured)
         if gain > PLAIN_MARGIN_DB or support > 1.0 - PLAIN_SUPPORT or raw > PLAIN_MARGIN_DB]
 
