@@ -28,8 +28,8 @@ import keras
 from cle._core import keras_internals as internals
 
 __all__ = ["Call", "GraphView", "Tensor", "calls_leading_to", "check_readable", "graph_view",
-           "inner_function", "is_plain_call",
-           "local_view", "rebuilt_view", "run_call", "takes_training"]
+           "inner_function", "is_plain_call", "local_view", "rebuilt_view", "run_call",
+           "takes_training"]
 
 
 @dataclasses.dataclass(eq=False)

@@ -146,5 +146,5 @@ def unsafe_deserialization():
 
 
 __all__ = ["ADD_OP", "MULTIPLY_OP", "inbound_nodes", "is_functional", "lambda_copy",
-           "nodes_by_depth", "not_compiled", "outbound_nodes", "producer_of", "sequential_graph", "sublayers",
-           "takes_training", "unsafe_deserialization"]
+           "nodes_by_depth", "not_compiled", "outbound_nodes", "producer_of",
+           "sequential_graph", "sublayers", "takes_training", "unsafe_deserialization"]

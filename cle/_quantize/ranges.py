@@ -272,13 +272,13 @@ def softmax_clipping(probabilities, lows, highs, kind: str) -> float:
     A new input whose largest logit passes the range has it cut to the range's end, and its
     probabilities move (on a small classifier of signals a few such inputs ruled the error of
     new inputs, for the plain conversion as for cle's build). The largest logit of a new input
-    follows the Gumbel law :func:`widened` fits to ``highs``; beyond the range, the input is taken to be one of the :data:`LOGIT_TAIL`
-    calibration inputs with the largest logits, its logits (recovered from its
-    probabilities and its largest logit) spread about their mean until the largest reaches
-    the drawn value, as a more confident input of that kind would be: the expected squared
-    change of its probabilities once every logit is clipped into the range. 0 for an output
-    that is not ``(N, classes)``. The law is fitted to the calibration inputs' extremes, and
-    where their tail is lighter than a Gumbel's this is conservative."""
+    follows the Gumbel law :func:`widened` fits to ``highs``; beyond the range, the input is
+    taken to be one of the :data:`LOGIT_TAIL` calibration inputs with the largest logits, its
+    logits (recovered from its probabilities and its largest logit) spread about their mean
+    until the largest reaches the drawn value, as a more confident input of that kind would
+    be: the expected squared change of its probabilities once every logit is clipped into the
+    range. 0 for an output that is not ``(N, classes)``. The law is fitted to the calibration
+    inputs' extremes, and where their tail is lighter than a Gumbel's this is conservative."""
     p = np.asarray(probabilities, np.float64)
     lows, highs = np.asarray(lows, np.float64), np.asarray(highs, np.float64)
     if p.ndim != 2 or p.shape[1] < 2 or len(highs) != len(p) or len(p) < 2:
