@@ -373,6 +373,62 @@ def test_output_kinds_refuses_what_it_cannot_honour(declared, message):
         cle.quantize(model, np.zeros((16, 8), np.float32), output_kinds=declared)
 
 
+class _OwnLoss(keras.losses.Loss):
+    def call(self, y_true, y_pred):
+        return keras.ops.mean(keras.ops.abs(y_true - y_pred))
+
+
+@pytest.mark.parametrize("loss, kinds", [
+    # by output name: logits from a cross-entropy over them, values from a regression loss;
+    # an output ending in a softmax keeps what its graph says whatever its loss
+    ({"logits": keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+      "boxes": "huber", "probs": "mse", "six": keras.losses.CategoricalCrossentropy(
+          from_logits=True), "value": "sparse_categorical_crossentropy"},
+     {"logits": "logits", "boxes": "values", "probs": "probabilities", "six": "logits",
+      "value": "values"}),
+    # one loss for every output: class scores where there are two classes or more
+    (keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+     {"logits": "logits", "boxes": "logits", "value": "values", "binary": "values",
+      "six": "logits"}),
+    # a cross-entropy that expects probabilities, a custom loss: nothing said
+    ({"logits": "categorical_crossentropy", "six": _OwnLoss()},
+     {"logits": "values", "six": "values"}),
+])
+def test_a_compiled_models_loss_says_what_its_outputs_hold(loss, kinds, tmp_path):
+    """A model compiled (and saved) with its training loss tells its outputs' kinds: a
+    linear vector trained with a cross-entropy from logits is class scores (top-1 agreement,
+    no "may hold class scores" hint), one trained with a regression loss is values; what the
+    caller declares comes first."""
+    model = _kinds_model()
+    model.compile(optimizer="adam", loss=loss)
+    got = dict(zip(C.output_names(model), C.output_kinds(model)))
+    assert {name: got[name] for name in kinds} == kinds
+    assert ("logits" in C.undeclared_scores(model)) == (kinds["logits"] == "values")
+    if kinds["logits"] == "logits":
+        assert dict(zip(C.output_names(model), C.output_kinds(
+            model, {"logits": "values"})))["logits"] == "values"
+    if isinstance(loss, dict) and "boxes" in loss:  # and a saved .keras file keeps its loss
+        model.save(tmp_path / "m.keras")
+        again = keras.models.load_model(tmp_path / "m.keras")
+        assert C.output_kinds(again) == C.output_kinds(model)
+
+
+def test_a_few_logits_trained_from_logits_are_class_scores_without_data_too():
+    """Three logits nobody declared used to be a regression output: without data a refusal
+    (their range unknown), with data no top-1 agreement. Compiled with the cross-entropy they
+    were trained with, they are class scores in both."""
+    model = _net()
+    logits = keras.Model(model.inputs, L.Dense(3, name="three")(model.layers[-2].output))
+    x = np.random.default_rng(0).uniform(-1, 1, (48,) + tuple(model.inputs[0].shape[1:]))
+    with pytest.raises(ValueError, match="output 'three' .*cannot be found"):
+        cle.quantize(logits, input_range=(-1.0, 1.0))
+    logits.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    _, report = cle.quantize(logits, input_range=(-1.0, 1.0))
+    assert report.outputs[0].kind == "logits" and 0.0 <= report.outputs[0].top1_agreement <= 1
+    _, report = cle.quantize(logits, x.astype(np.float32))
+    assert report.outputs[0].kind == "logits" and "top-1 agreement" in report.summary()
+
+
 def test_two_outputs_each_checked_and_protected(zoo):
     """A detection-like head (class scores, 4 box values): each output gets its own check
     (top-1 for the scores only) and keeps its min/max range. Without data it is refused

@@ -3,18 +3,19 @@
 Every output gets its SQNR against the float model's; an output of class scores also gets its
 top-1 agreement (the share of samples, or of pixels, whose highest score is the float
 model's). An output counts as class scores when it ends in a softmax (over its last axis) or
-a sigmoid (any rank, two classes or more), or when the caller declares it so
-(``output_kinds={name: "classes"}``, ``--output-kind NAME=classes``); anything else (a
-regression value, box or landmark coordinates, an image, and a linear vector nobody declared)
-gets its SQNR only, since the position of its largest entry may mean nothing. A linear vector
-of at least :data:`MIN_CLASSES` entries may well be logits: the report says how to declare it
-(:func:`undeclared_scores`).
+a sigmoid (any rank, two classes or more), when the caller declares it so
+(``output_kinds={name: "classes"}``, ``--output-kind NAME=classes``), or when the model was
+compiled with a cross-entropy over its classes from logits (:mod:`cle._measure.losses`);
+anything else (a regression value, box or landmark coordinates, an image, and a linear vector
+nobody declared) gets its SQNR only, since the position of its largest entry may mean
+nothing. A linear vector of at least :data:`MIN_CLASSES` entries may well be logits: the
+report says how to declare it (:func:`undeclared_scores`).
 
 The figures come with what makes them rough: fewer than :data:`MIN_RELIABLE` inputs, or the
 two halves of the inputs disagreeing by more than :data:`DISAGREE_DB` in SQNR. Non-finite
 outputs are an error, never a figure. A top-1 agreement measured on inputs none of whose
-decisions is close (:func:`close_calls`) can hardly fall below 100 % whatever the error, and
-the report says so (:func:`idle_top1`).
+decisions is close (:func:`cle._measure.ties.close_calls`) can hardly fall below 100 %
+whatever the error, and the report says so (:func:`cle._measure.ties.idle_top1`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ import keras
 import numpy as np
 
 from cle._core import keras_internals as internals
+from cle._measure import losses as _losses
+from cle._measure.ties import CLOSE_LEAD, close_calls, idle_top1  # noqa: F401 (here before)
 from cle._measure import tails as _tails
 
 __all__ = ["MIN_CLASSES", "OutputCheck", "check_outputs", "close_calls", "compare_verdict",
@@ -59,10 +62,6 @@ BOOTSTRAP = 2000
 MIN_INTERVAL = 4
 #: An interval narrower than this (dB): every check input read the same figure (said).
 FLAT_DB = 0.05
-#: A decision is close when the float model's lead of its top class over the runner-up is
-#: less than this many times the typical change (root mean square over the inputs) the
-#: quantized model makes to that lead.
-CLOSE_LEAD = 2.0
 #: An output (or one entry of a value vector) whose SQNR is under this follows the float model
 #: too little for its figure to be read as a small error: the report says so.
 POOR_DB = 10.0
@@ -97,23 +96,29 @@ def _classes(out) -> int:
 
 def declared_kinds(model, declared) -> dict[int, str]:
     """``{output index: "classes" | "values"}`` of the outputs ``declared`` names (by the
-    name of the layer that makes the output, or by the model's output name).
+    name of the layer that makes the output, or by the model's output name) and of those the
+    model's compiled loss tells (:func:`cle._measure.losses.loss_kinds`; ``declared`` first;
+    not an output ending in a softmax or a sigmoid, which tells it already).
 
     Raises:
         ValueError: a name that is no output of ``model``, or "classes" for an output with
             fewer than two entries.
     """
-    if not declared:
-        return {}
     names, keras_names = output_names(model), list(getattr(model, "output_names", []) or [])
-    out = {}
-    for name, kind in declared.items():
+
+    def index(name):
         hits = [k for k, n in enumerate(names) if n == name] or [
             k for k, n in enumerate(keras_names) if n == name]
-        if not hits:
+        return hits[0] if hits else None
+
+    out = {k: kind for k, kind in _losses.loss_kinds(model, index).items()
+           if _ends_in(model.outputs[k]) not in SCORE_ACTIVATIONS
+           and (kind == "values" or _classes(model.outputs[k]) >= 2)}
+    for name, kind in (declared or {}).items():
+        k = index(name)
+        if k is None:
             raise ValueError(f"output_kinds names an output model '{model.name}' does not have. "
                              f"Received: {name!r}; its outputs: {names}")
-        k = hits[0]
         if kind == "classes" and _classes(model.outputs[k]) < 2:
             raise ValueError(f"output '{name}' has {_classes(model.outputs[k])} entries per "
                              "sample: class scores need two or more. Received: "
@@ -125,8 +130,9 @@ def declared_kinds(model, declared) -> dict[int, str]:
 def output_kinds(model, declared=None) -> list[str]:
     """``"probabilities"``, ``"logits"`` or ``"values"`` for each output of ``model``: an
     output ending in a softmax or a sigmoid over two entries or more is probabilities, an
-    output ``declared`` (``{name: "classes" | "values"}``) is what it says (class scores
-    without such an ending are logits), anything else is values."""
+    output ``declared`` (``{name: "classes" | "values"}``), or whose compiled loss tells
+    (:func:`declared_kinds`), is what it says (class scores without such an ending are
+    logits), anything else is values."""
     given = declared_kinds(model, declared)
     kinds = []
     for k, out in enumerate(model.outputs):
@@ -431,42 +437,6 @@ def check_outputs(reference, test, names, kinds, clipping=None, ties=None) -> li
             interval = (min((v for v in lows if v is not None and not math.isnan(v)),
                             default=math.nan), interval[1])
         out.append(OutputCheck(name, kind, _sqnr(ref, y), top1, interval, tail))
-    return out
-
-
-def close_calls(reference, test) -> tuple[int, int]:
-    """``(close, decisions)`` of one class output (``(N, ..., classes)``; each sample, or
-    pixel, a decision): how many decisions have a float lead of the top class over the
-    runner-up below :data:`CLOSE_LEAD` times the root mean square change the quantized model
-    makes to that lead, out of how many. Close decisions are the ones that flip: where none
-    is, a top-1 agreement of 100 % says little of the error (``close`` is 0 also when the lead
-    never changes)."""
-    r = np.asarray(reference, np.float64)
-    r = r.reshape(-1, r.shape[-1])
-    y = np.asarray(test, np.float64).reshape(r.shape)
-    if r.shape[0] == 0 or r.shape[1] < 2:
-        return 0, r.shape[0]
-    top = np.argsort(-r, axis=1, kind="stable")[:, :2]
-    rows = np.arange(r.shape[0])
-    lead = r[rows, top[:, 0]] - r[rows, top[:, 1]]
-    change = (y[rows, top[:, 0]] - y[rows, top[:, 1]]) - lead
-    rms = float(np.sqrt(np.mean(change ** 2)))
-    return int(np.sum(lead < CLOSE_LEAD * rms)) if rms > 0 else 0, r.shape[0]
-
-
-def idle_top1(reference, test, names, kinds, label) -> list[str]:
-    """A sentence per class output whose top-1 agreement on these inputs (``label``) cannot
-    tell the error: none of its decisions is close (:func:`close_calls`)."""
-    out = []
-    for ref, y, name, kind in zip(reference, test, names, kinds):
-        if kind == "values":
-            continue
-        close, n = close_calls(ref, y)
-        if close == 0 and n and not np.array_equal(ref, y):
-            out.append(f"output '{name}': its top-1 agreement on the {label} tells little: "
-                       f"none of their {n} decisions is close (the float model's lead over "
-                       f"the runner-up under {CLOSE_LEAD:g} times the typical change the "
-                       "quantized model makes to it), so hardly any could flip; read its SQNR")
     return out
 
 

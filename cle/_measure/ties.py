@@ -15,6 +15,10 @@ what one unseen tie would add; the check's interval reaches down to the figure w
 of how many of n new decisions a kind never seen among n may hold. Mixed inputs are not natural
 ones: their noise is a probe of the file near the float model's decision boundaries, not a
 measurement of new inputs, and only moves the interval's lower end.
+
+The other side: where none of the check's decisions is close to a tie (:func:`close_calls`),
+its top-1 agreement can hardly fall below 100 % whatever the error, and the report says so
+(:func:`idle_top1`).
 """
 
 from __future__ import annotations
@@ -24,8 +28,8 @@ import numpy as np
 from cle._core.inputs import ModelInputs
 from cle._measure.inference import outputs_once
 
-__all__ = ["FLOOR", "PAIRS", "STEPS", "TIE", "UNSEEN_TIES", "softmax_probabilities",
-           "tie_floor", "tie_inputs"]
+__all__ = ["CLOSE_LEAD", "FLOOR", "PAIRS", "STEPS", "TIE", "UNSEEN_TIES", "close_calls",
+           "idle_top1", "softmax_probabilities", "tie_floor", "tie_inputs"]
 
 #: Pairs of check inputs mixed to a tie (at most; fewer when fewer have different classes).
 PAIRS = 32
@@ -38,6 +42,10 @@ FLOOR = 1e-30
 #: Ties added to the interval's lower end: none seen among n inputs, up to this many expected
 #: among n new ones at the 95 % level.
 UNSEEN_TIES = 3
+#: A decision is close when the float model's lead of its top class over the runner-up is
+#: less than this many times the typical change (root mean square over the inputs) the
+#: quantized model makes to that lead.
+CLOSE_LEAD = 2.0
 
 
 def softmax_probabilities(reference) -> bool:
@@ -130,4 +138,40 @@ def tie_floor(model, content: bytes, x: ModelInputs, reference, kinds, seed: int
             continue
         q = np.asarray(outputs_once({}, content, ties)[k], np.float64)
         out.append(UNSEEN_TIES * float(np.mean(np.sum((p - q) ** 2, axis=1))))
+    return out
+
+
+def close_calls(reference, test) -> tuple[int, int]:
+    """``(close, decisions)`` of one class output (``(N, ..., classes)``; each sample, or
+    pixel, a decision): how many decisions have a float lead of the top class over the
+    runner-up below :data:`CLOSE_LEAD` times the root mean square change the quantized model
+    makes to that lead, out of how many. Close decisions are the ones that flip: where none
+    is, a top-1 agreement of 100 % says little of the error (``close`` is 0 also when the lead
+    never changes)."""
+    r = np.asarray(reference, np.float64)
+    r = r.reshape(-1, r.shape[-1])
+    y = np.asarray(test, np.float64).reshape(r.shape)
+    if r.shape[0] == 0 or r.shape[1] < 2:
+        return 0, r.shape[0]
+    top = np.argsort(-r, axis=1, kind="stable")[:, :2]
+    rows = np.arange(r.shape[0])
+    lead = r[rows, top[:, 0]] - r[rows, top[:, 1]]
+    change = (y[rows, top[:, 0]] - y[rows, top[:, 1]]) - lead
+    rms = float(np.sqrt(np.mean(change ** 2)))
+    return int(np.sum(lead < CLOSE_LEAD * rms)) if rms > 0 else 0, r.shape[0]
+
+
+def idle_top1(reference, test, names, kinds, label) -> list[str]:
+    """A sentence per class output whose top-1 agreement on these inputs (``label``) cannot
+    tell the error: none of its decisions is close (:func:`close_calls`)."""
+    out = []
+    for ref, y, name, kind in zip(reference, test, names, kinds):
+        if kind == "values":
+            continue
+        close, n = close_calls(ref, y)
+        if close == 0 and n and not np.array_equal(ref, y):
+            out.append(f"output '{name}': its top-1 agreement on the {label} tells little: "
+                       f"none of their {n} decisions is close (the float model's lead over "
+                       f"the runner-up under {CLOSE_LEAD:g} times the typical change the "
+                       "quantized model makes to it), so hardly any could flip; read its SQNR")
     return out

@@ -130,8 +130,10 @@ def quantize(model, calibration_data=None, *, per_channel: bool = True, weight_b
             model does not show: the check gives top-1 agreement for class scores only, which
             are outputs ending in a softmax or a sigmoid over two entries or more, and the
             outputs declared "classes" (e.g. linear logits). A linear vector is values
-            unless declared. Names are the layers that make the outputs (or the model's
-            output names).
+            unless declared, here or by the loss the model was compiled with (a
+            cross-entropy from logits: classes; a regression loss: values;
+            :mod:`cle._measure.losses`). Names are the layers that make the outputs (or
+            the model's output names).
         target: where the file will run (:data:`cle._tflite.targets.TARGETS`; ``cle
             targets`` lists them): "litert" (default: LiteRT on a CPU), "tflm" (TF Lite
             Micro on a microcontroller: INT4 weights only where its kernels run them, the
