@@ -412,6 +412,26 @@ def test_usage_errors(capsys, tmp_path, model_file, argv, fragment):
     assert_one_line_error(err, fragment)
 
 
+def test_a_model_files_loss_tells_its_logits(capsys, tmp_path):
+    """The commands load a model uncompiled; the loss its file was compiled with is read from
+    the file: three logits trained from logits are class scores (without data: no regression
+    refusal; their top-1 agreement), and ``--output-kind`` comes first."""
+    keras.utils.set_random_seed(1)
+    inp = keras.Input((10, 10, 3), name="image")
+    h = L.ReLU()(L.BatchNormalization(name="bn")(L.Conv2D(8, 3, name="conv")(inp)))
+    model = keras.Model(inp, L.Dense(3, name="three")(L.GlobalAveragePooling2D()(h)))
+    randomize_batch_norms(model)
+    model.compile(optimizer="adam",
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.save(tmp_path / "m.keras")
+    argv = ["quantize", tmp_path / "m.keras", "-o", tmp_path / "o.tflite", "--input-range=-1,1"]
+    code, out, err = run(capsys, *argv)
+    assert code == 0, err
+    assert "top-1 agreement" in out
+    code, _, err = run(capsys, *argv, "--output-kind", "three=values")
+    assert code == 2 and "output 'three' (3 values) cannot be found" in err
+
+
 def test_no_command_prints_help(capsys):
     code, _, err = run(capsys)
     assert code == 2

@@ -408,9 +408,15 @@ def test_a_compiled_models_loss_says_what_its_outputs_hold(loss, kinds, tmp_path
         assert dict(zip(C.output_names(model), C.output_kinds(
             model, {"logits": "values"})))["logits"] == "values"
     if isinstance(loss, dict) and "boxes" in loss:  # and a saved .keras file keeps its loss
+        from cle._measure.losses import file_loss
+
         model.save(tmp_path / "m.keras")
         again = keras.models.load_model(tmp_path / "m.keras")
         assert C.output_kinds(again) == C.output_kinds(model)
+        bare = keras.models.load_model(tmp_path / "m.keras", compile=False)  # as cle's CLI
+        assert C.compiled_kinds(bare) == {}
+        assert C.compiled_kinds(bare, file_loss(tmp_path / "m.keras")) == C.compiled_kinds(model)
+        assert file_loss(tmp_path / "nothing.keras") is None
 
 
 def test_a_few_logits_trained_from_logits_are_class_scores_without_data_too():

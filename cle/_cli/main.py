@@ -186,8 +186,9 @@ def _quantize_data_options(p, calibration_help):
                    help="classes or values: what an output holds, where the model does not "
                         "show it (repeat it per output). Class scores get a top-1 agreement: "
                         "outputs ending in a softmax or a sigmoid over two entries or more, "
-                        "and those declared classes (e.g. linear logits); the rest get their "
-                        "SQNR only")
+                        "and those declared classes (e.g. linear logits), here or by the "
+                        "loss a .keras file was compiled with (a cross-entropy from logits); "
+                        "the rest get their SQNR only")
     p.add_argument("--limit", type=_positive_int, metavar="N",
                    help="read at most N images from a --calibration folder")
     p.add_argument("--per-tensor", dest="per_channel", action="store_false",

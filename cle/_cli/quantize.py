@@ -5,6 +5,7 @@ combination) and the commands. Standard library only at import, like :mod:`cle.c
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import sys
@@ -199,6 +200,22 @@ def _progress(message):
     print(f"cle: {message}", file=sys.stderr, flush=True)
 
 
+def _told_by_loss(args, model):
+    """``args.options`` with the output kinds the model file's loss tells
+    (:func:`cle._measure.check.compiled_kinds`; the commands load a model uncompiled, so its
+    loss is read from the file) under those ``--output-kind`` declares."""
+    from cle._measure.check import compiled_kinds, output_names
+    from cle._measure.losses import file_loss
+
+    told = compiled_kinds(model, file_loss(args.model))
+    if not told:
+        return args.options
+    names = output_names(model)
+    declared = {names[k]: kind for k, kind in told.items()}
+    declared.update(args.options.output_kinds or {})
+    return dataclasses.replace(args.options, output_kinds=declared)
+
+
 def _run(args, model, calibration, analyze=False):
     """The library's quantize (or analyze) on checked values; what the model cannot do is a
     usage error in the command line's words."""
@@ -206,12 +223,12 @@ def _run(args, model, calibration, analyze=False):
     from cle._quantize.pipeline import InputRangeUnknown, quantize_checked
 
     try:
+        options = _told_by_loss(args, model)
         if analyze:
             from cle._quantize.analysis import analyze_checked
 
-            return analyze_checked(model, calibration, args.options, args.layer_inputs,
-                                   _progress)
-        return quantize_checked(model, calibration, args.options, _progress)
+            return analyze_checked(model, calibration, options, args.layer_inputs, _progress)
+        return quantize_checked(model, calibration, options, _progress)
     except InputRangeUnknown as exc:
         raise CliError(f"{args.model}: cannot tell the input range of model "
                        f"'{exc.model_name}' ({exc.why()}); pass --input-range=LOW,HIGH, "

@@ -32,7 +32,7 @@ from cle._measure.ties import CLOSE_LEAD, close_calls, idle_top1  # noqa: F401 (
 from cle._measure import tails as _tails
 
 __all__ = ["MIN_CLASSES", "OutputCheck", "check_outputs", "close_calls", "compare_verdict",
-           "declared_kinds", "sqnr_gain", "sqnr_interval",
+           "compiled_kinds", "declared_kinds", "sqnr_gain", "sqnr_interval",
            "estimate_caveat", "guessed_scores", "idle_top1", "json_number", "output_kinds",
            "output_names", "held_out_caveats", "poor_outputs", "rough_figures", "spread_inputs",
            "sqnr_with_clipping", "undeclared_scores"]
@@ -94,31 +94,41 @@ def _classes(out) -> int:
     return shape[-1] if shape and shape[-1] is not None else 0
 
 
+def _output_index(model, name) -> int | None:
+    """The index of the output ``name`` names (the layer that makes it, or the model's output
+    name), None when none."""
+    names, keras_names = output_names(model), list(getattr(model, "output_names", []) or [])
+    hits = [k for k, n in enumerate(names) if n == name] or [
+        k for k, n in enumerate(keras_names) if n == name]
+    return hits[0] if hits else None
+
+
+def compiled_kinds(model, loss=None) -> dict[int, str]:
+    """``{output index: "classes" | "values"}`` of the outputs whose loss tells what they hold
+    (:func:`cle._measure.losses.loss_kinds`): the model's compiled loss, or ``loss`` (read
+    from its file, :func:`cle._measure.losses.file_loss`); not an output ending in a softmax
+    or a sigmoid, which tells it already, nor class scores of fewer than two entries."""
+    told = _losses.loss_kinds(model, lambda name: _output_index(model, name), loss)
+    return {k: kind for k, kind in told.items()
+            if _ends_in(model.outputs[k]) not in SCORE_ACTIVATIONS
+            and (kind == "values" or _classes(model.outputs[k]) >= 2)}
+
+
 def declared_kinds(model, declared) -> dict[int, str]:
     """``{output index: "classes" | "values"}`` of the outputs ``declared`` names (by the
     name of the layer that makes the output, or by the model's output name) and of those the
-    model's compiled loss tells (:func:`cle._measure.losses.loss_kinds`; ``declared`` first;
-    not an output ending in a softmax or a sigmoid, which tells it already).
+    model's compiled loss tells (:func:`compiled_kinds`; ``declared`` first).
 
     Raises:
         ValueError: a name that is no output of ``model``, or "classes" for an output with
             fewer than two entries.
     """
-    names, keras_names = output_names(model), list(getattr(model, "output_names", []) or [])
-
-    def index(name):
-        hits = [k for k, n in enumerate(names) if n == name] or [
-            k for k, n in enumerate(keras_names) if n == name]
-        return hits[0] if hits else None
-
-    out = {k: kind for k, kind in _losses.loss_kinds(model, index).items()
-           if _ends_in(model.outputs[k]) not in SCORE_ACTIVATIONS
-           and (kind == "values" or _classes(model.outputs[k]) >= 2)}
+    out = compiled_kinds(model)
     for name, kind in (declared or {}).items():
-        k = index(name)
+        k = _output_index(model, name)
         if k is None:
             raise ValueError(f"output_kinds names an output model '{model.name}' does not have. "
-                             f"Received: {name!r}; its outputs: {names}")
+                             f"Received: {name!r}; its outputs: {output_names(model)}")
         if kind == "classes" and _classes(model.outputs[k]) < 2:
             raise ValueError(f"output '{name}' has {_classes(model.outputs[k])} entries per "
                              "sample: class scores need two or more. Received: "

@@ -14,11 +14,13 @@ softmax or a sigmoid (which says it already) say nothing.
 
 from __future__ import annotations
 
+import json
+import zipfile
 from collections.abc import Callable
 
 import keras
 
-__all__ = ["CLASS_LOSSES", "VALUE_LOSSES", "loss_kinds", "loss_name"]
+__all__ = ["CLASS_LOSSES", "VALUE_LOSSES", "file_loss", "loss_kinds", "loss_name"]
 
 #: Losses over classes that, taking logits (``from_logits=True``), say an output holds class
 #: scores: Keras' function names.
@@ -56,12 +58,12 @@ def _kind(loss) -> str | None:
     return "values" if name in VALUE_LOSSES else None
 
 
-def loss_kinds(model, index: Callable[[str], int | None]) -> dict[int, str]:
-    """``{output index: "classes" | "values"}`` of the outputs of ``model`` whose compiled
-    loss says what they hold (:func:`_kind`): one loss for every output, a list by output, or
-    a dict by output name (``index`` maps a name to its output's index, None when it names
-    none). Empty for a model not compiled."""
-    loss = getattr(model, "loss", None)
+def loss_kinds(model, index: Callable[[str], int | None], loss=None) -> dict[int, str]:
+    """``{output index: "classes" | "values"}`` of the outputs of ``model`` whose loss says
+    what they hold (:func:`_kind`): ``loss``, or else the model's compiled loss; one loss for
+    every output, a list by output, or a dict by output name (``index`` maps a name to its
+    output's index, None when it names none). Empty for a model not compiled."""
+    loss = getattr(model, "loss", None) if loss is None else loss
     n = len(model.outputs)
     if loss is None:
         return {}
@@ -73,3 +75,31 @@ def loss_kinds(model, index: Callable[[str], int | None]) -> dict[int, str]:
         pairs = [(k, loss) for k in range(n)]
     return {k: kind for k, value in pairs
             if k is not None and value is not None and (kind := _kind(value)) is not None}
+
+
+def file_loss(path):
+    """The loss a ``.keras`` file was compiled with, read from its config without compiling
+    the model (``cle`` commands load models uncompiled: a training configuration may not read
+    back): names as they are, ``keras.losses.Loss`` objects deserialized, in the structure
+    given (one, a list, a dict by output name); a loss that does not deserialize (a custom
+    one) is None. None for a file that is no ``.keras`` zip or holds no loss."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            config = json.loads(archive.read("config.json"))
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile):
+        return None
+    compiled = config.get("compile_config") if isinstance(config, dict) else None
+    return _loss_of(compiled.get("loss")) if isinstance(compiled, dict) else None
+
+
+def _loss_of(entry):
+    if isinstance(entry, list):
+        return [_loss_of(e) for e in entry]
+    if isinstance(entry, dict) and "class_name" not in entry:
+        return {name: _loss_of(e) for name, e in entry.items()}
+    if isinstance(entry, dict):
+        try:
+            return keras.saving.deserialize_keras_object(entry)
+        except Exception:  # noqa: BLE001  (a custom loss this process cannot build)
+            return None
+    return entry
