@@ -527,7 +527,7 @@ def test_the_batch_of_one_model_of_a_model_returning_its_input(form):
     JAX, and a device target's): its graph is rebuilt on the new inputs. Inputs given as a
     list of one or as a dict, and a model compiled with an unregistered loss, stopped it
     (Keras: 'input_tensors must have the same structure'; TypeError); a review found them."""
-    from cle._tflite.converter import _with_batch
+    from cle._tflite.export import with_batch
 
     a, b = keras.Input((6,), name="a"), keras.Input((6,), name="b")
     z = L.Dense(4, name="z")(a)
@@ -539,10 +539,31 @@ def test_the_batch_of_one_model_of_a_model_returning_its_input(form):
         feed = [np.ones((1, 6), np.float32)]
     if form == "compiled":
         model.compile(optimizer="adam", loss=_custom_loss)
-    fixed = _with_batch(model, 1)
+    fixed = with_batch(model, 1)
     assert all(t.shape[0] == 1 for t in fixed.inputs)
     for got, want in zip(fixed.predict(feed, verbose=0), model.predict(feed, verbose=0)):
         np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def test_a_fully_convolutional_model_of_free_size_is_quantized_and_analysed():
+    """A net built on ``(None, None, 3)``: on JAX Keras' export could not write it (jax2tf
+    failed tracing the pooling's gradient over a free height and width: a ValueError from
+    the converter in cle.quantize, an AttributeError in cle.analyze); there the file takes
+    the data's size and the report says so. On TensorFlow the file keeps the free size."""
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((None, None, 3), name="image")
+    h = L.ReLU()(L.BatchNormalization(name="bn")(L.Conv2D(8, 3, name="conv")(inp)))
+    model = keras.Model(inp, L.Dense(4, activation="softmax", name="cls")(
+        L.GlobalAveragePooling2D()(h)))
+    randomize_batch_norms(model)
+    x = np.random.default_rng(0).uniform(0, 1, (40, 12, 12, 3)).astype(np.float32)
+    content, report = cle.quantize(model, x)
+    assert report.outputs[0].sqnr_db > 20 and report.outputs[0].top1_agreement > 0.5
+    said = [w for w in report.warnings if "the file's inputs have the size of the data" in w]
+    assert len(said) == (keras.backend.backend() != "tensorflow")
+    np.testing.assert_allclose(Q.run_tflite(content, x[:4]), model.predict(x[:4], verbose=0),
+                               atol=0.05)
+    assert cle.analyze(model, x).output["sqnr_db"] > 20
 
 
 def test_a_list_of_unbatched_samples_for_two_inputs_is_told_to_add_a_batch_dimension():

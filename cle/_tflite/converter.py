@@ -17,28 +17,20 @@ route is caught.
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import dataclasses
 import functools
-import io
-import logging
-import os
 import re
-import shutil
-import sys
-import tempfile
-import warnings
 from typing import Any, Callable
 
 import keras
 import numpy as np
 
-from cle._core import backend
 from cle._core import graph as _graph
-from cle._core import keras_internals as internals_keras
 from cle._core.inputs import input_names
 from cle._tflite import internals
+from cle._tflite.export import (  # noqa: F401  (read as converter's by callers)
+    export_batch, export_shapes, quiet, read_exported, shared_exports,
+    static_batch, traced_batch)
 from cle._tflite.convertible import (  # noqa: F401  (read as converter's by callers)
     check_convertible, check_tflite_backend, converter_refusal, unconvertible_layers)
 from cle._tflite.runtime import input_details_by_name, interpreter, keras_output_order
@@ -46,113 +38,6 @@ from cle._tflite.runtime import input_details_by_name, interpreter, keras_output
 # Values kept per tensor to choose its range (a uniform sample of all positions of all
 # inputs, plus the exact extremes).
 SAMPLE_PER_TENSOR = 1 << 20
-
-
-#: The batch a model read through Keras' export is given (None: the backend's own, see
-#: :func:`export_batch`), set by :func:`static_batch`.
-_STATIC_BATCH: contextvars.ContextVar = contextvars.ContextVar("cle_static_batch", default=None)
-
-
-@contextlib.contextmanager
-def static_batch(n: int | None):
-    """Within the block, a model the converter reads through Keras' export (every model on
-    the JAX backend) is read with its batch fixed at ``n``: that export is polymorphic in the
-    batch, and its shape arithmetic (SHAPE, BROADCAST_TO, UNSORTED_SEGMENT_PROD, ...) becomes
-    operators a microcontroller's runtime has no kernel for and an NPU's compiler leaves to
-    the CPU. A model traced on TensorFlow is traced with that batch too: a free batch leaves
-    most of them out, but not all (an unrolled recurrent layer's zero state becomes SHAPE and
-    FILL, which TF Lite Micro cannot prepare). ``None``: the backend's own
-    (:func:`export_batch`).
-    :func:`cle._tflite.runtime.run_all` runs a file of fixed batch one input at a time."""
-    token = _STATIC_BATCH.set(n)
-    try:
-        yield
-    finally:
-        _STATIC_BATCH.reset(token)
-
-
-def export_batch() -> int | None:
-    """The batch a model read through Keras' export is given here (None: free): the one of
-    :func:`static_batch`, else one on every backend but TensorFlow's. There the export's
-    polymorphic batch (jax2tf) splits SOFTMAX into REDUCE_MAX, EXP, SUM and DIV behind
-    BROADCAST_TO and shape arithmetic, which TF Lite's INT8 quantization takes apart
-    (tests/test_quantize.py), and LiteRT ran the free-batch file several times slower."""
-    batch = _STATIC_BATCH.get()
-    if batch is None and keras.backend.backend() != "tensorflow":
-        return 1
-    return batch
-
-
-def _with_batch(model, batch: int):
-    """A Functional model that calls ``model`` on inputs whose batch is ``batch``."""
-    inputs = [keras.Input(batch_shape=(batch,) + tuple(t.shape[1:]), dtype=t.dtype, name=n)
-              for t, n in zip(model.inputs, input_names(model))]
-    if any(any(o is t for t in model.inputs) for o in keras.tree.flatten(model.outputs)):
-        # An output that is an input itself: the call below would return that new input
-        # for it, and Keras then finds the other outputs "not connected to inputs". The
-        # graph rebuilt on the new inputs (in the model's own structure: a list of one, a
-        # dict), its layers shared and the copy not compiled, has none of that.
-        packed = keras.tree.pack_sequence_as(model.input, inputs)
-        with internals_keras.not_compiled(model):
-            return keras.models.clone_model(model, input_tensors=packed,
-                                            clone_function=lambda layer: layer)
-    with warnings.catch_warnings():  # a dict-structured model called with a list: the same
-        warnings.simplefilter("ignore")
-        outputs = model(inputs[0] if len(inputs) == 1 else inputs)
-    return keras.Model(inputs, outputs, name=model.name)
-
-
-#: The SavedModel signature the converter reads (the one ``from_keras_model`` reads).
-SERVING = "serving_default"
-#: ``{(id(model), batch, weights' digest): (model, SavedModel directory)}`` within
-#: :func:`shared_exports`, else None.
-_EXPORTS: contextvars.ContextVar = contextvars.ContextVar("cle_exports", default=None)
-
-
-@contextlib.contextmanager
-def shared_exports():
-    """Within the block, a model the converter reads through Keras' export (every model on
-    the JAX backend, see :func:`_from_model`) is exported once for each batch and set of
-    weights, and every conversion of it reads that SavedModel (``from_saved_model``) instead
-    of exporting it again. ``cle.quantize`` converts the same model several times (the plain
-    conversion on each part of the data), and the export (tracing the model and writing the
-    SavedModel) takes most of a conversion's time on that route. The exports are deleted
-    when the outermost block ends; a nested block uses the outer one's."""
-    if _EXPORTS.get() is not None:
-        yield
-        return
-    exports = {}
-    token = _EXPORTS.set(exports)
-    try:
-        yield
-    finally:
-        _EXPORTS.reset(token)
-        for _, path in exports.values():
-            shutil.rmtree(path, ignore_errors=True)
-
-
-def _exported(exports, model, batch) -> str:
-    """The SavedModel directory of ``model`` (with its batch fixed at ``batch``, None: free)
-    as ``from_keras_model`` writes it for a Functional or Sequential model: one endpoint, the
-    model called in inference mode on its inputs' specs; exported on first use."""
-    import tensorflow as tf
-
-    key = (id(model), batch, backend.weights_digest(model))
-    if key not in exports:
-        read = model if batch is None else _with_batch(model, batch)
-        spec = tf.nest.map_structure(
-            lambda t: tf.TensorSpec(t.shape, dtype=t.dtype, name=t.name), read.inputs)
-        if isinstance(spec, list) and len(spec) > 1:
-            spec = [spec]
-        path = tempfile.mkdtemp(prefix="cle_export_")
-        with quiet():  # as the converter's own export is (JAX's deprecation warnings)
-            archive = keras.export.ExportArchive()
-            archive.track(read)
-            archive.add_endpoint("serve", functools.partial(read.__call__, training=False),
-                                 spec)
-            archive.write_out(path, verbose=False)
-        exports[key] = (model, path)  # the model kept alive: its id stays its own
-    return exports[key][1]
 
 
 @dataclasses.dataclass
@@ -168,62 +53,6 @@ class TensorRange:
     lo: float
     hi: float
     how: str = "min/max"
-
-
-@contextlib.contextmanager
-def quiet():
-    """Silence the TF Lite converter: Python warnings and prints, TF's Python loggers, and the
-    C++ logs it writes to file descriptors 1 and 2. If the block raises, what was captured is
-    written to ``sys.stderr`` before the exception propagates, so diagnostics are not lost.
-
-    File descriptors are process-wide: output of other threads during the block is captured
-    too.
-    """
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
-    loggers = [logging.getLogger(n) for n in ("tensorflow", "absl")]
-    levels = [lg.level for lg in loggers]
-    log = tempfile.TemporaryFile()
-    saved = []
-    try:
-        for fd in (1, 2):
-            with contextlib.suppress(OSError):
-                saved.append((fd, os.dup(fd)))
-                os.dup2(log.fileno(), fd)
-    except Exception:  # pragma: no cover - restore whatever was redirected
-        for fd, dup in saved:
-            os.dup2(dup, fd)
-            os.close(dup)
-        log.close()
-        raise
-    py_out = io.StringIO()
-    failed = False
-    try:
-        with warnings.catch_warnings(), contextlib.redirect_stdout(py_out), \
-                contextlib.redirect_stderr(py_out):
-            warnings.simplefilter("ignore")
-            for lg in loggers:
-                lg.setLevel(logging.ERROR)
-            yield
-    except BaseException:
-        failed = True
-        raise
-    finally:
-        for lg, level in zip(loggers, levels):
-            lg.setLevel(level)
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(Exception):
-                stream.flush()
-        for fd, dup in saved:
-            os.dup2(dup, fd)
-            os.close(dup)
-        if failed:
-            log.seek(0)
-            text = py_out.getvalue() + log.read().decode("utf-8", "replace")
-            if text.strip():
-                sys.stderr.write("--- TF Lite converter output ---\n" + text[-20000:] + "\n")
-        log.close()
 
 
 def _representative(x, by_name):
@@ -250,8 +79,8 @@ def _uses_keras_route(model, keras_route=False) -> bool:
             or _graph.inner_function(model) is None)
 
 
-def _from_model(model, keras_route=False):
-    """TF Lite's converter reading ``model``.
+def _from_model(model, keras_route=False, x=None):
+    """TF Lite's converter reading ``model`` (``x``: the data it will be calibrated on).
 
     On the TensorFlow backend a Functional or Sequential model is traced once (inference
     mode, batch dimension free) and handed to the converter as a concrete function, whose
@@ -264,19 +93,9 @@ def _from_model(model, keras_route=False):
     import tensorflow as tf
 
     if _uses_keras_route(model, keras_route):
-        batch = export_batch()
-        exports = _EXPORTS.get()
-        if exports is not None and (batch is not None or _graph.inner_function(model)
-                                    is not None):
-            path = _exported(exports, model, batch)
-            with quiet():
-                converter = tf.lite.TFLiteConverter.from_saved_model(path,
-                                                                     signature_keys=[SERVING])
-            internals.record_keras_source(converter)
-            return converter
-        return tf.lite.TFLiteConverter.from_keras_model(
-            model if batch is None else _with_batch(model, batch))
-    batch = _STATIC_BATCH.get()  # a device's file: shape arithmetic on a free batch (an
+        return read_exported(model, _graph.inner_function(model) is not None,
+                             export_shapes(model, x))
+    batch = traced_batch()  # a device's file: shape arithmetic on a free batch (an
     # unrolled recurrent layer's zero state: SHAPE, FILL) is operators its runtime lacks
     specs = [tf.TensorSpec(t.shape if batch is None else (batch,) + tuple(t.shape[1:]),
                            t.dtype, name=name)
@@ -294,7 +113,7 @@ def _converter(model, x, per_channel=True, io_type=None, keras_route=False):
     given, is the type of the model's input and output."""
     import tensorflow as tf
 
-    converter = _from_model(model, keras_route)
+    converter = _from_model(model, keras_route, x)
     converter.optimizations = [tf.lite.Optimize.DEFAULT]
     converter.representative_dataset = _representative(x, _uses_keras_route(model, keras_route))
     converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]

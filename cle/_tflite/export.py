@@ -1,0 +1,238 @@
+"""Reading a Keras model into TF Lite's converter through Keras' export, and keeping the
+converter quiet.
+
+On every backend but TensorFlow's (and for a model TensorFlow cannot trace), the converter reads
+a Keras 3 model from a SavedModel that Keras' ``ExportArchive`` writes: :func:`shared_exports`
+writes it once per model, batch and weights within ``cle.quantize``; :func:`static_batch` fixes
+its batch (a device's file); :func:`with_batch` gives the model inputs of a fixed batch and,
+where the backend's export cannot take a free size, the data's size
+(:func:`export_shapes`).
+:func:`quiet` silences the converter and the export.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import functools
+import io
+import logging
+import os
+import shutil
+import sys
+import tempfile
+import warnings
+
+import keras
+
+from cle._core import backend
+from cle._core import keras_internals as internals_keras
+from cle._core.inputs import input_names
+
+__all__ = ["SERVING", "export_batch", "export_shapes", "quiet", "read_exported",
+           "shared_exports", "static_batch", "traced_batch", "with_batch"]
+
+
+#: The batch a model read through Keras' export is given (None: the backend's own, see
+#: :func:`export_batch`), set by :func:`static_batch`.
+_STATIC_BATCH: contextvars.ContextVar = contextvars.ContextVar("cle_static_batch", default=None)
+
+
+@contextlib.contextmanager
+def static_batch(n: int | None):
+    """Within the block, a model the converter reads through Keras' export (every model on
+    the JAX backend) is read with its batch fixed at ``n``: that export is polymorphic in the
+    batch, and its shape arithmetic (SHAPE, BROADCAST_TO, UNSORTED_SEGMENT_PROD, ...) becomes
+    operators a microcontroller's runtime has no kernel for and an NPU's compiler leaves to
+    the CPU. A model traced on TensorFlow is traced with that batch too: a free batch leaves
+    most of them out, but not all (an unrolled recurrent layer's zero state becomes SHAPE and
+    FILL, which TF Lite Micro cannot prepare). ``None``: the backend's own
+    (:func:`export_batch`).
+    :func:`cle._tflite.runtime.run_all` runs a file of fixed batch one input at a time."""
+    token = _STATIC_BATCH.set(n)
+    try:
+        yield
+    finally:
+        _STATIC_BATCH.reset(token)
+
+
+def export_batch() -> int | None:
+    """The batch a model read through Keras' export is given here (None: free): the one of
+    :func:`static_batch`, else one on every backend but TensorFlow's. There the export's
+    polymorphic batch (jax2tf) splits SOFTMAX into REDUCE_MAX, EXP, SUM and DIV behind
+    BROADCAST_TO and shape arithmetic, which TF Lite's INT8 quantization takes apart
+    (tests/test_quantize.py), and LiteRT ran the free-batch file several times slower."""
+    batch = _STATIC_BATCH.get()
+    if batch is None and keras.backend.backend() != "tensorflow":
+        return 1
+    return batch
+
+
+def export_shapes(model, x) -> tuple | None:
+    """Each input's shape but the batch, as Keras' export is to read ``model``: None (the
+    model's own) but on a backend other than TensorFlow for a model with a free dimension
+    beyond the batch (a fully convolutional net built on ``(None, None, 3)``), where the
+    export's shape polymorphism fails (jax2tf could not trace a global pooling's gradient
+    over a free height and width): there the size of the data ``x`` (a
+    :class:`cle._core.inputs.ModelInputs`), which the file then keeps."""
+    if x is None or keras.backend.backend() == "tensorflow" or all(
+            None not in tuple(t.shape[1:]) for t in model.inputs):
+        return None
+    arrays = x.arrays if hasattr(x, "arrays") else (x,)
+    return tuple(tuple(a.shape[1:]) for a in arrays)
+
+
+def with_batch(model, batch: int, shapes=None):
+    """A Functional model that calls ``model`` on inputs whose batch is ``batch`` (and whose
+    other dimensions are ``shapes``, one per input, when given: :func:`export_shapes`)."""
+    shapes = shapes or [tuple(t.shape[1:]) for t in model.inputs]
+    inputs = [keras.Input(batch_shape=(batch,) + tuple(shape), dtype=t.dtype, name=n)
+              for t, n, shape in zip(model.inputs, input_names(model), shapes)]
+    if any(any(o is t for t in model.inputs) for o in keras.tree.flatten(model.outputs)):
+        # An output that is an input itself: the call below would return that new input
+        # for it, and Keras then finds the other outputs "not connected to inputs". The
+        # graph rebuilt on the new inputs (in the model's own structure: a list of one, a
+        # dict), its layers shared and the copy not compiled, has none of that.
+        packed = keras.tree.pack_sequence_as(model.input, inputs)
+        with internals_keras.not_compiled(model):
+            return keras.models.clone_model(model, input_tensors=packed,
+                                            clone_function=lambda layer: layer)
+    with warnings.catch_warnings():  # a dict-structured model called with a list: the same
+        warnings.simplefilter("ignore")
+        outputs = model(inputs[0] if len(inputs) == 1 else inputs)
+    return keras.Model(inputs, outputs, name=model.name)
+
+
+#: The SavedModel signature the converter reads (the one ``from_keras_model`` reads).
+SERVING = "serving_default"
+#: ``{(id(model), batch, weights' digest): (model, SavedModel directory)}`` within
+#: :func:`shared_exports`, else None.
+_EXPORTS: contextvars.ContextVar = contextvars.ContextVar("cle_exports", default=None)
+
+
+@contextlib.contextmanager
+def shared_exports():
+    """Within the block, a model the converter reads through Keras' export (every model on
+    the JAX backend, see :func:`_from_model`) is exported once for each batch and set of
+    weights, and every conversion of it reads that SavedModel (``from_saved_model``) instead
+    of exporting it again. ``cle.quantize`` converts the same model several times (the plain
+    conversion on each part of the data), and the export (tracing the model and writing the
+    SavedModel) takes most of a conversion's time on that route. The exports are deleted
+    when the outermost block ends; a nested block uses the outer one's."""
+    if _EXPORTS.get() is not None:
+        yield
+        return
+    exports = {}
+    token = _EXPORTS.set(exports)
+    try:
+        yield
+    finally:
+        _EXPORTS.reset(token)
+        for _, path in exports.values():
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _exported(exports, model, batch, shapes=None) -> str:
+    """The SavedModel directory of ``model`` (with its batch fixed at ``batch``, None: free;
+    its other dimensions at ``shapes`` when given) as ``from_keras_model`` writes it for a
+    Functional or Sequential model: one endpoint, the model called in inference mode on its
+    inputs' specs; exported on first use."""
+    import tensorflow as tf
+
+    key = (id(model), batch, shapes, backend.weights_digest(model))
+    if key not in exports:
+        read = model if batch is None else with_batch(model, batch, shapes)
+        spec = tf.nest.map_structure(
+            lambda t: tf.TensorSpec(t.shape, dtype=t.dtype, name=t.name), read.inputs)
+        if isinstance(spec, list) and len(spec) > 1:
+            spec = [spec]
+        path = tempfile.mkdtemp(prefix="cle_export_")
+        with quiet():  # as the converter's own export is (JAX's deprecation warnings)
+            archive = keras.export.ExportArchive()
+            archive.track(read)
+            archive.add_endpoint("serve", functools.partial(read.__call__, training=False),
+                                 spec)
+            archive.write_out(path, verbose=False)
+        exports[key] = (model, path)  # the model kept alive: its id stays its own
+    return exports[key][1]
+
+
+@contextlib.contextmanager
+def quiet():
+    """Silence the TF Lite converter: Python warnings and prints, TF's Python loggers, and the
+    C++ logs it writes to file descriptors 1 and 2. If the block raises, what was captured is
+    written to ``sys.stderr`` before the exception propagates, so diagnostics are not lost.
+
+    File descriptors are process-wide: output of other threads during the block is captured
+    too.
+    """
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    loggers = [logging.getLogger(n) for n in ("tensorflow", "absl")]
+    levels = [lg.level for lg in loggers]
+    log = tempfile.TemporaryFile()
+    saved = []
+    try:
+        for fd in (1, 2):
+            with contextlib.suppress(OSError):
+                saved.append((fd, os.dup(fd)))
+                os.dup2(log.fileno(), fd)
+    except Exception:  # pragma: no cover - restore whatever was redirected
+        for fd, dup in saved:
+            os.dup2(dup, fd)
+            os.close(dup)
+        log.close()
+        raise
+    py_out = io.StringIO()
+    failed = False
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stdout(py_out), \
+                contextlib.redirect_stderr(py_out):
+            warnings.simplefilter("ignore")
+            for lg in loggers:
+                lg.setLevel(logging.ERROR)
+            yield
+    except BaseException:
+        failed = True
+        raise
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        for fd, dup in saved:
+            os.dup2(dup, fd)
+            os.close(dup)
+        if failed:
+            log.seek(0)
+            text = py_out.getvalue() + log.read().decode("utf-8", "replace")
+            if text.strip():
+                sys.stderr.write("--- TF Lite converter output ---\n" + text[-20000:] + "\n")
+        log.close()
+
+
+def read_exported(model, inner, shapes=None):
+    """TF Lite's converter reading ``model`` through Keras' export: the SavedModel shared
+    within :func:`shared_exports` (when the batch is fixed, or ``inner``: the model has a
+    traced function of its own), else ``from_keras_model``; ``shapes``: :func:`export_shapes`."""
+    import tensorflow as tf
+
+    from cle._tflite import internals
+
+    batch = export_batch()
+    exports = _EXPORTS.get()
+    if exports is not None and (batch is not None or inner):
+        path = _exported(exports, model, batch, shapes)
+        with quiet():
+            converter = tf.lite.TFLiteConverter.from_saved_model(path, signature_keys=[SERVING])
+        internals.record_keras_source(converter)
+        return converter
+    return tf.lite.TFLiteConverter.from_keras_model(
+        model if batch is None else with_batch(model, batch, shapes))
+
+
+def traced_batch() -> int | None:
+    """The batch a model traced on TensorFlow is given (:func:`static_batch`; None: free)."""
+    return _STATIC_BATCH.get()
