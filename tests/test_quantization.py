@@ -315,6 +315,14 @@ def test_fake_quantize_bad_args():
     # the converter's own route too (an AttributeError on model.inputs before)
     with pytest.raises(ValueError, match="subclassed model whose call"):
         Q.convert_to_tflite_int8(sub, np.zeros((4, 3), "float32"))
+    # and quantize's door, compiled (its loss read for the outputs' kinds: an AttributeError
+    # on model.outputs before its graph was read, found by helper-18's hunt) or with a
+    # route of one input and one output (cle.analyze)
+    sub.compile(optimizer="adam", loss="mse")
+    for call in (lambda: cle.quantize(sub, np.zeros((16, 3), "float32")),
+                 lambda: cle.analyze(sub, np.zeros((16, 3), "float32"))):
+        with pytest.raises(ValueError, match="subclassed model whose call"):
+            call()
 
 
 @pytest.mark.filterwarnings("ignore:Layer InputLayer does not have a `quantize` method")

@@ -373,6 +373,19 @@ def test_output_kinds_refuses_what_it_cannot_honour(declared, message):
         cle.quantize(model, np.zeros((16, 8), np.float32), output_kinds=declared)
 
 
+def test_an_output_a_nested_model_makes_ends_as_that_models_output():
+    """A head built as a nested Sequential that ends in a softmax is class scores (it was
+    checked as values, and without data told to be declared: helper-18's hunt); a nested
+    model of two outputs gives each its own ending."""
+    inp = keras.Input((8,))
+    head = keras.Sequential([keras.Input((8,)), L.Dense(4, activation="softmax")], name="head")
+    a = keras.Input((8,))
+    two = keras.Model(a, [L.Dense(3)(a), L.Dense(5, activation="softmax")(a)], name="two")
+    first, second = two(inp)
+    model = keras.Model(inp, [head(inp), first, second])
+    assert C.output_kinds(model) == ["probabilities", "values", "probabilities"]
+
+
 class _OwnLoss(keras.losses.Loss):
     def call(self, y_true, y_pred):
         return keras.ops.mean(keras.ops.abs(y_true - y_pred))

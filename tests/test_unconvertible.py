@@ -35,6 +35,14 @@ def _volume_model(pool, name):
     return keras.Model(inp, L.Dense(3, name="head")(L.GlobalAveragePooling3D()(x)), name=name)
 
 
+def _lookup_model():
+    inp = keras.Input((6,), dtype="int32", name="ids")
+    h = L.Embedding(12, 4, name="embed")(L.IntegerLookup(vocabulary=list(range(10)),
+                                                          name="lookup")(inp))
+    return keras.Model(inp, L.Dense(3, name="head")(L.GlobalAveragePooling1D()(h)),
+                       name="lookup_net")
+
+
 #: model builder, the names the refusal must hold, refused on every backend (else on the
 #: other backends only: unrolled recurrent layers convert on TensorFlow)
 CASES = {
@@ -47,12 +55,17 @@ CASES = {
                     ["'pool3d' (MaxPooling3D)", "no builtin 3-D pooling"]),
     "avg_pool_3d": (lambda: _volume_model(L.AveragePooling3D, "avg3d_net"),
                     ["'pool3d' (AveragePooling3D)"]),
+    # the converter named Conv2D, LookupTableFindV2 and Placeholder, never the layer
+    "integer_lookup": (_lookup_model, ["'lookup' (IntegerLookup)", "lookup table"]),
 }
 
 
 def _data(model, n=8):
     rng = np.random.default_rng(0)
-    return rng.normal(size=(n,) + tuple(model.inputs[0].shape[1:])).astype("float32")
+    shape = (n,) + tuple(model.inputs[0].shape[1:])
+    if "int" in str(model.inputs[0].dtype):
+        return rng.integers(0, 10, size=shape).astype("int32")
+    return rng.normal(size=shape).astype("float32")
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

@@ -69,6 +69,15 @@ def producer_of(tensor):
     return None if history is None else history.operation
 
 
+def output_position(tensor) -> int:
+    """Which of its operation's outputs the symbolic ``tensor`` is (0 for the first).
+
+    Public replacement: none (``KerasTensor._keras_history``).
+    """
+    history = getattr(tensor, "_keras_history", None)
+    return 0 if history is None else int(history.tensor_index)
+
+
 def sublayers(layer, recursive: bool = True) -> list:
     """The layers ``layer`` holds (itself excluded), depth first; ``recursive``: also the
     layers those hold.
@@ -146,5 +155,5 @@ def unsafe_deserialization():
 
 
 __all__ = ["ADD_OP", "MULTIPLY_OP", "inbound_nodes", "is_functional", "lambda_copy",
-           "nodes_by_depth", "not_compiled", "outbound_nodes", "producer_of",
+           "nodes_by_depth", "not_compiled", "outbound_nodes", "output_position", "producer_of",
            "sequential_graph", "sublayers", "takes_training", "unsafe_deserialization"]

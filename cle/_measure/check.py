@@ -80,8 +80,12 @@ def _activation_name(layer):
 def _ends_in(out) -> str:
     """The activation that makes the output tensor ``out`` ("" for none): a softmax over
     another axis than the last (the classes of a per-position output stand elsewhere) is
-    "softmax, not last axis", which top-1 agreement, read along the last axis, cannot use."""
+    "softmax, not last axis", which top-1 agreement, read along the last axis, cannot use.
+    An output a nested model makes ends as that model's output does."""
     producer = internals.producer_of(out)
+    while isinstance(producer, keras.Model) and getattr(producer, "outputs", None):
+        out = producer.outputs[internals.output_position(out)]  # a nested model's own output
+        producer = internals.producer_of(out)
     if isinstance(producer, keras.layers.Softmax):
         axes = [producer.axis] if isinstance(producer.axis, int) else list(producer.axis)
         rank = len(tuple(out.shape))
@@ -108,6 +112,8 @@ def compiled_kinds(model, loss=None) -> dict[int, str]:
     (:func:`cle._measure.losses.loss_kinds`): the model's compiled loss, or ``loss`` (read
     from its file, :func:`cle._measure.losses.file_loss`); not an output ending in a softmax
     or a sigmoid, which tells it already, nor class scores of fewer than two entries."""
+    if not getattr(model, "outputs", None):  # a subclassed model: refused at its graph
+        return {}
     told = _losses.loss_kinds(model, lambda name: _output_index(model, name), loss)
     return {k: kind for k, kind in told.items()
             if _ends_in(model.outputs[k]) not in SCORE_ACTIVATIONS

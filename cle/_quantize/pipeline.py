@@ -130,10 +130,8 @@ def quantize(model, calibration_data=None, *, per_channel: bool = True, weight_b
             model does not show: the check gives top-1 agreement for class scores only, which
             are outputs ending in a softmax or a sigmoid over two entries or more, and the
             outputs declared "classes" (e.g. linear logits). A linear vector is values
-            unless declared, here or by the loss the model was compiled with (a
-            cross-entropy from logits: classes; a regression loss: values;
-            :mod:`cle._measure.losses`). Names are the layers that make the outputs (or
-            the model's output names).
+            unless declared, here or by its compiled loss (:mod:`cle._measure.losses`).
+            Names are the layers that make the outputs (or the model's output names).
         target: where the file will run (:data:`cle._tflite.targets.TARGETS`; ``cle
             targets`` lists them): "litert" (default: LiteRT on a CPU), "tflm" (TF Lite
             Micro on a microcontroller: INT4 weights only where its kernels run them, the
@@ -372,14 +370,14 @@ def _door(model, calibration_data, opts, single_io=None):
     ``single_io``, one input and one output), the backend, the data (one float32 copy) and,
     without data, every input's range. Returns ``(view, x or None, input ranges or None)``."""
     check_model(model)
-    _check.declared_kinds(model, opts.output_kinds)  # names that are no output: refused here
+    view = graph_view(model)  # a clear error for a model whose graph cannot be read
     if single_io is not None and (len(model.inputs) != 1 or len(model.outputs) != 1):
         raise ValueError(
             f"{single_io} supports models with one input and one output so far (several "
             "inputs or outputs are not supported there yet; cle.quantize without tuning takes "
             f"them). Received: model '{model.name}' with {len(model.inputs)} inputs and "
             f"{len(model.outputs)} outputs")
-    view = graph_view(model)  # a clear error for a model whose graph cannot be read
+    _check.declared_kinds(model, opts.output_kinds)  # names that are no output: refused here
     tflite.check_convertible(model, "cle.quantize")
     check_runnable(model, "cle.quantize")
     if calibration_data is not None:
@@ -550,6 +548,9 @@ def _warnings(model, sets, inputs, input_ranges, declared=None):
            f"output_kinds={{{name!r}: 'classes'}} or --output-kind {name}=classes"
            for name in _check.undeclared_scores(model, declared)]
     out += [r.note for r in input_ranges or () if r.note]
+    if (fixed := tflite.export_shapes(model, inputs.calibration)) is not None:
+        out.append(f"the file's inputs have the size of the data, {fixed}: Keras' export on "
+                   "this backend cannot write a size left free beyond the batch")
     if inputs.loss is not None and max(inputs.loss) > CONVERGED_LOSS:
         out.append(f"the distillation did not converge (final batch-norm loss "
                    f"{max(inputs.loss):.3g}, above {CONVERGED_LOSS:g}): the synthetic inputs do "

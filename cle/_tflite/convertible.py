@@ -27,6 +27,10 @@ _WAY_AROUND = {"Argmax": "end the model before it and take the argmax of the .tf
                "Erf": "use keras.activations.gelu, which TF Lite has, or a tanh approximation"}
 
 
+#: Preprocessing layers that look values up in a table (a hash table on every backend).
+_LOOKUPS = (keras.layers.IntegerLookup, keras.layers.StringLookup, keras.layers.TextVectorization)
+
+
 def check_tflite_backend(what):
     """TF Lite's converter reads a Keras model through Keras' SavedModel export, which the
     PyTorch backend does not provide (``ExportArchive.track`` is not implemented there, and the
@@ -49,7 +53,8 @@ def unconvertible_layers(model) -> list[str]:
     builtin INT8 ops on this backend, each as ``"'name' (Class): why"``: recurrent layers
     that are not unrolled (on the TensorFlow backend their loop becomes TensorList ops, which
     the converter refuses), every recurrent layer on the other backends (their export holds
-    uint32 tensors the converter refuses, unrolled or not), 3-D pooling (no builtin op), and
+    uint32 tensors the converter refuses, unrolled or not), 3-D pooling (no builtin op),
+    lookup tables (``IntegerLookup``, ``StringLookup``, ``TextVectorization``), and
     layers that compute in float16 or bfloat16 (a mixed-precision policy) or in float64 (one
     entry for each such type), and the operations of :func:`unconvertible_operations`.
     Measured in tests/test_unconvertible.py on the converter this package pins."""
@@ -68,6 +73,9 @@ def unconvertible_layers(model) -> list[str]:
                    "backend (KERAS_BACKEND=tensorflow) with unroll=True")
         elif isinstance(layer, (keras.layers.MaxPooling3D, keras.layers.AveragePooling3D)):
             why = "TF Lite has no builtin 3-D pooling op"
+        elif isinstance(layer, _LOOKUPS):
+            why = ("a lookup table, which TF Lite's builtin INT8 ops do not have; map the "
+                   "values to indices before the model and feed those")
         else:
             continue
         found.append(f"'{layer.name}' ({kind}): {why}")
@@ -160,6 +168,4 @@ def check_convertible(model, what):
         raise ValueError(
             f"{what} needs TF Lite's converter, which cannot write model '{model.name}' in "
             "builtin INT8 ops: " + "; ".join(found)
-            + f". Received: {len(found)} such "
-            f"{'parts (layers or operations)' if len(found) > 1 else 'layer or operation'} "
-            f"on the {keras.backend.backend()} backend")
+            + f". Received: model '{model.name}' on the {keras.backend.backend()} backend")
