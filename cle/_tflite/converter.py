@@ -242,9 +242,11 @@ def ranges_of(calibrated: bytes) -> list[TensorRange]:
 
 
 # Ops through which an output's range is decided by their input's: the logits before a
-# softmax, and what only moves values around or changes their type.
+# softmax, what only moves values around or changes their type, and a max (pooling or a
+# reduction: a feature vector's GlobalMaxPooling), whose output is its input's largest values,
+# so that tails cut on the input clip the output itself (found by helper-18's hunt).
 _PASS_BACK = ("SOFTMAX", "LOGISTIC", "LOG_SOFTMAX", "RESHAPE", "SQUEEZE", "DEQUANTIZE",
-              "QUANTIZE", "CAST")
+              "QUANTIZE", "CAST", "MAX_POOL_2D", "REDUCE_MAX")
 
 
 def _producers(obj) -> dict:
