@@ -547,7 +547,7 @@ def test_the_batch_of_one_model_of_a_model_returning_its_input(form):
 
 def test_a_fully_convolutional_model_of_free_size_is_quantized_and_analysed():
     """A net built on ``(None, None, 3)``: on JAX Keras' export could not write it (jax2tf
-    failed tracing the pooling's gradient over a free height and width: a ValueError from
+    failed tracing the convolution's gradient over a free height and width: a ValueError from
     the converter in cle.quantize, an AttributeError in cle.analyze); there the file takes
     the data's size and the report says so. On TensorFlow the file keeps the free size."""
     keras.utils.set_random_seed(0)
@@ -559,7 +559,7 @@ def test_a_fully_convolutional_model_of_free_size_is_quantized_and_analysed():
     x = np.random.default_rng(0).uniform(0, 1, (40, 12, 12, 3)).astype(np.float32)
     content, report = cle.quantize(model, x)
     assert report.outputs[0].sqnr_db > 20 and report.outputs[0].top1_agreement > 0.5
-    said = [w for w in report.warnings if "the file's inputs have the size of the data" in w]
+    said = [w for w in report.warnings if "the file's inputs 'image' (12, 12, 3) have" in w]
     assert len(said) == (keras.backend.backend() != "tensorflow")
     np.testing.assert_allclose(Q.run_tflite(content, x[:4]), model.predict(x[:4], verbose=0),
                                atol=0.05)

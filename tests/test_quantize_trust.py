@@ -432,6 +432,30 @@ def test_a_compiled_models_loss_says_what_its_outputs_hold(loss, kinds, tmp_path
         assert file_loss(tmp_path / "nothing.keras") is None
 
 
+def test_a_loss_that_cannot_say_says_nothing():
+    """A loss whose config does not serialize (as Keras' own wrapper of a ``functools.partial``
+    does) stopped ``cle.quantize`` with its TypeError (helper-19's review); a regression loss
+    on a sigmoid's output (boxes in [0, 1]) says values, on a softmax's nothing."""
+
+    class Unsaid(keras.losses.Loss):
+        def call(self, y_true, y_pred):
+            return keras.ops.mean(keras.ops.abs(y_true - y_pred))
+
+        def get_config(self):
+            raise TypeError("Cannot serialize object functools.partial(...)")
+
+    inp = keras.Input((8,))
+    model = keras.Model(inp, [L.Dense(4, activation="sigmoid", name="boxes")(inp),
+                              L.Dense(3, activation="softmax", name="probs")(inp)])
+    model.compile(loss=[Unsaid(name="categorical_crossentropy"), "mse"])
+    assert C.output_kinds(model) == ["probabilities", "probabilities"]
+    _, report = cle.quantize(model, np.random.default_rng(0).normal(size=(32, 8)).astype(
+        np.float32))
+    assert [o.kind for o in report.outputs] == ["probabilities", "probabilities"]
+    model.compile(loss=["mse", "mse"])
+    assert C.output_kinds(model) == ["values", "probabilities"]
+
+
 def test_a_few_logits_trained_from_logits_are_class_scores_without_data_too():
     """Three logits nobody declared used to be a regression output: without data a refusal
     (their range unknown), with data no top-1 agreement. Compiled with the cross-entropy they

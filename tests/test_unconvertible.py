@@ -80,6 +80,7 @@ def test_refused_up_front_with_every_layer_named(case, capsys):
             call()
         message = str(info.value)
         assert f"model '{model.name}'" in message and "\n" not in message
+        assert message.endswith(f"Received: model '{model.name}' on the {BACKEND} backend")
         for name in names:
             assert name in message, message
     # before any work: the converter never ran, so it left nothing on stderr

@@ -207,10 +207,11 @@ def _told_by_loss(args, model):
     from cle._measure.check import compiled_kinds, output_names
     from cle._measure.losses import file_loss
 
-    told = compiled_kinds(model, file_loss(args.model))
+    names = output_names(model)  # said by name: outputs of one nested model share theirs
+    told = {k: kind for k, kind in compiled_kinds(model, file_loss(args.model)).items()
+            if names.count(names[k]) == 1}
     if not told:
         return args.options
-    names = output_names(model)
     declared = {names[k]: kind for k, kind in told.items()}
     declared.update(args.options.output_kinds or {})
     return dataclasses.replace(args.options, output_kinds=declared)

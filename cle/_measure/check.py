@@ -110,14 +110,20 @@ def _output_index(model, name) -> int | None:
 def compiled_kinds(model, loss=None) -> dict[int, str]:
     """``{output index: "classes" | "values"}`` of the outputs whose loss tells what they hold
     (:func:`cle._measure.losses.loss_kinds`): the model's compiled loss, or ``loss`` (read
-    from its file, :func:`cle._measure.losses.file_loss`); not an output ending in a softmax
-    or a sigmoid, which tells it already, nor class scores of fewer than two entries."""
+    from its file, :func:`cle._measure.losses.file_loss`); not class scores for an output
+    ending in a softmax or a sigmoid, which tells it already, or of fewer than two entries,
+    nor values for a softmax's (a regression loss on a sigmoid: boxes, an image, is values)."""
     if not getattr(model, "outputs", None):  # a subclassed model: refused at its graph
         return {}
     told = _losses.loss_kinds(model, lambda name: _output_index(model, name), loss)
-    return {k: kind for k, kind in told.items()
-            if _ends_in(model.outputs[k]) not in SCORE_ACTIVATIONS
-            and (kind == "values" or _classes(model.outputs[k]) >= 2)}
+    return {k: kind for k, kind in told.items() if _told(model.outputs[k], kind)}
+
+
+def _told(out, kind) -> bool:
+    ending = _ends_in(out)
+    if kind == "values":
+        return ending != "softmax"
+    return _classes(out) >= 2 and ending not in SCORE_ACTIVATIONS
 
 
 def declared_kinds(model, declared) -> dict[int, str]:

@@ -8,8 +8,9 @@ scores, so it gets its top-1 agreement and, without data, no regression refusal;
 regression loss (mean squared or absolute error, Huber, log-cosh, ...) says it holds values.
 The check reads them as declared (:func:`cle._measure.check.declared_kinds`); what the caller
 declares (``output_kinds``, ``--output-kind``) comes first. A loss this module does not know
-(a custom one), a cross-entropy that expects probabilities, and an output that ends in a
-softmax or a sigmoid (which says it already) say nothing.
+(a custom one), a cross-entropy that expects probabilities, and class scores for an output
+that ends in a softmax or a sigmoid (which says it already) say nothing; a regression loss on
+a sigmoid's output (boxes, an image) says values.
 """
 
 from __future__ import annotations
@@ -41,13 +42,13 @@ def loss_name(loss) -> tuple[str | None, bool]:
         except ValueError:
             return None, False
     if isinstance(loss, keras.losses.Loss):
+        name = getattr(getattr(loss, "fn", None), "__name__", None) or getattr(loss, "name", None)
+        if name not in CLASS_LOSSES:  # its config is read only for from_logits
+            return name, False
         try:
-            config = loss.get_config()
-        except NotImplementedError:
+            return name, bool(loss.get_config().get("from_logits", False))
+        except Exception:  # noqa: BLE001 - a config that does not serialize says nothing
             return None, False
-        fn = getattr(loss, "fn", None)
-        name = getattr(fn, "__name__", None) or config.get("name")
-        return name, bool(config.get("from_logits", False))
     return getattr(loss, "__name__", None), False
 
 
@@ -64,9 +65,9 @@ def loss_kinds(model, index: Callable[[str], int | None], loss=None) -> dict[int
     every output, a list by output, or a dict by output name (``index`` maps a name to its
     output's index, None when it names none). Empty for a model not compiled."""
     loss = getattr(model, "loss", None) if loss is None else loss
-    n = len(model.outputs)
     if loss is None:
         return {}
+    n = len(model.outputs)
     if isinstance(loss, dict):
         pairs = [(index(name), value) for name, value in loss.items()]
     elif isinstance(loss, (list, tuple)) and not isinstance(loss, str):

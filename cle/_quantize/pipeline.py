@@ -548,9 +548,9 @@ def _warnings(model, sets, inputs, input_ranges, declared=None):
            f"output_kinds={{{name!r}: 'classes'}} or --output-kind {name}=classes"
            for name in _check.undeclared_scores(model, declared)]
     out += [r.note for r in input_ranges or () if r.note]
-    if (fixed := tflite.export_shapes(model, inputs.calibration)) is not None:
-        out.append(f"the file's inputs have the size of the data, {fixed}: Keras' export on "
-                   "this backend cannot write a size left free beyond the batch")
+    if fixed := tflite.fixed_sizes(model, inputs.calibration):
+        out.append(f"the file's inputs {', '.join(fixed)} have the size of the data: Keras' "
+                   "export on this backend cannot write a size left free beyond the batch")
     if inputs.loss is not None and max(inputs.loss) > CONVERGED_LOSS:
         out.append(f"the distillation did not converge (final batch-norm loss "
                    f"{max(inputs.loss):.3g}, above {CONVERGED_LOSS:g}): the synthetic inputs do "

@@ -29,7 +29,7 @@ from cle._core import graph as _graph
 from cle._core.inputs import input_names
 from cle._tflite import internals
 from cle._tflite.export import (  # noqa: F401  (read as converter's by callers)
-    export_batch, export_shapes, quiet, read_exported, shared_exports,
+    export_batch, export_shapes, fixed_sizes, quiet, read_exported, shared_exports,
     static_batch, traced_batch)
 from cle._tflite.convertible import (  # noqa: F401  (read as converter's by callers)
     check_convertible, check_tflite_backend, converter_refusal, unconvertible_layers)

@@ -29,7 +29,7 @@ from cle._core import backend
 from cle._core import keras_internals as internals_keras
 from cle._core.inputs import input_names
 
-__all__ = ["SERVING", "export_batch", "export_shapes", "quiet", "read_exported",
+__all__ = ["SERVING", "export_batch", "export_shapes", "fixed_sizes", "quiet", "read_exported",
            "shared_exports", "static_batch", "traced_batch", "with_batch"]
 
 
@@ -72,9 +72,9 @@ def export_shapes(model, x) -> tuple | None:
     """Each input's shape but the batch, as Keras' export is to read ``model``: None (the
     model's own) but on a backend other than TensorFlow for a model with a free dimension
     beyond the batch (a fully convolutional net built on ``(None, None, 3)``), where the
-    export's shape polymorphism fails (jax2tf could not trace a global pooling's gradient
-    over a free height and width): there the size of the data ``x`` (a
-    :class:`cle._core.inputs.ModelInputs`), which the file then keeps."""
+    export's shape polymorphism fails (jax2tf could not trace a convolution's gradient over a
+    free height and width: its padding became a symbolic expression): there the size of the
+    data ``x`` (a :class:`cle._core.inputs.ModelInputs`), which the file then keeps."""
     if x is None or keras.backend.backend() == "tensorflow" or all(
             None not in tuple(t.shape[1:]) for t in model.inputs):
         return None
@@ -113,9 +113,9 @@ _EXPORTS: contextvars.ContextVar = contextvars.ContextVar("cle_exports", default
 @contextlib.contextmanager
 def shared_exports():
     """Within the block, a model the converter reads through Keras' export (every model on
-    the JAX backend, see :func:`_from_model`) is exported once for each batch and set of
-    weights, and every conversion of it reads that SavedModel (``from_saved_model``) instead
-    of exporting it again. ``cle.quantize`` converts the same model several times (the plain
+    the JAX backend, see :func:`cle._tflite.converter._from_model`) is exported once for each
+    batch and set of weights, and every conversion of it reads that SavedModel
+    (``from_saved_model``) instead of exporting it again. ``cle.quantize`` converts the same model several times (the plain
     conversion on each part of the data), and the export (tracing the model and writing the
     SavedModel) takes most of a conversion's time on that route. The exports are deleted
     when the outermost block ends; a nested block uses the outer one's."""
@@ -236,3 +236,12 @@ def read_exported(model, inner, shapes=None):
 def traced_batch() -> int | None:
     """The batch a model traced on TensorFlow is given (:func:`static_batch`; None: free)."""
     return _STATIC_BATCH.get()
+
+
+def fixed_sizes(model, x) -> list[str]:
+    """The inputs :func:`export_shapes` fixes at the data's size, each as ``"'name' (h, w,
+    c)"``; empty when none."""
+    shapes = export_shapes(model, x)
+    return [] if shapes is None else [
+        f"'{name}' {shape}" for name, t, shape in zip(input_names(model), model.inputs, shapes)
+        if None in tuple(t.shape[1:])]
