@@ -70,7 +70,7 @@ def loss_kinds(model, index: Callable[[str], int | None], loss=None) -> dict[int
     n = len(model.outputs)
     if isinstance(loss, dict):
         pairs = [(index(name), value) for name, value in loss.items()]
-    elif isinstance(loss, (list, tuple)) and not isinstance(loss, str):
+    elif isinstance(loss, (list, tuple)):
         pairs = list(enumerate(loss)) if len(loss) == n else []
     else:
         pairs = [(k, loss) for k in range(n)]

@@ -28,6 +28,7 @@ import keras
 from cle._core import backend
 from cle._core import keras_internals as internals_keras
 from cle._core.inputs import input_names
+from cle._tflite import internals
 
 __all__ = ["SERVING", "export_batch", "export_shapes", "fixed_sizes", "quiet", "read_exported",
            "shared_exports", "static_batch", "traced_batch", "with_batch"]
@@ -75,11 +76,16 @@ def export_shapes(model, x) -> tuple | None:
     export's shape polymorphism fails (jax2tf could not trace a convolution's gradient over a
     free height and width: its padding became a symbolic expression): there the size of the
     data ``x`` (a :class:`cle._core.inputs.ModelInputs`), which the file then keeps."""
-    if x is None or keras.backend.backend() == "tensorflow" or all(
-            None not in tuple(t.shape[1:]) for t in model.inputs):
+    if x is None or keras.backend.backend() == "tensorflow" or not any(
+            _free(t) for t in model.inputs):
         return None
     arrays = x.arrays if hasattr(x, "arrays") else (x,)
     return tuple(tuple(a.shape[1:]) for a in arrays)
+
+
+def _free(tensor) -> bool:
+    """Whether the input ``tensor`` leaves a dimension beyond the batch free."""
+    return None in tuple(tensor.shape[1:])
 
 
 def with_batch(model, batch: int, shapes=None):
@@ -105,7 +111,7 @@ def with_batch(model, batch: int, shapes=None):
 
 #: The SavedModel signature the converter reads (the one ``from_keras_model`` reads).
 SERVING = "serving_default"
-#: ``{(id(model), batch, weights' digest): (model, SavedModel directory)}`` within
+#: ``{(id(model), batch, shapes, weights' digest): (model, SavedModel directory)}`` within
 #: :func:`shared_exports`, else None.
 _EXPORTS: contextvars.ContextVar = contextvars.ContextVar("cle_exports", default=None)
 
@@ -219,8 +225,6 @@ def read_exported(model, inner, shapes=None):
     traced function of its own), else ``from_keras_model``; ``shapes``: :func:`export_shapes`."""
     import tensorflow as tf
 
-    from cle._tflite import internals
-
     batch = export_batch()
     exports = _EXPORTS.get()
     if exports is not None and (batch is not None or inner):
@@ -244,4 +248,4 @@ def fixed_sizes(model, x) -> list[str]:
     shapes = export_shapes(model, x)
     return [] if shapes is None else [
         f"'{name}' {shape}" for name, t, shape in zip(input_names(model), model.inputs, shapes)
-        if None in tuple(t.shape[1:])]
+        if _free(t)]
