@@ -19,11 +19,12 @@ from cle._core import inputs as _inputs
 from cle._core.inputs import check_calibration_data, input_names
 from cle._measure import check as C
 from cle._measure import synthetic as _synthetic
-from cle._quantize import pipeline
+from cle._quantize import caveats, pipeline
+from cle._quantize.choice import Choice
 from cle._tflite import converter as tflite
 from cle._tflite.runtime import input_name
 
-from conftest import BACKEND, no_tflite_on_torch, randomize_batch_norms
+from conftest import BACKEND, needs_nchw_conv, no_tflite_on_torch, randomize_batch_norms
 
 pytestmark = no_tflite_on_torch
 
@@ -290,15 +291,69 @@ def test_without_data_every_run_warns_its_figures_are_an_estimate():
                 {"inputs": "set b", "outputs": [C.OutputCheck(name, "logits", b, 1.0)]}]
 
     inputs = pipeline._Inputs(None, [], loss=[0.2, 0.3])
-    assert pipeline._warnings(model, sets(20.0, 18.0), inputs, [], LOGITS) == [C.estimate_caveat()]
-    warned = pipeline._warnings(model, sets(20.0, 16.5), inputs, [], LOGITS)
+    assert caveats.caveats(model, sets(20.0, 18.0), inputs, [], LOGITS) == [C.estimate_caveat()]
+    warned = caveats.caveats(model, sets(20.0, 16.5), inputs, [], LOGITS)
     assert warned[0] == C.estimate_caveat() and len(warned) == 2
     assert warned[1].startswith(f"output '{name}': the check's two sets of synthetic inputs "
                                 "disagree (20.0 dB on set a, 16.5 dB on set b)")
-    inputs.loss = [0.2, pipeline.CONVERGED_LOSS * 2]
-    diverged, caveat = pipeline._warnings(model, sets(20.0, 18.0), inputs, [], LOGITS)
+    inputs.loss = [0.2, caveats.CONVERGED_LOSS * 2]
+    diverged, caveat = caveats.caveats(model, sets(20.0, 18.0), inputs, [], LOGITS)
     assert diverged.startswith("the distillation did not converge (final batch-norm loss 2,")
     assert caveat == C.estimate_caveat()
+
+
+def test_an_output_the_float_conversion_bounds_is_said_and_no_other():
+    """The float conversion's own SQNR against Keras (``Choice.float_db``) is said where it is
+    within FLOAT_GAP_DB of the figure and below FLOAT_SOUND_DB; a sound conversion (float32
+    rounding alone) or one far above the figure says nothing. Caught: the test reversed or
+    either bound dropped."""
+    def said(float_db, figure):
+        choice = Choice("cle", 16, {}, float_db=[float_db])
+        return caveats.float_gap(choice, [C.OutputCheck("y", "values", figure, math.nan)])
+
+    bounded = said(18.9, 18.4)
+    assert len(bounded) == 1 and bounded[0].startswith(
+        "output 'y': TF Lite's float conversion of the model, before any quantization, reads "
+        "18.9 dB against the Keras model on the 16 held-out inputs")
+    assert len(said(45.0, 40.0)) == 1
+    assert said(140.0, 44.0) == [] and said(55.0, 40.0) == []  # sound; far above the figure
+    assert said(math.inf, 44.0) == [] and said(70.0, 65.0) == []
+    assert caveats.float_gap(None, []) == [] and caveats.float_gap(Choice("cle", 16, {}), []) == []
+
+
+def _square_channels_first(seed=0):
+    """A channels_first net whose conv maps have as many columns as channels (8 x 8 x 8): Keras'
+    TensorFlow backend adds those layers' biases on the last axis (docs/backends.md)."""
+    keras.utils.set_random_seed(seed)
+    inp = keras.Input((3, 8, 8), name="image")
+    x = L.ReLU()(L.Conv2D(8, 3, padding="same", data_format="channels_first", name="c1",
+                          bias_initializer="random_normal")(inp))
+    x = L.ReLU()(L.Conv2D(8, 3, padding="same", data_format="channels_first", name="c2",
+                          bias_initializer="random_normal")(x))
+    out = L.Dense(4, name="logits")(L.GlobalAveragePooling2D(data_format="channels_first")(x))
+    return keras.Model(inp, out, name="square_cf")
+
+
+@needs_nchw_conv
+def test_a_float_conversion_that_differs_from_keras_is_said(net, data):
+    """Where TF Lite computes the model differently before any quantization (on TensorFlow, a
+    channels_first conv whose bias Keras adds on the last axis), the report says the float
+    conversion bounds the figure; the test net's conversion is sound and says nothing. On the
+    other backends Keras adds the bias per channel and nothing is said. Caught: float_db not
+    measured, or measured on cle's equalized (bias-corrected) flatbuffer, which reads near the
+    INT8 figure on every model."""
+    model = _square_channels_first()
+    x = np.random.default_rng(2).uniform(0, 1, (40, 3, 8, 8)).astype(np.float32)
+    _, report = cle.quantize(model, x)
+    told = [w for w in report.warnings if "float conversion of the model" in w]
+    if BACKEND == "tensorflow":
+        assert report.choice.float_db[0] < caveats.FLOAT_GAP_DB + report.outputs[0].sqnr_db
+        assert len(told) == 1 and told[0].startswith("output 'logits': ")
+    else:
+        assert told == [] and report.choice.float_db[0] > caveats.FLOAT_SOUND_DB
+    _, report = cle.quantize(net, data, output_kinds=LOGITS)
+    assert report.choice.float_db[0] > caveats.FLOAT_SOUND_DB
+    assert not any("float conversion of the model" in w for w in report.warnings)
 
 
 def test_headline_figures_are_the_lower_of_each_over_the_check_sets():
@@ -1190,6 +1245,17 @@ def test_without_data_a_regression_output_is_refused_and_a_bounded_one_is_not():
         cle.quantize(model, input_range=(-1.0, 1.0))
     only = keras.Model(inp, [outs["angle"], outs["logits"]])
     assert C.regression_outputs(only) == []
+
+
+def test_a_model_quantized_twice_without_data_distills_both_times():
+    """The distillation's step is kept for the model's life (cle._measure.synthetic._runner);
+    on JAX, Keras' jitted predict donates the model's arrays, so a step that read them once
+    crashed the next call ("Buffer has been deleted or donated") after the first call's check
+    had run the model. Caught: the weights read once, when the step is made (on JAX)."""
+    model = _net(seed=3)
+    first = cle.quantize(model, input_range=(-1.0, 1.0), output_kinds=LOGITS)[1].sqnr_db
+    again = cle.quantize(model, input_range=(-1.0, 1.0), output_kinds=LOGITS)[1].sqnr_db
+    assert again == pytest.approx(first, abs=1e-6)
 
 
 def test_without_data_a_file_far_from_its_float_model_is_refused(net, monkeypatch):

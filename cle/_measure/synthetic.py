@@ -400,9 +400,6 @@ def _step_function(features, stats, lrs, clips, kinds):
     elif backend == "jax":
         import jax
 
-        weights = ([v.value for v in features.trainable_variables],
-                   [v.value for v in features.non_trainable_variables])
-
         def loss_of(xs, targets, weights):
             outs, _ = features.stateless_call(weights[0], weights[1], feed(xs), training=False)
             return objective(outs, targets)
@@ -416,6 +413,12 @@ def _step_function(features, stats, lrs, clips, kinds):
             return xs, ms, vs, bn_loss
 
         def step(xs, ms, vs, t, targets):
+            # The arrays read at each step, not once: the step is kept for the model's life
+            # (_runner), and Keras' jitted predict on JAX donates the model's arrays and gives
+            # its variables new ones, so arrays read once were deleted by the next predict
+            # (a second cle.quantize without data on one model crashed).
+            weights = ([v.value for v in features.trainable_variables],
+                       [v.value for v in features.non_trainable_variables])
             return jitted(xs, ms, vs, t, targets, weights)
     else:
         raise RuntimeError(

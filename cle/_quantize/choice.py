@@ -138,6 +138,10 @@ class Choice:
         expected: ``{candidate: [SQNR of each output]}``, the cross-fitted figures with the
             clipping new inputs are expected to add on each value output (:func:`_clipping`),
             which the choice compares; empty when the model has no value output.
+        float_db: per output, the SQNR of TF Lite's float conversion of the model (the plain
+            conversion's flatbuffer before its quantize step) against the Keras model on the
+            ``n`` held-out inputs: what no quantized file can pass
+            (:func:`cle._quantize.caveats.float_gap`).
     """
 
     written: str
@@ -147,6 +151,7 @@ class Choice:
     crossfit: dict = dataclasses.field(default_factory=dict)
     farther: list = dataclasses.field(default_factory=list)
     expected: dict = dataclasses.field(default_factory=dict)
+    float_db: list = dataclasses.field(default_factory=list)
 
     def score(self, name) -> float:
         figures = (self.expected if name in self.expected else
@@ -199,6 +204,7 @@ class Choice:
                 "crossfit": {k: list(v) for k, v in self.crossfit.items()},
                 "farther": list(self.farther),
                 "expected": {k: list(v) for k, v in self.expected.items()},
+                "float_db": [_check.json_number(v) for v in self.float_db],
                 "switch_db": SWITCH_DB}
 
 
@@ -257,6 +263,8 @@ def choose(model, build, say) -> tuple[Choice, bytes | None]:
     reference = outputs_once(build.runs, model, x)
     plain_of = tflite.PlainConversion(model, build.opts.per_channel, build.opts.integer_io)
     plain = plain_of.on(build.inputs.calibration)
+    float_db = [_sqnr(r, y) for r, y in
+                zip(reference, outputs_once(build.runs, plain_of.float_model, x))]
     values = _has_values(model, build.opts.output_kinds)
     contents = {"cle": build.content, "cle, min/max ranges": _variant(build, "cle, min/max ranges"),
                 **({WIDENED: _variant(build, WIDENED)} if values else {}), "plain": plain}
@@ -291,7 +299,7 @@ def choose(model, build, say) -> tuple[Choice, bytes | None]:
                 if any(any(c) for c in clip.values()) else {})
     return Choice(written, len(x), sqnr, fit.n,
                   {name: _sqnrs(pooled_ref, y) for name, y in pooled.items()},
-                  farther, expected), plain
+                  farther, expected, float_db), plain
 
 
 def _clipping(model, build, reference) -> dict:

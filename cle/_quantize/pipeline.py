@@ -19,10 +19,12 @@ from cle._measure import input_range as _input_range
 from cle._measure import synthetic as _synthetic
 from cle._measure.calibration import input_range_of  # noqa: F401  (cle.quantization's)
 from cle._measure.inference import outputs_once
+from cle._quantize import caveats as _caveats
 from cle._quantize import choice as _choice
 from cle._quantize import deploy
 from cle._quantize import tune as _tune
 from cle._quantize import weight_stages
+from cle._quantize.caveats import CONVERGED_LOSS  # noqa: F401  (read from here)
 from cle._quantize.input_ranges import (  # noqa: F401  (input_ranges_of: read from here)
     InputRangeUnknown, input_ranges_of, ranges_without_data)
 from cle._quantize.options import QuantizeOptions
@@ -42,9 +44,10 @@ HOLDOUT = 0.25
 #: natural-image-like inputs across the input range; the check: other natural-image-like
 #: inputs, and inputs distilled apart (another seed, other batches).
 SYNTHETIC_CALIBRATION, SYNTHETIC_CHECK, DISTILLED_CHECK = 32, 32, 16
-#: A synthetic batch whose final BN-statistics loss is above this did not converge (a warning);
-#: above ``FAILED_LOSS`` it failed, and the run stops: synthetic inputs cannot stand in for data.
-CONVERGED_LOSS, FAILED_LOSS = 1.0, 100.0
+#: A synthetic batch whose final BN-statistics loss is above ``FAILED_LOSS`` failed, and the run
+#: stops: synthetic inputs cannot stand in for data (above ``CONVERGED_LOSS``: a warning,
+#: :mod:`cle._quantize.caveats`).
+FAILED_LOSS = 100.0
 
 
 @dataclasses.dataclass
@@ -347,8 +350,9 @@ def check_build(model, build: Int8Build, say, straight=None, choice=None) -> Qua
         outputs=_lower(sets), check_sets=[_public(c) for c in sets], plain=plain,
         calibration_inputs=inputs.what, synthesis_loss=inputs.loss,
         choice=choice,
-        warnings=warned + _warnings(model, sets, inputs, build.input_ranges,
-                                    opts.output_kinds) + (
+        warnings=warned + _caveats.caveats(model, sets, inputs, build.input_ranges,
+                                           opts.output_kinds)
+        + _caveats.float_gap(choice, _lower(sets)) + (
             build.tuning.warnings() if build.tuning is not None else []),
         seconds=seconds, tail=TAIL, tuning=build.tuning, rounding=build.rounding,
         weights=build.weights, size=len(build.content), size_int8=build.int8_size)
@@ -538,38 +542,6 @@ def _compare(model, inputs, sets, opts, say, straight=None, runs=None, fitted=No
     outputs = _lower(plain)
     return {"top1_agreement": outputs[0].top1_agreement, "sqnr_db": outputs[0].sqnr_db,
             "outputs": outputs, "verdicts": verdicts}
-
-
-def _warnings(model, sets, inputs, input_ranges, declared=None):
-    """What makes the result or its figures doubtful, each a sentence (``declared``: the
-    caller's ``output_kinds``)."""
-    out = [f"output '{name}' is a linear vector that may hold class scores: it is checked as "
-           "values (SQNR only); if it holds class scores, say so to get its top-1 agreement: "
-           f"output_kinds={{{name!r}: 'classes'}} or --output-kind {name}=classes"
-           for name in _check.undeclared_scores(model, declared)]
-    out += [r.note for r in input_ranges or () if r.note]
-    if fixed := tflite.fixed_sizes(model, inputs.calibration):
-        out.append(f"the file's inputs {', '.join(fixed)} have the size of the data: Keras' "
-                   "export on this backend cannot write a size left free beyond the batch")
-    if inputs.loss is not None and max(inputs.loss) > CONVERGED_LOSS:
-        out.append(f"the distillation did not converge (final batch-norm loss "
-                   f"{max(inputs.loss):.3g}, above {CONVERGED_LOSS:g}): the synthetic inputs do "
-                   "not match the model's batch-norm statistics, so the activation ranges may "
-                   "be far from real inputs'; give calibration data")
-    names, kinds = _check.output_names(model), _check.output_kinds(model, declared)
-    for c in (c for c in sets if "reference" in c):
-        out += _check.idle_top1(c["reference"], c["test"], names, kinds, c["inputs"])
-    if len(sets) == 1:  # data: too few inputs, halves that disagree, poor or narrow entries
-        out += _check.held_out_caveats(sets[0], names, kinds, inputs.calibration)
-    else:  # without data: an estimate, and the two sets of synthetic inputs that disagree
-        out.append(_check.estimate_caveat())
-        for a, b in zip(*(c["outputs"] for c in sets)):
-            if abs(a.sqnr_db - b.sqnr_db) > _check.DISAGREE_DB:
-                out.append(f"output '{a.name}': the check's two sets of synthetic inputs "
-                           f"disagree ({a.sqnr_db:.1f} dB on {sets[0]['inputs']}, "
-                           f"{b.sqnr_db:.1f} dB on {sets[1]['inputs']}): without real data "
-                           "the figure is rough; give calibration data to know it")
-    return out
 
 
 def load_calibration(path, model, preprocessing: str | None = None, limit: int | None = None):

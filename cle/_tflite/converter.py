@@ -181,6 +181,13 @@ class PlainConversion:
                     self._calibrated, _representative(x, _uses_keras_route(self.model)))
         return quantize_calibrated(calibrated, self.per_channel, self.integer_io)
 
+    @property
+    def float_model(self) -> bytes | None:
+        """The float flatbuffer the first :meth:`on` converted (its ranges recorded, its
+        tensors float: the interpreter runs it as TF Lite computes the model before any
+        quantization); None before."""
+        return self._calibrated
+
 
 def quantize_calibrated(calibrated: bytes, per_channel=True, integer_io=False) -> bytes:
     """The full-INT8 flatbuffer of a calibrated one (the converter's quantization step)."""

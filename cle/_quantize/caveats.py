@@ -1,0 +1,74 @@
+"""What makes a :func:`cle.quantize` result or its figures doubtful, in sentences for the
+report's ``warnings``: :func:`caveats` from the check's sets and the inputs, and
+:func:`float_gap` where TF Lite computes an output differently even before quantization."""
+
+from __future__ import annotations
+
+from cle._measure import check as _check
+from cle._tflite import converter as tflite
+
+__all__ = ["CONVERGED_LOSS", "FLOAT_GAP_DB", "FLOAT_SOUND_DB", "caveats", "float_gap"]
+
+#: A synthetic batch whose final BN-statistics loss is above this did not converge (a warning).
+CONVERGED_LOSS = 1.0
+#: The float conversion bounds an output's figure where its own SQNR against the Keras model
+#: is less than this many dB above the figure (it then holds a tenth of the noise or more) ...
+FLOAT_GAP_DB = 10.0
+#: ... and below this: a float32 conversion that computes what Keras computes reads far above
+#: it (float32 rounding alone), so no sound model is told.
+FLOAT_SOUND_DB = 60.0
+
+
+def caveats(model, sets, inputs, input_ranges, declared=None) -> list[str]:
+    """What makes the result or its figures doubtful, each a sentence: ``sets``, the check's
+    sets (:func:`cle._quantize.pipeline.check_sets`); ``inputs``, the calibration inputs and
+    the distillation's loss; ``input_ranges``, without data, each input's range;
+    ``declared``: the caller's ``output_kinds``."""
+    out = [f"output '{name}' is a linear vector that may hold class scores: it is checked as "
+           "values (SQNR only); if it holds class scores, say so to get its top-1 agreement: "
+           f"output_kinds={{{name!r}: 'classes'}} or --output-kind {name}=classes"
+           for name in _check.undeclared_scores(model, declared)]
+    out += [r.note for r in input_ranges or () if r.note]
+    if fixed := tflite.fixed_sizes(model, inputs.calibration):
+        out.append(f"the file's inputs {', '.join(fixed)} have the size of the data: Keras' "
+                   "export on this backend cannot write a size left free beyond the batch")
+    if inputs.loss is not None and max(inputs.loss) > CONVERGED_LOSS:
+        out.append(f"the distillation did not converge (final batch-norm loss "
+                   f"{max(inputs.loss):.3g}, above {CONVERGED_LOSS:g}): the synthetic inputs do "
+                   "not match the model's batch-norm statistics, so the activation ranges may "
+                   "be far from real inputs'; give calibration data")
+    names, kinds = _check.output_names(model), _check.output_kinds(model, declared)
+    for c in (c for c in sets if "reference" in c):
+        out += _check.idle_top1(c["reference"], c["test"], names, kinds, c["inputs"])
+    if len(sets) == 1:  # data: too few inputs, halves that disagree, poor or narrow entries
+        out += _check.held_out_caveats(sets[0], names, kinds, inputs.calibration)
+    else:  # without data: an estimate, and the two sets of synthetic inputs that disagree
+        out.append(_check.estimate_caveat())
+        for a, b in zip(*(c["outputs"] for c in sets)):
+            if abs(a.sqnr_db - b.sqnr_db) > _check.DISAGREE_DB:
+                out.append(f"output '{a.name}': the check's two sets of synthetic inputs "
+                           f"disagree ({a.sqnr_db:.1f} dB on {sets[0]['inputs']}, "
+                           f"{b.sqnr_db:.1f} dB on {sets[1]['inputs']}): without real data "
+                           "the figure is rough; give calibration data to know it")
+    return out
+
+
+def float_gap(choice, outputs) -> list[str]:
+    """Per output whose figure TF Lite's float conversion bounds, a sentence: ``choice``, the
+    :class:`cle._quantize.choice.Choice` made (its ``float_db``: the float conversion of the
+    model, before any quantization, against the Keras model on the held-out inputs; nothing
+    without a choice), ``outputs``: the report's :class:`cle._measure.check.OutputCheck`.
+    Where the converter computes an output differently (a channels_first layer whose bias
+    Keras' TensorFlow backend adds on another axis, docs/backends.md), no choice of ranges or
+    rounding brings the file closer than that, and a user reading a low figure would look for
+    the cause in the quantization."""
+    if choice is None or not choice.float_db:
+        return []
+    return [f"output '{o.name}': TF Lite's float conversion of the model, before any "
+            f"quantization, reads {f:.1f} dB against the Keras model on the {choice.n} "
+            "held-out inputs: TF Lite computes this output differently even in float, so no "
+            "quantized file comes much closer than that (a channels_first layer whose bias "
+            "Keras adds on another axis is one known cause: docs/backends.md); check the float "
+            "conversion (tf.lite.TFLiteConverter without optimizations) against your model"
+            for o, f in zip(outputs, choice.float_db)
+            if f < FLOAT_SOUND_DB and f < o.sqnr_db + FLOAT_GAP_DB]
