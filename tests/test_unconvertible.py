@@ -200,7 +200,7 @@ def test_an_argmax_of_integers_is_not_refused():
 def test_an_operation_no_table_knows_is_refused_in_one_line_by_the_converter(monkeypatch):
     """What the table does not know yet: the converter's own error becomes one ValueError
     naming the ops it could not write (TensorFlow: the BitwiseAnd of Keras' argmax; JAX: the
-    StableHLO sort of its export)."""
+    StableHLO sort of its export), in the 16x8 mode too (TensorFlow only: JAX refuses it)."""
     kind = "Argmax" if BACKEND == "tensorflow" else "Sort"
     monkeypatch.setitem(convertible.UNCONVERTIBLE_OPERATIONS, BACKEND, {})
     model = _operation_model(kind)
@@ -210,6 +210,10 @@ def test_an_operation_no_table_knows_is_refused_in_one_line_by_the_converter(mon
     expected = "TensorFlow ops BitwiseAnd" if BACKEND == "tensorflow" else "ops of the JAX " \
         "export sort"
     assert expected in str(info.value) and "\n" not in str(info.value)
+    if BACKEND == "tensorflow":  # the 16x8 mode's conversion says the same (it was raw)
+        with pytest.raises(ValueError, match="cannot write model 'Argmax_net") as info16:
+            cle.quantize(model, _data(model), activation_bits=16)
+        assert expected in str(info16.value) and "\n" not in str(info16.value)
 
 
 def test_a_float64_model_is_refused_naming_its_dtype():

@@ -216,10 +216,13 @@ def convert_int16(model, x, integer_io=False) -> bytes:
     with quiet():
         try:
             return bytes(converter.convert())
-        except RuntimeError as exc:
+        except Exception as exc:
             ops = sorted(set(re.findall(r"not yet supported for op: '(\w+)'", str(exc))))
-            if not ops:
-                raise
+            if not ops:  # an op outside the builtins: the ValueError that names it, as INT8's
+                refusal = converter_refusal(exc, model)
+                if refusal is None:
+                    raise
+                raise refusal from exc
     raise RuntimeError(
         f"TF Lite's 16x8 mode cannot quantize the ops {', '.join(ops)} of this model (as the "
         f"{keras.backend.backend()} backend exports it); use activation_bits=8. Received: "
