@@ -4,6 +4,7 @@ outputs given as a dict, normalization and attention layers in `cle analyze`."""
 from __future__ import annotations
 
 import json
+import warnings
 
 import keras
 import numpy as np
@@ -564,6 +565,12 @@ def test_a_fully_convolutional_model_of_free_size_is_quantized_and_analysed():
     np.testing.assert_allclose(Q.run_tflite(content, x[:4]), model.predict(x[:4], verbose=0),
                                atol=0.05)
     assert cle.analyze(model, x).output["sqnr_db"] > 20
+    with warnings.catch_warnings(record=True) as caught:  # the plain converter says it too
+        warnings.simplefilter("always")
+        Q.convert_to_tflite_int8(model, x[:8])
+    told = [str(w.message) for w in caught if "have the size of the data" in str(w.message)]
+    assert len(told) == (keras.backend.backend() != "tensorflow")
+    assert all("'image' (12, 12, 3)" in t for t in told)
 
 
 def test_a_list_of_unbatched_samples_for_two_inputs_is_told_to_add_a_batch_dimension():

@@ -4,6 +4,7 @@ implementation behind :mod:`cle.quantization` (its public face, where the API is
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any, Callable, Iterable
 
 import keras
@@ -224,6 +225,11 @@ def convert_to_tflite_int8(model, representative_inputs, per_channel=True,
         RuntimeError: the Keras backend is PyTorch, whose models TF Lite's converter cannot
             read (docs/backends.md); the message says how to convert on TensorFlow instead.
 
+    Warns:
+        UserWarning: on a backend other than TensorFlow, a model with a free size beyond the
+            batch (a fully convolutional net on ``(None, None, 3)``) is written at the size of
+            ``representative_inputs``, which the warning names (docs/backends.md).
+
     Example:
         >>> content = convert_to_tflite_int8(model, x[:64], per_channel=False)
         >>> y_int8 = run_tflite(content, x, batch_size=32)
@@ -255,6 +261,11 @@ def convert_to_tflite_int8(model, representative_inputs, per_channel=True,
             f"Received: representative_inputs with {len(x)} samples"
         )
     check_convertible(model, "convert_to_tflite_int8")
+    if fixed := _tflite.fixed_sizes(model, x):
+        warnings.warn(f"convert_to_tflite_int8: the file's inputs {', '.join(fixed)} have the "
+                      f"size of the data: Keras' export on the {keras.backend.backend()} "
+                      "backend cannot write a size left free beyond the batch "
+                      "(docs/backends.md)", stacklevel=2)
     return _tflite.convert_int8(model, x, per_channel=per_channel, integer_io=integer_io)
 
 
