@@ -583,3 +583,24 @@ def test_a_list_of_unbatched_samples_for_two_inputs_is_told_to_add_a_batch_dimen
     with pytest.raises(ValueError, match=r"x\[None\]") as info:
         check_calibration_data(model, [np.zeros(8, np.float32), np.zeros(8, np.float32)])
     assert "np.stack" not in str(info.value)
+
+
+def test_a_scalar_tensor_in_the_graph_is_calibrated():
+    """A reduction over the whole tensor (``h - ops.max(h)``; Keras' ``MelSpectrogram`` with
+    ``power_to_db=True`` makes one for its ``top_db`` clamp) leaves a rank-0 tensor in the
+    converter's graph, whose shape the flatbuffer stores as None: reading the calibrated
+    ranges stopped on it with a TypeError (helper-20's hunt) where the plain converter wrote
+    the model. Such a model depends on its batch (the reduction takes it in), so it is
+    compared one input at a time, as the file runs."""
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((16,), name="x")
+    h = L.Dense(16, activation="relu")(inp)
+    model = keras.Model(inp, L.Dense(3, name="out")(h - keras.ops.max(h)))
+    rng = np.random.default_rng(0)
+    x, x_new = (rng.normal(0, 1, (n, 16)).astype(np.float32) for n in (64, 200))
+    content, report = cle.quantize(model, x)
+    assert np.isfinite(report.outputs[0].sqnr_db)
+    ref = model.predict(x_new, verbose=0, batch_size=1)
+    plain = Q.convert_to_tflite_int8(model, x)
+    assert (Q.sqnr_db(ref, Q.run_tflite(content, x_new))
+            >= Q.sqnr_db(ref, Q.run_tflite(plain, x_new)) - 0.5)

@@ -246,7 +246,8 @@ def ranges_of(calibrated: bytes) -> list[TensorRange]:
         if q is None or q.min is None or len(q.min) != 1:
             continue
         lo, hi = float(q.min[0]), float(q.max[0])
-        out.append(TensorRange(i, _tensor_name(t), tuple(int(d) for d in t.shape), (lo, hi),
+        shape = tuple(int(d) for d in t.shape) if t.shape is not None else ()  # () a scalar
+        out.append(TensorRange(i, _tensor_name(t), shape, (lo, hi),
                                lo, hi))
     return out
 
