@@ -1045,6 +1045,34 @@ def test_a_regression_head_whose_rare_inputs_leave_the_ranges_gets_them_widened(
         Q.sqnr_db(reference, Q.run_tflite(tails, new)) + 1.0
 
 
+def test_an_output_every_build_gets_exactly_leaves_the_choice_to_the_others():
+    """An output every build reproduces exactly (a constant here; an input passed through, an
+    integer output) reads inf dB for each: the gains over it were inf - inf, NaN, so no
+    candidate could pass cle's build, and the written line read "inf dB" for every build
+    (helper-20's hunt: a scalar regression output lost the widened build it gets alone).
+    The exact output is no difference, and the means leave it out."""
+    from cle._quantize import choice as _choice
+
+    keras.utils.set_random_seed(3)
+    inp = keras.Input((12,), name="x")
+    h = L.Dense(32, activation="relu", name="d1")(inp)
+    h = L.Dense(32, activation="relu", name="d2")(h)
+    const = keras.ops.ones_like(inp[:, :3])
+    model = keras.Model(inp, [L.Dense(2, name="value")(h), const], name="with_constant")
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=(96, 12)).astype(np.float32)
+    x[::8] *= 4.0
+    rng.shuffle(x)
+    _, report = cle.quantize(model, x)
+    assert report.outputs[1].sqnr_db == math.inf  # the premise: exact in every build
+    assert report.choice.written == _choice.WIDENED  # as without the constant (the test above)
+    assert " inf dB" not in report.choice.line()
+    gain = C.sqnr_gain([np.ones((20, 3))] * 2, [np.ones((20, 3)), np.zeros((20, 3))],
+                       [np.ones((20, 3)), np.full((20, 3), 0.1)])
+    assert gain[0] == pytest.approx(-10 * math.log10(1 / 0.81) / 2)  # 0 on the exact one
+    assert gain[2] == 0.0 and not any(math.isnan(b) for b in gain[1])
+
+
 def test_no_choice_without_data_or_off_the_default_route(net):
     _, report = cle.quantize(net, input_range=(-1.0, 1.0), output_kinds=LOGITS)
     assert report.choice is None and report.to_dict()["choice"] is None

@@ -336,6 +336,13 @@ def _db(signal, noise):
         return 10.0 * np.log10(signal / noise)
 
 
+def _apart(a, b):
+    """``a - b`` in dB, 0 where both are the same infinity: two exact outputs are no difference
+    (inf - inf, NaN, made every candidate's gain NaN on a model with a constant output)."""
+    with np.errstate(invalid="ignore"):
+        return np.where(np.isinf(a) & (a == b), 0.0, np.subtract(a, b))
+
+
 def _bounds(values):
     finite = values[~np.isnan(values)]
     if not finite.size:
@@ -373,7 +380,8 @@ def sqnr_gain(references, ys, others, seed=0, clipping=None,
               clipping_other=None) -> tuple[float, tuple | None, float]:
     """``(gain, interval, support)``: how much closer ``ys`` are to ``references`` than
     ``others`` (one array ``(N, ...)`` per output, the same ``N`` inputs), as the mean over
-    the outputs of the SQNR difference in dB; its :data:`INTERVAL` interval by a paired
+    the outputs of the SQNR difference in dB (0 on an output both reproduce exactly); its
+    :data:`INTERVAL` interval by a paired
     bootstrap over the inputs (None with fewer than :data:`MIN_INTERVAL` inputs); and the
     share of the bootstrap's resamples in which the gain is above 0 (NaN without them).
     ``clipping``/``clipping_other``: per output, a noise energy per input added to every
@@ -381,11 +389,10 @@ def sqnr_gain(references, ys, others, seed=0, clipping=None,
     ranges, :func:`cle._quantize.ranges.expected_clipping`); none by default."""
     clip = clipping or [0.0] * len(references)
     clip_other = clipping_other or [0.0] * len(references)
-    with np.errstate(invalid="ignore"):  # both exact: inf - inf is NaN, said as such
-        point = float(np.mean([
-            sqnr_with_clipping(np.asarray(r, np.float64), np.asarray(a, np.float64), ca)
-            - sqnr_with_clipping(np.asarray(r, np.float64), np.asarray(b, np.float64), cb)
-            for r, a, b, ca, cb in zip(references, ys, others, clip, clip_other)]))
+    point = float(np.mean([_apart(
+        sqnr_with_clipping(np.asarray(r, np.float64), np.asarray(a, np.float64), ca),
+        sqnr_with_clipping(np.asarray(r, np.float64), np.asarray(b, np.float64), cb))
+        for r, a, b, ca, cb in zip(references, ys, others, clip, clip_other)]))
     n = len(references[0])
     if n < MIN_INTERVAL:
         return point, None, math.nan
@@ -396,8 +403,7 @@ def sqnr_gain(references, ys, others, seed=0, clipping=None,
         _, noise_other = _energies(r, b)
         noise, noise_other = noise + ca, noise_other + cb
         s = signal[idx].sum(axis=1)
-        with np.errstate(invalid="ignore"):
-            diffs.append(_db(s, noise[idx].sum(axis=1)) - _db(s, noise_other[idx].sum(axis=1)))
+        diffs.append(_apart(_db(s, noise[idx].sum(axis=1)), _db(s, noise_other[idx].sum(axis=1))))
     gains = np.mean(diffs, axis=0)
     return point, _bounds(gains), float(np.mean(gains > 0))
 

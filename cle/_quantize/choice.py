@@ -156,18 +156,18 @@ class Choice:
     def score(self, name) -> float:
         figures = (self.expected if name in self.expected else
                    self.crossfit if name in self.crossfit else self.sqnr_db)
-        return float(np.mean(figures[name]))
+        return _mean_db(figures[name])
 
     def line(self) -> str:
-        held = ", ".join(f"{name} {float(np.mean(v)):.2f} dB" for name, v in self.sqnr_db.items())
+        held = ", ".join(f"{name} {_mean_db(v):.2f} dB" for name, v in self.sqnr_db.items())
         measured = f"mean SQNR over the outputs on the {self.n} held-out inputs: {held}"
         if self.crossfit:
-            fitted = ", ".join(f"{name} {float(np.mean(v)):.2f} dB"
+            fitted = ", ".join(f"{name} {_mean_db(v):.2f} dB"
                                for name, v in self.crossfit.items())
             measured += f"; cross-fitted on all {self.n_all} inputs: {fitted}"
         if self.expected:
             measured += ("; with the clipping expected of new inputs on the value outputs: "
-                         + ", ".join(f"{name} {float(np.mean(v)):.2f} dB"
+                         + ", ".join(f"{name} {_mean_db(v):.2f} dB"
                                      for name, v in self.expected.items()))
         if self.written == "cle":
             return f"written: {SAID['cle']}, the closest ({measured})"
@@ -206,6 +206,14 @@ class Choice:
                 "expected": {k: list(v) for k, v in self.expected.items()},
                 "float_db": [_check.json_number(v) for v in self.float_db],
                 "switch_db": SWITCH_DB}
+
+
+def _mean_db(figures) -> float:
+    """The mean of per-output figures over the outputs that are not exact (an exact one, a
+    constant or an input passed through, reads inf for every build and would make every mean
+    inf); inf when every output is exact."""
+    inexact = [float(f) for f in figures if f != math.inf]
+    return float(np.mean(inexact)) if inexact else math.inf
 
 
 def chooses(build) -> bool:
