@@ -150,6 +150,26 @@ def test_a_mixed_precision_model_is_refused_naming_its_policy():
         cle.quantize(model, np.zeros((8, 8, 8, 1), np.float32))
 
 
+def test_a_model_keras_quantized_is_refused_naming_its_layers():
+    """A model after Keras' own ``model.quantize("int8")``: TF Lite's converter failed on its
+    int8 kernels with an MLIR dump (helper-20's hunt); quantize refuses before any work,
+    naming the quantized layers and what to give instead, with data and without."""
+    inp = keras.Input((8, 8, 1))
+    h = L.ReLU()(L.BatchNormalization()(L.Conv2D(8, 3, padding="same", name="c1")(inp)))
+    h = L.Dense(16, activation="relu", name="d1")(L.GlobalAveragePooling2D()(h))
+    model = keras.Model(inp, L.Dense(4, activation="softmax", name="d2")(h))
+    model.quantize("int8")
+    (entry,) = tflite.unconvertible_layers(model)
+    assert entry.startswith("'d1', 'd2' (2 layers): quantized by Keras (model.quantize('int8'), "
+                            "dtype policy 'int8_from_float32')")
+    x = np.random.default_rng(0).random((16, 8, 8, 1)).astype(np.float32)
+    for call in (lambda: cle.quantize(model, x), lambda: cle.quantize(model, input_range=(0, 1)),
+                 lambda: Q.convert_to_tflite_int8(model, x)):
+        with pytest.raises(ValueError, match=r"cannot write model .* quantized by Keras .* the "
+                                             r"float model as it was before model\.quantize\. "):
+            call()
+
+
 #: A Keras operation on a Dense layer's output, by the operation's class.
 OPERATIONS = {"Argmax": lambda t: keras.ops.argmax(t, axis=-1),
               "Argmin": lambda t: keras.ops.argmin(t, axis=-1),

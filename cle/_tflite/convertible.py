@@ -94,6 +94,17 @@ def unconvertible_layers(model) -> list[str]:
                      "write in builtin INT8 ops; build the model again under the float32 "
                      "policy (keras.config.set_dtype_policy('float32')), set its weights, and "
                      "quantize that")
+    quantized = [layer for layer in sublayers(model)
+                 if getattr(layer, "quantization_mode", None)]
+    if quantized:
+        names = ", ".join(f"'{layer.name}'" for layer in quantized[:3]) + (
+            ", ..." if len(quantized) > 3 else "")
+        mode = quantized[0].quantization_mode
+        found.append(f"{names} ({len(quantized)} layer{'s' if len(quantized) > 1 else ''}): "
+                     f"quantized by Keras (model.quantize('{mode}'), dtype policy "
+                     f"'{quantized[0].dtype_policy.name}'), whose {mode} kernels TF Lite's "
+                     "converter cannot read; give cle the float model as it was before "
+                     "model.quantize")
     return found + unconvertible_operations(model)
 
 
