@@ -45,9 +45,13 @@ class ModelInputs:
         """The samples ``index`` (a slice or an index array) of every input."""
         return ModelInputs(tuple(a[index] for a in self.arrays), self.names, self.shapes)
 
-    def feed(self):
-        """What a Keras model is called with: the array for one input, else a list."""
-        return self.arrays[0] if len(self.arrays) == 1 else list(self.arrays)
+    def feed(self, model=None):
+        """What a Keras model (``model``, when given) is called with: the array for one
+        input, a dict by name for a model built on a dict of inputs, else a list
+        (:func:`cle._core.keras_internals.fed`)."""
+        from cle._core.keras_internals import fed
+
+        return fed(model, self.arrays)
 
     def as_dict(self) -> dict:
         return dict(zip(self.names, self.arrays))

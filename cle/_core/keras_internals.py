@@ -78,6 +78,24 @@ def output_position(tensor) -> int:
     return 0 if history is None else int(history.tensor_index)
 
 
+def fed(model, arrays):
+    """What ``model`` is called with on ``arrays`` (one per input, in the order of
+    ``model.inputs``): the array of a single input, a dict by input name for a model built on
+    a dict of inputs (``keras.Model(inputs={"image": ..., "meta": ...})``, which refuses a
+    list), else a list.
+
+    Public replacement: ``model.input`` for a Functional model, but a Sequential model that
+    has never been called raises there (``Functional._inputs_struct``).
+    """
+    arrays = list(arrays)
+    struct = getattr(model, "_inputs_struct", None)
+    if isinstance(struct, dict):
+        import keras
+
+        return keras.tree.pack_sequence_as(struct, arrays)
+    return arrays[0] if len(arrays) == 1 else arrays
+
+
 def sublayers(layer, recursive: bool = True) -> list:
     """The layers ``layer`` holds (itself excluded), depth first; ``recursive``: also the
     layers those hold.

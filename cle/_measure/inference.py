@@ -46,7 +46,7 @@ def predict_all(model, x) -> list[np.ndarray]:
     level = tf_logger.level
     tf_logger.setLevel(logging.ERROR)
     try:
-        y = model.predict(x.feed(), batch_size=KERAS_BATCH, verbose=0)
+        y = model.predict(x.feed(model), batch_size=KERAS_BATCH, verbose=0)
     finally:
         tf_logger.setLevel(level)
     ys = flat_outputs(y)

@@ -27,6 +27,7 @@ import numpy as np
 
 from cle._core import graph as _graph
 from cle._core.inputs import input_names
+from cle._core.keras_internals import fed
 from cle._tflite import internals
 from cle._tflite.export import (  # noqa: F401  (read as converter's by callers)
     export_batch, export_shapes, fixed_sizes, quiet, read_exported, shared_exports,
@@ -100,7 +101,7 @@ def _from_model(model, keras_route=False, x=None):
     specs = [tf.TensorSpec(t.shape if batch is None else (batch,) + tuple(t.shape[1:]),
                            t.dtype, name=name)
              for t, name in zip(model.inputs, input_names(model))]
-    call = tf.function(lambda *ts: model(ts[0] if len(ts) == 1 else list(ts), training=False),
+    call = tf.function(lambda *ts: model(fed(model, ts), training=False),
                        input_signature=specs)
     # The tf.function as the "trackable object": the converter freezes the function's
     # variables instead of saving the model as a SavedModel first.

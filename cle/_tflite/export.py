@@ -103,9 +103,9 @@ def with_batch(model, batch: int, shapes=None):
         with internals_keras.not_compiled(model):
             return keras.models.clone_model(model, input_tensors=packed,
                                             clone_function=lambda layer: layer)
-    with warnings.catch_warnings():  # a dict-structured model called with a list: the same
+    with warnings.catch_warnings():  # a model of a list of one called with its array
         warnings.simplefilter("ignore")
-        outputs = model(inputs[0] if len(inputs) == 1 else inputs)
+        outputs = model(internals_keras.fed(model, inputs))
     return keras.Model(inputs, outputs, name=model.name)
 
 

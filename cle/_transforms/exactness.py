@@ -70,8 +70,8 @@ def output_sqnrs(model, prepared, x) -> list[float]:
     """Each output's SQNR (dB) of ``prepared`` against ``model`` on
     :class:`cle._core.inputs.ModelInputs` ``x`` (outputs in the model's order)."""
     # Called, not predicted: on a few inputs a call costs less than tracing a predict step.
-    ref = _flat(model(x.feed(), training=False))
-    new = _flat(prepared(x.feed(), training=False))
+    ref = _flat(model(x.feed(model), training=False))
+    new = _flat(prepared(x.feed(prepared), training=False))
     return [_sqnr(a, b) for a, b in zip(ref, new)]
 
 
