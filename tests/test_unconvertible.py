@@ -170,6 +170,26 @@ def test_a_model_keras_quantized_is_refused_naming_its_layers():
             call()
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bool"])
+def test_an_input_the_calibration_cannot_feed_is_refused_naming_it(dtype):
+    """A float16 or a bool ``keras.Input`` (an attention mask): the calibration feeds float32,
+    and TF Lite's calibrator stopped on it ("Cannot set tensor: Got value of type FLOAT32 but
+    expected type FLOAT16"; a bool input had no route at all: helper-20's hunt). Refused
+    before any work, naming the input, with data and without; a float32 input next to it is
+    not named."""
+    image, other = keras.Input((8,), name="x"), keras.Input((8,), name="m", dtype=dtype)
+    h = L.Dense(4, name="d")(image)
+    gate = keras.ops.cast(other, "float32")
+    model = keras.Model([image, other], L.Dense(2, name="out")(h * L.Dense(4)(gate)))
+    (entry,) = tflite.unconvertible_layers(model)
+    assert entry.startswith(f"input 'm' ({dtype}): ")
+    x = [np.zeros((16, 8), np.float32), np.zeros((16, 8), np.float32)]
+    for call in (lambda: cle.quantize(model, x),
+                 lambda: cle.quantize(model, input_range=(0.0, 1.0))):
+        with pytest.raises(ValueError, match=f"cannot write model .* input 'm' \\({dtype}\\)"):
+            call()
+
+
 #: A Keras operation on a Dense layer's output, by the operation's class.
 OPERATIONS = {"Argmax": lambda t: keras.ops.argmax(t, axis=-1),
               "Argmin": lambda t: keras.ops.argmin(t, axis=-1),

@@ -94,6 +94,7 @@ def unconvertible_layers(model) -> list[str]:
                      "write in builtin INT8 ops; build the model again under the float32 "
                      "policy (keras.config.set_dtype_policy('float32')), set its weights, and "
                      "quantize that")
+    found += _unfed_inputs(model, [e for e in found if "): compute in " in e])
     quantized = [layer for layer in sublayers(model)
                  if getattr(layer, "quantization_mode", None)]
     if quantized:
@@ -106,6 +107,29 @@ def unconvertible_layers(model) -> list[str]:
                      "converter cannot read; give cle the float model as it was before "
                      "model.quantize")
     return found + unconvertible_operations(model)
+
+
+def _unfed_inputs(model, computed=()) -> list[str]:
+    """The inputs of ``model`` the converter's calibration cannot feed, each as an entry of
+    :func:`unconvertible_layers`: a float input that is not float32 (float16, bfloat16,
+    float64) or a bool one. The calibration and the check feed float32 (or the integers of an
+    integer input), and TF Lite's calibrator refused them with "Cannot set tensor: Got value
+    of type FLOAT32 but expected type FLOAT16" (helper-20's hunt; the plain converter too).
+    A dtype that ``computed`` (the entries of layers computing in it) names already is not
+    said again."""
+    from cle._core.inputs import input_names
+
+    found = []
+    for name, t in zip(input_names(model), model.inputs):
+        dtype = keras.backend.standardize_dtype(t.dtype)
+        if dtype == "bool":
+            found.append(f"input '{name}' (bool): the calibration feeds numbers; take a mask as "
+                         "float32 0/1 (or int32) and compare it inside the model")
+        elif "float" in dtype and dtype != "float32" and not any(
+                f"compute in {dtype} " in entry for entry in computed):
+            found.append(f"input '{name}' ({dtype}): the calibration feeds float32; build the "
+                         f"Input as float32 (a cast inside the model keeps the {dtype} layers)")
+    return found
 
 
 def _functions(model) -> list:
