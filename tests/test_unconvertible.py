@@ -57,6 +57,15 @@ CASES = {
                     ["'pool3d' (AveragePooling3D)"]),
     # the converter named Conv2D, LookupTableFindV2 and Placeholder, never the layer
     "integer_lookup": (_lookup_model, ["'lookup' (IntegerLookup)", "lookup table"]),
+    # a raw ConverterError (helper-20's hunt): on TensorFlow the 1-D convolutions, on JAX the
+    # 1-D poolings (each converts on the other backend)
+    "channels_first_1d": (
+        lambda: _sequence_model(
+            L.Conv1D(8, 3, padding="same", data_format="channels_first", name="cf")
+            if BACKEND == "tensorflow" else
+            L.MaxPooling1D(2, data_format="channels_first", name="cf"), "cf1d_net"),
+        ["'cf' (Conv1D): a channels_first 1-D convolution" if BACKEND == "tensorflow" else
+         "'cf' (MaxPooling1D): a channels_first 1-D pooling"]),
 }
 
 

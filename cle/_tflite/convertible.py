@@ -73,6 +73,15 @@ def unconvertible_layers(model) -> list[str]:
                    "backend (KERAS_BACKEND=tensorflow) with unroll=True")
         elif isinstance(layer, (keras.layers.MaxPooling3D, keras.layers.AveragePooling3D)):
             why = "TF Lite has no builtin 3-D pooling op"
+        elif getattr(layer, "data_format", None) == "channels_first" and (
+                isinstance(layer, _CONV_1D) if tensorflow else isinstance(layer, _POOL_1D)):
+            why = ("a channels_first 1-D convolution, which TF Lite's converter cannot write "
+                   "from the TensorFlow backend's graph (a transpose of a 3-D tensor given a "
+                   "4-D permutation); build it channels_last (a Permute((2, 1)) before it)"
+                   if tensorflow else
+                   f"a channels_first 1-D pooling, which TF Lite's converter cannot write from "
+                   f"the {keras.backend.backend()} backend's export; build it channels_last (a "
+                   "Permute((2, 1)) before it), or convert on the TensorFlow backend")
         elif isinstance(layer, _LOOKUPS):
             why = ("a lookup table, which TF Lite's builtin INT8 ops do not have; map the "
                    "values to indices before the model and feed those")
@@ -107,6 +116,14 @@ def unconvertible_layers(model) -> list[str]:
                      "converter cannot read; give cle the float model as it was before "
                      "model.quantize")
     return found + unconvertible_operations(model)
+
+
+#: 1-D layers TF Lite's converter cannot write channels_first (measured: on TensorFlow the
+#: convolutions, "'tf.Transpose' op x should be of the same rank with y, got x of rank 3, and
+#: y of rank 4"; on JAX the poolings, an empty RuntimeError; helper-20's hunt).
+_CONV_1D = (keras.layers.Conv1D, keras.layers.Conv1DTranspose, keras.layers.SeparableConv1D,
+            keras.layers.DepthwiseConv1D)
+_POOL_1D = (keras.layers.MaxPooling1D, keras.layers.AveragePooling1D)
 
 
 def _unfed_inputs(model, computed=()) -> list[str]:
