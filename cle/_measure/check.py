@@ -292,8 +292,8 @@ class OutputCheck:
 
 def json_number(value):
     """A figure for a JSON report, which has no infinity: an error-free SQNR is ``"inf"``
-    (``"-inf"`` below); None stays None."""
-    if value is None:
+    (``"-inf"`` below); None and NaN (no figure) are None."""
+    if value is None or value != value:
         return None
     value = float(value)
     return value if math.isfinite(value) else ("inf" if value > 0 else "-inf")

@@ -18,6 +18,7 @@ pairs every Keras layer with its operators and tensors in it
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any, Callable
 
@@ -300,6 +301,14 @@ def _db(signal, noise) -> float:
     return 10.0 * float(np.log10(signal / noise))
 
 
+def _share(part, total) -> float:
+    """``part`` of ``total``; inf for a part that is not finite (NaN: an output made
+    non-finite), 0 when nothing adds up."""
+    if not np.isfinite(part):
+        return math.inf
+    return float(part) / total if total > 0 else 0.0
+
+
 def _layers(entries, m: _Measure, build, sim, names) -> list[LayerReport]:
     """One :class:`LayerReport` per entry; ``names``: the model's outputs'. With several
     outputs, a layer's output SQNR is the lowest of its outputs' and the shares are of the
@@ -311,7 +320,10 @@ def _layers(entries, m: _Measure, build, sim, names) -> list[LayerReport]:
         folded.setdefault(pair.layer.name, []).append(pair.bn.name)
     added = m.out["weight"] + m.out["activation"]
     relative = {what: m.relative(m.out[what]) for what in ("weight", "activation")}
-    total = float(np.sum(relative["weight"] + relative["activation"]))
+    both = relative["weight"] + relative["activation"]
+    # a layer that, quantized alone, makes the simulated output non-finite (a LOG or RSQRT
+    # fed a value rounded to 0): its share is inf, the others' are of the finite ones' sum
+    total = float(np.sum(both[np.isfinite(both)]))
     out = []
     for k, entry in enumerate(entries):
         has = {what: bool(np.any((m.entry_of == k) & np.array(
@@ -330,10 +342,9 @@ def _layers(entries, m: _Measure, build, sim, names) -> list[LayerReport]:
             simulated_sqnr_db=_db(m.signal[k], m.sim_noise[k]),
             output_sqnr_db=min(per_output),
             outputs_sqnr_db=dict(zip(names, per_output)) if len(names) > 1 else None,
-            share=float(relative["weight"][k] + relative["activation"][k]) / total
-            if total > 0 else 0.0,
-            weight_share=float(relative["weight"][k] / total) if total > 0 else 0.0,
-            activation_share=float(relative["activation"][k] / total) if total > 0 else 0.0,
+            share=_share(both[k], total),
+            weight_share=_share(relative["weight"][k], total),
+            activation_share=_share(relative["activation"][k], total),
             range=describe.range_of(r, m.stats[k], protected),
             stats=m.stats[k].summary(),
             weights=describe.weights_of(sim.float_graph, entry.ops)))

@@ -53,8 +53,11 @@ def _sqnr_panel(ax, report, worst, depth):
 
 def _share_panel(ax, report, worst, depth):
     layers = report.layers
-    w = [100 * layer.weight_share for layer in layers]
-    a = [100 * layer.activation_share for layer in layers]
+    # a layer that makes the output non-finite has no share to draw (the summary names it)
+    w = [100 * layer.weight_share if math.isfinite(layer.weight_share) else 0.0
+         for layer in layers]
+    a = [100 * layer.activation_share if math.isfinite(layer.activation_share) else 0.0
+         for layer in layers]
     ax.bar(depth, w, color=_WEIGHT, width=0.8, label="from its weights")
     ax.bar(depth, a, bottom=w, color=_ACTIVATION, width=0.8, label="from its activations")
     top = max([x + y for x, y in zip(w, a)] + [1.0])

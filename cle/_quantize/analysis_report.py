@@ -78,8 +78,8 @@ class LayerReport:
                 "weight_sqnr_db": json_number(self.weight_sqnr_db),
                 "activation_sqnr_db": json_number(self.activation_sqnr_db),
                 "range": dict(self.range), "output_sqnr_db": json_number(self.output_sqnr_db),
-                "share": self.share, "weight_share": self.weight_share,
-                "activation_share": self.activation_share,
+                "share": json_number(self.share), "weight_share": json_number(self.weight_share),
+                "activation_share": json_number(self.activation_share),
                 "simulated_sqnr_db": json_number(self.simulated_sqnr_db),
                 "stats": dict(self.stats), "weights": self.weights, "reason": self.reason,
                 "outputs_sqnr_db": None if self.outputs_sqnr_db is None else {
@@ -163,14 +163,14 @@ class AnalysisReport:
             *self._output_lines(),
             f"per-layer runs on {self.n_layer_inputs} "
             f"{'of them' if self.layer_inputs in ('', self.check_inputs) else self.layer_inputs}"
-            ", each layer quantized alone: "
-            f"their output errors add up to {self.simulation['sum_of_layers_share']:.0%} of "
-            "the INT8 model's",
+            ", each layer quantized alone: " + self._sum_line(),
             "worst layers (share of the output's error; output SQNR with the layer alone "
             "quantized; its own output's SQNR from weights / activations alone):",
         ]
         for k, layer in enumerate(self.worst(n), 1):
-            lines.append(f"  {k}. {layer.name} ({layer.kind}): {layer.share:.0%}, "
+            share = (f"{layer.share:.0%}" if math.isfinite(layer.share) else
+                     "quantized alone, it makes the simulated output non-finite")
+            lines.append(f"  {k}. {layer.name} ({layer.kind}): {share}, "
                          f"{_fmt(layer.output_sqnr_db)} dB; weights "
                          f"{_fmt(layer.weight_sqnr_db)} dB, activations "
                          f"{_fmt(layer.activation_sqnr_db)} dB")
@@ -180,6 +180,13 @@ class AnalysisReport:
         return "\n".join(lines)
 
     __str__ = summary
+
+    def _sum_line(self) -> str:
+        share = self.simulation["sum_of_layers_share"]
+        if math.isfinite(share):
+            return f"their output errors add up to {share:.0%} of the INT8 model's"
+        return ("the simulation of the whole INT8 model gave a non-finite output (the file "
+                "itself did not), so the shares below are of the layers' summed errors")
 
     def _output_lines(self) -> list[str]:
         if len(self.outputs) < 2:

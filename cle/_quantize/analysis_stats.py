@@ -3,6 +3,8 @@ reason in words it gives for a layer's error."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from cle._tflite import converter as tflite
@@ -148,7 +150,8 @@ def reason(layer, per_channel: bool) -> str:
     if w + a <= 0:
         return "adds nothing measurable"
     main = "activations" if a >= w else "weights"
-    text = f"{max(w, a) / (w + a):.0%} from its {main}"
+    text = (f"{max(w, a) / (w + a):.0%} from its {main}" if math.isfinite(w + a) else
+            f"from its {main}")  # an output made non-finite: no share to give
     detail = _activation_words(layer) if main == "activations" else _weight_words(
         layer, per_channel)
     if detail:
