@@ -6,6 +6,8 @@ the converter this package installs: the converter itself fails on that layer.""
 
 from __future__ import annotations
 
+import re
+
 import keras
 import numpy as np
 import pytest
@@ -197,6 +199,51 @@ def test_an_input_the_calibration_cannot_feed_is_refused_naming_it(dtype):
                  lambda: cle.quantize(model, input_range=(0.0, 1.0))):
         with pytest.raises(ValueError, match=f"cannot write model .* input 'm' \\({dtype}\\)"):
             call()
+
+
+def _image_model(layer):
+    inp = keras.Input((8, 8, 3), name="image")
+    return keras.Model(inp, L.Dense(2, name="head")(L.GlobalAveragePooling2D()(layer(inp))))
+
+
+def _encoding_model():
+    inp = keras.Input((4,), dtype="int32", name="ids")
+    return keras.Model(inp, L.Dense(2, name="head")(
+        L.CategoryEncoding(num_tokens=10, output_mode="multi_hot", name="enc")(inp)))
+
+
+#: Layers TF Lite's converter cannot write from the TensorFlow backend's graph (from JAX's
+#: export it can): its error named only the TensorFlow op (helper-20's hunt).
+TENSORFLOW_ONLY = {
+    "bicubic": (lambda: _image_model(L.UpSampling2D(interpolation="bicubic", name="up")),
+                "'up' (UpSampling2D): a resize with interpolation='bicubic'"),
+    "lanczos3": (lambda: _image_model(L.Resizing(16, 16, interpolation="lanczos3", name="rs")),
+                 "'rs' (Resizing): a resize with interpolation='lanczos3'"),
+    "dilated_transpose": (lambda: _image_model(L.Conv2DTranspose(4, 3, dilation_rate=2,
+                                                                 padding="same", name="ct")),
+                          "'ct' (Conv2DTranspose): a dilated transposed convolution"),
+    "category_encoding": (_encoding_model, "'enc' (CategoryEncoding): a bincount"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(TENSORFLOW_ONLY))
+def test_a_layer_tensorflows_graph_cannot_give_the_converter_is_named(case):
+    """Refused on TensorFlow naming the layer (the converter named ResizeBicubic,
+    ScaleAndTranslate, Conv2DBackpropInput, DenseBincount); converted on JAX."""
+    build, said = TENSORFLOW_ONLY[case]
+    model = build()
+    x = _data(model)
+    if BACKEND != "tensorflow":
+        assert tflite.unconvertible_layers(model) == []
+        Q.convert_to_tflite_int8(model, x)
+        return
+    (entry,) = tflite.unconvertible_layers(model)
+    assert entry.startswith(said), entry
+    with pytest.raises(ValueError, match=re.escape(said)):
+        cle.quantize(model, x)
+    unchecked = check_calibration_data(model, x)
+    with pytest.raises(Exception):  # noqa: B017 - the premise: the converter fails on it
+        tflite.convert_int8(model, unchecked)
 
 
 #: A Keras operation on a Dense layer's output, by the operation's class.

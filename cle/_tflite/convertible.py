@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 import keras
+import numpy as np
 
 __all__ = ["check_convertible", "check_tflite_backend", "converter_refusal",
            "unconvertible_layers", "unconvertible_operations"]
@@ -82,6 +83,8 @@ def unconvertible_layers(model) -> list[str]:
                    f"a channels_first 1-D pooling, which TF Lite's converter cannot write from "
                    f"the {keras.backend.backend()} backend's export; build it channels_last (a "
                    "Permute((2, 1)) before it), or convert on the TensorFlow backend")
+        elif tensorflow and (why := _tensorflow_only(layer)):
+            pass
         elif isinstance(layer, _LOOKUPS):
             why = ("a lookup table, which TF Lite's builtin INT8 ops do not have; map the "
                    "values to indices before the model and feed those")
@@ -116,6 +119,26 @@ def unconvertible_layers(model) -> list[str]:
                      "converter cannot read; give cle the float model as it was before "
                      "model.quantize")
     return found + unconvertible_operations(model)
+
+
+def _tensorflow_only(layer) -> str | None:
+    """Why TF Lite's converter cannot write ``layer`` from the TensorFlow backend's graph (it
+    can from JAX's export), or None: the TensorFlow op it stopped on named only that op
+    (helper-20's hunt)."""
+    interpolation = getattr(layer, "interpolation", None)
+    if isinstance(layer, (keras.layers.Resizing, keras.layers.UpSampling2D)) and \
+            interpolation not in (None, "nearest", "bilinear"):
+        return (f"a resize with interpolation='{interpolation}', which TF Lite has no "
+                "builtin for (it has 'nearest' and 'bilinear'); resize with one of those")
+    if isinstance(layer, (keras.layers.Conv1DTranspose, keras.layers.Conv2DTranspose,
+                          keras.layers.Conv3DTranspose)) and any(
+            d != 1 for d in np.atleast_1d(layer.dilation_rate)):
+        return ("a dilated transposed convolution (Conv2DBackpropInput), which TF Lite has no "
+                "builtin for; use dilation_rate=1, or an UpSampling and a dilated convolution")
+    if isinstance(layer, keras.layers.CategoryEncoding):
+        return ("a bincount of category indices (DenseBincount), which TF Lite has no builtin "
+                "for; encode the categories before the model and feed the encoding")
+    return None
 
 
 #: 1-D layers TF Lite's converter cannot write channels_first (measured: on TensorFlow the
