@@ -1286,6 +1286,18 @@ def test_a_model_quantized_twice_without_data_distills_both_times():
     assert again == pytest.approx(first, abs=1e-6)
 
 
+def test_an_integer_or_bool_output_is_no_regression_head():
+    """A bool or integer output (a comparison, an argmax) is not quantized and has no range
+    to find: without data it was refused as "a regression head" (helper-20's hunt). A float
+    one of as few entries still is."""
+    inp = keras.Input((6,), name="x")
+    p = L.Dense(3, name="value")(inp)
+    model = keras.Model(inp, [p, keras.ops.greater(p, 0.0),
+                              keras.ops.cast(keras.ops.argmax(p, axis=-1), "int32")])
+    names = C.output_names(model)
+    assert C.regression_outputs(model) == [(names[0], 3)]
+
+
 def test_without_data_a_file_far_from_its_float_model_is_refused(net, monkeypatch):
     """A file made without data whose check reads an output below FAR_DB on the synthetic
     inputs is no answer (helper-15: a net of selu/softplus/mish blocks got a 0.4 dB file, top-1

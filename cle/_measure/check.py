@@ -199,13 +199,15 @@ def regression_outputs(model, declared=None) -> list[tuple[str, int]]:
     (not class scores, :func:`output_kinds`) of fewer than :data:`MIN_CLASSES` entries per
     sample, with no ending that bounds them (:data:`BOUNDED_ACTIVATIONS`): a regression value,
     a box, a few coordinates. Without data their range would come from inputs distilled to
-    match the batch norms, which set nothing of what a regression head gives real inputs."""
+    match the batch norms, which set nothing of what a regression head gives real inputs. An
+    integer or bool output (an argmax, a comparison) is none: it is not quantized."""
     kinds = output_kinds(model, declared)
     found = []
     for out, name, kind in zip(model.outputs, output_names(model), kinds):
         n = _entries(out)
         if (kind == "values" and n is not None and n < MIN_CLASSES
-                and _ends_in(out) not in BOUNDED_ACTIVATIONS):
+                and _ends_in(out) not in BOUNDED_ACTIVATIONS
+                and "float" in str(out.dtype)):  # an integer or bool output has no range
             found.append((name, n))
     return found
 
