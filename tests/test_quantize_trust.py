@@ -1063,7 +1063,8 @@ def test_a_regression_head_whose_rare_inputs_leave_the_ranges_gets_them_widened(
         Q.sqnr_db(reference, Q.run_tflite(tails, new)) + 1.0
 
 
-def test_an_output_every_build_gets_exactly_leaves_the_choice_to_the_others():
+@pytest.mark.parametrize("constant", [keras.ops.ones_like, keras.ops.zeros_like])
+def test_an_output_every_build_gets_exactly_leaves_the_choice_to_the_others(constant):
     """An output every build reproduces exactly (a constant here; an input passed through, an
     integer output) reads inf dB for each: the gains over it were inf - inf, NaN, so no
     candidate could pass cle's build, and the written line read "inf dB" for every build
@@ -1075,7 +1076,7 @@ def test_an_output_every_build_gets_exactly_leaves_the_choice_to_the_others():
     inp = keras.Input((12,), name="x")
     h = L.Dense(32, activation="relu", name="d1")(inp)
     h = L.Dense(32, activation="relu", name="d2")(h)
-    const = keras.ops.ones_like(inp[:, :3])
+    const = constant(inp[:, :3])  # all zeros: 0/0 in the SQNR, not inf (helper-21's review)
     model = keras.Model(inp, [L.Dense(2, name="value")(h), const], name="with_constant")
     rng = np.random.default_rng(4)
     x = rng.normal(size=(96, 12)).astype(np.float32)
@@ -1085,10 +1086,11 @@ def test_an_output_every_build_gets_exactly_leaves_the_choice_to_the_others():
     assert report.outputs[1].sqnr_db == math.inf  # the premise: exact in every build
     assert report.choice.written == _choice.WIDENED  # as without the constant (the test above)
     assert " inf dB" not in report.choice.line()
-    gain = C.sqnr_gain([np.ones((20, 3))] * 2, [np.ones((20, 3)), np.zeros((20, 3))],
-                       [np.ones((20, 3)), np.full((20, 3), 0.1)])
-    assert gain[0] == pytest.approx(-10 * math.log10(1 / 0.81) / 2)  # 0 on the exact one
-    assert gain[2] == 0.0 and not any(math.isnan(b) for b in gain[1])
+    for exact in (np.ones((20, 3)), np.zeros((20, 3))):
+        gain = C.sqnr_gain([exact, np.ones((20, 3))], [exact, np.zeros((20, 3))],
+                           [exact, np.full((20, 3), 0.1)])
+        assert gain[0] == pytest.approx(-10 * math.log10(1 / 0.81) / 2)  # 0 on the exact one
+        assert gain[2] == 0.0 and not any(math.isnan(b) for b in gain[1])
 
 
 def test_no_choice_without_data_or_off_the_default_route(net):

@@ -246,6 +246,17 @@ def test_a_layer_tensorflows_graph_cannot_give_the_converter_is_named(case):
         tflite.convert_int8(model, unchecked)
 
 
+def test_a_one_hot_category_encoding_is_not_refused():
+    """``CategoryEncoding(output_mode="one_hot")`` goes through ``one_hot``, a TF Lite builtin
+    (only multi_hot and count take the bincount): it converts, and is not refused (a review
+    found the first refusal covered every mode)."""
+    inp = keras.Input((1,), dtype="int32", name="ids")
+    model = keras.Model(inp, L.Dense(2, name="head")(
+        L.CategoryEncoding(num_tokens=10, output_mode="one_hot", name="enc")(inp)))
+    assert tflite.unconvertible_layers(model) == []
+    Q.convert_to_tflite_int8(model, _data(model))
+
+
 #: A Keras operation on a Dense layer's output, by the operation's class.
 OPERATIONS = {"Argmax": lambda t: keras.ops.argmax(t, axis=-1),
               "Argmin": lambda t: keras.ops.argmin(t, axis=-1),

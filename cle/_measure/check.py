@@ -338,11 +338,15 @@ def _db(signal, noise):
         return 10.0 * np.log10(signal / noise)
 
 
-def _apart(a, b):
-    """``a - b`` in dB, 0 where both are the same infinity: two exact outputs are no difference
-    (inf - inf, NaN, made every candidate's gain NaN on a model with a constant output)."""
-    with np.errstate(invalid="ignore"):
-        return np.where(np.isinf(a) & (a == b), 0.0, np.subtract(a, b))
+def _apart(noise, noise_other):
+    """The SQNR gain (dB) of a noise energy over another on the same signal, which cancels:
+    10 log10(noise_other / noise); 0 where both are 0 (an output both reproduce exactly,
+    whatever its signal: inf - inf, and 0/0 on an all-zero output, made every gain NaN and
+    froze the choice), +-inf where one is."""
+    noise, noise_other = np.asarray(noise, np.float64), np.asarray(noise_other, np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where((noise == 0) & (noise_other == 0), 0.0,
+                        10.0 * np.log10(noise_other / noise))
 
 
 def _bounds(values):
@@ -391,22 +395,17 @@ def sqnr_gain(references, ys, others, seed=0, clipping=None,
     ranges, :func:`cle._quantize.ranges.expected_clipping`); none by default."""
     clip = clipping or [0.0] * len(references)
     clip_other = clipping_other or [0.0] * len(references)
-    point = float(np.mean([_apart(
-        sqnr_with_clipping(np.asarray(r, np.float64), np.asarray(a, np.float64), ca),
-        sqnr_with_clipping(np.asarray(r, np.float64), np.asarray(b, np.float64), cb))
-        for r, a, b, ca, cb in zip(references, ys, others, clip, clip_other)]))
+    noises = []
+    for r, a, b, ca, cb in zip(references, ys, others, clip, clip_other):
+        _, noise = _energies(r, a)
+        _, noise_other = _energies(r, b)
+        noises.append((noise + ca, noise_other + cb))
+    point = float(np.mean([_apart(a.sum(), b.sum()) for a, b in noises]))
     n = len(references[0])
     if n < MIN_INTERVAL:
         return point, None, math.nan
     idx = _resamples(n, seed)
-    diffs = []
-    for r, a, b, ca, cb in zip(references, ys, others, clip, clip_other):
-        signal, noise = _energies(r, a)
-        _, noise_other = _energies(r, b)
-        noise, noise_other = noise + ca, noise_other + cb
-        s = signal[idx].sum(axis=1)
-        diffs.append(_apart(_db(s, noise[idx].sum(axis=1)), _db(s, noise_other[idx].sum(axis=1))))
-    gains = np.mean(diffs, axis=0)
+    gains = np.mean([_apart(a[idx].sum(axis=1), b[idx].sum(axis=1)) for a, b in noises], axis=0)
     return point, _bounds(gains), float(np.mean(gains > 0))
 
 

@@ -281,7 +281,8 @@ class _Measure:
         return np.sum(np.asarray(noise) / np.maximum(self.out_signal, 1e-300), axis=-1)
 
     def summary(self) -> dict:
-        total = float(np.sum(self.relative(self.out["weight"] + self.out["activation"])))
+        each = self.relative(self.out["weight"] + self.out["activation"])
+        total = float(np.sum(each[np.isfinite(each)]))  # a layer made non-finite: said apart
         whole = float(self.relative(self.out_on))
         return {"output_sqnr_db": min(_db(s, n) for s, n in zip(self.out_signal, self.out_on)),
                 "sum_of_layers_share": total / whole if whole > 0 else np.nan,

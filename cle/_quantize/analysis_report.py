@@ -185,8 +185,10 @@ class AnalysisReport:
         share = self.simulation["sum_of_layers_share"]
         if math.isfinite(share):
             return f"their output errors add up to {share:.0%} of the INT8 model's"
-        return ("the simulation of the whole INT8 model gave a non-finite output (the file "
-                "itself did not), so the shares below are of the layers' summed errors")
+        if self.simulation["output_sqnr_db"] == math.inf:
+            return "the simulated INT8 model has no output error for them to add up to"
+        return ("the simulation of the whole INT8 model gave a non-finite output, so the "
+                "shares below are of the layers' summed errors")
 
     def _output_lines(self) -> list[str]:
         if len(self.outputs) < 2:

@@ -156,18 +156,19 @@ class Choice:
     def score(self, name) -> float:
         figures = (self.expected if name in self.expected else
                    self.crossfit if name in self.crossfit else self.sqnr_db)
-        return _mean_db(figures[name])
+        return _mean_db(figures[name], _exact(figures))
 
     def line(self) -> str:
-        held = ", ".join(f"{name} {_mean_db(v):.2f} dB" for name, v in self.sqnr_db.items())
+        held = ", ".join(f"{name} {_mean_db(v, _exact(self.sqnr_db)):.2f} dB"
+                         for name, v in self.sqnr_db.items())
         measured = f"mean SQNR over the outputs on the {self.n} held-out inputs: {held}"
         if self.crossfit:
-            fitted = ", ".join(f"{name} {_mean_db(v):.2f} dB"
+            fitted = ", ".join(f"{name} {_mean_db(v, _exact(self.crossfit)):.2f} dB"
                                for name, v in self.crossfit.items())
             measured += f"; cross-fitted on all {self.n_all} inputs: {fitted}"
         if self.expected:
             measured += ("; with the clipping expected of new inputs on the value outputs: "
-                         + ", ".join(f"{name} {_mean_db(v):.2f} dB"
+                         + ", ".join(f"{name} {_mean_db(v, _exact(self.expected)):.2f} dB"
                                      for name, v in self.expected.items()))
         if self.written == "cle":
             return f"written: {SAID['cle']}, the closest ({measured})"
@@ -208,12 +209,20 @@ class Choice:
                 "switch_db": SWITCH_DB}
 
 
-def _mean_db(figures) -> float:
-    """The mean of per-output figures over the outputs that are not exact (an exact one, a
-    constant or an input passed through, reads inf for every build and would make every mean
-    inf); inf when every output is exact."""
-    inexact = [float(f) for f in figures if f != math.inf]
-    return float(np.mean(inexact)) if inexact else math.inf
+def _mean_db(figures, exact=()) -> float:
+    """The mean of per-output figures over the outputs not in ``exact`` (those every build
+    reproduces exactly, a constant or an input passed through: inf for every build, they
+    would make every mean inf); inf when none is left."""
+    kept = [float(f) for k, f in enumerate(figures) if k not in exact]
+    return float(np.mean(kept)) if kept else math.inf
+
+
+def _exact(figures: dict) -> set:
+    """The outputs every build in ``figures`` (``{build: [SQNR of each output]}``) reads as
+    exact (inf)."""
+    rows = list(figures.values())
+    return {k for k in range(len(rows[0]))
+            if all(row[k] == math.inf for row in rows)} if rows else set()
 
 
 def chooses(build) -> bool:

@@ -135,7 +135,8 @@ def _tensorflow_only(layer) -> str | None:
             d != 1 for d in np.atleast_1d(layer.dilation_rate)):
         return ("a dilated transposed convolution (Conv2DBackpropInput), which TF Lite has no "
                 "builtin for; use dilation_rate=1, or an UpSampling and a dilated convolution")
-    if isinstance(layer, keras.layers.CategoryEncoding):
+    if isinstance(layer, keras.layers.CategoryEncoding) and \
+            layer.output_mode in ("multi_hot", "count"):  # one_hot is a ONE_HOT builtin
         return ("a bincount of category indices (DenseBincount), which TF Lite has no builtin "
                 "for; encode the categories before the model and feed the encoding")
     return None
@@ -168,7 +169,7 @@ def _unfed_inputs(model, computed=()) -> list[str]:
         elif "float" in dtype and dtype != "float32" and not any(
                 f"compute in {dtype} " in entry for entry in computed):
             found.append(f"input '{name}' ({dtype}): the calibration feeds float32; build the "
-                         f"Input as float32 (a cast inside the model keeps the {dtype} layers)")
+                         "Input as float32 (a cast inside the model converts as a cast)")
     return found
 
 
