@@ -91,6 +91,7 @@ def unconvertible_layers(model) -> list[str]:
         else:
             continue
         found.append(f"'{layer.name}' ({kind}): {why}")
+    computed = set()
     for dtype in ("float16", "bfloat16", "float64"):
         other = [layer for layer in sublayers(model)
                  if not isinstance(layer, keras.layers.InputLayer)
@@ -98,27 +99,29 @@ def unconvertible_layers(model) -> list[str]:
                  == dtype]
         if not other:
             continue
-        names = ", ".join(f"'{layer.name}'" for layer in other[:3]) + (
-            ", ..." if len(other) > 3 else "")
+        computed.add(dtype)
         policy = other[0].dtype_policy.name
-        found.append(f"{names} ({len(other)} layer{'s' if len(other) > 1 else ''}): compute "
-                     f"in {dtype} (dtype policy '{policy}'), which TF Lite's converter cannot "
-                     "write in builtin INT8 ops; build the model again under the float32 "
-                     "policy (keras.config.set_dtype_policy('float32')), set its weights, and "
-                     "quantize that")
-    found += _unfed_inputs(model, [e for e in found if "): compute in " in e])
+        found.append(f"{_named(other)}: compute in {dtype} (dtype policy '{policy}'), which "
+                     "TF Lite's converter cannot write in builtin INT8 ops; build the model "
+                     "again under the float32 policy (keras.config.set_dtype_policy('float32')), "
+                     "set its weights, and quantize that")
+    found += _unfed_inputs(model, computed)
     quantized = [layer for layer in sublayers(model)
                  if getattr(layer, "quantization_mode", None)]
     if quantized:
-        names = ", ".join(f"'{layer.name}'" for layer in quantized[:3]) + (
-            ", ..." if len(quantized) > 3 else "")
         mode = quantized[0].quantization_mode
-        found.append(f"{names} ({len(quantized)} layer{'s' if len(quantized) > 1 else ''}): "
-                     f"quantized by Keras (model.quantize('{mode}'), dtype policy "
-                     f"'{quantized[0].dtype_policy.name}'), whose {mode} kernels TF Lite's "
-                     "converter cannot read; give cle the float model as it was before "
-                     "model.quantize")
+        found.append(f"{_named(quantized)}: quantized by Keras (model.quantize('{mode}'), "
+                     f"dtype policy '{quantized[0].dtype_policy.name}'), whose {mode} kernels "
+                     "TF Lite's converter cannot read; give cle the float model as it was "
+                     "before model.quantize")
     return found + unconvertible_operations(model)
+
+
+def _named(layers) -> str:
+    """``"'a', 'b', 'c', ... (n layers)"``: the first three of ``layers`` and how many."""
+    return (", ".join(f"'{layer.name}'" for layer in layers[:3])
+            + (", ..." if len(layers) > 3 else "")
+            + f" ({len(layers)} layer{'s' if len(layers) > 1 else ''})")
 
 
 def _tensorflow_only(layer) -> str | None:
@@ -150,14 +153,13 @@ _CONV_1D = (keras.layers.Conv1D, keras.layers.Conv1DTranspose, keras.layers.Sepa
 _POOL_1D = (keras.layers.MaxPooling1D, keras.layers.AveragePooling1D)
 
 
-def _unfed_inputs(model, computed=()) -> list[str]:
+def _unfed_inputs(model, computed=frozenset()) -> list[str]:
     """The inputs of ``model`` the converter's calibration cannot feed, each as an entry of
     :func:`unconvertible_layers`: a float input that is not float32 (float16, bfloat16,
     float64) or a bool one. The calibration and the check feed float32 (or the integers of an
     integer input), and TF Lite's calibrator refused them with "Cannot set tensor: Got value
     of type FLOAT32 but expected type FLOAT16" (helper-20's hunt; the plain converter too).
-    A dtype that ``computed`` (the entries of layers computing in it) names already is not
-    said again."""
+    A dtype in ``computed`` (layers computing in it were named already) is not said again."""
     from cle._core.inputs import input_names
 
     found = []
@@ -166,8 +168,7 @@ def _unfed_inputs(model, computed=()) -> list[str]:
         if dtype == "bool":
             found.append(f"input '{name}' (bool): the calibration feeds numbers; take a mask as "
                          "float32 0/1 (or int32) and compare it inside the model")
-        elif "float" in dtype and dtype != "float32" and not any(
-                f"compute in {dtype} " in entry for entry in computed):
+        elif "float" in dtype and dtype != "float32" and dtype not in computed:
             found.append(f"input '{name}' ({dtype}): the calibration feeds float32; build the "
                          "Input as float32 (a cast inside the model converts as a cast)")
     return found
