@@ -280,9 +280,15 @@ class _Measure:
         output, its noise over its signal)."""
         return np.sum(np.asarray(noise) / np.maximum(self.out_signal, 1e-300), axis=-1)
 
-    def summary(self) -> dict:
+    def layer_errors(self) -> tuple[np.ndarray, float]:
+        """Each layer's output error alone (:meth:`relative`, weights and activations) and
+        their sum over the finite ones: a layer that, quantized alone, makes the simulated
+        output non-finite (a LOG or RSQRT fed a value rounded to 0) is said apart."""
         each = self.relative(self.out["weight"] + self.out["activation"])
-        total = float(np.sum(each[np.isfinite(each)]))  # a layer made non-finite: said apart
+        return each, float(np.sum(each[np.isfinite(each)]))
+
+    def summary(self) -> dict:
+        _, total = self.layer_errors()
         whole = float(self.relative(self.out_on))
         return {"output_sqnr_db": min(_db(s, n) for s, n in zip(self.out_signal, self.out_on)),
                 "sum_of_layers_share": total / whole if whole > 0 else np.nan,
@@ -321,10 +327,7 @@ def _layers(entries, m: _Measure, build, sim, names) -> list[LayerReport]:
         folded.setdefault(pair.layer.name, []).append(pair.bn.name)
     added = m.out["weight"] + m.out["activation"]
     relative = {what: m.relative(m.out[what]) for what in ("weight", "activation")}
-    both = relative["weight"] + relative["activation"]
-    # a layer that, quantized alone, makes the simulated output non-finite (a LOG or RSQRT
-    # fed a value rounded to 0): its share is inf, the others' are of the finite ones' sum
-    total = float(np.sum(both[np.isfinite(both)]))
+    both, total = m.layer_errors()  # a non-finite one's share is inf (_share)
     out = []
     for k, entry in enumerate(entries):
         has = {what: bool(np.any((m.entry_of == k) & np.array(
