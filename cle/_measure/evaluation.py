@@ -262,10 +262,7 @@ def convert_to_tflite_int8(model, representative_inputs, per_channel=True,
         )
     check_convertible(model, "convert_to_tflite_int8")
     if fixed := _tflite.fixed_sizes(model, x):
-        warnings.warn(f"convert_to_tflite_int8: the file's inputs {', '.join(fixed)} have the "
-                      f"size of the data: Keras' export on the {keras.backend.backend()} "
-                      "backend cannot write a size left free beyond the batch "
-                      "(docs/backends.md)", stacklevel=2)
+        warnings.warn(f"convert_to_tflite_int8: {fixed} (docs/backends.md)", stacklevel=2)
     return _tflite.convert_int8(model, x, per_channel=per_channel, integer_io=integer_io)
 
 

@@ -31,8 +31,7 @@ def caveats(model, sets, inputs, input_ranges, declared=None) -> list[str]:
            for name in _check.undeclared_scores(model, declared)]
     out += [r.note for r in input_ranges or () if r.note]
     if fixed := tflite.fixed_sizes(model, inputs.calibration):
-        out.append(f"the file's inputs {', '.join(fixed)} have the size of the data: Keras' "
-                   "export on this backend cannot write a size left free beyond the batch")
+        out.append(fixed)
     if inputs.loss is not None and max(inputs.loss) > CONVERGED_LOSS:
         out.append(f"the distillation did not converge (final batch-norm loss "
                    f"{max(inputs.loss):.3g}, above {CONVERGED_LOSS:g}): the synthetic inputs do "

@@ -242,10 +242,14 @@ def traced_batch() -> int | None:
     return _STATIC_BATCH.get()
 
 
-def fixed_sizes(model, x) -> list[str]:
-    """The inputs :func:`export_shapes` fixes at the data's size, each as ``"'name' (h, w,
-    c)"``; empty when none."""
+def fixed_sizes(model, x) -> str | None:
+    """The sentence naming the inputs :func:`export_shapes` fixes at the data's size, each as
+    ``'name' (h, w, c)`` (what ``cle.quantize``'s report and ``convert_to_tflite_int8``'s
+    warning say); None when none is."""
     shapes = export_shapes(model, x)
-    return [] if shapes is None else [
+    fixed = [] if shapes is None else [
         f"'{name}' {shape}" for name, t, shape in zip(input_names(model), model.inputs, shapes)
         if _free(t)]
+    return (f"the file's inputs {', '.join(fixed)} have the size of the data: Keras' export "
+            f"on the {keras.backend.backend()} backend cannot write a size left free beyond "
+            "the batch") if fixed else None
