@@ -4,6 +4,7 @@ report's ``warnings``: :func:`caveats` from the check's sets and the inputs, and
 
 from __future__ import annotations
 
+from cle._core.inputs import input_names
 from cle._measure import check as _check
 from cle._measure.input_range import image_axis
 from cle._tflite import converter as tflite
@@ -60,8 +61,6 @@ def _not_images(model) -> list[str]:
     (a float audio net, a latent-vector generator, 1-D signals; helper-18's and helper-20's
     hunts) the synthetic inputs have missed the real ones by more than that bound, above and
     below, so the figure is not backed."""
-    from cle._core.inputs import input_names
-
     names = [name for name, t in zip(input_names(model), model.inputs)
              if image_axis(tuple(t.shape[1:])) is None]
     if not names:
