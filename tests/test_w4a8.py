@@ -17,6 +17,8 @@ import cle
 from cle import quantization as Q
 from cle._core.inputs import ModelInputs
 from cle._quantize import layer_parts
+from cle._measure.check import OutputCheck
+from cle._quantize import caveats
 from cle._quantize import pipeline
 from cle._quantize import rounding as stage_rounding
 from cle._quantize.rounding import round_model, wide_share_within
@@ -690,6 +692,46 @@ def test_quantize_w4a8(net, data, w4):
     ref = net.predict(x_check, verbose=0)
     assert report.sqnr_db == pytest.approx(Q.sqnr_db(ref, y), abs=1e-6)
     assert "seconds" in d and "rounding" in d["seconds"]
+
+
+def _fit_gap(net, data, content, report):
+    """The file's SQNR on the 30 inputs the rounding fitted less the report's held-out one."""
+    y = Q.run_tflite(content, data[:30], batch_size=32)
+    return Q.sqnr_db(net.predict(data[:30], verbose=0), y) - report.sqnr_db
+
+
+def test_the_rounding_fit_is_said_only_beyond_its_gap(net, data, w4, monkeypatch):
+    """With data, a rounding that reads more than FIT_GAP_DB higher on the inputs it fitted
+    than on the held-out ones is said, with both figures; within the gap nothing is said (this
+    net's noise inputs: a fraction of a dB). The gap measured is the file's on the 30 inputs
+    the rounding fitted: forced below it, the same call says so with that figure."""
+    content, report, _ = w4
+    gap = _fit_gap(net, data, content, report)
+    assert gap < caveats.FIT_GAP_DB
+    assert not any("fitted its calibration inputs" in w for w in report.warnings)
+    monkeypatch.setattr(caveats, "FIT_GAP_DB", gap - 0.5)
+    content, report = cle.quantize(net, data, weight_bits=4)
+    said = [w for w in report.warnings if "fitted its calibration inputs" in w]
+    fit = report.sqnr_db + _fit_gap(net, data, content, report)
+    assert said == [f"output 'logits': the rounding of the kernels fitted its calibration "
+                    f"inputs: the file reads {fit:.1f} dB on the 30 inputs it fitted and "
+                    f"{report.sqnr_db:.1f} on the held-out ones; inputs unlike the calibration "
+                    "set (other scenes, sources, conditions) can read lower still, so check it "
+                    "on such inputs and calibrate on more varied ones (the 8-bit default fits "
+                    "far less)"]
+    _, int8 = cle.quantize(net, data)  # no rounding stage: nothing fitted to say
+    assert not any("fitted its calibration inputs" in w for w in int8.warnings)
+
+
+def test_rounding_fit_names_each_output_beyond_the_gap():
+    """One sentence per output whose fitted figure passes its held-out one by more than
+    FIT_GAP_DB, none at or under it."""
+    checks = [OutputCheck("a", "values", 20.0), OutputCheck("b", "values", 20.0)]
+    fitted = {"n": 48, "outputs": [OutputCheck("a", "values", 20.0 + caveats.FIT_GAP_DB + 0.1),
+                                   OutputCheck("b", "values", 20.0 + caveats.FIT_GAP_DB)]}
+    said = caveats.rounding_fit(fitted, checks)
+    assert len(said) == 1 and said[0].startswith("output 'a': ")
+    assert "on the 48 inputs it fitted and 20.0 on the held-out ones" in said[0]
 
 
 @NOT_ON_JAX

@@ -340,6 +340,11 @@ def check_build(model, build: Int8Build, say, straight=None, choice=None) -> Qua
                     build.runs, fitted) if opts.compare else None)
     warned = [] if choice is None or choice.warning() is None else [choice.warning()]
     data = build.calibration == "data"
+    if (build.rounding is not None and build.rounding.n_inputs and data
+            and inputs.checks[0][0] == "held-out calibration inputs"):
+        on_fit = _check_model(model, build.content, [(
+            "calibration inputs the rounding fitted", inputs.calibration)], opts, say)[0]
+        warned += _caveats.rounding_fit(on_fit, _lower(sets))
     return QuantizeReport(
         target=opts.settings, calibration=build.calibration,
         n_calibration=build.n_calibrated,
