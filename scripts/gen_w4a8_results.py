@@ -56,7 +56,8 @@ APPS = os.path.join(REPO, "docs", "data", "w4a8_apps.json")
 GENERALIZE = os.path.join(REPO, "docs", "data", "w4_generalize.json")
 DISTILL = os.path.join(REPO, "docs", "data", "w4_distill.json")
 DOC = "docs/quantize_w4.md"
-NETS = {"mobilenet_v2": "MobileNetV2", "efficientnet_lite1": "EfficientNet-Lite1"}
+NETS = {"mobilenet_v2": "MobileNetV2", "efficientnet_lite1": "EfficientNet-Lite1",
+        "efficientnet_lite0": "EfficientNet-Lite0 (outside the repository)"}
 #: (row name, what it is) of the goals' table.
 GOAL_ROWS = [
     ("baseline W8A8", "float model straight into TF Lite's converter, W8A8 (the baseline)"),
@@ -233,8 +234,15 @@ def _net_rows(rows, order, cells) -> list[str]:
 #: (row of bench_w4_generalize.py, what the rounding stage did) of the generalization table.
 GENERALIZE_ROWS = [
     ("baseline", "none: the float model straight into TF Lite's converter, W8A8 (the goal)"),
+    ("int8", "none: `cle.quantize(model, crops)`, 8-bit weights rounded to nearest"),
     ("default", "layer-wise AdaRound on the 48 crops the build calibrates on (the default)"),
+    ("ridge", "the same with ten times the ridge (`DATA_DAMP_LOW_BITS`)"),
+    ("shrink", "the same with the correlations between a layer's inputs shrunk as without data "
+               "(`SYNTHETIC_SHRINK`)"),
+    ("outputs", "the same with the 8-bit kernels chosen by the noise each adds to the model's "
+                "outputs"),
     ("flips", "the same on the 48 and a horizontally flipped copy of each"),
+    ("mix", "the same on the 48 and 48 mixes of them (a rectangle of another crop pasted in)"),
     ("all", "the same on all 64 crops (the check's 16 among them)"),
     ("block", "block reconstruction: each inverted residual's kernels rounded together for "
               "the block's output"),
@@ -251,13 +259,16 @@ def generalize_table(rows):
     lines = [wrap(
         "`cle.quantize(model, crops, weight_bits=4)` with 64 real crops, only the rounding "
         "stage's inputs or method changed (`benchmarks/bench_w4_generalize.py`): top-1 "
-        "agreement / logit SQNR (dB) against the float model on 256 other crops, and on the "
-        "48 crops the rounding fits (for the baseline: the same 48); wall time of the call."),
-        "", "| network | rounding | 256 other crops | the 48 fitted | time |",
-        "|---|---|---|---|---|"]
+        "agreement / logit SQNR (dB) against the float model on 256 other crops of the nine "
+        "photos the calibration crops are cut from, on the 48 crops the rounding fits (for "
+        "the rows without a rounding: the same 48), and on 256 crops of 13 new photos (none of "
+        "the nine; a dash: not measured); wall time of the call."),
+        "", "| network | rounding | 256 other crops | the 48 fitted | new photos | time |",
+        "|---|---|---|---|---|---|"]
     lines += _net_rows(rows, GENERALIZE_ROWS, lambda r: (
         f"{r['top1']:.1%} / {r['sqnr_db']:.2f} | {r['fit_top1']:.1%} / {r['fit_sqnr_db']:.2f} | "
-        f"{r['seconds']:.0f} s"))
+        + (f"{r['new_top1']:.1%} / {r['new_sqnr_db']:.2f}" if "new_top1" in r else "–")
+        + f" | {r['seconds']:.0f} s"))
     return "\n".join(lines) + "\n\n" + _machine(rows) + "\n"
 
 
