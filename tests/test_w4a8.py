@@ -16,9 +16,9 @@ from keras import layers as L
 import cle
 from cle import quantization as Q
 from cle._core.inputs import ModelInputs
-from cle._quantize import layer_parts
 from cle._measure.check import OutputCheck
 from cle._quantize import caveats
+from cle._quantize import layer_parts
 from cle._quantize import pipeline
 from cle._quantize import rounding as stage_rounding
 from cle._quantize.rounding import round_model, wide_share_within

@@ -102,11 +102,10 @@ def rounding_fit(fitted, checked) -> list[str]:
     """With data, per output whose figure on the inputs the rounding stage fitted
     (``fitted``: the check of the same file on them, :func:`cle._quantize.pipeline.check_sets`'
     form) is more than :data:`FIT_GAP_DB` above its held-out figure (``checked``, the report's
-    outputs), a sentence. The held-out inputs come from the same calibration set: on
-    EfficientNet-Lite0 with 64 crops of nine photos, 4-bit weights read 25.4 dB on the 48
-    crops fitted, 18.1 on other crops of those photos and 11.2 on crops of photos the
-    calibration did not contain, where TF Lite's plain 8-bit conversion read 15.5
-    (docs/quantize_w4.md, "Few calibration crops")."""
+    outputs), a sentence. The held-out inputs come from the same calibration set, so the
+    check cannot see inputs unlike it; a rounding that learnt its inputs reads far lower on
+    those than its figure (measured on photos the calibration did not contain:
+    docs/quantize_w4.md, "Few calibration crops")."""
     return [f"output '{o.name}': the rounding of the kernels fitted its calibration inputs: "
             f"the file reads {f.sqnr_db:.1f} dB on the {fitted['n']} inputs it fitted and "
             f"{o.sqnr_db:.1f} on the held-out ones; inputs unlike the calibration set (other "

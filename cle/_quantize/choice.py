@@ -231,7 +231,7 @@ def chooses(build) -> bool:
     (the tuning chooses its own ranges)."""
     opts = build.opts
     return (build.calibration == "data" and build.calibrated is not None
-            and build.inputs.checks[0][0] == "held-out calibration inputs"
+            and build.inputs.held_out
             and opts.weight_bits == 8 and opts.activation_bits == 8 and not opts.rounds
             and opts.ranges == "auto" and not opts.tune)
 

@@ -48,6 +48,8 @@ SYNTHETIC_CALIBRATION, SYNTHETIC_CHECK, DISTILLED_CHECK = 32, 32, 16
 #: stops: synthetic inputs cannot stand in for data (above ``CONVERGED_LOSS``: a warning,
 #: :mod:`cle._quantize.caveats`).
 FAILED_LOSS = 100.0
+#: What the check's inputs are with data, when some were held out of the calibration.
+HELD_OUT = "held-out calibration inputs"
 
 
 @dataclasses.dataclass
@@ -58,6 +60,11 @@ class _Inputs:
     checks: list
     loss: list | None = None
     what: str = "inputs given"
+
+    @property
+    def held_out(self) -> bool:
+        """Whether the check runs on calibration inputs the calibration did not use."""
+        return self.checks[0][0] == HELD_OUT
 
 
 def quantize(model, calibration_data=None, *, per_channel: bool = True, weight_bits: int = 8,
@@ -340,11 +347,11 @@ def check_build(model, build: Int8Build, say, straight=None, choice=None) -> Qua
                     build.runs, fitted) if opts.compare else None)
     warned = [] if choice is None or choice.warning() is None else [choice.warning()]
     data = build.calibration == "data"
-    if (build.rounding is not None and build.rounding.n_inputs and data
-            and inputs.checks[0][0] == "held-out calibration inputs"):
+    outputs = _lower(sets)
+    if build.rounding is not None and build.rounding.n_inputs and data and inputs.held_out:
         on_fit = _check_model(model, build.content, [(
             "calibration inputs the rounding fitted", inputs.calibration)], opts, say)[0]
-        warned += _caveats.rounding_fit(on_fit, _lower(sets))
+        warned += _caveats.rounding_fit(on_fit, outputs)
     return QuantizeReport(
         target=opts.settings, calibration=build.calibration,
         n_calibration=build.n_calibrated,
@@ -352,12 +359,12 @@ def check_build(model, build: Int8Build, say, straight=None, choice=None) -> Qua
         equalization=build.equalization,
         bias_correction=opts.bias_mode, ranges=build.ranges,
         input_ranges=[] if data else [r.to_dict() for r in build.input_ranges],
-        outputs=_lower(sets), check_sets=[_public(c) for c in sets], plain=plain,
+        outputs=outputs, check_sets=[_public(c) for c in sets], plain=plain,
         calibration_inputs=inputs.what, synthesis_loss=inputs.loss,
         choice=choice,
         warnings=warned + _caveats.caveats(model, sets, inputs, build.input_ranges,
                                            opts.output_kinds)
-        + _caveats.float_gap(choice, _lower(sets)) + (
+        + _caveats.float_gap(choice, outputs) + (
             build.tuning.warnings() if build.tuning is not None else []),
         seconds=seconds, tail=TAIL, tuning=build.tuning, rounding=build.rounding,
         weights=build.weights, size=len(build.content), size_int8=build.int8_size)
@@ -411,7 +418,7 @@ def _calibration_inputs(model, x, input_ranges, opts, say, seconds) -> _Inputs:
         if x_check is None:
             return _Inputs(x_cal, [("calibration inputs (the same: too few to hold out)",
                                     x_cal)])
-        return _Inputs(x_cal, [("held-out calibration inputs", x_check)])
+        return _Inputs(x_cal, [(HELD_OUT, x_check)])
     start = time.perf_counter()
     ranges = [(r.lo, r.hi) for r in input_ranges]
     say(f"no calibration data: distilling {SYNTHETIC_CALIBRATION + DISTILLED_CHECK} synthetic "
