@@ -68,6 +68,7 @@ import cle  # noqa: E402
 from cle import pretrained as P  # noqa: E402
 from cle import quantization as Q  # noqa: E402
 from cle._measure import calibration as _calibration  # noqa: E402
+from cle._pretrained.networks import crop_photos  # noqa: E402
 from cle._quantize import weight_stages  # noqa: E402
 
 from bench_w4a8 import NETS, _cpu  # noqa: E402
@@ -144,24 +145,6 @@ def new_photos() -> list:
         root = list(spec.submodule_search_locations)[0]
         paths += [os.path.join(root, folder, name) for name in files]
     return [np.asarray(Image.open(p).convert("RGB")) for p in paths]
-
-
-def photo_crops(photos, n, size, seed) -> np.ndarray:
-    """``n`` random crops of ``photos`` (cycled), cut, flipped and resized as
-    :func:`cle.pretrained.sample_images` cuts its own."""
-    from PIL import Image
-
-    from cle._pretrained.networks import random_crop_box
-
-    rng = np.random.default_rng(seed)
-    out = np.empty((n, size, size, 3), np.uint8)
-    for i in range(n):
-        img = photos[i % len(photos)]
-        top, left, h, w = random_crop_box(rng, *img.shape[:2])
-        crop = np.asarray(Image.fromarray(img[top:top + h, left:left + w]).resize(
-            (size, size), resample=Image.BILINEAR))
-        out[i] = crop[:, ::-1] if rng.random() < 0.5 else crop
-    return out
 
 
 def efficientnet_lite0():
@@ -275,7 +258,7 @@ def measure(net, rows, json_path=None):
     x_cal = prep(P.sample_images(64, size, seed=1))
     x_eval = prep(P.sample_images(256, size, seed=7))
     photos = new_photos()
-    x_new = prep(photo_crops(photos, 256, size, seed=3))
+    x_new = prep(crop_photos(photos, 256, size, seed=3))
     reference = model.predict(x_eval, batch_size=32, verbose=0)
     ref_new = model.predict(x_new, batch_size=32, verbose=0)
     ref_fit = model.predict(x_cal[:48], batch_size=32, verbose=0)

@@ -9,8 +9,8 @@ EfficientNet-Lite0)::
 runs it; its rounding stage's model is kept before and after the rounding. Then, in Keras
 (float activations), for every kernel the stage put on a 4-bit grid: the logits' SQNR (dB)
 against the float model with that kernel alone rounded (the others float), as the stage
-rounded it (with its bias) and to nearest on the same grid range (per output channel, integers
--8..7, no clipping; bias as it was), on 256 other crops of the nine calibration photos and on
+rounded it (with its bias) and to nearest on its grid (the rounding stage's own nearest
+rounding; bias as it was), on 256 other crops of the nine calibration photos and on
 256 crops of the new photos (``bench_w4_generalize.new_photos``). A kernel whose rounding gains
 much more over nearest on the crops than on the new photos has learnt the calibration photos.
 
@@ -29,18 +29,10 @@ import numpy as np  # noqa: E402
 
 import cle  # noqa: E402
 from cle import pretrained as P  # noqa: E402
-from cle._quantize import weight_stages  # noqa: E402
+from cle._pretrained.networks import crop_photos  # noqa: E402
+from cle._quantize import rounding, weight_stages  # noqa: E402
 
-from bench_w4_generalize import GENERALIZE_NETS, new_photos, photo_crops  # noqa: E402
-
-
-def _nearest(kernel, depthwise):
-    """``kernel`` to nearest on its 4-bit grid (-8..7), one step per output channel chosen so
-    that no weight clips."""
-    rows = kernel.reshape(-1, kernel.shape[2] * kernel.shape[3] if depthwise
-                          else kernel.shape[-1])
-    step = np.maximum(np.maximum(rows.max(0) / 7, -rows.min(0) / 8), 1e-12)
-    return (np.clip(np.round(rows / step), -8, 7) * step).reshape(kernel.shape)
+from bench_w4_generalize import GENERALIZE_NETS, new_photos  # noqa: E402
 
 
 def _sqnr(reference, y) -> float:
@@ -52,14 +44,16 @@ def measure(net):
     model = load()
     x_cal = prep(P.sample_images(64, size, seed=1))
     sets = {"crops": prep(P.sample_images(256, size, seed=7)),
-            "new photos": prep(photo_crops(new_photos(), 256, size, seed=3))}
+            "new photos": prep(crop_photos(new_photos(), 256, size, seed=3))}
     held = {}
     stage = weight_stages.round_model
 
     def round_model(rounded, *args, **kwargs):
-        held["model"], held["float"] = rounded, [w.copy() for w in rounded.get_weights()]
+        held["model"] = rounded
+        held["float"] = {layer.name: layer.get_weights() for layer in rounded.layers}
         result = stage(rounded, *args, **kwargs)
-        held["rounded"], held["report"] = rounded.get_weights(), result
+        held["rounded"] = {layer.name: layer.get_weights() for layer in rounded.layers}
+        held["report"] = result[0]
         return result
 
     weight_stages.round_model = round_model
@@ -68,35 +62,26 @@ def measure(net):
     finally:
         weight_stages.round_model = stage
     m, floats, rounded = held["model"], held["float"], held["rounded"]
-    m.set_weights(floats)
-    refs = {k: m.predict(x, batch_size=32, verbose=0) for k, x in sets.items()}
-    where, start = {}, 0
     for layer in m.layers:
-        where[layer.name] = list(range(start, start + len(layer.get_weights())))
-        start += len(layer.get_weights())
-    four = [r.layer for r in held["report"][0].layers if r.bits == 4 and r.kind != "pointwise"]
+        layer.set_weights(floats[layer.name])
+    refs = {k: m.predict(x, batch_size=32, verbose=0) for k, x in sets.items()}
+    four = [r.layer for r in held["report"].layers if r.bits == 4 and r.kind != "pointwise"]
     print(f"{'kernel':28s} {'weights':>9s}  rounded / nearest: crops | new photos (dB)")
     for name in four:
-        idx = where[name]
-        row = {}
+        layer, row = m.get_layer(name), {}
         for how in ("rounded", "nearest"):
-            weights = list(floats)
             if how == "rounded":
-                for i in idx:
-                    weights[i] = rounded[i]
-            else:
-                kernel = floats[idx[0]]
-                depthwise = m.get_layer(name).__class__.__name__.startswith("Depthwise")
-                weights[idx[0]] = _nearest(kernel, depthwise) if kernel.ndim == 4 else \
-                    _nearest(kernel.reshape(1, 1, *kernel.shape), False).reshape(kernel.shape)
-            m.set_weights(weights)
+                layer.set_weights(rounded[name])
+            else:  # per channel, as the stage rounds 4-bit kernels by default
+                for part in rounding.parts(layer):
+                    rounding._to_nearest(layer, part, 4, False)
             row[how] = {k: _sqnr(refs[k], m.predict(x, batch_size=32, verbose=0))
                         for k, x in sets.items()}
-        print(f"{name:28s} {floats[idx[0]].size:9,d}  "
+            layer.set_weights(floats[name])
+        print(f"{name:28s} {floats[name][0].size:9,d}  "
               f"{row['rounded']['crops']:6.2f} / {row['nearest']['crops']:6.2f} | "
               f"{row['rounded']['new photos']:6.2f} / {row['nearest']['new photos']:6.2f}",
               flush=True)
-    m.set_weights(floats)
 
 
 def main(argv=None):

@@ -53,6 +53,7 @@ import numpy as np  # noqa: E402
 import cle  # noqa: E402
 from cle import pretrained as P  # noqa: E402
 from cle import quantization as Q  # noqa: E402
+from cle._pretrained.networks import crop_photos  # noqa: E402
 
 NETS = {
     "mobilenet_v2": (P.mobilenet_v2_imagenet, 224, P.preprocess_imagenet,
@@ -102,9 +103,9 @@ def measure(net, rows=None, json_path=None, eval_crops=EVAL_CROPS):
     reference = model.predict(x_eval, batch_size=32, verbose=0)
     x_new = ref_new = None
     try:  # photos none of the calibration crops are cut from (bench_w4_generalize.py)
-        from bench_w4_generalize import new_photos, photo_crops
+        from bench_w4_generalize import new_photos
 
-        x_new = prep(photo_crops(new_photos(), EVAL_CROPS, size, seed=3))
+        x_new = prep(crop_photos(new_photos(), EVAL_CROPS, size, seed=3))
         ref_new = model.predict(x_new, batch_size=32, verbose=0)
     except ModuleNotFoundError as exc:
         print(f"(no new-photo evaluation: {exc})", flush=True)

@@ -34,6 +34,7 @@ __all__ = [
     "SAMPLE_PHOTOS",
     "sample_photos",
     "random_crop_box",
+    "crop_photos",
 ]
 
 #: Import name of the package that ships the torchvision checkpoint.
@@ -373,10 +374,15 @@ def sample_images(n: int = 32, size: int = 224, seed: int = 0) -> np.ndarray:
         raise ValueError(f"n must be >= 0, got {n}")
     if size < 1:
         raise ValueError(f"size must be >= 1, got {size}")
-    out = np.empty((n, size, size, 3), dtype=np.uint8)
     if n == 0:
-        return out
-    photos = sample_photos()
+        return np.empty((0, size, size, 3), dtype=np.uint8)
+    return crop_photos(sample_photos(), n, size, seed)
+
+
+def crop_photos(photos, n: int, size: int, seed: int) -> np.ndarray:
+    """``n`` random crops of ``photos`` (uint8 RGB arrays, cycled), cut, flipped and resized
+    as :func:`sample_images` cuts :data:`SAMPLE_PHOTOS`: ``uint8`` ``(n, size, size, 3)``."""
+    out = np.empty((n, size, size, 3), dtype=np.uint8)
     rng = np.random.default_rng(seed)
     for i in range(n):
         img = photos[i % len(photos)]
