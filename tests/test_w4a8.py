@@ -691,7 +691,7 @@ def test_quantize_w4a8(net, data, w4):
     y = Q.run_tflite(content, x_check, batch_size=32)
     ref = net.predict(x_check, verbose=0)
     assert report.sqnr_db == pytest.approx(Q.sqnr_db(ref, y), abs=1e-6)
-    assert "seconds" in d and "rounding" in d["seconds"]
+    assert "seconds" in d and {"rounding", "check", "check fitted"} <= set(d["seconds"])
 
 
 def _fit_gap(net, data, content, report):
@@ -721,6 +721,7 @@ def test_the_rounding_fit_is_said_only_beyond_its_gap(net, data, w4, monkeypatch
                     "far less)"]
     _, int8 = cle.quantize(net, data)  # no rounding stage: nothing fitted to say
     assert not any("fitted its calibration inputs" in w for w in int8.warnings)
+    assert "check fitted" not in int8.seconds
 
 
 def test_rounding_fit_names_each_output_beyond_the_gap():

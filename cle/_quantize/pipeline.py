@@ -349,7 +349,7 @@ def check_build(model, build: Int8Build, say, straight=None, choice=None) -> Qua
     data = build.calibration == "data"
     outputs = _lower(sets)
     if build.rounding is not None and build.rounding.n_inputs and data and inputs.held_out:
-        on_fit = _check_model(model, build.content, [(
+        on_fit = _timed(seconds, "check fitted", _check_model, model, build.content, [(
             "calibration inputs the rounding fitted", inputs.calibration)], opts, say)[0]
         warned += _caveats.rounding_fit(on_fit, outputs)
     return QuantizeReport(

@@ -128,7 +128,7 @@ def split_for_tuning(build):
                 "others, which neither the calibration nor the tuning saw)", False,
                 list(build.inputs.checks))
     label, x = build.inputs.checks[0]
-    if label.startswith("held-out") and len(x) >= SPLIT_MIN:
+    if build.inputs.held_out and len(x) >= SPLIT_MIN:
         half = len(x) // 2
         return (x.arrays[0][:half], f"{label} (the check uses the other {len(x) - half})",
                 True, [(label, x[half:])])
