@@ -610,11 +610,12 @@ def test_a_model_built_on_a_dict_of_inputs_is_quantized_with_data_and_without():
     """``keras.Model(inputs={"meta": ..., "image": ...})`` refuses a list of arrays, and every
     route called it with one: with data, without data and the plain converter stopped on
     Keras' "structure of inputs doesn't match" (helper-20's hunt). It is called with a dict
-    by name (``cle._core.keras_internals.fed``)."""
+    by name (``cle._core.keras_internals.fed``). Both inputs are images (a map of 4x4 beside the
+    photo): without data a model of other inputs is refused at the door."""
     keras.utils.set_random_seed(1)
-    image, meta = keras.Input((12, 12, 3), name="image"), keras.Input((6,), name="meta")
+    image, meta = keras.Input((12, 12, 3), name="image"), keras.Input((4, 4, 1), name="meta")
     h = L.GlobalAveragePooling2D()(L.ReLU()(L.BatchNormalization()(L.Conv2D(8, 3)(image))))
-    g = L.ReLU()(L.BatchNormalization()(L.Dense(8)(meta)))
+    g = L.ReLU()(L.BatchNormalization()(L.Dense(8)(L.Flatten()(meta))))
     model = keras.Model(inputs={"meta": meta, "image": image},
                         outputs=L.Dense(4, activation="softmax", name="cls")(
                             L.Concatenate()([h, g])))
@@ -623,7 +624,7 @@ def test_a_model_built_on_a_dict_of_inputs_is_quantized_with_data_and_without():
 
     def draw(n):
         return {"image": rng.random((n, 12, 12, 3)).astype(np.float32),
-                "meta": rng.normal(0, 1, (n, 6)).astype(np.float32)}
+                "meta": rng.normal(0, 1, (n, 4, 4, 1)).astype(np.float32)}
 
     x, x_new = draw(64), draw(200)
     content, report = cle.quantize(model, x, compare=True)
@@ -634,6 +635,27 @@ def test_a_model_built_on_a_dict_of_inputs_is_quantized_with_data_and_without():
             >= Q.sqnr_db(ref, Q.run_tflite(plain, x_new)) - 0.5)
     _, blind = cle.quantize(model, input_range={"image": (0.0, 1.0), "meta": (-3.0, 3.0)})
     assert np.isfinite(blind.outputs[0].sqnr_db)
+
+
+def test_analyze_reads_a_bool_constant_of_an_attention_mask():
+    """An attention mask built from a float input: the converter keeps a bool constant
+    (``ones_like``) that the per-layer simulation could not read (TF Lite's BOOL type was not
+    in its table), and ``cle analyze`` stopped with "is not made from it" where ``cle
+    quantize`` ran (helper-22's hunt)."""
+    keras.utils.set_random_seed(2)
+    rng = np.random.default_rng(2)
+    steps = 16
+    x = rng.normal(0, 1, (64, steps, 4)).astype("float32")
+    mask = (np.arange(steps)[None] < rng.integers(4, steps + 1, 64)[:, None]).astype("float32")
+    xi, mi = keras.Input((steps, 4), name="x"), keras.Input((steps,), name="mask")
+    h = L.Dense(16, name="embed")(xi)
+    pairs = keras.ops.expand_dims(mi, 1) * keras.ops.expand_dims(mi, 2)
+    h = L.LayerNormalization(name="ln")(h + L.MultiHeadAttention(2, 8, name="mha")(
+        h, h, attention_mask=pairs))
+    model = keras.Model([xi, mi], L.Dense(1, name="value")(keras.ops.mean(h, axis=1)))
+    report = cle.analyze(model, {"x": x, "mask": mask})
+    assert "mha" in [layer.name for layer in report.layers]
+    assert np.isfinite(report.outputs[0]["sqnr_db"])
 
 
 def test_analyze_names_a_layer_that_makes_the_simulated_output_non_finite():

@@ -21,8 +21,8 @@ __all__ = ["Alignment", "FlatGraph", "Op", "align", "dequantize", "with_constant
 
 # TensorType codes of TF Lite's schema.
 FLOAT32, INT32, INT8 = 0, 2, 9
-_NUMPY = {0: np.float32, 1: np.float16, 2: np.int32, 3: np.uint8, 4: np.int64, 7: np.int16,
-          9: np.int8, 10: np.float64}
+_NUMPY = {0: np.float32, 1: np.float16, 2: np.int32, 3: np.uint8, 4: np.int64, 6: np.bool_,
+          7: np.int16, 9: np.int8, 10: np.float64, 12: np.uint64, 15: np.uint32, 16: np.uint16}
 #: Operators the quantize step adds around and between the float model's operators.
 CONVERSIONS = ("QUANTIZE", "DEQUANTIZE")
 
