@@ -109,6 +109,18 @@ def _box_cnn():
     return keras.Model(inp, out, name="box_cnn")
 
 
+def _signal_cnn():
+    """Conv1D -> BN -> ReLU -> softmax over 4 classes of a 1-D signal: without data, an input
+    that is not an image."""
+    import keras
+
+    L = keras.layers
+    inp = keras.Input((64, 1), name="signal")
+    x = L.ReLU(name="relu")(L.BatchNormalization(name="bn")(L.Conv1D(4, 3, name="c1")(inp)))
+    out = L.Dense(4, activation="softmax", name="scores")(L.GlobalAveragePooling1D(name="pool")(x))
+    return keras.Model(inp, out, name="signal_cnn")
+
+
 def _no_bn_cnn():
     """conv -> dense, no batch norm: nothing to distill synthetic inputs from."""
     import keras
@@ -135,6 +147,8 @@ def _setup_files(names):
             _no_bn_cnn().save(name)
         elif name == "box.keras":
             _box_cnn().save(name)
+        elif name == "signal.keras":
+            _signal_cnn().save(name)
         elif name == "bad.npy":
             np.save(name, np.zeros((4, 16, 16, 1), "float32"))
         elif name == "notes.keras":
@@ -187,6 +201,8 @@ OUTCOME_CASES = [
      "cle quantize nobn.keras -o out.tflite --input-range=0,1"),
     ("no data, and a regression output", ["box.keras"],
      "cle quantize box.keras -o out.tflite --input-range=0,1"),
+    ("no data, and an input that is not an image", ["signal.keras"],
+     "cle quantize signal.keras -o out.tflite --input-range=-1,1"),
     ("a `Lambda` layer, no opt-in", ["lambda.keras"], "cle fold lambda.keras -o out.keras"),
     ("a `Lambda` layer, with the opt-in", ["lambda.keras"],
      "cle fold lambda.keras -o out.keras --unsafe-deserialization"),

@@ -356,22 +356,34 @@ def test_a_float_conversion_that_differs_from_keras_is_said(net, data):
     assert not any("float conversion of the model" in w for w in report.warnings)
 
 
-def test_without_data_a_model_of_non_image_inputs_is_told_its_figures_are_not_backed(net):
+def test_without_data_a_model_of_non_image_inputs_is_refused_naming_them(net):
     """The estimate's bound was measured on image models; without data on a model of signals
     (or audio, or latent vectors) synthetic inputs missed real ones by more, above and below
-    (helper-20's hunt: a float audio net claimed far above its real figure), so the report
-    names the inputs that are not images and says the figures are not backed."""
+    (helper-20's hunt: a float audio net claimed far above its real figure, files far below
+    the plain converter's), so such a model is refused before any work, whatever range is
+    stated, in one refusal that names every input that is not an image and asks for data."""
     keras.utils.set_random_seed(0)
-    inp = keras.Input((32, 2), name="signal")
-    h = L.ReLU()(L.BatchNormalization(name="bn")(L.Conv1D(8, 3, name="c")(inp)))
-    model = keras.Model(inp, L.Dense(4, activation="softmax", name="p")(
+    signal = keras.Input((32, 2), name="signal")
+    h = L.ReLU()(L.BatchNormalization(name="bn")(L.Conv1D(8, 3, name="c")(signal)))
+    model = keras.Model(signal, L.Dense(4, activation="softmax", name="p")(
         L.GlobalAveragePooling1D()(h)))
     randomize_batch_norms(model)
-    _, report = cle.quantize(model, input_range=(-1.0, 1.0))
-    told = [w for w in report.warnings if "is not an image" in w]
-    assert len(told) == 1 and told[0].startswith("the input 'signal' is not an image: ")
-    _, image = cle.quantize(net, input_range=(-1.0, 1.0), output_kinds=LOGITS)
-    assert not any("not an image" in w for w in image.warnings)
+    for stated in ((-1.0, 1.0), None):
+        with pytest.raises(_synthetic.NeedsData) as caught:
+            cle.quantize(model, input_range=stated)
+        assert "input 'signal' (sample shape (32, 2)) is not:" in str(caught.value)
+        assert str(caught.value).endswith("; pass calibration_data")
+    # An image and a vector: only the vector is named. (Images of any channel count run.)
+    image, vector = keras.Input((8, 8, 3), name="image"), keras.Input((5,), name="meta")
+    h = L.GlobalAveragePooling2D()(L.BatchNormalization(name="bn2")(L.Conv2D(4, 3)(image)))
+    both = keras.Model([image, vector], L.Dense(12, name="q")(L.Concatenate()([h, vector])))
+    meta = r"and input 'meta' \(sample shape \(5,\)\) is not:"
+    with pytest.raises(_synthetic.NeedsData, match=meta):
+        cle.quantize(both, input_range=(0.0, 1.0))
+    content, _ = cle.quantize(model, np.random.default_rng(0).normal(size=(40, 32, 2)))
+    assert content  # with data the same model quantizes
+    _, image_net = cle.quantize(net, input_range=(-1.0, 1.0), output_kinds=LOGITS)
+    assert image_net.calibration != "data"
 
 
 def test_headline_figures_are_the_lower_of_each_over_the_check_sets():
@@ -731,13 +743,15 @@ def test_a_model_that_cannot_tell_its_range_is_refused_before_any_work(zoo, monk
 
 
 def test_an_input_no_batch_norm_sees_keeps_its_start_without_data():
-    """Without data, an input that reaches no batch norm and no class score (here a vector of
-    side values into a bounded head: a linear regression head is refused without data) gets
-    no gradient: it keeps its starting draw in its stated range, and the model quantizes."""
+    """Without data, an input that reaches no batch norm and no class score (here a small map
+    of side values into a bounded head: a linear regression head is refused without data)
+    gets no gradient: it keeps its starting draw in its stated range, and the model
+    quantizes."""
     keras.utils.set_random_seed(0)
-    image, side = keras.Input((16, 16, 3), name="image"), keras.Input((4,), name="side")
+    image, side = keras.Input((16, 16, 3), name="image"), keras.Input((2, 2, 1), name="side")
     x = L.ReLU()(L.BatchNormalization(name="bn")(L.Conv2D(8, 3, name="c")(image)))
-    x = L.Concatenate()([L.GlobalAveragePooling2D()(x), L.Dense(4, name="side_dense")(side)])
+    x = L.Concatenate()([L.GlobalAveragePooling2D()(x),
+                         L.Dense(4, name="side_dense")(L.Flatten()(side))])
     model = keras.Model([image, side], L.Dense(1, activation="sigmoid", name="value")(x),
                         name="side_values")
     randomize_batch_norms(model, deep=True)

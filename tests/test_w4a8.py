@@ -900,14 +900,14 @@ def test_analyze_refuses_a_rounded_build_before_any_work(net, monkeypatch):
 
 
 def _two_io_net():
-    """Two inputs (an image, a vector through a Dense and a BN), two outputs."""
+    """Two inputs (an image, a small map flattened through a Dense and a BN), two outputs."""
     keras.utils.set_random_seed(0)
-    a, b = keras.Input((8, 8, 3), name="a"), keras.Input((6,), name="b")
+    a, b = keras.Input((8, 8, 3), name="a"), keras.Input((3, 2, 1), name="b")
     x = L.ReLU(name="r1")(L.BatchNormalization(name="bn1")(
         L.Conv2D(6, 3, padding="same", name="c1")(a)))
     x = L.GlobalAveragePooling2D(name="gap")(L.DepthwiseConv2D(3, padding="same",
                                                                name="dw")(x))
-    y = L.BatchNormalization(name="bnb")(L.Dense(6, name="db")(b))
+    y = L.BatchNormalization(name="bnb")(L.Dense(6, name="db")(L.Flatten(name="fb")(b)))
     z = L.Concatenate(name="cat")([x, y])
     model = keras.Model([a, b], [L.Dense(5, name="o1")(z), L.Dense(3, name="o2")(x)])
     randomize_batch_norms(model, seed=0, deep=True)

@@ -144,7 +144,8 @@ def _feature_model(model, bns, scored):
 def check_distillable(model):
     """``(batch norms, input signatures)`` when synthetic inputs can be distilled for
     ``model``; else :class:`NeedsData` saying why (no batch norm, one whose statistics are not
-    finite, an input that takes integers, an input whose size is not fixed). Cheap: reads the
+    finite, an input that takes integers, an input that is not an image (a sample of rank 1 or
+    2: a vector, a sequence, a signal), an input whose size is not fixed). Cheap: reads the
     graph and the statistics (a model whose batch norms sit in a nested model is flattened
     once, :func:`reachable`)."""
     flat = reachable(model)
@@ -160,6 +161,17 @@ def check_distillable(model):
                 f"input '{name}'" for name in integers) + ", which takes integers (token ids, "
             "indices, 8-bit pixels: no gradient reaches them)")
     signatures = input_signatures(model)
+    others = [(name, shape) for name, shape in signatures if len(shape) < 3]
+    if others:  # the distillation's inputs were measured against real ones on maps only
+        raise NeedsData(
+            "without data, synthetic inputs stand in for images only (and other maps of two "
+            "spatial axes or more: a sample of rank 3 or more), and " + ", ".join(
+                f"input '{name}' (sample shape {tuple(shape)})"
+                for name, shape in others)
+            + f" {'is' if len(others) == 1 else 'are'} not: on models of other inputs "
+            "(signals, audio, tables, latent vectors) they have missed real inputs by more than "
+            "the check could state, and the files read far below TF Lite's own converter's "
+            "(docs/quantize_int8.md, \"Without data: what it needs\")")
     for name, shape in signatures:
         if any(d is None for d in shape):
             raise NeedsData(

@@ -4,9 +4,7 @@ report's ``warnings``: :func:`caveats` from the check's sets and the inputs, and
 
 from __future__ import annotations
 
-from cle._core.inputs import input_names
 from cle._measure import check as _check
-from cle._measure.input_range import image_axis
 from cle._tflite import converter as tflite
 
 __all__ = ["CONVERGED_LOSS", "FIT_GAP_DB", "FLOAT_GAP_DB", "FLOAT_SOUND_DB", "caveats",
@@ -50,7 +48,6 @@ def caveats(model, sets, inputs, input_ranges, declared=None) -> list[str]:
         out += _check.held_out_caveats(sets[0], names, kinds, inputs.calibration)
     else:  # without data: an estimate, and the two sets of synthetic inputs that disagree
         out.append(_check.estimate_caveat())
-        out += _not_images(model)
         for a, b in zip(*(c["outputs"] for c in sets)):
             if abs(a.sqnr_db - b.sqnr_db) > _check.DISAGREE_DB:
                 out.append(f"output '{a.name}': the check's two sets of synthetic inputs "
@@ -58,23 +55,6 @@ def caveats(model, sets, inputs, input_ranges, declared=None) -> list[str]:
                            f"{b.sqnr_db:.1f} dB on {sets[1]['inputs']}): without real data "
                            "the figure is rough; give calibration data to know it")
     return out
-
-
-def _not_images(model) -> list[str]:
-    """Without data, a sentence naming the inputs that are not images (:func:`image_axis`):
-    the estimate's bound was measured on image models, and on models of other inputs
-    (a float audio net, a latent-vector generator, 1-D signals; helper-18's and helper-20's
-    hunts) the synthetic inputs have missed the real ones by more than that bound, above and
-    below, so the figure is not backed."""
-    names = [name for name, t in zip(input_names(model), model.inputs)
-             if image_axis(tuple(t.shape[1:])) is None]
-    if not names:
-        return []
-    return [f"the input{'s' if len(names) > 1 else ''} {', '.join(repr(n) for n in names)} "
-            f"{'are' if len(names) > 1 else 'is'} not an image: the bound above was measured on "
-            "image models, and on models of other inputs (audio, signals, latent vectors) "
-            "synthetic inputs have missed real ones by more, above and below, so these figures "
-            "are not backed; give calibration data to know them"]
 
 
 def float_gap(choice, outputs) -> list[str]:
