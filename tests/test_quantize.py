@@ -371,6 +371,22 @@ def test_quantize_targets_reach_the_converter(net, data):
     assert report16.ranges == [] and report16.sqnr_db > report.sqnr_db
 
 
+@pytest.mark.skipif(BACKEND == "jax", reason="16x8 mode is refused on JAX before converting")
+def test_16x8_refuses_an_integer_input_in_one_line():
+    """TF Lite's 16x8 calibrator records no range for a token-id input and stopped with its
+    own RuntimeError ("Max and min for dynamic tensors should be recorded", helper-22's hunt);
+    the refusal names the input and what to use, and 8-bit activations quantize the model."""
+    keras.utils.set_random_seed(0)
+    tokens = keras.Input((12,), dtype="int32", name="tokens")
+    h = L.Conv1D(8, 3, activation="relu")(L.Embedding(50, 8)(tokens))
+    model = keras.Model(tokens, L.Dense(4)(L.GlobalAveragePooling1D()(h)))
+    x = np.random.default_rng(0).integers(0, 50, (40, 12)).astype("int32")
+    with pytest.raises(ValueError, match=r"16x8 mode cannot quantize this model: .*\(the "
+                                         r"model's integer input 'tokens': token ids"):
+        cle.quantize(model, x, activation_bits=16)
+    assert cle.quantize(model, x)[0]
+
+
 @pytest.mark.skipif(BACKEND == "jax", reason=(
     "open (issue 41): JAX's export read with a batch of one fuses each conv with its bias "
     "and ReLU (as TensorFlow's does), and on the JAX backend's own initial weights of this "

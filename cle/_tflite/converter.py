@@ -26,7 +26,7 @@ import keras
 import numpy as np
 
 from cle._core import graph as _graph
-from cle._core.inputs import input_names
+from cle._core.inputs import input_names, integer_inputs
 from cle._core.keras_internals import fed
 from cle._tflite import internals
 from cle._tflite.export import (  # noqa: F401  (read as converter's by callers)
@@ -219,6 +219,17 @@ def convert_int16(model, x, integer_io=False) -> bytes:
             return bytes(converter.convert())
         except Exception as exc:
             ops = sorted(set(re.findall(r"not yet supported for op: '(\w+)'", str(exc))))
+            unranged = re.search(r"Max and min for dynamic tensors should be recorded during "
+                                 r"calibration: Failed for tensor (\S+)", str(exc))
+            if unranged:  # its calibrator records no range for an integer input
+                ints = integer_inputs(model)
+                raise ValueError(
+                    "TF Lite's 16x8 mode cannot quantize this model: its calibrator recorded "
+                    f"no range for tensor '{unranged.group(1)}'" + (
+                        f" (the model's integer input{'s' if len(ints) > 1 else ''} "
+                        f"{', '.join(repr(n) for n in ints)}: token ids or indices, which "
+                        "16x8 mode does not take)" if ints else "")
+                    + "; use activation_bits=8. Received: activation_bits=16") from exc
             if not ops:  # an op outside the builtins: the ValueError that names it, as INT8's
                 refusal = converter_refusal(exc, model)
                 if refusal is None:

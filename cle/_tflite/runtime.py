@@ -64,8 +64,11 @@ def keras_output_order(names, input_names=()) -> list[int]:
     flatbuffer's input tensors', which a model input returned as an output keeps."""
     inputs = set(input_names)
 
+    def passed(name):  # 16x8 mode requantizes an input returned as an output: "<input>_int16"
+        return name in inputs or re.sub(r"_int(?:8|16)$", "", name) in inputs
+
     def position(name):
-        if name in inputs:
+        if passed(name):
             return None
         m = re.search(r":(\d+)$", name) or re.fullmatch(r"Identity(?:_(\d+))?", name)
         return None if m is None else int(m.group(1) or 0)
@@ -84,9 +87,9 @@ def keras_output_order(names, input_names=()) -> list[int]:
     # A tensor the model lists twice is listed twice under one name (either copy will do); a
     # model input returned as an output keeps the input's name, in the place of its number.
     seen = {names[k] for k in range(n) if order[k] is not None}
-    passed = [k for k in free if names[k] in inputs]
-    if len(free) == len(missing) and len(passed) <= 1 and all(
-            names[k] in seen or k in passed for k in free):
+    through = [k for k in free if passed(names[k])]
+    if len(free) == len(missing) and len(through) <= 1 and all(
+            names[k] in seen or k in through for k in free):
         for k, p in zip(free, missing):
             order[k] = p
         return sorted(range(n), key=lambda k: order[k])
