@@ -6,6 +6,7 @@ errors, never results."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import keras
@@ -1077,6 +1078,36 @@ def test_a_regression_head_whose_rare_inputs_leave_the_ranges_gets_them_widened(
         Q.sqnr_db(reference, Q.run_tflite(tails, new)) + 1.0
 
 
+def test_off_the_choice_a_value_outputs_interval_reaches_down_to_its_expected_clipping(
+        monkeypatch):
+    """Off the choice's route (here ranges="minmax"; also 16-bit activations and tune=True) a
+    value output keeps the min/max of the calibration inputs, and the few new inputs beyond it
+    rule its SQNR: the held-out check's interval reaches down to the clipping they are
+    expected to add, as the choice's does (helper-22's hunt: a 16-bit regression head claimed
+    [72.1, 76.3] dB, real 31.8). Without it, the same check's interval stays high; the real
+    figure on new inputs of the same kind lies inside the interval."""
+    from cle._quantize import choice as _choice
+
+    keras.utils.set_random_seed(3)
+    inp = keras.Input((12,), name="x")
+    h = L.Dense(32, activation="relu", name="d2")(L.Dense(32, activation="relu", name="d1")(inp))
+    model = keras.Model(inp, L.Dense(2, name="value")(h), name="regression")
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=(96, 12)).astype(np.float32)
+    x[::8] *= 4.0
+    rng.shuffle(x)
+    content, report = cle.quantize(model, x, ranges="minmax")
+    low, high = report.outputs[0].sqnr_interval
+    new = rng.normal(size=(400, 12)).astype(np.float32)
+    new[::8] *= 4.0
+    real = Q.sqnr_db(model.predict(new, verbose=0), Q.run_tflite(content, new))
+    assert low <= real <= high
+    monkeypatch.setattr(_choice, "unchosen_clipping", lambda model, build: None)
+    _, unclipped = cle.quantize(model, x, ranges="minmax")
+    assert unclipped.outputs[0].sqnr_db == report.outputs[0].sqnr_db  # the point: the same
+    assert unclipped.outputs[0].sqnr_interval[0] > low + 3
+
+
 @pytest.mark.parametrize("constant", [keras.ops.ones_like, keras.ops.zeros_like])
 def test_an_output_every_build_gets_exactly_leaves_the_choice_to_the_others(constant):
     """An output every build reproduces exactly (a constant here; an input passed through, an
@@ -1100,6 +1131,11 @@ def test_an_output_every_build_gets_exactly_leaves_the_choice_to_the_others(cons
     assert report.outputs[1].sqnr_db == math.inf  # the premise: exact in every build
     assert report.choice.written == _choice.WIDENED  # as without the constant (the test above)
     assert " inf dB" not in report.choice.line()
+    # Said as exact, and written as strict JSON (helper-22's hunt: "SQNR inf dB" and the
+    # token Infinity, which JSON readers refuse, in the report and the --report file).
+    assert "inf dB" not in report.summary() and C.EXACT in report.summary()
+    text = json.dumps(report.to_dict(), allow_nan=False)
+    assert json.loads(text)["check"]["outputs"][1]["sqnr_db"] == "inf"
     for exact in (np.ones((20, 3)), np.zeros((20, 3))):
         gain = C.sqnr_gain([exact, np.ones((20, 3))], [exact, np.zeros((20, 3))],
                            [exact, np.full((20, 3), 0.1)])

@@ -341,7 +341,10 @@ def model_bytes(model, path):
 
 
 def json_bytes(data):
-    return (json.dumps(data, indent=2) + "\n").encode("utf-8")
+    """``data`` as the JSON text of a report (no ``Infinity`` or ``NaN``: strict JSON)."""
+    from cle._measure.check import json_safe
+
+    return (json.dumps(json_safe(data), indent=2, allow_nan=False) + "\n").encode("utf-8")
 
 
 def write_outputs(files):

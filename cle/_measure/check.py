@@ -60,6 +60,8 @@ INTERVAL = 0.9
 BOOTSTRAP = 2000
 #: Fewer inputs than this get no interval.
 MIN_INTERVAL = 4
+#: What a report says of an output the file reproduces exactly (an infinite SQNR).
+EXACT = "exact (the file reproduces it: no quantization error)"
 #: An interval narrower than this (dB): every check input read the same figure (said).
 FLAT_DB = 0.05
 #: An output (or one entry of a value vector) whose SQNR is under this follows the float model
@@ -280,6 +282,8 @@ class OutputCheck:
 
     def text(self) -> str:
         top1 = f"top-1 agreement {self.top1_agreement:.1%}, " if self.class_scores else ""
+        if self.sqnr_db == math.inf:  # a constant, an integer output, an input passed through
+            return f"{top1}{EXACT}"
         interval = "" if self.sqnr_interval is None else (
             f" ({INTERVAL:.0%} interval {self.sqnr_interval[0]:.1f} to "
             f"{self.sqnr_interval[1]:.1f})")
@@ -290,6 +294,19 @@ class OutputCheck:
                 "sqnr_interval_db": None if self.sqnr_interval is None else
                 [float(v) for v in self.sqnr_interval],
                 "top1_agreement": None if not self.class_scores else self.top1_agreement}
+
+
+def json_safe(value):
+    """``value`` (dicts, lists, tuples, numbers, ...) with every float that JSON cannot hold
+    written as :func:`json_number` writes it: a report's JSON is read by tools that refuse
+    ``Infinity`` and ``NaN`` (an output the file reproduces exactly reads an infinite SQNR)."""
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    if isinstance(value, (float, np.floating)) and not math.isfinite(value):
+        return json_number(value)
+    return value
 
 
 def json_number(value):

@@ -7,7 +7,7 @@ import dataclasses
 import math
 from typing import Any
 
-from cle._measure.check import json_number
+from cle._measure.check import EXACT, json_number
 from cle._quantize import analysis_stats
 
 __all__ = ["AnalysisReport", "LayerReport", "output_figures"]
@@ -18,7 +18,8 @@ def output_figures(output: dict, digits: int = 2) -> str:
     """"top-1 agreement …, SQNR … dB" of the model's output, the top-1 agreement only for
     class scores (it is None or NaN for other outputs)."""
     top1 = output.get("top1_agreement")
-    sqnr = f"SQNR {output['sqnr_db']:.{digits}f} dB"
+    sqnr = (EXACT if output["sqnr_db"] in (math.inf, "inf")
+            else f"SQNR {output['sqnr_db']:.{digits}f} dB")
     return sqnr if top1 is None or math.isnan(top1) else f"top-1 agreement {top1:.1%}, {sqnr}"
 
 @dataclasses.dataclass

@@ -319,6 +319,17 @@ def choose(model, build, say) -> tuple[Choice, bytes | None]:
                   farther, expected, float_db), plain
 
 
+def unchosen_clipping(model, build) -> list:
+    """Per output, the clipping new inputs are expected to add (noise energy per input) to a
+    build written without the choice (16-bit activations, ``tune=True``, ranges "minmax" or
+    "percentile"), whose value outputs keep the min/max of the calibration inputs: the held-out
+    check's interval reaches down to it, as the choice's does (helper-22's hunt: such a build
+    of a regression head claimed far above its real figure, the few new inputs beyond the
+    range carrying most of the noise)."""
+    reference = outputs_once(build.runs, model, build.inputs.calibration)
+    return _clipping(model, build, reference)["plain"]
+
+
 def _clipping(model, build, reference) -> dict:
     """``{candidate: [noise energy per input, per output]}``: the clipping new inputs are
     expected to add on each value output, its range calibrated on ``reference`` (the float

@@ -321,8 +321,10 @@ def check_sets(model, build: Int8Build, say) -> list:
         kinds = _check.output_kinds(model, build.opts.output_kinds)
         return [{**fit, "outputs": _check.check_outputs(
             fit["reference"], fit["test"], names, kinds, fit.get("clipping"), fit.get("ties"))}]
+    clipping = (_choice.unchosen_clipping(model, build) if build.calibration == "data"
+                else None)
     return _timed(build.seconds, "check", _check_model, model, build.content,
-                  build.inputs.checks, build.opts, say, build.runs)
+                  build.inputs.checks, build.opts, say, build.runs, clipping)
 
 
 def lower(sets) -> list:
@@ -494,10 +496,11 @@ def _convert(equalized, x_cal, opts, input_ranges, say, extremes=None):
             values)
 
 
-def _check_model(model, content, checks, opts, say, runs=None):
+def _check_model(model, content, checks, opts, say, runs=None, clipping=None):
     """For each set of check inputs, ``{"inputs", "n", "reference", "test", "outputs"}``: the
     float and quantized outputs and each output's :class:`cle._measure.check.OutputCheck`
-    (taken from ``runs`` where computed already)."""
+    (taken from ``runs`` where computed already; ``clipping``: per output, the clipping new
+    inputs are expected to add, which the interval reaches down to)."""
     runs = {} if runs is None else runs
     what = ("16x8" if opts.activation_bits == 16 else
             "W4A8" if opts.weight_bits == 4 else "INT8")
@@ -508,7 +511,7 @@ def _check_model(model, content, checks, opts, say, runs=None):
         reference = outputs_once(runs, model, x)
         y = outputs_once(runs, content, x)
         sets.append({"inputs": label, "n": len(x), "reference": reference, "test": y,
-                     "outputs": _check.check_outputs(reference, y, names, kinds)})
+                     "outputs": _check.check_outputs(reference, y, names, kinds, clipping)})
     return sets
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from cle._measure.check import json_safe
 from cle._quantize.ranges import LOGITS, WIDEN_INPUTS
 
 __all__ = ["QuantizeReport"]
@@ -249,7 +250,7 @@ class QuantizeReport:
             "verdicts": [dict(v, interval_db=None if v["interval_db"] is None
                               else list(v["interval_db"]))
                          for v in self.plain.get("verdicts", [])]}
-        return {
+        return json_safe({
             "target": dict(self.target),
             "calibration": self.calibration,
             "calibration_inputs": self.calibration_inputs,
@@ -277,7 +278,7 @@ class QuantizeReport:
             "size_int8": self.size_int8,
             "choice": None if self.choice is None else self.choice.to_dict(),
             "seconds": dict(self.seconds),
-        }
+        })
 
 
 def _target_lines(t) -> list[str]:
