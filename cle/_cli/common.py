@@ -342,7 +342,7 @@ def model_bytes(model, path):
 
 def json_bytes(data):
     """``data`` as the JSON text of a report (no ``Infinity`` or ``NaN``: strict JSON)."""
-    from cle._measure.check import json_safe
+    from cle._math.json_numbers import json_safe
 
     return (json.dumps(json_safe(data), indent=2, allow_nan=False) + "\n").encode("utf-8")
 

@@ -27,6 +27,7 @@ import keras
 import numpy as np
 
 from cle._core import keras_internals as internals
+from cle._math.json_numbers import json_number  # noqa: F401 (here before)
 from cle._measure import losses as _losses
 from cle._measure.ties import CLOSE_LEAD, close_calls, idle_top1  # noqa: F401 (here before)
 from cle._measure import tails as _tails
@@ -294,28 +295,6 @@ class OutputCheck:
                 "sqnr_interval_db": None if self.sqnr_interval is None else
                 [float(v) for v in self.sqnr_interval],
                 "top1_agreement": None if not self.class_scores else self.top1_agreement}
-
-
-def json_safe(value):
-    """``value`` (dicts, lists, tuples, numbers, ...) with every float that JSON cannot hold
-    written as :func:`json_number` writes it: a report's JSON is read by tools that refuse
-    ``Infinity`` and ``NaN`` (an output the file reproduces exactly reads an infinite SQNR)."""
-    if isinstance(value, dict):
-        return {k: json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [json_safe(v) for v in value]
-    if isinstance(value, (float, np.floating)) and not math.isfinite(value):
-        return json_number(value)
-    return value
-
-
-def json_number(value):
-    """A figure for a JSON report, which has no infinity: an error-free SQNR is ``"inf"``
-    (``"-inf"`` below); None and NaN (no figure) are None."""
-    if value is None or value != value:
-        return None
-    value = float(value)
-    return value if math.isfinite(value) else ("inf" if value > 0 else "-inf")
 
 
 def _sqnr(ref, y):

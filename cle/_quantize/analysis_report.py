@@ -7,7 +7,8 @@ import dataclasses
 import math
 from typing import Any
 
-from cle._measure.check import EXACT, json_number
+from cle._math.json_numbers import json_number
+from cle._measure.check import EXACT
 from cle._quantize import analysis_stats
 
 __all__ = ["AnalysisReport", "LayerReport", "output_figures"]

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from cle._measure.check import json_safe
+from cle._math.json_numbers import json_safe
 from cle._quantize.ranges import LOGITS, WIDEN_INPUTS
 
 __all__ = ["QuantizeReport"]
