@@ -25,6 +25,12 @@ generalization from few crops (block ``w4a8-generalize``, rows in
 
     .venv/bin/python scripts/gen_w4a8_results.py --generalize gen.jsonl
 
+``benchmarks/bench_w4_distinct.py`` measures issue #44's goal with 64 distinct photos to
+calibrate (``benchmarks/photo_pool.py``'s) and photos of other packages to judge (block
+``w4a8-distinct``, rows in ``docs/data/w4_distinct.json``)::
+
+    .venv/bin/python scripts/gen_w4a8_results.py --distinct distinct.jsonl
+
 ``benchmarks/bench_w4_distill.py`` measures issue #44's item 4, what the distillation of the
 synthetic inputs can give the rounding without data (block ``w4a8-distill``, rows in
 ``docs/data/w4_distill.json``)::
@@ -54,6 +60,7 @@ DATA = os.path.join(REPO, "docs", "data", "w4a8.json")
 KNOBS = os.path.join(REPO, "docs", "data", "w4a8_knobs.json")
 APPS = os.path.join(REPO, "docs", "data", "w4a8_apps.json")
 GENERALIZE = os.path.join(REPO, "docs", "data", "w4_generalize.json")
+DISTINCT = os.path.join(REPO, "docs", "data", "w4_distinct.json")
 DISTILL = os.path.join(REPO, "docs", "data", "w4_distill.json")
 DOC = "docs/quantize_w4.md"
 NETS = {"mobilenet_v2": "MobileNetV2", "efficientnet_lite1": "EfficientNet-Lite1",
@@ -272,6 +279,49 @@ def generalize_table(rows):
     return "\n".join(lines) + "\n\n" + _machine(rows) + "\n"
 
 
+#: ((calibration, row) of bench_w4_distinct.py, in words) of its table, in order.
+DISTINCT_ROWS = [
+    (("pool", "baseline"), "64 distinct photos", "the float model straight into TF Lite's "
+                                                 "converter, W8A8 (the goal)"),
+    (("pool", "int8"), "64 distinct photos", "`cle.quantize(model, x)`, W8A8"),
+    (("pool", "w4"), "64 distinct photos", "`cle.quantize(model, x, weight_bits=4)`, W4A8"),
+    (("nine", "baseline"), "64 crops of the nine", "the float model straight into TF Lite's "
+                                                   "converter, W8A8"),
+    (("nine", "w4"), "64 crops of the nine", "`cle.quantize(model, x, weight_bits=4)`, W4A8"),
+]
+
+
+def save_distinct(paths):
+    """The rows of ``benchmarks/bench_w4_distinct.py`` into :data:`DISTINCT`."""
+    keys = [k for k, _, _ in DISTINCT_ROWS]
+    _merge(DISTINCT, paths, lambda r: (r["net"], r["calibration"], r["row"]),
+           lambda r: (list(NETS).index(r["net"]), keys.index((r["calibration"], r["row"]))))
+
+
+def distinct_table(rows):
+    lines = [wrap(
+        "Calibrated on one crop of each of 64 distinct photos (GCompris' activity photos, "
+        "`benchmarks/photo_pool.py`) or on the docs' 64 crops of the nine sample photos, and "
+        "judged on a centre crop of each photo of the pool's other packages (wallpapers, "
+        "OpenCV's samples, a photo album, Tux Paint's templates, photos in wheels; "
+        "`benchmarks/bench_w4_distinct.py`): top-1 agreement / logit SQNR (dB) against the "
+        "float model (LiteRT); the build's claim, its check on the 16 inputs it held out; "
+        "wall time of the call."),
+        "", "| network | calibration | build | photos of other packages | claimed | time |",
+        "|---|---|---|---|---|---|"]
+    by = {(r["net"], r["calibration"], r["row"]): r for r in rows}
+    for net in NETS:
+        for (source, row), said, build in DISTINCT_ROWS:
+            r = by.get((net, source, row))
+            if r is not None:
+                lines.append(
+                    f"| {NETS[net]} | {said} | {build} | {r['top1']:.1%} / {r['sqnr_db']:.2f} "
+                    f"({r['judged']} photos) | "
+                    + ("–" if r["claim"] is None else f"{r['claim']:.2f}")
+                    + f" | {r['seconds']:.0f} s |")
+    return "\n".join(lines) + "\n\n" + _machine(rows) + "\n"
+
+
 #: (row of bench_w4_distill.py, how the synthetic inputs were distilled) of its table.
 DISTILL_ROWS = [
     ("base", "20 Adam steps from white noise (the default)"),
@@ -360,6 +410,9 @@ def rendered():
     if os.path.exists(GENERALIZE):
         with open(GENERALIZE, encoding="utf-8") as f:
             out[(DOC, "w4a8-generalize")] = generalize_table(json.load(f)["rows"])
+    if os.path.exists(DISTINCT):
+        with open(DISTINCT, encoding="utf-8") as f:
+            out[(DOC, "w4a8-distinct")] = distinct_table(json.load(f)["rows"])
     if os.path.exists(DISTILL):
         with open(DISTILL, encoding="utf-8") as f:
             out[(DOC, "w4a8-distill")] = distill_table(json.load(f)["rows"])
@@ -377,6 +430,8 @@ def main(argv=None):
     parser.add_argument("--apps", nargs="+", help="bench_w4a8_apps.py's JSON lines to save")
     parser.add_argument("--generalize", nargs="+",
                         help="bench_w4_generalize.py's JSON lines to save")
+    parser.add_argument("--distinct", nargs="+",
+                        help="bench_w4_distinct.py's JSON lines to save")
     parser.add_argument("--distill", nargs="+",
                         help="bench_w4_distill.py's JSON lines to save")
     parser.add_argument("--render", action="store_true",
@@ -392,6 +447,8 @@ def main(argv=None):
         save_apps(args.apps)
     if args.generalize and not args.render:
         save_generalize(args.generalize)
+    if args.distinct and not args.render:
+        save_distinct(args.distinct)
     if args.distill and not args.render:
         save_distill(args.distill)
     publish([(os.path.join(REPO, doc), name, text) for (doc, name), text in rendered().items()],

@@ -111,12 +111,14 @@ def test_int8_blocks_are_what_the_saved_measurements_give():
 
 def test_w4a8_blocks_are_what_the_saved_measurements_give():
     """The W4A8 tables of docs/quantize_w4.md render the rows of benchmarks/bench_w4a8.py,
-    bench_w4a8_knobs.py, bench_w4a8_apps.py, bench_w4_generalize.py and bench_w4_distill.py that
-    scripts/gen_w4a8_results.py saved in docs/data; nobody edited a figure by hand."""
+    bench_w4a8_knobs.py, bench_w4a8_apps.py, bench_w4_generalize.py, bench_w4_distinct.py and
+    bench_w4_distill.py that scripts/gen_w4a8_results.py saved in docs/data; nobody edited a
+    figure by hand."""
     gen = _script("gen_w4a8_results")
     expected = gen.rendered()
     assert {name for _, name in expected} == {"w4a8-goals", "w4a8-candidates", "w4a8-knobs",
-                                              "w4a8-apps", "w4a8-generalize", "w4a8-distill"}
+                                              "w4a8-apps", "w4a8-generalize", "w4a8-distinct",
+                                              "w4a8-distill"}
     for (doc, name), text in expected.items():
         assert "Measured on " in text
         current = docblocks.blocks(os.path.join(REPO, doc))
