@@ -29,7 +29,6 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import argparse  # noqa: E402
-import json  # noqa: E402
 import time  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -41,7 +40,7 @@ from cle._pretrained.networks import crop_photos  # noqa: E402
 
 import photo_pool  # noqa: E402
 from bench_w4_generalize import GENERALIZE_NETS  # noqa: E402
-from bench_w4a8 import _cpu  # noqa: E402
+from bench_w4a8 import _append, _cpu  # noqa: E402
 
 #: The package whose photos calibrate; every other package's photos judge.
 CALIBRATION_SOURCE = "gcompris-qt-data"
@@ -98,9 +97,7 @@ def measure(net, root, rows, json_path=None):
         print(f"{net:18s} {source:4s} {build:8s} top-1 {r['top1']:.3f}  SQNR "
               f"{r['sqnr_db']:6.2f} dB  claimed {'-' if claim is None else f'{claim:.2f}'}  "
               f"{r['seconds']:5.0f} s  load {r['load']:.1f}", flush=True)
-        if json_path:
-            with open(json_path, "a") as f:
-                f.write(json.dumps(r) + "\n")
+        _append(json_path, r)
 
 
 def main(argv=None):
