@@ -383,6 +383,17 @@ def test_without_data_a_model_of_non_image_inputs_is_refused_naming_them(net):
         cle.quantize(both, input_range=(0.0, 1.0))
     content, _ = cle.quantize(model, np.random.default_rng(0).normal(size=(40, 32, 2)))
     assert content  # with data the same model quantizes
+    # A map that is not an image of 1 or 3 channels runs, with its range stated, and is named.
+    four = keras.Input((8, 8, 4), name="rgbd")
+    h = L.GlobalAveragePooling2D()(L.ReLU()(L.BatchNormalization(name="bn4")(
+        L.Conv2D(6, 3, name="c4")(four))))
+    maps = keras.Model(four, L.Dense(12, name="o4")(h))
+    randomize_batch_norms(maps)
+    _, named = cle.quantize(maps, input_range=(0.0, 1.0), output_kinds={"o4": "classes"})
+    assert [w for w in named.warnings if "not an image of 1 or 3 channels" in w] == [
+        "the input 'rgbd' is not an image of 1 or 3 channels: the bound above was measured on "
+        "such images, not on maps of other kinds, so these figures are less sure; give "
+        "calibration data to know them"]
     _, image_net = cle.quantize(net, input_range=(-1.0, 1.0), output_kinds=LOGITS)
     assert image_net.calibration != "data"
 
@@ -1083,9 +1094,9 @@ def test_off_the_choice_a_value_outputs_interval_reaches_down_to_its_expected_cl
     """Off the choice's route (here ranges="minmax"; also 16-bit activations and tune=True) a
     value output keeps the min/max of the calibration inputs, and the few new inputs beyond it
     rule its SQNR: the held-out check's interval reaches down to the clipping they are
-    expected to add, as the choice's does (helper-22's hunt: a 16-bit regression head claimed
-    [72.1, 76.3] dB, real 31.8). Without it, the same check's interval stays high; the real
-    figure on new inputs of the same kind lies inside the interval."""
+    expected to add, as the choice's does (helper-22's hunt: a 16-bit regression head's
+    interval lay far above its real figure). Without it, the same check's interval stays
+    high; the real figure on new inputs of the same kind lies inside the interval."""
     from cle._quantize import choice as _choice
 
     keras.utils.set_random_seed(3)
@@ -1136,6 +1147,13 @@ def test_an_output_every_build_gets_exactly_leaves_the_choice_to_the_others(cons
     assert "inf dB" not in report.summary() and C.EXACT in report.summary()
     text = json.dumps(report.to_dict(), allow_nan=False)
     assert json.loads(text)["check"]["outputs"][1]["sqnr_db"] == "inf"
+    from cle._quantize.report import _target_lines  # a target's check says it the same way
+
+    assert _target_lines({"runtime_check": {"n": 4, "inputs": "held-out inputs", "outputs": [
+        {"name": "zero", "sqnr_db": "inf", "litert_sqnr_db": "inf", "tflm_vs_litert_db": "inf"},
+        {"name": "y", "sqnr_db": 20.0, "litert_sqnr_db": 21.0, "tflm_vs_litert_db": 50.0}]}}) == [
+        "TF Lite Micro ran the file on 4 held-out inputs: zero: exact (LiteRT exact, TFLM against "
+        "LiteRT identical); y: SQNR 20.00 dB (LiteRT 21.00 dB, TFLM against LiteRT 50.00 dB)"]
     for exact in (np.ones((20, 3)), np.zeros((20, 3))):
         gain = C.sqnr_gain([exact, np.ones((20, 3))], [exact, np.zeros((20, 3))],
                            [exact, np.full((20, 3), 0.1)])

@@ -6,6 +6,8 @@ computation."""
 
 from __future__ import annotations
 
+import math
+
 import keras
 import numpy as np
 import pytest
@@ -307,3 +309,19 @@ def test_shrunk_scales_the_correlations_and_keeps_variances_means_and_definitene
     Hns = R.shrunk(Hn, Hn, 0.5, 4)[0][0]
     np.testing.assert_allclose(np.diag(Hns), np.diag(Hn[0]))
     np.testing.assert_allclose(Hns[off], 0.5 * Hn[0][off])
+
+
+def test_the_rounding_summary_leaves_a_layer_exact_both_ways_out_of_its_gain():
+    """A layer whose output both roundings reproduce exactly reads inf dB each way: its gain,
+    inf - inf, printed "gain nan dB" (helper-24's review); the gain is of the other layers,
+    and with none left the clause is not printed."""
+    from cle._quantize.rounding import RoundedLayer, RoundingReport
+
+    exact = RoundedLayer("zero", "conv", (1, 1, 2, 2), math.inf, math.inf)
+    report = RoundingReport("adaround", 4, True, "calibration inputs", 8,
+                            [exact, RoundedLayer("c", "conv", (3, 3, 2, 4), 20.0, 23.0)])
+    line = [s for s in report.summary_lines() if "layer output SQNR" in s][0]
+    assert "nan" not in line and "(gain 3.0 dB at the median, 3.0 dB at the least)" in line
+    report.layers = [exact]
+    line = [s for s in report.summary_lines() if "layer output SQNR" in s][0]
+    assert "nan" not in line and "(gain" not in line

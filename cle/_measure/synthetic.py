@@ -171,7 +171,8 @@ def check_distillable(model):
             + f" {'is' if len(others) == 1 else 'are'} not: on models of other inputs "
             "(signals, audio, tables, latent vectors) they have missed real inputs by more than "
             "the check could state, and the files read far below TF Lite's own converter's "
-            "(docs/quantize_int8.md, \"Without data: what it needs\")")
+            "(docs/quantize_int8.md, \"Without data: what it needs\"); a grayscale image "
+            "without a channel axis, (H, W), runs as an (H, W, 1) input")
     for name, shape in signatures:
         if any(d is None for d in shape):
             raise NeedsData(

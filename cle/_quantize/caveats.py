@@ -4,7 +4,9 @@ report's ``warnings``: :func:`caveats` from the check's sets and the inputs, and
 
 from __future__ import annotations
 
+from cle._core.inputs import input_names
 from cle._measure import check as _check
+from cle._measure.input_range import image_axis
 from cle._tflite import converter as tflite
 
 __all__ = ["CONVERGED_LOSS", "FIT_GAP_DB", "FLOAT_GAP_DB", "FLOAT_SOUND_DB", "caveats",
@@ -48,6 +50,7 @@ def caveats(model, sets, inputs, input_ranges, declared=None) -> list[str]:
         out += _check.held_out_caveats(sets[0], names, kinds, inputs.calibration)
     else:  # without data: an estimate, and the two sets of synthetic inputs that disagree
         out.append(_check.estimate_caveat())
+        out += _other_maps(model)
         for a, b in zip(*(c["outputs"] for c in sets)):
             if abs(a.sqnr_db - b.sqnr_db) > _check.DISAGREE_DB:
                 out.append(f"output '{a.name}': the check's two sets of synthetic inputs "
@@ -55,6 +58,20 @@ def caveats(model, sets, inputs, input_ranges, declared=None) -> list[str]:
                            f"{b.sqnr_db:.1f} dB on {sets[1]['inputs']}): without real data "
                            "the figure is rough; give calibration data to know it")
     return out
+
+
+def _other_maps(model) -> list[str]:
+    """Without data, a sentence naming the inputs that are maps but not images of 1 or 3
+    channels (:func:`image_axis`: four channels, a clip, a volume; inputs of rank 1 or 2 are
+    refused before any work): the estimate's bound was measured on images."""
+    names = [name for name, t in zip(input_names(model), model.inputs)
+             if image_axis(tuple(t.shape[1:])) is None]
+    if not names:
+        return []
+    return [f"the input{'s' if len(names) > 1 else ''} {', '.join(repr(n) for n in names)} "
+            f"{'are' if len(names) > 1 else 'is'} not an image of 1 or 3 channels: the bound "
+            "above was measured on such images, not on maps of other kinds, so these figures "
+            "are less sure; give calibration data to know them"]
 
 
 def float_gap(choice, outputs) -> list[str]:

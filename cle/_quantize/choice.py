@@ -321,8 +321,10 @@ def choose(model, build, say) -> tuple[Choice, bytes | None]:
 
 def unchosen_clipping(model, build) -> list:
     """Per output, the clipping new inputs are expected to add (noise energy per input) to a
-    build written without the choice (16-bit activations, ``tune=True``, ranges "minmax" or
-    "percentile"), whose value outputs keep the min/max of the calibration inputs: the held-out
+    build written without the choice (:func:`chooses`: 16-bit activations, 4-bit weights or a
+    rounding of the kernels, ``tune=True``, ranges "minmax" or "percentile"), whose value
+    outputs keep the min/max of the calibration inputs (softmax logits are not modelled
+    here): the held-out
     check's interval reaches down to it, as the choice's does (helper-22's hunt: such a build
     of a regression head claimed far above its real figure, the few new inputs beyond the
     range carrying most of the noise)."""

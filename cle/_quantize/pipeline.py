@@ -397,6 +397,8 @@ def _door(model, calibration_data, opts, single_io=None):
             f"{len(model.outputs)} outputs")
     _check.declared_kinds(model, opts.output_kinds)  # names that are no output: refused here
     tflite.check_convertible(model, "cle.quantize")
+    if opts.activation_bits == 16:
+        tflite.check_int16(model)
     check_runnable(model, "cle.quantize")
     if calibration_data is not None:
         return view, check_calibration_data(model, calibration_data), None

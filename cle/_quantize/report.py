@@ -287,7 +287,7 @@ def _target_lines(t) -> list[str]:
     check = t.get("runtime_check")
     if check:
         figures = "; ".join(
-            f"{o['name']}: SQNR {_db(o['sqnr_db'])} (LiteRT {_db(o['litert_sqnr_db'])}, "
+            f"{o['name']}: {_sqnr(o['sqnr_db'])} (LiteRT {_sqnr(o['litert_sqnr_db'], '')}, "
             f"TFLM against LiteRT {_same(o['tflm_vs_litert_db'])})" for o in check["outputs"])
         lines.append(f"TF Lite Micro ran the file on {check['n']} {check['inputs']}: "
                      f"{figures}")
@@ -305,6 +305,11 @@ def _target_lines(t) -> list[str]:
 
 def _db(value) -> str:
     return f"{value:.2f} dB" if isinstance(value, float) else f"{value} dB"
+
+
+def _sqnr(value, said="SQNR ") -> str:
+    """An SQNR of the target's check ("inf", JSON's form: the file reproduces the output)."""
+    return "exact" if value == "inf" else f"{said}{_db(value)}"
 
 
 def _same(value) -> str:

@@ -143,12 +143,12 @@ class RoundingReport:
                           if any(r.kind == kind for r in self.layers)]
         measured = [r for r in self.layers if r.sqnr_db is not None]
         if measured:
-            gain = np.array([r.sqnr_db - r.sqnr_nearest_db for r in measured])
+            gain = [g for g in (r.sqnr_db - r.sqnr_nearest_db for r in measured) if np.isfinite(g)]
             lines.append(f"  layer output SQNR against the float layer: median "
-                         f"{np.median([r.sqnr_nearest_db for r in measured]):.1f} dB to "
-                         f"nearest -> {np.median([r.sqnr_db for r in measured]):.1f} dB "
-                         f"(gain {np.median(gain):.1f} dB at the median, "
-                         f"{gain.min():.1f} dB at the least)")
+                         f"{np.median([r.sqnr_nearest_db for r in measured]):.1f} dB to nearest "
+                         f"-> {np.median([r.sqnr_db for r in measured]):.1f} dB" + (
+                             f" (gain {np.median(gain):.1f} dB at the median, "
+                             f"{min(gain):.1f} dB at the least)" if gain else ""))
         if wide:
             size = sum(int(np.prod(r.shape)) for r in self.layers)
             lines.append(f"  {len(wide)} kernels kept on 8-bit grids "

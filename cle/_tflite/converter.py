@@ -199,6 +199,21 @@ def quantize_calibrated(calibrated: bytes, per_channel=True, integer_io=False) -
         return internals.quantize_calibrated_model(calibrated, per_channel, io_type)
 
 
+def _int16_refusal(what) -> ValueError:
+    return ValueError(f"TF Lite's 16x8 mode cannot quantize this model: its calibrator records "
+                      f"no range for {what}; use activation_bits=8. Received: activation_bits=16")
+
+
+def check_int16(model) -> None:
+    """Refuse, before any work, a model TF Lite's 16x8 mode cannot calibrate: one with an
+    integer input (token ids, indices), for which its calibrator records no range and stops
+    (helper-22's hunt)."""
+    ints = integer_inputs(model)
+    if ints:
+        raise _int16_refusal(f"the model's integer input{'s' if len(ints) > 1 else ''} "
+                             f"{', '.join(repr(n) for n in ints)} (token ids or indices)")
+
+
 def convert_int16(model, x, integer_io=False) -> bytes:
     """TF Lite's 16-bit activation / 8-bit weight mode (``16x8``), calibrated by the
     converter on ``x`` (its own min/max; int16 leaves little to gain from clipping)."""
@@ -221,15 +236,8 @@ def convert_int16(model, x, integer_io=False) -> bytes:
             ops = sorted(set(re.findall(r"not yet supported for op: '(\w+)'", str(exc))))
             unranged = re.search(r"Max and min for dynamic tensors should be recorded during "
                                  r"calibration: Failed for tensor (\S+)", str(exc))
-            if unranged:  # its calibrator records no range for an integer input
-                ints = integer_inputs(model)
-                raise ValueError(
-                    "TF Lite's 16x8 mode cannot quantize this model: its calibrator recorded "
-                    f"no range for tensor '{unranged.group(1)}'" + (
-                        f" (the model's integer input{'s' if len(ints) > 1 else ''} "
-                        f"{', '.join(repr(n) for n in ints)}: token ids or indices, which "
-                        "16x8 mode does not take)" if ints else "")
-                    + "; use activation_bits=8. Received: activation_bits=16") from exc
+            if unranged:  # another tensor than an integer input (check_int16)
+                raise _int16_refusal(f"tensor '{unranged.group(1)}'") from exc
             if not ops:  # an op outside the builtins: the ValueError that names it, as INT8's
                 refusal = converter_refusal(exc, model)
                 if refusal is None:
