@@ -29,7 +29,7 @@ from cle._quantize.input_ranges import (  # noqa: F401  (input_ranges_of: read f
     InputRangeUnknown, input_ranges_of, ranges_without_data)
 from cle._quantize.options import QuantizeOptions
 from cle._quantize.ranges import MIN_WIDTH, TAIL, choose_percentile_ranges  # noqa: F401
-from cle._quantize.report import QuantizeReport
+from cle._quantize.report import HELD_OUT, QuantizeReport
 from cle._tflite import converter as tflite
 from cle._transforms.equalize import equalize_checked
 from cle._transforms.options import EqualizeOptions
@@ -48,8 +48,6 @@ SYNTHETIC_CALIBRATION, SYNTHETIC_CHECK, DISTILLED_CHECK = 32, 32, 16
 #: stops: synthetic inputs cannot stand in for data (above ``CONVERGED_LOSS``: a warning,
 #: :mod:`cle._quantize.caveats`).
 FAILED_LOSS = 100.0
-#: What the check's inputs are with data, when some were held out of the calibration.
-HELD_OUT = "held-out calibration inputs"
 
 
 @dataclasses.dataclass
@@ -352,7 +350,8 @@ def check_build(model, build: Int8Build, say, straight=None, choice=None) -> Qua
     outputs = _lower(sets)
     if build.rounding is not None and build.rounding.n_inputs and data and inputs.held_out:
         on_fit = _timed(seconds, "check fitted", _check_model, model, build.content, [(
-            "calibration inputs the rounding fitted", inputs.calibration)], opts, say)[0]
+            "calibration inputs the rounding fitted", inputs.calibration)], opts, say,
+            build.runs)[0]
         warned += _caveats.rounding_fit(on_fit, outputs)
     return QuantizeReport(
         target=opts.settings, calibration=build.calibration,

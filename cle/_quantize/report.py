@@ -13,7 +13,11 @@ import numpy as np
 from cle._math.json_numbers import json_safe
 from cle._quantize.ranges import LOGITS, WIDEN_INPUTS
 
-__all__ = ["QuantizeReport"]
+__all__ = ["HELD_OUT", "QuantizeReport"]
+
+#: What the check's inputs are (``check_inputs``) with data, when some were held out of the
+#: calibration.
+HELD_OUT = "held-out calibration inputs"
 
 
 #: How the target line names each rounding (:data:`cle._quantize.options.ROUNDINGS`).
@@ -168,7 +172,7 @@ class QuantizeReport:
                         f"the activation ranges; the last {self.choice.n} held out from the "
                         "equalization (its bias correction) and first checked alone; then "
                         "every input checked by a build not calibrated on it (cross-fitted)")
-            held_out = self.n_check if self.check_inputs.startswith("held-out") else 0
+            held_out = self.n_check if self.check_inputs == HELD_OUT else 0
             given = self.n_calibration + tuned + held_out
             held = (f": {self.n_calibration} to calibrate, "
                     + (f"{tuned} held out to tune, " if tuned else "")
