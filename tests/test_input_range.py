@@ -122,6 +122,32 @@ def test_natural_inputs_follow_the_convention():
     assert z.shape == (4, 3, 16, 16) and 0 <= z.min() and z.max() <= 1
 
 
+def _log_contrast_spread(x):
+    logs = np.log(x.std(axis=(1, 2, 3)))
+    q1, q3 = np.percentile(logs, [25, 75])
+    return (q3 - q1) / 1.349, np.percentile(logs - np.median(logs), 5)
+
+
+def test_natural_inputs_differ_in_contrast_as_photos_do():
+    # Fields of one contrast never reach a flat image's values, which a model normalizing an
+    # image or a patch meets on real photos (a LayerNormalization over positions calibrated on
+    # them clipped its reciprocal standard deviation to a third of the real range: hunt5's
+    # layernorm_multi_axis). Photos spread by about 0.25 (whole) to 0.6 (small crops):
+    # benchmarks/bench_contrast.py.
+    for size in (16, 224):
+        x = IR.natural_inputs(128, (size, size, 3), (0.0, 1.0), seed=3)
+        s, low = _log_contrast_spread(x)
+        assert 0.3 <= s <= 0.6 and low <= -0.4, (size, s, low)
+        flat = IR.natural_images(128, size, size, seed=3)
+        s0, low0 = _log_contrast_spread(np.clip(flat, 0, 255))
+        assert s0 < 0.15 and low0 > -0.25, (size, s0, low0)
+    # The input-range fit's fields keep one contrast (its figures are unchanged), and the
+    # spread keeps the pooled statistics the fit relies on.
+    spread = IR.natural_images(512, 32, 32, seed=3, contrast_spread=IR.CONTRAST_SPREAD)
+    np.testing.assert_allclose(spread.mean(axis=(0, 1, 2)), IR.PIXEL_MEAN, atol=1e-6)
+    np.testing.assert_allclose(spread.std(axis=(0, 1, 2)), IR.PIXEL_STD, rtol=1e-6)
+
+
 # ------------------------------------------------ batch norms trained briefly (bn_moments)
 
 #: Steps at Keras' default momentum that leave a fifth of the start in the statistics.

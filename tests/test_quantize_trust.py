@@ -1161,6 +1161,17 @@ def test_an_output_every_build_gets_exactly_leaves_the_choice_to_the_others(cons
         assert gain[2] == 0.0 and not any(math.isnan(b) for b in gain[1])
 
 
+def test_an_output_zero_in_float_and_not_in_the_file_says_so():
+    # helper-24's review: it printed "SQNR -inf dB" (the SQNR of an error without a signal).
+    from cle._quantize.analysis_report import output_figures
+
+    zero = C.OutputCheck("gate", "values", C._sqnr(np.zeros(4), np.full(4, 0.1)), math.nan)
+    assert zero.sqnr_db == -math.inf and zero.text() == C.ZERO_FLOAT
+    assert "-inf" not in zero.text() and "dB" not in zero.text()
+    assert output_figures({"sqnr_db": "-inf", "top1_agreement": None}) == C.ZERO_FLOAT
+    assert output_figures({"sqnr_db": math.inf, "top1_agreement": None}) == C.EXACT
+
+
 def test_no_choice_without_data_or_off_the_default_route(net):
     _, report = cle.quantize(net, input_range=(-1.0, 1.0), output_kinds=LOGITS)
     assert report.choice is None and report.to_dict()["choice"] is None

@@ -56,6 +56,15 @@ PIXEL_MEAN = np.array([0.485, 0.456, 0.406]) * 255.0
 PIXEL_STD = np.array([0.272, 0.264, 0.276]) * 255.0
 CHANNEL_CORRELATION = 0.9
 BETWEEN_IMAGE_SHARE = 0.25
+#: The spread of the contrast between the synthetic inputs (the standard deviation of the log
+#: of each image's contrast factor): photos differ in contrast, a flat patch of sky from a
+#: textured one, and models that normalize an image or a patch (a LayerNormalization over
+#: positions, a Dense over a map's pixels) meet on flat ones values that fields of one contrast
+#: never reach. Set so that the fields' spread lies between that of whole photos and that of
+#: small crops of a photo, their flattest images reading like whole photos' at every size
+#: (``benchmarks/bench_contrast.py`` measures all three on the photo pool of
+#: ``benchmarks/photo_pool.py``).
+CONTRAST_SPREAD = 0.5
 #: Candidate input ranges of a preprocessing chain, and the score margin to take the best.
 PRE_CANDIDATES = {"0..255": (0.0, 255.0), "[0, 1]": (0.0, 1.0), "[-1, 1]": (-1.0, 1.0)}
 PRE_MARGIN = 1.0
@@ -120,11 +129,13 @@ class InputRange:
 # ---------------------------------------------------------------------- natural images
 
 
-def natural_images(n, height, width, channels=3, seed=0) -> np.ndarray:
+def natural_images(n, height, width, channels=3, seed=0, contrast_spread=0.0) -> np.ndarray:
     """``(n, height, width, channels)`` Gaussian random fields with the second-order
     statistics of natural images in pixel units (0..255 scale, not clipped): a 1/f amplitude
     spectrum, channels correlated, a share of the variance between images, the pooled
-    ImageNet mean and std (one channel: their average)."""
+    ImageNet mean and std (one channel: their average); with ``contrast_spread``, each image's
+    deviations from its mean scaled by a log-normal factor of that spread (the pooled
+    statistics kept)."""
     rng = np.random.default_rng(seed)
     fy = np.fft.fftfreq(height)[:, None]
     fx = np.fft.fftfreq(width)[None, :]
@@ -133,6 +144,9 @@ def natural_images(n, height, width, channels=3, seed=0) -> np.ndarray:
     fields = np.fft.ifft2(np.fft.fft2(rng.standard_normal((n, channels, height, width))) * amp).real
     fields /= fields.std()
     dc = rng.standard_normal((n, channels, 1, 1))
+    if contrast_spread:  # drawn after the fields: with none, the same fields as before
+        contrast = np.exp(contrast_spread * rng.standard_normal((n, 1, 1, 1)))
+        fields *= contrast / np.sqrt(np.mean(contrast ** 2))
     fields = np.sqrt(1 - BETWEEN_IMAGE_SHARE) * fields + np.sqrt(BETWEEN_IMAGE_SHARE) * dc
     corr = np.full((channels, channels), CHANNEL_CORRELATION) + (
         1 - CHANNEL_CORRELATION) * np.eye(channels)
@@ -191,7 +205,7 @@ def natural_inputs(n, shape, rng_info, seed=0) -> np.ndarray:
     if axis is None:
         return np.random.default_rng(seed).uniform(lo, hi, (n,) + shape).astype(np.float32)
     h, w, c = _layout(shape, axis)
-    p = np.clip(natural_images(n, h, w, c, seed=seed), 0.0, 255.0)
+    p = np.clip(natural_images(n, h, w, c, seed=seed, contrast_spread=CONTRAST_SPREAD), 0.0, 255.0)
     if convention in CONVENTIONS and c == 3:
         s, o, perm = CONVENTIONS[convention]
         x = p[..., list(perm)] * s + o

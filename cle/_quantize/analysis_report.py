@@ -8,7 +8,7 @@ import math
 from typing import Any
 
 from cle._math.json_numbers import json_number
-from cle._measure.check import EXACT
+from cle._measure.check import EXACT, ZERO_FLOAT
 from cle._quantize import analysis_stats
 
 __all__ = ["AnalysisReport", "LayerReport", "output_figures"]
@@ -19,8 +19,9 @@ def output_figures(output: dict, digits: int = 2) -> str:
     """"top-1 agreement …, SQNR … dB" of the model's output, the top-1 agreement only for
     class scores (it is None or NaN for other outputs)."""
     top1 = output.get("top1_agreement")
-    sqnr = (EXACT if output["sqnr_db"] in (math.inf, "inf")
-            else f"SQNR {output['sqnr_db']:.{digits}f} dB")
+    value = output["sqnr_db"]
+    sqnr = (EXACT if value in (math.inf, "inf") else ZERO_FLOAT if value in (-math.inf, "-inf")
+            else f"SQNR {value:.{digits}f} dB")
     return sqnr if top1 is None or math.isnan(top1) else f"top-1 agreement {top1:.1%}, {sqnr}"
 
 @dataclasses.dataclass
