@@ -297,6 +297,8 @@ def test_without_data_every_run_warns_its_figures_are_an_estimate():
     assert warned[0] == C.estimate_caveat() and len(warned) == 2
     assert warned[1].startswith(f"output '{name}': the check's two sets of synthetic inputs "
                                 "disagree (20.0 dB on set a, 16.5 dB on set b)")
+    exact = caveats.caveats(model, sets(math.inf, 16.5), inputs, [], LOGITS)[1]
+    assert "disagree (exact on set a, 16.5 dB on set b)" in exact and "inf" not in exact
     inputs.loss = [0.2, caveats.CONVERGED_LOSS * 2]
     diverged, caveat = caveats.caveats(model, sets(20.0, 18.0), inputs, [], LOGITS)
     assert diverged.startswith("the distillation did not converge (final batch-norm loss 2,")

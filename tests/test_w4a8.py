@@ -7,6 +7,7 @@ file."""
 from __future__ import annotations
 
 import json
+import math
 
 import keras
 import numpy as np
@@ -714,8 +715,8 @@ def test_the_rounding_fit_is_said_only_beyond_its_gap(net, data, w4, monkeypatch
     said = [w for w in report.warnings if "fitted its calibration inputs" in w]
     fit = report.sqnr_db + _fit_gap(net, data, content, report)
     assert said == [f"output 'logits': the rounding of the kernels fitted its calibration "
-                    f"inputs: the file reads {fit:.1f} dB on the 30 inputs it fitted and "
-                    f"{report.sqnr_db:.1f} on the held-out ones; inputs unlike the calibration "
+                    f"inputs: the file's figure is {fit:.1f} dB on the 30 inputs it fitted "
+                    f"and {report.sqnr_db:.1f} dB on the held-out ones; inputs unlike the calibration "
                     "set (other scenes, sources, conditions) can read lower still, so check it "
                     "on such inputs and calibrate on more varied ones (the 8-bit default fits "
                     "far less)"]
@@ -732,7 +733,11 @@ def test_rounding_fit_names_each_output_beyond_the_gap():
                                    OutputCheck("b", "values", 20.0 + caveats.FIT_GAP_DB)]}
     said = caveats.rounding_fit(fitted, checks)
     assert len(said) == 1 and said[0].startswith("output 'a': ")
-    assert "on the 48 inputs it fitted and 20.0 on the held-out ones" in said[0]
+    assert "on the 48 inputs it fitted and 20.0 dB on the held-out ones" in said[0]
+    # An output the file reproduces exactly on the fitted inputs: said as exact, not "inf dB".
+    exact = {"n": 48, "outputs": [OutputCheck("a", "values", math.inf)]}
+    said = caveats.rounding_fit(exact, checks[:1])
+    assert "figure is exact on the 48 inputs" in said[0] and "inf" not in said[0]
 
 
 @NOT_ON_JAX
