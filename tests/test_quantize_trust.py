@@ -1172,6 +1172,24 @@ def test_an_output_zero_in_float_and_not_in_the_file_says_so():
     assert "-inf" not in zero.text() and "dB" not in zero.text()
     assert output_figures({"sqnr_db": "-inf", "top1_agreement": None}) == C.ZERO_FLOAT
     assert output_figures({"sqnr_db": math.inf, "top1_agreement": None}) == C.EXACT
+    # Every sentence that names an SQNR says an infinite one in words (helper-25's review).
+    from cle._math.json_numbers import sqnr_words
+    from cle._quantize import choice as _choice
+    from cle._quantize.report import _target_lines
+
+    assert [sqnr_words(v) for v in (math.inf, -math.inf, 12.345)] == [
+        "exact", "no SQNR (the float output is zero)", "12.3 dB"]
+    with pytest.raises(_synthetic.NeedsData, match=r"output 'gate': no SQNR \(the float"):
+        _synthetic.refuse_far_file([zero])
+    line = _target_lines({"runtime_check": {"n": 4, "inputs": "held-out inputs", "outputs": [
+        {"name": "gate", "sqnr_db": "-inf", "litert_sqnr_db": "-inf",
+         "tflm_vs_litert_db": 40.0}]}})[0]
+    assert "-inf" not in line and "gate: no SQNR (the float output is zero)" in line
+    # An output zero in float for every build ranks none: the others' mean decides.
+    assert _choice._exact({"cle": [-math.inf, 20.0], "plain": [-math.inf, 18.0]}) == {0}
+    assert _choice._mean_db([-math.inf, 20.0], {0}) == 20.0
+    fitted = {"n": 8, "outputs": [C.OutputCheck("gate", "values", 30.0)]}
+    assert caveats.rounding_fit(fitted, [zero]) == []  # no held-out figure to fall short of
 
 
 def test_no_choice_without_data_or_off_the_default_route(net):

@@ -1,5 +1,6 @@
 """Figures for a JSON report, which has no infinity and no NaN (strict readers refuse the
-tokens ``Infinity`` and ``NaN``): an error-free SQNR is written ``"inf"``, no figure ``null``."""
+tokens ``Infinity`` and ``NaN``): an error-free SQNR is written ``"inf"``, no figure ``null``;
+and an SQNR in a sentence, where an infinite one is said in words."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import math
 
 import numpy as np
 
-__all__ = ["json_number", "json_safe"]
+__all__ = ["json_number", "json_safe", "sqnr_words"]
 
 
 def json_safe(value):
@@ -30,3 +31,11 @@ def json_number(value):
         return None
     value = float(value)
     return value if math.isfinite(value) else ("inf" if value > 0 else "-inf")
+
+
+def sqnr_words(sqnr, digits: int = 1) -> str:
+    """An SQNR in a sentence: "exact" (inf: no error), "no SQNR (the float output is zero)"
+    (-inf: an error without a signal), else "... dB"."""
+    if math.isfinite(sqnr):
+        return f"{sqnr:.{digits}f} dB"
+    return "exact" if sqnr > 0 else "no SQNR (the float output is zero)"

@@ -66,6 +66,8 @@ EXACT = "exact (the file reproduces it: no quantization error)"
 #: What a check says of an output that is zero in float on every check input and not in the file.
 ZERO_FLOAT = ("no SQNR: the float output is zero on every check input and the file's is not "
               "(its error has no signal to be measured against)")
+
+
 #: An interval narrower than this (dB): every check input read the same figure (said).
 FLAT_DB = 0.05
 #: An output (or one entry of a value vector) whose SQNR is under this follows the float model
@@ -286,10 +288,8 @@ class OutputCheck:
 
     def text(self) -> str:
         top1 = f"top-1 agreement {self.top1_agreement:.1%}, " if self.class_scores else ""
-        if self.sqnr_db == math.inf:  # a constant, an integer output, an input passed through
-            return f"{top1}{EXACT}"
-        if self.sqnr_db == -math.inf:  # no signal to measure the noise against
-            return f"{top1}{ZERO_FLOAT}"
+        if not math.isfinite(self.sqnr_db):  # exact, or zero in float: no SQNR to bound
+            return top1 + (EXACT if self.sqnr_db > 0 else ZERO_FLOAT)
         interval = "" if self.sqnr_interval is None else (
             f" ({INTERVAL:.0%} interval {self.sqnr_interval[0]:.1f} to "
             f"{self.sqnr_interval[1]:.1f})")

@@ -60,11 +60,11 @@ BETWEEN_IMAGE_SHARE = 0.25
 #: of each image's contrast factor): photos differ in contrast, a flat patch of sky from a
 #: textured one, and models that normalize an image or a patch (a LayerNormalization over
 #: positions, a Dense over a map's pixels) meet on flat ones values that fields of one contrast
-#: never reach. Set so that the fields' spread lies between that of whole photos and that of
-#: small crops of a photo, their flattest images reading like whole photos' at every size
-#: (``benchmarks/bench_contrast.py`` measures all three on the photo pool of
-#: ``benchmarks/photo_pool.py``).
-CONTRAST_SPREAD = 0.5
+#: never reach. Set so that the fields spread like whole photos at every size, less than small
+#: crops of a photo (``benchmarks/bench_contrast.py`` measures all three on the photo pool of
+#: ``benchmarks/photo_pool.py``); a wider spread cost more on models that need none than it
+#: gained on those that do (CHANGELOG.md).
+CONTRAST_SPREAD = 0.4
 #: Candidate input ranges of a preprocessing chain, and the score margin to take the best.
 PRE_CANDIDATES = {"0..255": (0.0, 255.0), "[0, 1]": (0.0, 1.0), "[-1, 1]": (-1.0, 1.0)}
 PRE_MARGIN = 1.0
@@ -134,8 +134,9 @@ def natural_images(n, height, width, channels=3, seed=0, contrast_spread=0.0) ->
     statistics of natural images in pixel units (0..255 scale, not clipped): a 1/f amplitude
     spectrum, channels correlated, a share of the variance between images, the pooled
     ImageNet mean and std (one channel: their average); with ``contrast_spread``, each image's
-    deviations from its mean scaled by a log-normal factor of that spread (the pooled
-    statistics kept)."""
+    deviations from its mean scaled by a log-normal factor of that spread (renormalized: the
+    pooled statistics and the share of the variance between images kept, before any
+    clipping)."""
     rng = np.random.default_rng(seed)
     fy = np.fft.fftfreq(height)[:, None]
     fx = np.fft.fftfreq(width)[None, :]
@@ -190,8 +191,9 @@ def _concrete(shape):
 
 def natural_inputs(n, shape, rng_info, seed=0) -> np.ndarray:
     """``n`` float32 inputs of sample ``shape`` spread across an input's range: for an
-    image-like input, natural-image fields (clipped to 0..255) put through the input's named
-    convention, or mapped linearly onto ``[lo, hi]``; otherwise uniform in ``[lo, hi]``.
+    image-like input, natural-image fields of :data:`CONTRAST_SPREAD` (clipped to 0..255) put
+    through the input's named convention, or mapped linearly onto ``[lo, hi]``; otherwise
+    uniform in ``[lo, hi]``.
 
     Args:
         rng_info: an :class:`InputRange`, or ``(lo, hi)``.

@@ -32,6 +32,7 @@ from cle._core.graph import graph_view, inner_function
 from cle._core.inputs import ModelInputs, input_signatures, integer_inputs
 from cle._core.keras_internals import sublayers
 from cle._core.rebuild import flattened
+from cle._math.json_numbers import sqnr_words
 from cle._measure.check import guessed_scores
 
 EPS = 1e-5
@@ -67,7 +68,7 @@ def refuse_far_file(outputs) -> None:
     if far:
         raise NeedsData(
             "without data the file came out far from the float model on the synthetic inputs "
-            "of its check (" + ", ".join(f"output '{o.name}': {o.sqnr_db:.1f} dB" for o in far)
+            "of its check (" + ", ".join(f"output '{o.name}': {sqnr_words(o.sqnr_db)}" for o in far)
             + f", under {FAR_DB:g} dB): inputs distilled from the batch norms do not stand in "
             "for real ones on this model")
 

@@ -8,6 +8,7 @@ import math
 
 from cle._core.inputs import input_names
 from cle._measure import check as _check
+from cle._math.json_numbers import sqnr_words
 from cle._measure.input_range import image_axis
 from cle._tflite import converter as tflite
 
@@ -56,18 +57,10 @@ def caveats(model, sets, inputs, input_ranges, declared=None) -> list[str]:
         for a, b in zip(*(c["outputs"] for c in sets)):
             if abs(a.sqnr_db - b.sqnr_db) > _check.DISAGREE_DB:
                 out.append(f"output '{a.name}': the check's two sets of synthetic inputs "
-                           f"disagree ({_db(a.sqnr_db)} on {sets[0]['inputs']}, "
-                           f"{_db(b.sqnr_db)} on {sets[1]['inputs']}): without real data "
-                           "the figure is rough; give calibration data to know it")
+                           f"disagree ({sqnr_words(a.sqnr_db)} on {sets[0]['inputs']}, "
+                           f"{sqnr_words(b.sqnr_db)} on {sets[1]['inputs']}): without real "
+                           "data the figure is rough; give calibration data to know it")
     return out
-
-
-def _db(sqnr) -> str:
-    """An SQNR in a sentence: an error-free one (inf) is "exact", one without a signal (-inf:
-    the float output zero on every input, the file's not) says so."""
-    if sqnr == math.inf:
-        return "exact"
-    return "no SQNR (the float output is zero)" if sqnr == -math.inf else f"{sqnr:.1f} dB"
 
 
 def _other_maps(model) -> list[str]:
@@ -114,9 +107,10 @@ def rounding_fit(fitted, checked) -> list[str]:
     those than its figure (measured on photos the calibration did not contain:
     docs/quantize_w4.md, "Few calibration crops")."""
     return [f"output '{o.name}': the rounding of the kernels fitted its calibration inputs: "
-            f"the file's figure is {_db(f.sqnr_db)} on the {fitted['n']} inputs it fitted and "
-            f"{_db(o.sqnr_db)} on the held-out ones; inputs unlike the calibration set (other "
-            "scenes, sources, conditions) can read lower still, so check it on such inputs and "
-            "calibrate on more varied ones (the 8-bit default fits far less)"
+            f"the file's figure is {sqnr_words(f.sqnr_db)} on the {fitted['n']} inputs it "
+            f"fitted and {sqnr_words(o.sqnr_db)} on the held-out ones; inputs unlike the "
+            "calibration set (other scenes, sources, conditions) can read lower still, so check "
+            "it on such inputs and calibrate on more varied ones (the 8-bit default fits far "
+            "less)"
             for f, o in zip(fitted["outputs"], checked)
-            if f.sqnr_db - o.sqnr_db > FIT_GAP_DB]
+            if math.isfinite(o.sqnr_db) and f.sqnr_db - o.sqnr_db > FIT_GAP_DB]

@@ -218,11 +218,13 @@ def _mean_db(figures, exact=()) -> float:
 
 
 def _exact(figures: dict) -> set:
-    """The outputs every build in ``figures`` (``{build: [SQNR of each output]}``) reads as
-    exact (inf)."""
+    """The outputs no build in ``figures`` (``{build: [SQNR of each output]}``) can be told
+    from another on: every build exact (inf), or every build -inf (the float output zero on
+    the inputs: an error without a signal)."""
     rows = list(figures.values())
     return {k for k in range(len(rows[0]))
-            if all(row[k] == math.inf for row in rows)} if rows else set()
+            if any(all(row[k] == v for row in rows) for v in (math.inf, -math.inf))
+            } if rows else set()
 
 
 def chooses(build) -> bool:

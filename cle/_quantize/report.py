@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from cle._math.json_numbers import json_safe
+from cle._math.json_numbers import json_safe, sqnr_words
 from cle._quantize.ranges import LOGITS, WIDEN_INPUTS
 
 __all__ = ["HELD_OUT", "QuantizeReport"]
@@ -312,8 +312,11 @@ def _db(value) -> str:
 
 
 def _sqnr(value, said="SQNR ") -> str:
-    """An SQNR of the target's check ("inf", JSON's form: the file reproduces the output)."""
-    return "exact" if value == "inf" else f"{said}{_db(value)}"
+    """An SQNR of the target's check ("inf", JSON's form: the file reproduces the output;
+    "-inf": the float output is zero, the file's is not)."""
+    if value in ("inf", "-inf"):
+        return sqnr_words(float(value))
+    return f"{said}{_db(value)}"
 
 
 def _same(value) -> str:
