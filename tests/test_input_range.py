@@ -132,8 +132,9 @@ def test_natural_inputs_differ_in_contrast_as_photos_do():
     # Fields of one contrast never reach a flat image's values, which a model normalizing an
     # image or a patch meets on real photos (a LayerNormalization over positions calibrated on
     # them clipped its reciprocal standard deviation to a third of the real range: hunt5's
-    # layernorm_multi_axis). Photos spread by about 0.25 (whole) to 0.6 (small crops), their
-    # flattest twentieth half the median contrast or less: benchmarks/bench_contrast.py.
+    # layernorm_multi_axis). Photos spread by about 0.25 (whole) to 0.6 (small crops), the
+    # flattest twentieth of whole photos at about 0.55 times the median contrast or less
+    # (benchmarks/bench_contrast.py); the fields' flattest twentieth: 0.67 or less.
     for size in (16, 224):
         x = IR.natural_inputs(128, (size, size, 3), (0.0, 1.0), seed=3)
         s, low = _log_contrast_spread(x)

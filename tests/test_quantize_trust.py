@@ -1188,6 +1188,9 @@ def test_an_output_zero_in_float_and_not_in_the_file_says_so():
     # An output zero in float for every build ranks none: the others' mean decides.
     assert _choice._exact({"cle": [-math.inf, 20.0], "plain": [-math.inf, 18.0]}) == {0}
     assert _choice._mean_db([-math.inf, 20.0], {0}) == 20.0
+    line = Choice("cle", 16, {"cle": [-math.inf], "plain": [-math.inf]}, 64,
+                  {"cle": [-math.inf]}).line()  # helper-26's review: it read "cle inf dB"
+    assert "inf" not in line and line.count("no figure (every output exact, or zero") == 2
     fitted = {"n": 8, "outputs": [C.OutputCheck("gate", "values", 30.0)]}
     assert caveats.rounding_fit(fitted, [zero]) == []  # no held-out figure to fall short of
 
@@ -1425,7 +1428,7 @@ def test_without_data_a_file_far_from_its_float_model_is_refused(net, monkeypatc
     from cle._measure.check import OutputCheck
 
     far = OutputCheck("scores", "values", 0.4, float("nan"))
-    with pytest.raises(synthetic.NeedsData, match=r"output 'scores': 0\.4 dB, under 6 dB.*"
+    with pytest.raises(synthetic.NeedsData, match=r"output 'scores': 0\.4 dB; a file needs 6 dB.*"
                                                    r"pass calibration_data$"):
         synthetic.refuse_far_file([OutputCheck("near", "values", 30.0, float("nan")), far])
     synthetic.refuse_far_file([OutputCheck("near", "values", 30.0, float("nan"))])

@@ -68,9 +68,10 @@ def refuse_far_file(outputs) -> None:
     if far:
         raise NeedsData(
             "without data the file came out far from the float model on the synthetic inputs "
-            "of its check (" + ", ".join(f"output '{o.name}': {sqnr_words(o.sqnr_db)}" for o in far)
-            + f", under {FAR_DB:g} dB): inputs distilled from the batch norms do not stand in "
-            "for real ones on this model")
+            "of its check (" + ", ".join(f"output '{o.name}': {sqnr_words(o.sqnr_db)}"
+                                         for o in far)
+            + f"; a file needs {FAR_DB:g} dB): inputs distilled from the batch norms do not "
+            "stand in for real ones on this model")
 
 
 #: The flattened copy of each model whose batch norms sit in nested models

@@ -74,6 +74,7 @@ import math
 
 import numpy as np
 
+from cle._math.json_numbers import sqnr_words
 from cle._measure import check as _check
 from cle._measure.inference import outputs_once
 from cle._measure.ties import tie_floor
@@ -159,17 +160,20 @@ class Choice:
         return _mean_db(figures[name], _exact(figures))
 
     def line(self) -> str:
-        held = ", ".join(f"{name} {_mean_db(v, _exact(self.sqnr_db)):.2f} dB"
-                         for name, v in self.sqnr_db.items())
-        measured = f"mean SQNR over the outputs on the {self.n} held-out inputs: {held}"
+        def means(figures):
+            exact = _exact(figures)
+            if len(exact) == len(next(iter(figures.values()))):
+                return "no figure (every output exact, or zero in float, in every build)"
+            return ", ".join(f"{name} {sqnr_words(_mean_db(v, exact), 2)}"
+                             for name, v in figures.items())
+
+        measured = (f"mean SQNR over the outputs on the {self.n} held-out inputs: "
+                    f"{means(self.sqnr_db)}")
         if self.crossfit:
-            fitted = ", ".join(f"{name} {_mean_db(v, _exact(self.crossfit)):.2f} dB"
-                               for name, v in self.crossfit.items())
-            measured += f"; cross-fitted on all {self.n_all} inputs: {fitted}"
+            measured += f"; cross-fitted on all {self.n_all} inputs: {means(self.crossfit)}"
         if self.expected:
             measured += ("; with the clipping expected of new inputs on the value outputs: "
-                         + ", ".join(f"{name} {_mean_db(v, _exact(self.expected)):.2f} dB"
-                                     for name, v in self.expected.items()))
+                         + means(self.expected))
         if self.written == "cle":
             return f"written: {SAID['cle']}, the closest ({measured})"
         if self.farther:
