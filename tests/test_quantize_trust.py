@@ -299,6 +299,16 @@ def test_without_data_every_run_warns_its_figures_are_an_estimate():
                                 "disagree (20.0 dB on set a, 16.5 dB on set b)")
     exact = caveats.caveats(model, sets(math.inf, 16.5), inputs, [], LOGITS)[1]
     assert "disagree (exact on set a, 16.5 dB on set b)" in exact and "inf" not in exact
+    # An output exact on both sets only because its float values are saturated there (0 or 1
+    # everywhere: hunt5's sparsemax head, nowhere near exact on real inputs) is said; one
+    # exact with varied values (a passed-through input) is not.
+    one_hot = np.eye(4, dtype=np.float32)[np.arange(8) % 4]
+    varied = np.linspace(0, 1, 32, dtype=np.float32).reshape(8, 4)
+    for ref, said in ((one_hot, True), (varied, False)):
+        exact = [{"inputs": f"set {t}", "reference": [ref], "test": [ref],
+                  "outputs": [C.OutputCheck(name, "logits", math.inf, 1.0)]} for t in "ab"]
+        warned = caveats.caveats(model, exact, inputs, [], LOGITS)
+        assert any("saturated" in w and f"output '{name}'" in w for w in warned) == said
     inputs.loss = [0.2, caveats.CONVERGED_LOSS * 2]
     diverged, caveat = caveats.caveats(model, sets(20.0, 18.0), inputs, [], LOGITS)
     assert diverged.startswith("the distillation did not converge (final batch-norm loss 2,")

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from cle._core.inputs import input_names
 from cle._measure import check as _check
 from cle._math.json_numbers import sqnr_words
@@ -54,12 +56,31 @@ def caveats(model, sets, inputs, input_ranges, declared=None) -> list[str]:
     else:  # without data: an estimate, and the two sets of synthetic inputs that disagree
         out.append(_check.estimate_caveat())
         out += _other_maps(model)
+        out += _saturated(sets)
         for a, b in zip(*(c["outputs"] for c in sets)):
             if abs(a.sqnr_db - b.sqnr_db) > _check.DISAGREE_DB:
                 out.append(f"output '{a.name}': the check's two sets of synthetic inputs "
                            f"disagree ({sqnr_words(a.sqnr_db)} on {sets[0]['inputs']}, "
                            f"{sqnr_words(b.sqnr_db)} on {sets[1]['inputs']}): without real "
                            "data the figure is rough; give calibration data to know it")
+    return out
+
+
+def _saturated(sets) -> list[str]:
+    """Without data, a sentence per output that every synthetic check set reads as exact
+    while its float values there take at most two values (saturated: a sparsemax or a hard
+    sigmoid at its ends, each exactly on the file's grid): "exact" then says nothing of
+    inputs that do not saturate it (hunt5's sparsemax head: exact on the synthetic inputs,
+    nowhere near it on real ones, for TF Lite's plain conversion too)."""
+    out = []
+    for k, checks in enumerate(zip(*(c["outputs"] for c in sets))):
+        if all(o.sqnr_db == math.inf for o in checks) and all(
+                "reference" in c and np.unique(np.asarray(c["reference"][k])).size <= 2
+                for c in sets):
+            out.append(f"output '{checks[0].name}': exact on every synthetic check input, where "
+                       "its float values take at most two values (saturated): the figure says "
+                       "nothing of inputs that do not saturate it; give calibration data to "
+                       "know it")
     return out
 
 
