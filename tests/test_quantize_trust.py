@@ -304,9 +304,15 @@ def test_without_data_every_run_warns_its_figures_are_an_estimate():
     # exact with varied values (a passed-through input) is not.
     one_hot = np.eye(4, dtype=np.float32)[np.arange(8) % 4]
     varied = np.linspace(0, 1, 32, dtype=np.float32).reshape(8, 4)
-    for ref, said in ((one_hot, True), (varied, False)):
+    three = np.tile(np.array([0.0, 0.5, 1.0, 0.0], np.float32), (8, 1))
+    for refs, sqnr, said in (((one_hot, one_hot), math.inf, True),
+                             ((varied, varied), math.inf, False),
+                             ((three, three), math.inf, False),  # three values: not saturated
+                             ((one_hot, one_hot), 40.0, False),  # not exact: its SQNR is read
+                             ((one_hot, varied), math.inf, False)):  # saturated in one set only
         exact = [{"inputs": f"set {t}", "reference": [ref], "test": [ref],
-                  "outputs": [C.OutputCheck(name, "logits", math.inf, 1.0)]} for t in "ab"]
+                  "outputs": [C.OutputCheck(name, "logits", sqnr, 1.0)]}
+                 for t, ref in zip("ab", refs)]
         warned = caveats.caveats(model, exact, inputs, [], LOGITS)
         assert any("saturated" in w and f"output '{name}'" in w for w in warned) == said
     inputs.loss = [0.2, caveats.CONVERGED_LOSS * 2]
@@ -1201,6 +1207,8 @@ def test_an_output_zero_in_float_and_not_in_the_file_says_so():
     line = Choice("cle", 16, {"cle": [-math.inf], "plain": [-math.inf]}, 64,
                   {"cle": [-math.inf]}).line()  # helper-26's review: it read "cle inf dB"
     assert "inf" not in line and line.count("no figure (every output exact, or zero") == 2
+    line = Choice("cle", 16, {"cle": [math.inf, 20.0], "plain": [60.0, 18.0]}, 64).line()
+    assert "cle no mean figure" in line and "plain 39.00 dB" in line  # not "cle exact"
     fitted = {"n": 8, "outputs": [C.OutputCheck("gate", "values", 30.0)]}
     assert caveats.rounding_fit(fitted, [zero]) == []  # no held-out figure to fall short of
 

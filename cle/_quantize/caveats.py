@@ -78,9 +78,9 @@ def _saturated(sets) -> list[str]:
                 "reference" in c and np.unique(np.asarray(c["reference"][k])).size <= 2
                 for c in sets):
             out.append(f"output '{checks[0].name}': exact on every synthetic check input, where "
-                       "its float values take at most two values (saturated): the figure says "
-                       "nothing of inputs that do not saturate it; give calibration data to "
-                       "know it")
+                       "its float values take at most two values (saturated, or constant): the "
+                       "figure says nothing of inputs that do not saturate it; give calibration "
+                       "data to know it")
     return out
 
 

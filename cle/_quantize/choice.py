@@ -164,7 +164,7 @@ class Choice:
             exact = _exact(figures)
             if len(exact) == len(next(iter(figures.values()))):
                 return "no figure (every output exact, or zero in float, in every build)"
-            return ", ".join(f"{name} {sqnr_words(_mean_db(v, exact), 2)}"
+            return ", ".join(f"{name} {_mean_words(_mean_db(v, exact))}"
                              for name, v in figures.items())
 
         measured = (f"mean SQNR over the outputs on the {self.n} held-out inputs: "
@@ -211,6 +211,13 @@ class Choice:
                 "expected": {k: list(v) for k, v in self.expected.items()},
                 "float_db": [_check.json_number(v) for v in self.float_db],
                 "switch_db": SWITCH_DB}
+
+
+def _mean_words(mean) -> str:
+    """A build's mean in the choice's line: an output exact, or zero in float, in this build
+    and not in another leaves no finite mean, which no one word describes."""
+    return sqnr_words(mean, 2) if math.isfinite(mean) else (
+        "no mean figure (an output exact, or zero in float, in this build alone)")
 
 
 def _mean_db(figures, exact=()) -> float:
