@@ -55,7 +55,7 @@ from cle._core.inputs import ModelInputs  # noqa: E402
 from cle._measure import synthetic as S  # noqa: E402
 from cle._quantize import pipeline, weight_stages  # noqa: E402
 
-from bench_w4a8 import NETS, _append, _cpu  # noqa: E402
+from bench_w4a8 import NETS, _append, _cpu, machine  # noqa: E402
 
 ROWS = ("base", "again", "s100", "pink", "pink_corr0.8", "pink_corr0.8_s100", "s300",
         "pink_corr0.8_s300", "distilled", "fields", "n96", "n160", "real48")
@@ -174,8 +174,7 @@ def main(argv=None):
     parser.add_argument("--rows", nargs="+", choices=ROWS, default=["base", "s100"])
     parser.add_argument("--json", help="append every row to this JSON-lines file")
     args = parser.parse_args(argv)
-    print(f"{_cpu()}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}; cle "
-          f"{cle.__version__}", flush=True)
+    print(machine(), flush=True)
     measure(args.net, args.rows, args.json)
 
 

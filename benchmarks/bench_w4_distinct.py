@@ -40,7 +40,7 @@ from cle._pretrained.networks import crop_photos  # noqa: E402
 
 import photo_pool  # noqa: E402
 from bench_w4_generalize import GENERALIZE_NETS  # noqa: E402
-from bench_w4a8 import _append, _cpu  # noqa: E402
+from bench_w4a8 import _append, _cpu, machine  # noqa: E402
 
 #: The package whose photos calibrate; every other package's photos judge.
 CALIBRATION_SOURCE = "gcompris-qt-data"
@@ -108,8 +108,7 @@ def main(argv=None):
     parser.add_argument("--rows", nargs="*", choices=ROWS, default=list(ROWS))
     parser.add_argument("--json", help="append every row to this JSON-lines file")
     args = parser.parse_args(argv)
-    print(f"{_cpu()}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}; cle "
-          f"{cle.__version__}", flush=True)
+    print(machine(), flush=True)
     measure(args.net, args.pool, args.rows, args.json)
 
 

@@ -71,7 +71,7 @@ from cle._measure import calibration as _calibration  # noqa: E402
 from cle._pretrained.networks import crop_photos  # noqa: E402
 from cle._quantize import weight_stages  # noqa: E402
 
-from bench_w4a8 import NETS, _cpu  # noqa: E402
+from bench_w4a8 import NETS, _cpu, machine  # noqa: E402
 
 ROWS = ("baseline", "int8", "default", "ridge", "shrink", "outputs", "flips", "mix", "all",
         "block")
@@ -313,8 +313,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if "block" in args.rows and args.net != "mobilenet_v2":
         parser.error("the block row cuts MobileNetV2's blocks by name: --net mobilenet_v2")
-    print(f"{_cpu()}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}; cle "
-          f"{cle.__version__}", flush=True)
+    print(machine(), flush=True)
     measure(args.net, args.rows, args.json)
 
 

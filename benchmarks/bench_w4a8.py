@@ -83,6 +83,12 @@ def _cpu():
     return cpu_name()
 
 
+def machine() -> str:
+    """The line each benchmark prints first: the CPU, its cores, the load, cle's version."""
+    return (f"{_cpu()}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}; cle "
+            f"{cle.__version__}")
+
+
 def _append(path, row):
     if path:
         with open(path, "a") as f:
@@ -231,8 +237,7 @@ def main(argv=None):
     if args.eval_crops < EVAL_CROPS:
         parser.error(f"--eval-crops must be at least {EVAL_CROPS} (the goals' crops come "
                      f"first). Received: {args.eval_crops}")
-    print(f"{_cpu()}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}; cle "
-          f"{cle.__version__}", flush=True)
+    print(machine(), flush=True)
     rows = []
     if args.net and len(args.net) == 1:
         rows = measure(args.net[0], args.rows, args.json, args.eval_crops)

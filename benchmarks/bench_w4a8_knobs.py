@@ -30,7 +30,7 @@ from cle import pretrained as P  # noqa: E402
 from cle import quantization as Q  # noqa: E402
 from cle._quantize import weight_stages  # noqa: E402
 
-from bench_w4a8 import NETS, _cpu  # noqa: E402
+from bench_w4a8 import NETS, _cpu, machine  # noqa: E402
 
 #: (file budget or None, ridge) of each row: the defaults first, then one knob at a time.
 ROWS = [(0.595, 0.3), (None, 0.01), (0.595, 0.01), (0.595, 0.03), (0.595, 0.1), (0.595, 1.0)]
@@ -77,8 +77,7 @@ def main(argv=None):
     parser.add_argument("--rows", type=int, nargs="*",
                         help=f"only these rows (indices of ROWS, 0 to {len(ROWS) - 1})")
     args = parser.parse_args(argv)
-    print(f"{_cpu()}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}; cle "
-          f"{cle.__version__}", flush=True)
+    print(machine(), flush=True)
     measure(args.net, args.json, args.rounding, args.rows)
 
 
