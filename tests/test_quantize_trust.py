@@ -1211,6 +1211,18 @@ def test_an_output_zero_in_float_and_not_in_the_file_says_so():
     assert "cle no mean figure" in line and "plain 39.00 dB" in line  # not "cle exact"
     fitted = {"n": 8, "outputs": [C.OutputCheck("gate", "values", 30.0)]}
     assert caveats.rounding_fit(fitted, [zero]) == []  # no held-out figure to fall short of
+    # Nor an interval's end, a demo cell, an analyze table or plot figure (stop 64's list).
+    from cle._cli.demo import _fmt_interval, check_cell
+    from cle._quantize.analysis_report import _fmt
+
+    ends = C.OutputCheck("y", "values", 47.25, sqnr_interval=(41.04, math.inf)).text()
+    assert ends == "SQNR 47.25 dB (90% interval 41.0 to exact)"
+    assert check_cell({"sqnr_db": "inf", "n": 16, "on": "held-out photos"}) == (
+        "exact on 16 held-out photos")
+    assert _fmt_interval({"sqnr_db": 20.04, "sqnr_interval": [18.0, math.inf]}) == (
+        "20.0 (18.0 to exact)")
+    assert [_fmt(v) for v in (math.inf, -math.inf, None, 3.21)] == [
+        "exact", "no SQNR (the float output is zero)", "-", "3.2 dB"]
 
 
 def test_no_choice_without_data_or_off_the_default_route(net):

@@ -325,3 +325,4 @@ def test_the_rounding_summary_leaves_a_layer_exact_both_ways_out_of_its_gain():
     report.layers = [exact]
     line = [s for s in report.summary_lines() if "layer output SQNR" in s][0]
     assert "nan" not in line and "(gain" not in line
+    assert exact.line().startswith("zero (conv 1x1x2x2): output SQNR exact to nearest -> exact")

@@ -7,6 +7,8 @@ import shlex
 import sys
 import time
 
+from cle._math.json_numbers import sqnr_span, sqnr_words
+
 __all__ = ["ANALYSIS_PNG", "DEFAULT_CALIBRATION", "DEFAULT_IMAGES", "DEFAULT_OUT_DIR", "FILES",
            "MATPLOTLIB_HINT", "MODEL_FILE", "PHOTOS_DIR", "ROWS", "check_cell", "default_warn",
            "matplotlib_available", "run_demo"]
@@ -205,15 +207,15 @@ def _analysis(model, x_cal, kinds, out_dir, step, commands, warn, has_mpl, build
 
 def _fmt_interval(row):
     low_high = row.get("sqnr_interval")
-    text = f"{row['sqnr_db']:.1f}"
-    return text + (f" ({low_high[0]:.1f} to {low_high[1]:.1f})" if low_high else "")
+    text = sqnr_words(row["sqnr_db"]).removesuffix(" dB")
+    return text + (f" ({sqnr_span(*low_high)})" if low_high else "")
 
 
 def check_cell(check):
     """What a ``cle quantize`` call's own check said, as the demo's table gives it."""
     if check is None:
         return "-"
-    return f"{check['sqnr_db']:.1f} dB on {check['n']} {check['on']}"
+    return f"{sqnr_words(check['sqnr_db'])} on {check['n']} {check['on']}"
 
 
 def _checked_on(report) -> str:

@@ -8,7 +8,14 @@ import math
 
 import numpy as np
 
-__all__ = ["json_number", "json_safe", "sqnr_words"]
+__all__ = ["EXACT", "ZERO_FLOAT", "json_number", "json_safe", "sqnr_label", "sqnr_span",
+           "sqnr_words"]
+
+#: What a report says of an output the file reproduces exactly (an infinite SQNR).
+EXACT = "exact (the file reproduces it: no quantization error)"
+#: What a check says of an output that is zero in float on every check input and not in the file.
+ZERO_FLOAT = ("no SQNR: the float output is zero on every check input and the file's is not "
+              "(its error has no signal to be measured against)")
 
 
 def json_safe(value):
@@ -35,7 +42,26 @@ def json_number(value):
 
 def sqnr_words(sqnr, digits: int = 1) -> str:
     """An SQNR in a sentence: "exact" (inf: no error), "no SQNR (the float output is zero)"
-    (-inf: an error without a signal), else "... dB"."""
+    (-inf: an error without a signal), else "... dB"; ``sqnr`` a number or JSON's ``"inf"``."""
+    sqnr = float(sqnr)
     if math.isfinite(sqnr):
         return f"{sqnr:.{digits}f} dB"
     return "exact" if sqnr > 0 else "no SQNR (the float output is zero)"
+
+
+def sqnr_label(sqnr, digits: int = 2) -> str:
+    """An output's SQNR in a report line: :data:`EXACT` (inf), :data:`ZERO_FLOAT` (-inf), else
+    "SQNR ... dB"; ``sqnr`` a number or JSON's ``"inf"`` / ``"-inf"``."""
+    sqnr = float(sqnr)
+    if math.isfinite(sqnr):
+        return f"SQNR {sqnr:.{digits}f} dB"
+    return EXACT if sqnr > 0 else ZERO_FLOAT
+
+
+def sqnr_span(low, high, digits: int = 1) -> str:
+    """The ends of an SQNR interval, "low to high" in dB figures, an infinite end in words
+    ("exact": some resamples reproduce the output exactly)."""
+    def end(v):
+        v = float(v)
+        return f"{v:.{digits}f}" if math.isfinite(v) else ("exact" if v > 0 else "no SQNR")
+    return f"{end(low)} to {end(high)}"

@@ -27,13 +27,14 @@ import keras
 import numpy as np
 
 from cle._core import keras_internals as internals
+from cle._math.json_numbers import EXACT, ZERO_FLOAT, sqnr_label, sqnr_span
 from cle._math.json_numbers import json_number  # noqa: F401 (here before)
 from cle._measure import losses as _losses
 from cle._measure.ties import CLOSE_LEAD, close_calls, idle_top1  # noqa: F401 (here before)
 from cle._measure import tails as _tails
 
-__all__ = ["MIN_CLASSES", "OutputCheck", "check_outputs", "close_calls", "compare_verdict",
-           "compiled_kinds", "declared_kinds", "sqnr_gain", "sqnr_interval",
+__all__ = ["EXACT", "MIN_CLASSES", "OutputCheck", "ZERO_FLOAT", "check_outputs", "close_calls",
+           "compare_verdict", "compiled_kinds", "declared_kinds", "sqnr_gain", "sqnr_interval",
            "estimate_caveat", "guessed_scores", "idle_top1", "json_number", "output_kinds",
            "output_names", "held_out_caveats", "poor_outputs", "rough_figures", "spread_inputs",
            "sqnr_with_clipping", "undeclared_scores"]
@@ -61,11 +62,6 @@ INTERVAL = 0.9
 BOOTSTRAP = 2000
 #: Fewer inputs than this get no interval.
 MIN_INTERVAL = 4
-#: What a report says of an output the file reproduces exactly (an infinite SQNR).
-EXACT = "exact (the file reproduces it: no quantization error)"
-#: What a check says of an output that is zero in float on every check input and not in the file.
-ZERO_FLOAT = ("no SQNR: the float output is zero on every check input and the file's is not "
-              "(its error has no signal to be measured against)")
 
 
 #: An interval narrower than this (dB): every check input read the same figure (said).
@@ -288,12 +284,9 @@ class OutputCheck:
 
     def text(self) -> str:
         top1 = f"top-1 agreement {self.top1_agreement:.1%}, " if self.class_scores else ""
-        if not math.isfinite(self.sqnr_db):  # exact, or zero in float: no SQNR to bound
-            return top1 + (EXACT if self.sqnr_db > 0 else ZERO_FLOAT)
-        interval = "" if self.sqnr_interval is None else (
-            f" ({INTERVAL:.0%} interval {self.sqnr_interval[0]:.1f} to "
-            f"{self.sqnr_interval[1]:.1f})")
-        return f"{top1}SQNR {self.sqnr_db:.2f} dB{interval}"
+        bound = self.sqnr_interval is not None and math.isfinite(self.sqnr_db)
+        interval = f" ({INTERVAL:.0%} interval {sqnr_span(*self.sqnr_interval)})" if bound else ""
+        return f"{top1}{sqnr_label(self.sqnr_db)}{interval}"
 
     def to_dict(self) -> dict:
         return {"output": self.name, "kind": self.kind, "sqnr_db": self.sqnr_db,

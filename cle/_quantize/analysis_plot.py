@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import math
 
+from cle._math.json_numbers import sqnr_words
 from cle._quantize.analysis_report import output_figures
 
 __all__ = ["plot", "render"]
@@ -43,7 +44,7 @@ def _sqnr_panel(ax, report, worst, depth):
     for k, o in enumerate(outputs):  # one dashed line per output
         what = "the model's output" if o["output"] is None else f"output '{o['output']}'"
         ax.axhline(o["sqnr_db"], color=_OUTPUT, linestyle=("--", ":", "-.")[k % 3],
-                   linewidth=1.2, label=f"{what}: {o['sqnr_db']:.1f} dB")
+                   linewidth=1.2, label=f"{what}: {sqnr_words(o['sqnr_db'])}")
     for layer in worst:
         ax.axvline(layer.depth, color="0.8", linewidth=5, zorder=0)
     ax.set_ylabel("SQNR against float (dB)\nhigher is better")
@@ -126,7 +127,7 @@ def render(report, n: int = 5, title: str | None = None, note: str | None = None
     fig.suptitle(title or "Where the INT8 error comes from, layer by layer", fontsize=12)
     figures = (output_figures(report.output, 1) if len(report.outputs) < 2 else
                f"{len(report.outputs)} outputs, lowest SQNR "
-               f"{min(o['sqnr_db'] for o in report.outputs):.1f} dB")
+               f"{sqnr_words(min(float(o['sqnr_db']) for o in report.outputs))}")
     top.set_title(
         f"INT8 weights {'per-channel' if t['per_channel'] else 'per-tensor'}; output on "
         f"{report.n_check} {report.check_inputs}: {figures}; "

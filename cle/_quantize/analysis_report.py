@@ -7,8 +7,7 @@ import dataclasses
 import math
 from typing import Any
 
-from cle._math.json_numbers import json_number
-from cle._measure.check import EXACT, ZERO_FLOAT
+from cle._math.json_numbers import json_number, sqnr_label, sqnr_words
 from cle._quantize import analysis_stats
 
 __all__ = ["AnalysisReport", "LayerReport", "output_figures"]
@@ -19,9 +18,7 @@ def output_figures(output: dict, digits: int = 2) -> str:
     """"top-1 agreement …, SQNR … dB" of the model's output, the top-1 agreement only for
     class scores (it is None or NaN for other outputs)."""
     top1 = output.get("top1_agreement")
-    value = output["sqnr_db"]
-    sqnr = (EXACT if value in (math.inf, "inf") else ZERO_FLOAT if value in (-math.inf, "-inf")
-            else f"SQNR {value:.{digits}f} dB")
+    sqnr = sqnr_label(output["sqnr_db"], digits)
     return sqnr if top1 is None or math.isnan(top1) else f"top-1 agreement {top1:.1%}, {sqnr}"
 
 @dataclasses.dataclass
@@ -90,9 +87,7 @@ class LayerReport:
 
 
 def _fmt(value) -> str:
-    if value is None:
-        return "-"
-    return f"{value:.1f}" if math.isfinite(value) else ("inf" if value > 0 else "-inf")
+    return "-" if value is None else sqnr_words(value)
 
 
 @dataclasses.dataclass
@@ -174,9 +169,9 @@ class AnalysisReport:
             share = (f"{layer.share:.0%}" if math.isfinite(layer.share) else
                      "quantized alone, it makes the simulated output non-finite")
             lines.append(f"  {k}. {layer.name} ({layer.kind}): {share}, "
-                         f"{_fmt(layer.output_sqnr_db)} dB; weights "
-                         f"{_fmt(layer.weight_sqnr_db)} dB, activations "
-                         f"{_fmt(layer.activation_sqnr_db)} dB")
+                         f"{_fmt(layer.output_sqnr_db)}; weights "
+                         f"{_fmt(layer.weight_sqnr_db)}, activations "
+                         f"{_fmt(layer.activation_sqnr_db)}")
             lines.append(f"     {layer.reason}")
         for name, why in self.unmatched:
             lines.append(f"not analysed: {name}: {why}")

@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 
+from cle._math.json_numbers import sqnr_words
 from cle._tflite import converter as tflite
 from cle._tflite.flatgraph import FlatGraph
 
@@ -159,5 +160,6 @@ def reason(layer, per_channel: bool) -> str:
     own = layer.activation_sqnr_db if main == "activations" else layer.weight_sqnr_db
     if own is not None and np.isfinite(own) and own - layer.output_sqnr_db >= 10:
         text += (f"; the layers after it amplify it (its own output is at {own:.1f} dB, the "
-                 f"model's output with it alone quantized at {layer.output_sqnr_db:.1f} dB)")
+                 f"model's output with it alone quantized at "
+                 f"{sqnr_words(layer.output_sqnr_db)})")
     return text

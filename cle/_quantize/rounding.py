@@ -32,6 +32,7 @@ import numpy as np
 from cle._core.graph import calls_leading_to, graph_view, is_plain_call, run_call
 from cle._core.layouts import bias_on_wrong_axis, layout_of, untouchable_reason
 from cle._math import rounding as R
+from cle._math.json_numbers import sqnr_words
 from cle._math.moments import column_blocks, moments, numpy_gram
 from cle._quantize.layer_parts import (KINDS, NOT_ROUNDED, channels_last, depthwise_out,
                                        kind_of, parts)
@@ -75,8 +76,7 @@ class RoundedLayer:
             output with both kernels rounded to nearest.
         sqnr_db: the same with the rounding chosen (and its bias).
         seconds: time spent on the layer.
-        bits: the grid's bits of this layer (8 for a kernel kept wide: see
-            :func:`round_model`'s ``wide_share``).
+        bits: the grid's bits of this layer (8 for a kernel kept wide: ``wide_share``).
         reason: why the kernel was rounded on blocks of its inputs (its fan-in over
             :data:`MAX_FAN_IN`), or None when it was rounded on its whole statistics.
     """
@@ -95,7 +95,7 @@ class RoundedLayer:
         if self.sqnr_db is None:
             return f"{self.layer} ({self.kind} {'x'.join(map(str, self.shape))}){why}"
         return (f"{self.layer} ({self.kind} {'x'.join(map(str, self.shape))}): output SQNR "
-                f"{self.sqnr_nearest_db:.1f} dB to nearest -> {self.sqnr_db:.1f} dB, "
+                f"{sqnr_words(self.sqnr_nearest_db)} to nearest -> {sqnr_words(self.sqnr_db)}, "
                 f"{self.seconds:.1f} s{why}")
 
 

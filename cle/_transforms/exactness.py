@@ -100,11 +100,13 @@ def guard(view, prepared, clones, bypass, edited, x, what: str):
     producer = internals.producer_of(model.outputs[k])
     name = getattr(producer, "name", None) or f"output {k}"
     where = first_divergence(view, prepared, clones, bypass, edited, probe[:WALK_INPUTS])
+    apart = (f"at {worst:.1f} dB from the input model's" if math.isfinite(worst) else
+             "zero in the input model and not in the prepared one")
     raise NotExactError(
         f"the prepared float model does not compute what model '{model.name}' computes "
-        f"after {what}: output '{name}' is at {worst:.1f} dB from the input model's (the guard "
-        f"asks for at least {GUARD_DB:g} dB); {where}. This is a bug of keras-cle: please "
-        "report it with the model")
+        f"after {what}: output '{name}' is {apart} (the guard asks for at least "
+        f"{GUARD_DB:g} dB); {where}. This is a bug of keras-cle: please report it with the "
+        "model")
 
 
 def _relative(a, b) -> float:
