@@ -33,6 +33,7 @@ from cle._core.inputs import ModelInputs, input_signatures, integer_inputs
 from cle._core.keras_internals import sublayers
 from cle._core.rebuild import flattened
 from cle._math.json_numbers import sqnr_words
+from cle._measure import bn_moments
 from cle._measure.check import guessed_scores
 
 EPS = 1e-5
@@ -41,6 +42,11 @@ CE_WEIGHT = 0.05
 STEPS, BATCH, LEARNING_RATE = 20, 20, 0.25
 #: Input ranges wider than this scale Adam's step by ``width / WIDE_RANGE``.
 WIDE_RANGE = 8.0
+#: A model whose batch norms still hold this share of Keras' starting statistics or more
+#: (the median over them, :func:`cle._measure.bn_moments.start_weight`) is refused without data:
+#: the distillation would match statistics that describe no data (a NASNet trained a few steps
+#: at its batch norms' momentum of 0.9997, CHANGELOG).
+MAX_START_WEIGHT = 0.98
 
 
 class NeedsData(ValueError):
@@ -156,6 +162,7 @@ def check_distillable(model):
         raise NeedsData(f"model '{model.name}' has no BatchNormalization layer whose statistics "
                         "could shape synthetic inputs" + _unreached(flat))
     _stats(bns)
+    _refuse_unsettled(model, bns)
     integers = integer_inputs(model)
     if integers:  # token ids, raw 8-bit pixels: no gradient reaches them
         raise NeedsData(
@@ -181,6 +188,21 @@ def check_distillable(model):
                 f"synthetic inputs need a fixed input size; model input '{name}' is (N, "
                 f"{', '.join('?' if d is None else str(d) for d in shape)})")
     return bns, signatures
+
+
+def _refuse_unsettled(model, bns):
+    """Raise :class:`NeedsData` when ``model``'s batch norms hold :data:`MAX_START_WEIGHT` of
+    their starting statistics or more (a model trained a few steps at a high momentum)."""
+    steps = bn_moments.training_steps(model)
+    share = float(np.median([bn_moments.start_weight(bn, steps) for bn, _ in bns]))
+    if share >= MAX_START_WEIGHT:
+        momentum = float(np.median([bn.momentum for bn, _ in bns]))
+        raise NeedsData(
+            f"model '{model.name}' was trained for {steps} steps, and at a momentum of "
+            f"{momentum:g} its batch norms' moving statistics still hold {share:.1%} of Keras' "
+            "starting values (mean 0, variance 1; the median over its "
+            f"{len(bns)} batch norms): they say too little of what its activations were in "
+            "training for synthetic inputs to be distilled from them")
 
 
 def _stats(bns):
