@@ -7,8 +7,6 @@ import shlex
 import sys
 import time
 
-from cle._math.json_numbers import sqnr_span, sqnr_words
-
 __all__ = ["ANALYSIS_PNG", "DEFAULT_CALIBRATION", "DEFAULT_IMAGES", "DEFAULT_OUT_DIR", "FILES",
            "MATPLOTLIB_HINT", "MODEL_FILE", "PHOTOS_DIR", "ROWS", "check_cell", "default_warn",
            "matplotlib_available", "run_demo"]
@@ -206,6 +204,8 @@ def _analysis(model, x_cal, kinds, out_dir, step, commands, warn, has_mpl, build
 
 
 def _fmt_interval(row):
+    from cle._math.json_numbers import sqnr_span, sqnr_words  # numpy: not at --help
+
     low_high = row.get("sqnr_interval")
     text = sqnr_words(row["sqnr_db"]).removesuffix(" dB")
     return text + (f" ({sqnr_span(*low_high)})" if low_high else "")
@@ -213,6 +213,8 @@ def _fmt_interval(row):
 
 def check_cell(check):
     """What a ``cle quantize`` call's own check said, as the demo's table gives it."""
+    from cle._math.json_numbers import sqnr_words  # numpy: not at --help
+
     if check is None:
         return "-"
     return f"{sqnr_words(check['sqnr_db'])} on {check['n']} {check['on']}"
