@@ -12,7 +12,10 @@ tried in this order for each input:
    chain exists to map pixel values to a normalized range, so each candidate input range
    (0..255, [0, 1], [−1, 1]) is scored by what the chain makes of it: about unit scale around
    0 (``|log(width / 2.5)| + max(0, |centre| − width/2) / width``). The best candidate is taken
-   when it scores :data:`PRE_MARGIN` better than the next.
+   when it scores :data:`PRE_MARGIN` better than the next. First, a chain that scales every
+   channel alike and maps 0 to the lower end of [0, 1] or [−1, 1] gives ``[0, top]``, what it
+   maps onto that range, where ``top`` is no candidate's (raw counts 0..16 through
+   ``Rescaling(1/16)``: :func:`_from_zero`).
 2. **The first batch norm** whose input depends on this input alone, when the path ``f`` to it
    is affine (a ReLU on the way makes it "cannot tell"). Its moving mean is, per channel,
    ``μ_o = h_o + Σ_c G[c, o] m_c`` (``h``, ``G``: spatial means of ``f(0)`` and of
@@ -319,6 +322,23 @@ def _chain_score(A, b, lo, hi):
     return float(np.mean(s))
 
 
+def _from_zero(A, b):
+    """``(top, "[0, 1]" or "[-1, 1]")`` when the affine chain ``A x + b`` scales each channel
+    alike (a diagonal ``A``, one positive scale) and maps 0 to the lower end of [0, 1] or of
+    [−1, 1]: the input range is then ``[0, top]``, the values the chain maps onto that range
+    (``Rescaling(1/16)`` on raw counts 0..16: the candidates' scores would take 0..255 for
+    them, and every activation range came out over ten times too wide). Else None."""
+    scale = np.diag(A)
+    if not (scale > 0).all() or not np.allclose(A, np.diag(scale), atol=1e-6 * scale.max()):
+        return None
+    if not np.isclose(scale.min(), scale.max(), rtol=1e-3):
+        return None
+    for low, target in ((0.0, "[0, 1]"), (-1.0, "[-1, 1]")):
+        if np.allclose(b, low, atol=1e-6 * max(1.0, abs(low))):
+            return float((1.0 - low) / scale.mean()), target
+    return None
+
+
 def _chain_answer(graph, index, shape, axis, name, rng):
     ends, names = _chain(graph, index)
     for k in range(len(ends), 0, -1):
@@ -332,12 +352,17 @@ def _chain_answer(graph, index, shape, axis, name, rng):
     b, A = means[0], (means[1:] - means[0]).T
     if A.shape[0] != c or (np.allclose(A, np.eye(c), atol=1e-6) and np.allclose(b, 0, atol=1e-6)):
         return None  # the identity, or a chain that changes the channels: says nothing
+    layers = " → ".join(names[:k])
+    top = _from_zero(A, b)
+    if top is not None and not any(np.isclose(top[0], hi, rtol=0.01)
+                                   for lo, hi in PRE_CANDIDATES.values()):
+        return InputRange(name, 0.0, top[0], f"its preprocessing layers ({layers}) map [0, "
+                          f"{top[0]:.4g}] onto {top[1]}")
     scores = {cand: _chain_score(A, b, *r) for cand, r in PRE_CANDIDATES.items()}
     order = sorted(scores, key=scores.get)
     if scores[order[1]] - scores[order[0]] < PRE_MARGIN:
         return None
     lo, hi = PRE_CANDIDATES[order[0]]
-    layers = " → ".join(names[:k])
     return InputRange(name, lo, hi, f"its preprocessing layers ({layers}) expect {order[0]}",
                       convention=order[0])
 
