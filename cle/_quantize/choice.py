@@ -252,10 +252,10 @@ def chooses(build) -> bool:
 def _variant(build, name) -> bytes:
     """Candidate ``name``'s build from cle's equalized model, calibrated on the calibration
     inputs (as cle's build)."""
-    inputs = tensor_roles(build.calibrated)[1]
+    roles = tensor_roles(build.calibrated)
     ranges = [dataclasses.replace(r) for r in build.ranges]
     for r in ranges:
-        as_kind(r, KIND[name], *build.extremes[r.index], inputs)
+        as_kind(r, KIND[name], *build.extremes[r.index], roles[1], roles[3])
     return tflite.quantize_calibrated(tflite.with_ranges(build.calibrated, ranges),
                                       per_channel=build.opts.per_channel,
                                       integer_io=build.opts.integer_io)
@@ -372,7 +372,9 @@ def _logit_clipping(fit, build, reference, kinds, names) -> dict:
         if output_kind != "probabilities" or index is None or index not in build.extremes:
             continue
         lows, highs = fit.extremes(index)
-        noise = {kind: softmax_clipping(r, lows, highs, kind) for kind in set(law.values())}
+        logit = next((t.logit for t in build.ranges if t.index == index), None)
+        noise = {kind: softmax_clipping(r, lows, highs, kind, logit[1] if logit else None)
+                 for kind in set(law.values())}
         for name in names:
             out[name][k] = noise[law[name]]
     return out

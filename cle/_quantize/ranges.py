@@ -11,10 +11,11 @@ from cle._math.order import quantiles
 from cle._tflite import converter as tflite
 from cle._tflite.runtime import input_name
 
-__all__ = ["KINDS", "LOGITS", "MIN_WIDTH", "TAIL", "USUAL_RANGES", "USUAL_SHARE",
-           "WIDEN_INPUTS", "as_kind", "choose_percentile_ranges", "clipping_noise",
-           "expected_clipping", "mse_range", "pick_range", "softmax_clipping", "tail_range",
-           "tensor_roles", "usual_range", "widened"]
+__all__ = ["KINDS", "LOGITS", "LOGIT_WIDENINGS", "MIN_WIDTH", "SOFTMAX_STEPS", "TAIL",
+           "USUAL_RANGES", "USUAL_SHARE", "WIDEN_INPUTS", "as_kind", "choose_percentile_ranges",
+           "clipping_noise", "expected_clipping", "logit_range", "logit_widening", "mse_range",
+           "pick_range", "softmax_clipping", "softmax_floor", "tail_range", "tensor_roles",
+           "usual_range", "widened"]
 
 #: The share of a tensor's values left outside its range on each side (``ranges="percentile"``).
 TAIL = 1e-4
@@ -39,6 +40,11 @@ USUAL_SHARE = 0.9
 #: them), and :data:`TAIL_POINTS` points of the law's tail beyond the range
 #: (:func:`softmax_clipping`).
 LOGIT_TAIL, LOGIT_INPUTS, TAIL_POINTS = 0.125, 32, 256
+#: The logits of a softmax reach the extremes this many times as many inputs as calibrated
+#: them would reach: the one of least expected error (:func:`logit_widening`).
+LOGIT_WIDENINGS = (3.0, 10.0, 30.0, 100.0, 300.0, 1000.0)
+#: The steps of an 8-bit softmax's output (TF Lite fixes its scale at 1/256).
+SOFTMAX_STEPS = 256
 #: Values of a tensor's sample the MSE search uses.
 MSE_SAMPLE = 1 << 18
 _GRID = np.linspace(0.05, 1.0, 39)
@@ -123,8 +129,24 @@ def choose_percentile_ranges(calibrated, x, tensor_ranges, stated, integer_io, s
         pick_range(r, values[r.index], (float(values[r.index][-2]),
                                          float(values[r.index][-1])), roles, stated, integer_io)
         if extremes is not None and r.index in extremes:
+            r.logit = _softmax_logit(r, values[r.index], roles[3], len(x))
             as_kind(r, "tails", *extremes[r.index], roles[1], roles[3])
     return values
+
+
+def _softmax_logit(r, values, logits, n):
+    """``(classes, widening)`` for tensor ``r`` when it holds the logits of a softmax, one
+    vector per input, and ``values`` (:func:`cle._tflite.converter.observe`'s sample of it on
+    ``n`` inputs) holds every one of them (:func:`logit_widening` reads their
+    probabilities); else None (its range is :func:`widened` as any output's)."""
+    op, classes = logits.get(r.index, ("", 0)) if isinstance(logits, dict) else ("", 0)
+    if op != "SOFTMAX" or int(np.prod(r.shape[1:])) != classes or classes < 2:
+        return None
+    if not isinstance(values, np.ndarray) or values.size != n * classes + 2:
+        return None
+    z = np.asarray(values[:-2], np.float64).reshape(n, classes)
+    lo, hi = min(float(z.min()), 0.0), max(float(z.max()), 0.0)
+    return classes, logit_widening(_softmax(z), lo, hi, z.min(axis=1), z.max(axis=1))
 
 
 def tensor_roles(calibrated) -> tuple[set, set, set, set]:
@@ -187,15 +209,18 @@ def as_kind(r, kind: str, lows, highs, inputs, logits=frozenset()) -> None:
     too."""
     if r.how == LOGITS:  # back to the min/max pick_range set
         r.lo, r.hi, r.how = r.calibrated[0], r.calibrated[1], "min/max (decides an output)"
+    logit = getattr(r, "logit", None) if r.index in logits else None
     if kind == "tails":
         if r.how == "min/max (decides an output)" and r.index in logits:
-            r.lo, r.hi = widened(r.lo, r.hi, lows, highs)
+            r.lo, r.hi = (logit_range(r.lo, r.hi, lows, highs, *logit) if logit else
+                          widened(r.lo, r.hi, lows, highs))
             r.how = LOGITS
         return
     if r.how == "percentile":
         r.lo, r.hi, r.how = r.calibrated[0], r.calibrated[1], "min/max (chosen)"
     if kind == "widened" and r.index not in inputs:
-        r.lo, r.hi = widened(r.lo, r.hi, lows, highs)
+        r.lo, r.hi = (logit_range(r.lo, r.hi, lows, highs, *logit) if logit else
+                      widened(r.lo, r.hi, lows, highs))
         r.how = f"{r.how}, widened"
 
 
@@ -206,17 +231,61 @@ def _gumbel(extremes):
     return float(np.mean(extremes)) - np.euler_gamma * scale, scale
 
 
-def widened(lo, hi, lows, highs) -> tuple[float, float]:
-    """``(lo, hi)`` moved out to the extremes :data:`WIDEN_INPUTS` times as many inputs would
-    be expected to reach, by the Gumbel laws fitted to the per-input minima ``lows`` and
-    maxima ``highs`` (the extreme of k times as many inputs is further by scale × ln k); a
-    side at 0 or beyond it (a ReLU's) stays."""
-    shift = np.sqrt(6.0) / np.pi * np.log(WIDEN_INPUTS)  # the scale of _gumbel, × ln k
+def widened(lo, hi, lows, highs, times=WIDEN_INPUTS) -> tuple[float, float]:
+    """``(lo, hi)`` moved out to the extremes ``times`` (:data:`WIDEN_INPUTS`) times as many
+    inputs would be expected to reach, by the Gumbel laws fitted to the per-input minima
+    ``lows`` and maxima ``highs`` (the extreme of k times as many inputs is further by scale ×
+    ln k); a side at 0 or beyond it (a ReLU's) stays."""
+    shift = np.sqrt(6.0) / np.pi * np.log(times)  # the scale of _gumbel, × ln k
     if lo < 0:
         lo = float(lo - shift * np.std(lows))
     if hi > 0:
         hi = float(hi + shift * np.std(highs))
     return lo, hi
+
+
+def softmax_floor(highs, classes) -> float:
+    """The lowest logit of a softmax over ``classes`` that its 8-bit output can tell from a
+    lower one: ln(2 × :data:`SOFTMAX_STEPS` × classes) below the smallest of the per-input
+    largest logits ``highs`` (less :func:`widened`'s margin for new inputs). Raising every
+    logit below it to it moves each probability, and their sum, by less than half a step."""
+    highs = np.asarray(highs, np.float64)
+    margin = np.sqrt(6.0) / np.pi * np.log(WIDEN_INPUTS) * float(np.std(highs))
+    return float(highs.min() - margin - np.log(2.0 * SOFTMAX_STEPS * classes))
+
+
+def logit_range(lo, hi, lows, highs, classes, widening) -> tuple[float, float]:
+    """The range of the logits of a softmax over ``classes`` (one vector per input; ``lo``,
+    ``hi``: their min/max, ``lows``/``highs``: their min and max on each input): up to the
+    extremes ``widening`` times as many inputs would reach (:func:`widened`), and down to
+    :func:`widened`'s lower end but no lower than :func:`softmax_floor` (what lies below it
+    the softmax's output cannot show: a range that reaches there spends its steps on
+    nothing)."""
+    low = min(max(widened(lo, hi, lows, highs)[0], softmax_floor(highs, classes)), 0.0)
+    return low, widened(lo, hi, lows, highs, widening)[1]
+
+
+def logit_widening(probabilities, lo, hi, lows, highs) -> float:
+    """The widening of :data:`LOGIT_WIDENINGS` whose :func:`logit_range` is expected to add
+    the least noise to a softmax's output (``probabilities``: ``(N, classes)`` on the
+    calibration inputs; ``lo``/``hi``, ``lows``/``highs``: its logits' extremes, overall and
+    per input): the rounding of the logits on the range's 8-bit grid (a step² / 12 per
+    logit, through the softmax's Jacobian diag(p) − ppᵀ, whose squared norm is averaged over
+    the calibration inputs) plus the clipping of new inputs' largest logits at its top
+    (:func:`softmax_clipping`'s law). A wider range costs every input a little; a narrower
+    one costs the few inputs beyond it much (a 100-class classifier's new inputs, whose
+    largest logits passed every calibration input's, read a tie of the classes clipped)."""
+    p = np.asarray(probabilities, np.float64)
+    squares = (p ** 2).sum(axis=1)
+    jacobian = float(np.mean(squares - 2.0 * (p ** 3).sum(axis=1) + squares ** 2))
+    best = None
+    for widening in LOGIT_WIDENINGS:
+        low, high = logit_range(lo, hi, lows, highs, p.shape[1], widening)
+        noise = ((high - low) / 255.0) ** 2 / 12.0 * jacobian + _clipped(p, lows, highs, low,
+                                                                          high)
+        if best is None or noise < best[0]:
+            best = (noise, widening)
+    return best[1]
 
 
 def _excess(bound, extremes) -> float:
@@ -263,11 +332,12 @@ def _softmax(z):
     return e / e.sum(axis=-1, keepdims=True)
 
 
-def softmax_clipping(probabilities, lows, highs, kind: str) -> float:
+def softmax_clipping(probabilities, lows, highs, kind: str, widening=None) -> float:
     """The noise energy per new input that the clipping of its logits is expected to add to a
     softmax output (``probabilities``: ``(N, classes)``, the float model's on the calibration
     inputs; ``lows``/``highs``: the logits' min and max on each of them), the logits' range
-    calibrated as ``kind`` (:data:`KINDS`; the logits keep their min/max unless widened).
+    calibrated as ``kind`` (:data:`KINDS`; the logits keep their min/max unless widened: by
+    :func:`logit_range` with ``widening`` where the build chose one, else :func:`widened`).
 
     A new input whose largest logit passes the range has it cut to the range's end, and its
     probabilities move (on a small classifier of signals a few such inputs ruled the error of
@@ -285,7 +355,13 @@ def softmax_clipping(probabilities, lows, highs, kind: str) -> float:
         return 0.0
     lo, hi = min(float(lows.min()), 0.0), max(float(highs.max()), 0.0)
     if kind == "widened":
-        lo, hi = widened(lo, hi, lows, highs)
+        lo, hi = (logit_range(lo, hi, lows, highs, p.shape[1], widening) if widening else
+                  widened(lo, hi, lows, highs))
+    return _clipped(p, lows, highs, lo, hi)
+
+
+def _clipped(p, lows, highs, lo, hi) -> float:
+    """:func:`softmax_clipping` for the logits' range ``[lo, hi]``."""
     location, scale = _gumbel(highs)
     if not scale > 0:
         return 0.0

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from cle._math.json_numbers import json_safe, sqnr_words
-from cle._quantize.ranges import LOGITS, WIDEN_INPUTS
+from cle._quantize.ranges import LOGIT_WIDENINGS, LOGITS, WIDEN_INPUTS
 
 __all__ = ["HELD_OUT", "QuantizeReport"]
 
@@ -134,10 +134,16 @@ class QuantizeReport:
         usual = sorted({(r.lo, r.hi) for r in self.ranges if r.how == "usual range"})
         said = ("; an input whose calibration values nearly span a usual range takes it ("
                 + ", ".join(f"[{lo:g}, {hi:g}]" for lo, hi in usual) + ")") if usual else ""
-        if any(r.how == LOGITS for r in self.ranges):
-            said = (f"; the logits before a softmax are widened past their min/max to the "
-                    f"extremes {WIDEN_INPUTS:g}× as many inputs would be expected to reach"
-                    + said)
+        logits = [r for r in self.ranges if r.how == LOGITS]
+        if logits:
+            chosen = [r.logit[1] for r in logits if getattr(r, "logit", None)]
+            times = sorted(set(chosen) | ({WIDEN_INPUTS} if len(chosen) < len(logits) else set()))
+            said = ("; the logits before a softmax are widened past their min/max to the "
+                    f"extremes {' and '.join(f'{t:g}×' for t in times)} as many inputs would be "
+                    "expected to reach" + (
+                        f" (of {LOGIT_WIDENINGS[0]:g}× to {LOGIT_WIDENINGS[-1]:g}×, the one of "
+                        "least expected error on the calibration inputs, and no lower than "
+                        "the softmax's 8-bit output can show)" if chosen else "") + said)
         narrowed = [r for r in self.ranges if r.how == "percentile"]
         widened = [r for r in self.ranges if r.how.endswith(", widened")]
         if widened:

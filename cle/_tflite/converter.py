@@ -54,6 +54,9 @@ class TensorRange:
     lo: float
     hi: float
     how: str = "min/max"
+    #: ``(classes, widening)`` for the logits of a softmax whose range
+    #: :func:`cle._quantize.ranges.logit_range` sets (None: any other tensor).
+    logit: tuple | None = None
 
 
 def _representative(x, by_name):
@@ -342,24 +345,27 @@ def softmax_logits(calibrated: bytes) -> list:
     return [found[k] for k in keras_output_order(names, inputs)]
 
 
-def logit_indices(calibrated: bytes) -> set:
-    """The tensors that hold the logits of an output's softmax (or sigmoid): the input of the
-    SOFTMAX or LOGISTIC an output is (walking back through ops that only move values around
-    or change their type), and back from it through such ops. Not a tensor before an output
-    that is a reshape alone (its range is the output's)."""
+def logit_indices(calibrated: bytes) -> dict:
+    """``{tensor: (op, classes)}`` for the tensors that hold the logits of an output's softmax
+    (or sigmoid): the input of the SOFTMAX or LOGISTIC (``op``) an output is (walking back
+    through ops that only move values around or change their type), and back from it through
+    such ops; ``classes``: the size of the softmax's axis (the last), 1 for a sigmoid. Not a
+    tensor before an output that is a reshape alone (its range is the output's)."""
     obj = _object(calibrated)
     producer = _producers(obj)
-    found = set()
+    found = {}
     for t in (int(i) for i in obj.subgraphs[0].outputs):
-        kind, inputs = _back(producer, t)
-        if kind not in ("SOFTMAX", "LOGISTIC") or not inputs:
+        op, inputs = _back(producer, t)
+        if op not in ("SOFTMAX", "LOGISTIC") or not inputs:
             continue
         t = inputs[0]  # the logits, and back from them past the same ops
-        found.add(t)
+        shape = obj.subgraphs[0].tensors[t].shape
+        classes = int(shape[-1]) if op == "SOFTMAX" and shape is not None and len(shape) else 1
+        found[t] = (op, classes)
         kind, inputs = producer.get(t, ("", []))
         while kind in _SAME_VALUES and inputs:
             t = inputs[0]
-            found.add(t)
+            found[t] = (op, classes)
             kind, inputs = producer.get(t, ("", []))
     return found
 
