@@ -14,6 +14,8 @@ from cle._measure import check as C
 from cle._quantize import choice as _choice
 from cle._quantize import ranges as R
 
+from conftest import no_tflite_on_torch
+
 L = keras.layers
 
 
@@ -330,6 +332,7 @@ def test_a_classifiers_logits_reach_as_far_as_the_least_expected_error():
                             z.max(axis=1)) == R.LOGIT_WIDENINGS[0] == R.WIDEN_INPUTS
 
 
+@no_tflite_on_torch
 def test_a_classifier_head_gets_its_logits_range_and_other_logits_the_widened_one():
     """End to end: the logits of a classifier's softmax (one vector per input) take
     :func:`logit_range` at the widening :func:`logit_widening` measured, named in the report;
@@ -350,10 +353,28 @@ def test_a_classifier_head_gets_its_logits_range_and_other_logits_the_widened_on
     logits = [r for r in builds[0].ranges if r.how == R.LOGITS]
     measured = [r for r in logits if r.logit]
     assert len(logits) == 3 and len(measured) == 1 and measured[0].logit[0] == 20
-    assert measured[0].logit[1] in R.LOGIT_WIDENINGS
+    (r,) = measured
+    assert r.logit[1] in R.LOGIT_WIDENINGS and r.lo <= 0.0 and r.hi > r.calibrated[1]
     assert f"of {R.LOGIT_WIDENINGS[0]:g}× to {R.LOGIT_WIDENINGS[-1]:g}×" in report.summary()
 
 
+def test_logits_the_softmax_is_not_the_only_reader_of_keep_the_widened_range():
+    """helper-29's review: logits that are also a model output, or read by another op, serve
+    more than the softmax: no floor cut below what the softmax shows (classes 0: the widened
+    range, as any output's)."""
+    from cle._tflite import converter as T
+
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((8,))
+    z = L.Dense(50)(L.Dense(16, activation="relu")(inp))
+    x = np.random.default_rng(0).normal(size=(8, 8)).astype("f4")
+    alone = T.logit_indices(T.calibrate(keras.Model(inp, L.Softmax()(z)), x))
+    shared = T.logit_indices(T.calibrate(keras.Model(inp, [z, L.Softmax()(z)]), x))
+    assert list(alone.values()) == [("SOFTMAX", 50)]
+    assert list(shared.values()) == [("SOFTMAX", 0)]
+
+
+@no_tflite_on_torch
 def test_a_wider_reach_for_a_100_class_head_reads_closer_on_new_inputs():
     """hunt6's grayscale classifier of 100 classes: seven of 192 new inputs had a largest
     logit above every calibration input's, the clipped logits read as a tie, and the file

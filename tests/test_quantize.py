@@ -455,9 +455,11 @@ def _softmax_net():
                  "note)")
 def test_logits_before_a_softmax_are_never_narrowed():
     """The tensor that decides the top class is the softmax's input: it is not clipped to its
-    tails. cle's build widens it past its min/max (new inputs whose largest logit passes the
-    range move their probabilities), by the law the widened ranges use; the output keeps its
-    min/max."""
+    tails. cle's build widens its top past its max (new inputs whose largest logit passes the
+    range move their probabilities), by the law the widened ranges use, as far as the least
+    expected error says (:func:`cle._quantize.ranges.logit_widening`); its bottom reaches at
+    least as far as what the softmax's 8-bit output shows (here further: its min/max, widened);
+    the output keeps its min/max."""
     from cle._quantize import ranges as R
 
     model = _softmax_net()
@@ -470,7 +472,7 @@ def test_logits_before_a_softmax_are_never_narrowed():
     outputs = [r for r in report.ranges if r.index in protected and r.how == "min/max (output)"]
     assert len(logits) == 1 and outputs
     (r,) = logits
-    assert r.lo < min(r.calibrated[0], 0.0) and r.hi > r.calibrated[1]
+    assert r.lo < min(r.calibrated[0], 0.0) and r.hi > r.calibrated[1] and r.logit[0] == 200
     assert all((o.lo, o.hi) == o.calibrated for o in outputs)
     assert "the logits before a softmax are widened past their min/max" in report.summary()
 

@@ -1221,8 +1221,9 @@ def test_an_output_zero_in_float_and_not_in_the_file_says_so():
         "exact on 16 held-out photos")
     assert _fmt_interval({"sqnr_db": 20.04, "sqnr_interval": [18.0, math.inf]}) == (
         "20.0 (18.0 to exact)")
-    assert [_fmt(v) for v in (math.inf, -math.inf, None, 3.21)] == [
-        "exact", "no SQNR (the float output is zero)", "-", "3.2 dB"]
+    assert [_fmt(v) for v in (math.inf, -math.inf, None, 3.21, math.nan)] == [
+        "exact", "no SQNR (a zero or non-finite output)", "-", "3.2 dB", "no figure"]
+    assert C.OutputCheck("y", "values", math.nan).text() == "no SQNR figure"  # not "nan dB"
 
 
 def test_no_choice_without_data_or_off_the_default_route(net):

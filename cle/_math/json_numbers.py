@@ -42,8 +42,11 @@ def json_number(value):
 
 def sqnr_words(sqnr, digits: int = 1) -> str:
     """An SQNR in a sentence: "exact" (inf: no error), "no SQNR (the float output is zero)"
-    (-inf: an error without a signal), else "... dB"; ``sqnr`` a number or JSON's ``"inf"``."""
+    (-inf: an error without a signal), "no figure" (NaN), else "... dB"; ``sqnr`` a number or
+    JSON's ``"inf"``."""
     sqnr = float(sqnr)
+    if sqnr != sqnr:
+        return "no figure"
     if math.isfinite(sqnr):
         return f"{sqnr:.{digits}f} dB"
     return "exact" if sqnr > 0 else "no SQNR (the float output is zero)"
@@ -51,8 +54,10 @@ def sqnr_words(sqnr, digits: int = 1) -> str:
 
 def sqnr_label(sqnr, digits: int = 2) -> str:
     """An output's SQNR in a report line: :data:`EXACT` (inf), :data:`ZERO_FLOAT` (-inf), else
-    "SQNR ... dB"; ``sqnr`` a number or JSON's ``"inf"`` / ``"-inf"``."""
+    "SQNR ... dB" ("no SQNR figure" for NaN); ``sqnr`` a number or JSON's ``"inf"``/``"-inf"``."""
     sqnr = float(sqnr)
+    if sqnr != sqnr:
+        return "no SQNR figure"
     if math.isfinite(sqnr):
         return f"SQNR {sqnr:.{digits}f} dB"
     return EXACT if sqnr > 0 else ZERO_FLOAT
@@ -60,8 +65,10 @@ def sqnr_label(sqnr, digits: int = 2) -> str:
 
 def sqnr_span(low, high, digits: int = 1) -> str:
     """The ends of an SQNR interval, "low to high" in dB figures, an infinite end in words
-    ("exact": some resamples reproduce the output exactly)."""
+    ("exact": some resamples reproduce the output exactly; "no figure" for NaN)."""
     def end(v):
         v = float(v)
+        if v != v:
+            return "no figure"
         return f"{v:.{digits}f}" if math.isfinite(v) else ("exact" if v > 0 else "no SQNR")
     return f"{end(low)} to {end(high)}"

@@ -469,7 +469,8 @@ def estimate_caveat() -> str:
     """What every check without real data says of its own figures."""
     return (f"no real data was seen: the check's figures are an estimate from synthetic inputs; "
             f"on real inputs they have read up to {SYNTHETIC_OVERSHOOT_DB:g} dB lower in SQNR "
-            "(and lower in top-1 agreement) on the models measured for the documentation; "
+            "(and lower in top-1 agreement) on the models measured for the documentation and "
+            "its hunts for failures; "
             "check on your own inputs, or give calibration data")
 
 

@@ -339,6 +339,28 @@ def _from_zero(A, b):
     return None
 
 
+def _zero_based(graph, index, shape, axis, name, rng, layers, top, onto):
+    """The input range a chain :func:`_from_zero` read gives: ``[0, top]``; but a chain that
+    maps 0 to 0 maps ``[-top, top]`` onto [−1, 1] as well (``Rescaling(1/80)`` on a spectrogram
+    in decibels, −80..0), and the first batch norm's fit (:func:`bn_fit`) decides between the
+    two by the centre it fits (the fit's centre, from the moving means, is surer than its
+    width on inputs unlike photos: raw digit counts fit [−7, 20]); without one the range is a
+    guess ("unsure", refused as any guess is)."""
+    said = f"its preprocessing layers ({layers}) map [0, {top:.4g}] onto {onto}"
+    if onto != "[0, 1]":
+        return InputRange(name, 0.0, top, said)
+    fit, why, _ = bn_fit(graph, index, shape, axis, rng)
+    if fit is None:
+        return InputRange(name, -top, top, f"{said} and [-{top:.4g}, {top:.4g}] onto [-1, 1], "
+                          f"and {why}", sure=False)
+    if (fit[0] + fit[1]) / 2 < top / 4:  # the centre nearer [-top, top]'s than [0, top]'s
+        return InputRange(name, -top, top, f"its preprocessing layers ({layers}) map "
+                          f"[-{top:.4g}, {top:.4g}] onto [-1, 1] (its first batch norm's "
+                          f"statistics fit [{fit[0]:.3g}, {fit[1]:.3g}])")
+    return InputRange(name, 0.0, top, f"{said} (its first batch norm's statistics fit "
+                      f"[{fit[0]:.3g}, {fit[1]:.3g}])")
+
+
 def _chain_answer(graph, index, shape, axis, name, rng):
     ends, names = _chain(graph, index)
     for k in range(len(ends), 0, -1):
@@ -356,8 +378,7 @@ def _chain_answer(graph, index, shape, axis, name, rng):
     top = _from_zero(A, b)
     if top is not None and not any(np.isclose(top[0], hi, rtol=0.01)
                                    for lo, hi in PRE_CANDIDATES.values()):
-        return InputRange(name, 0.0, top[0], f"its preprocessing layers ({layers}) map [0, "
-                          f"{top[0]:.4g}] onto {top[1]}")
+        return _zero_based(graph, index, shape, axis, name, rng, layers, *top)
     scores = {cand: _chain_score(A, b, *r) for cand, r in PRE_CANDIDATES.items()}
     order = sorted(scores, key=scores.get)
     if scores[order[1]] - scores[order[0]] < PRE_MARGIN:

@@ -87,7 +87,10 @@ class LayerReport:
 
 
 def _fmt(value) -> str:
-    return "-" if value is None else sqnr_words(value)
+    if value is None:
+        return "-"
+    # -inf here: no signal, or a simulated output made non-finite by the layer (analysis._db)
+    return "no SQNR (a zero or non-finite output)" if value == -math.inf else sqnr_words(value)
 
 
 @dataclasses.dataclass

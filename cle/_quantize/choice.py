@@ -115,7 +115,8 @@ WIDENED = "cle, widened ranges"
 SAID = {"cle": "cle's build (activation ranges at their tails)",
         "cle, min/max ranges": "cle's equalized model with min/max activation ranges",
         WIDENED: "cle's equalized model with min/max activation ranges widened to the "
-                 f"extremes {WIDEN_INPUTS:g} times as many inputs would reach",
+                 f"extremes {WIDEN_INPUTS:g} times as many inputs would reach (a classifier's "
+                 "softmax logits as in cle's build)",
         "plain": "the float model straight into TF Lite's converter"}
 
 

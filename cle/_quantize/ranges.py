@@ -149,10 +149,11 @@ def _softmax_logit(r, values, logits, n):
     return classes, logit_widening(_softmax(z), lo, hi, z.min(axis=1), z.max(axis=1))
 
 
-def tensor_roles(calibrated) -> tuple[set, set, set, set]:
+def tensor_roles(calibrated) -> tuple[set, set, set, dict]:
     """``(protected, inputs, outputs, logits)``: the indices of the tensors that keep min/max
     (:func:`cle._tflite.converter.protected_indices`), of the inputs, of the outputs, and of
-    the logits of a softmax or sigmoid output (:func:`cle._tflite.converter.logit_indices`)."""
+    the logits of a softmax or sigmoid output (:func:`cle._tflite.converter.logit_indices`:
+    ``{index: (op, classes)}``)."""
     protected, inputs = tflite.protected_indices(calibrated)
     return (protected, inputs, tflite.output_indices(calibrated),
             tflite.logit_indices(calibrated))

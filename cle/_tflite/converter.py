@@ -17,6 +17,7 @@ route is caught.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
 import re
@@ -349,24 +350,32 @@ def logit_indices(calibrated: bytes) -> dict:
     """``{tensor: (op, classes)}`` for the tensors that hold the logits of an output's softmax
     (or sigmoid): the input of the SOFTMAX or LOGISTIC (``op``) an output is (walking back
     through ops that only move values around or change their type), and back from it through
-    such ops; ``classes``: the size of the softmax's axis (the last), 1 for a sigmoid. Not a
-    tensor before an output that is a reshape alone (its range is the output's)."""
+    such ops; ``classes``: the size of the softmax's axis (the last), 1 for a sigmoid, and 0
+    for a tensor the chain to the softmax is not the only reader of (a model output, or read
+    by another op too: what its other readers need is not the softmax's). Not a tensor before
+    an output that is a reshape alone (its range is the output's)."""
     obj = _object(calibrated)
+    graph = obj.subgraphs[0]
     producer = _producers(obj)
+    outputs = [int(i) for i in graph.outputs]
+    readers = collections.Counter(int(i) for op in graph.operators
+                                  for i in (op.inputs if op.inputs is not None else []))
     found = {}
-    for t in (int(i) for i in obj.subgraphs[0].outputs):
+    for t in outputs:
         op, inputs = _back(producer, t)
         if op not in ("SOFTMAX", "LOGISTIC") or not inputs:
             continue
         t = inputs[0]  # the logits, and back from them past the same ops
-        shape = obj.subgraphs[0].tensors[t].shape
+        shape = graph.tensors[t].shape
         classes = int(shape[-1]) if op == "SOFTMAX" and shape is not None and len(shape) else 1
-        found[t] = (op, classes)
-        kind, inputs = producer.get(t, ("", []))
-        while kind in _SAME_VALUES and inputs:
-            t = inputs[0]
-            found[t] = (op, classes)
+        while True:
+            alone = readers[t] == 1 and t not in outputs and classes
+            found[t] = (op, classes if alone else 0)
+            classes = classes if alone else 0  # earlier tensors feed that other reader too
             kind, inputs = producer.get(t, ("", []))
+            if kind not in _SAME_VALUES or not inputs:
+                break
+            t = inputs[0]
     return found
 
 
