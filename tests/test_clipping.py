@@ -271,10 +271,10 @@ def test_softmax_clipping_weighs_the_range_and_the_spread_of_the_logits():
 def test_a_softmax_outputs_interval_reaches_down_to_its_clipped_logits():
     """End to end, with data, on a softmax classifier: the check's interval on its output
     reaches down to the figure with the clipping of the logits new inputs are expected to
-    bring (the written build's, and the plain conversion's for ``compare``), and the choice
-    compares the figures with it (hunt6 re-run: blind to it, the choice wrote a digits
-    classifier's plain conversion, 31.8 dB on new inputs, where cle's build had read 37.7);
-    a value output's is its own expected clipping, as before."""
+    bring (the written build's, and the plain conversion's for ``compare``), weighed by no
+    choice (weighed, the law's pessimism wrote a build 1.3 dB below the plain conversion on
+    new inputs: hunt6's hard-swish classifier); a value output's is its own expected clipping,
+    as before."""
     rng = np.random.default_rng(6)
     inp = keras.Input((8,), name="x")
     h = L.Dense(16, activation="relu")(inp)
@@ -294,8 +294,7 @@ def test_a_softmax_outputs_interval_reaches_down_to_its_clipped_logits():
     assert expected < report.outputs[0].sqnr_db
     assert report.outputs[0].sqnr_interval[0] <= expected + 1e-9
     compared = report.choice.expected[report.choice.written][0]  # what the choice weighed
-    assert compared == pytest.approx(expected) and compared < report.choice.crossfit[
-        report.choice.written][0]
+    assert compared == pytest.approx(report.choice.crossfit[report.choice.written][0])
     # the value output's is its own expected clipping, as before
     assert fit["clipping"][1] == pytest.approx(R.expected_clipping(
         fit["reference"][1], R.KINDS[1] if report.choice.written != "cle, widened ranges"
