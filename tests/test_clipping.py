@@ -336,6 +336,11 @@ def test_a_classifiers_logits_reach_as_far_as_the_least_expected_error():
     z = rng.normal(0.0, 1.0, (64, 10))
     z[:, 0] = 10.0 + rng.normal(0.0, 3.0, 64)  # one class far ahead, its logit spread wide
     assert R.logit_widening(z) == R.LOGIT_WIDENINGS[0] == R.WIDEN_INPUTS
+    # Synthetic inputs (no data) reach less far than real ones: the Gumbel law, which expects
+    # more clipping than the left-out inputs show, stands in for them.
+    rng = np.random.default_rng(3)
+    z = rng.normal(0.0, 1.0, (64, 100)) * rng.gamma(2.0, 2.0, (64, 1))
+    assert R.logit_widening(z) == R.WIDEN_INPUTS < R.logit_widening(z, synthetic=True)
 
 
 @no_tflite_on_torch

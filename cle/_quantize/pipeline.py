@@ -300,7 +300,7 @@ def build_checked(model, calibration_data, opts: QuantizeOptions, say,
     extremes = {}
     content, tensor_ranges, calibrated, values = _timed(
         seconds, "convert", _convert, equalized, inputs.calibration, opts, input_ranges, say,
-        extremes)
+        extremes, x is None)
     int8_size = len(content)
     content, stored = _timed(seconds, "store", weight_stages.store_stage, content, entries, say,
                              opts.target_spec)
@@ -471,7 +471,7 @@ def _equalize(model, view, x, inputs, opts, say):
                             guard_inputs=inputs.calibration)
 
 
-def _convert(equalized, x_cal, opts, input_ranges, say, extremes=None):
+def _convert(equalized, x_cal, opts, input_ranges, say, extremes=None, synthetic=False):
     """``(tflite bytes, tensor ranges, calibrated flatbuffer, sampled values)``: the
     converter's 16x8 mode (no calibrated flatbuffer), or its calibrate step, the chosen ranges
     written in, and its quantize step; the values each tensor took on ``x_cal`` when the
@@ -489,7 +489,7 @@ def _convert(equalized, x_cal, opts, input_ranges, say, extremes=None):
     if percentile:
         stated = {r.name: (r.lo, r.hi) for r in input_ranges} if input_ranges else {}
         values = choose_percentile_ranges(calibrated, x_cal, tensor_ranges, stated,
-                                          opts.integer_io, say, extremes)
+                                          opts.integer_io, say, extremes, synthetic)
         calibrated = tflite.with_ranges(calibrated, tensor_ranges)
     say("quantizing")
     return (tflite.quantize_calibrated(calibrated, per_channel=opts.per_channel,
