@@ -477,6 +477,26 @@ def test_logits_before_a_softmax_are_never_narrowed():
     assert "the logits before a softmax are widened past their min/max" in report.summary()
 
 
+@tensorflow_only("on JAX the exported graph computes this softmax from primitive ops")
+def test_the_logits_reach_is_left_out_inputs_with_data_and_the_law_without(monkeypatch):
+    """With data each calibration input left out in turn says how far the logits reach;
+    without, the synthetic inputs reach less far than real ones and the Gumbel law stands in
+    (helper-31's review: nothing checked which the pipeline asks for)."""
+    from cle._quantize import ranges as R
+
+    asked = []
+    real = R.logit_widening
+    monkeypatch.setattr(R, "logit_widening",
+                        lambda z, synthetic=False: asked.append(synthetic) or real(z, synthetic))
+    model = _softmax_net()
+    x = np.random.default_rng(2).uniform(-1, 1, (24, 16, 16, 3)).astype(np.float32)
+    cle.quantize(model, x, bias_correction="none", ranges="percentile")
+    assert asked and not any(asked)
+    asked.clear()
+    cle.quantize(model, input_range=(-1.0, 1.0), bias_correction="none")
+    assert asked and all(asked)
+
+
 @pytest.mark.parametrize("pool", ["global", "pooling"])
 def test_the_input_of_a_max_pooled_output_keeps_its_min_max(pool):
     """An output that is a max over positions (a feature vector's GlobalMaxPooling, or a

@@ -47,7 +47,7 @@ down to the figure with the clipping of the logits new inputs are expected to br
 (:func:`cle._quantize.ranges.softmax_clipping`, :func:`_logit_clipping`). Weighed in the
 choice, that law (fitted to a few dozen extremes, and pessimistic where their tail is
 light) charged a small classifier's plain conversion for clipping new inputs hardly met, and
-cle's build written read 1.3 dB below it on new inputs (hunt6's hard-swish classifier).
+cle's build written read below it on new inputs (hunt6's hard-swish classifier, CHANGELOG).
 
 Against the plain conversion the burden of proof is cle's: the promise is never to be worse
 than the converter, so cle's build (or its min/max variant) is written only when, cross-fitted

@@ -18,7 +18,11 @@ own calibration, once per part.
 
 What it does not re-fit: the equalized float model (its empirical bias correction was computed
 on the first three quarters), so the inputs of those quarters were seen by the bias
-correction, though not by the ranges of the build that checks them. The held-out quarter's
+correction, though not by the ranges of the build that checks them. Nor the widening of a
+classifier's softmax logits (:func:`cle._quantize.ranges.logit_widening`, ``r.logit``): chosen
+once on every calibration input left out in turn, it is reused by every fold, so a fold's
+inputs had a say in how far its build's logits reach (helper-31's review: a mild optimism of
+the cross-fitted figure where one input passes the others' logits). The held-out quarter's
 figures are the build written's own.
 """
 
