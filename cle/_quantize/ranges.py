@@ -140,7 +140,7 @@ def _softmax_logit(r, values, logits, n, synthetic=False):
     ``n`` inputs) holds every one of them (:func:`logit_widening` reads them: a sample holds
     them all while inputs × classes stays within the sample's size); else None (its range is
     :func:`widened` as any output's, without the floor)."""
-    op, classes = logits.get(r.index, ("", 0)) if isinstance(logits, dict) else ("", 0)
+    op, classes = logits.get(r.index, ("", 0))
     if op != "SOFTMAX" or int(np.prod(r.shape[1:])) != classes or classes < 2:
         return None
     if not isinstance(values, np.ndarray) or values.size != n * classes + 2:
@@ -210,19 +210,24 @@ def as_kind(r, kind: str, lows, highs, inputs, logits=frozenset()) -> None:
     too."""
     if r.how == LOGITS:  # back to the min/max pick_range set
         r.lo, r.hi, r.how = r.calibrated[0], r.calibrated[1], "min/max (decides an output)"
-    logit = getattr(r, "logit", None) if r.index in logits else None
     if kind == "tails":
         if r.how == "min/max (decides an output)" and r.index in logits:
-            r.lo, r.hi = (logit_range(r.lo, r.hi, lows, highs, *logit) if logit else
-                          widened(r.lo, r.hi, lows, highs))
+            r.lo, r.hi = _widened(r, lows, highs, logits)
             r.how = LOGITS
         return
     if r.how == "percentile":
         r.lo, r.hi, r.how = r.calibrated[0], r.calibrated[1], "min/max (chosen)"
     if kind == "widened" and r.index not in inputs:
-        r.lo, r.hi = (logit_range(r.lo, r.hi, lows, highs, *logit) if logit else
-                      widened(r.lo, r.hi, lows, highs))
+        r.lo, r.hi = _widened(r, lows, highs, logits)
         r.how = f"{r.how}, widened"
+
+
+def _widened(r, lows, highs, logits) -> tuple[float, float]:
+    """``r``'s range widened: by :func:`logit_range` for a classifier's softmax logits whose
+    widening was measured (``r.logit``), else by :func:`widened`."""
+    if r.index in logits and r.logit:
+        return logit_range(r.lo, r.hi, lows, highs, *r.logit)
+    return widened(r.lo, r.hi, lows, highs)
 
 
 def _gumbel(extremes):
@@ -237,12 +242,18 @@ def widened(lo, hi, lows, highs, times=WIDEN_INPUTS) -> tuple[float, float]:
     inputs would be expected to reach, by the Gumbel laws fitted to the per-input minima
     ``lows`` and maxima ``highs`` (the extreme of k times as many inputs is further by scale ×
     ln k); a side at 0 or beyond it (a ReLU's) stays."""
-    shift = np.sqrt(6.0) / np.pi * np.log(times)  # the scale of _gumbel, × ln k
+    shift = _shift(times)
     if lo < 0:
         lo = float(lo - shift * np.std(lows))
     if hi > 0:
         hi = float(hi + shift * np.std(highs))
     return lo, hi
+
+
+def _shift(times) -> float:
+    """How far the extreme of ``times`` as many inputs lies beyond theirs, per standard
+    deviation of the per-input extremes: the scale of :func:`_gumbel`, × ln ``times``."""
+    return np.sqrt(6.0) / np.pi * np.log(times)
 
 
 def softmax_floor(highs, classes) -> float:
@@ -251,7 +262,7 @@ def softmax_floor(highs, classes) -> float:
     largest logits ``highs`` (less :func:`widened`'s margin for new inputs). Raising every
     logit below it to it moves each probability, and their sum, by less than half a step."""
     highs = np.asarray(highs, np.float64)
-    margin = np.sqrt(6.0) / np.pi * np.log(WIDEN_INPUTS) * float(np.std(highs))
+    margin = _shift(WIDEN_INPUTS) * float(np.std(highs))
     return float(highs.min() - margin - np.log(2.0 * SOFTMAX_STEPS * classes))
 
 
@@ -311,14 +322,13 @@ def _left_out(z, p, widening) -> float:
     if n < 2:
         return 0.0
     lows, highs = z.min(axis=1), z.max(axis=1)
-    shift = np.sqrt(6.0) / np.pi
     lo = np.minimum(_without(lows, np.min), 0.0)
     hi = np.maximum(_without(highs, np.max), 0.0)
-    low = np.where(lo < 0, lo - shift * np.log(WIDEN_INPUTS) * _std_without(lows), lo)
-    floor = (_without(highs, np.min) - shift * np.log(WIDEN_INPUTS) * _std_without(highs)
+    low = np.where(lo < 0, lo - _shift(WIDEN_INPUTS) * _std_without(lows), lo)
+    floor = (_without(highs, np.min) - _shift(WIDEN_INPUTS) * _std_without(highs)
              - np.log(2.0 * SOFTMAX_STEPS * classes))
     low = np.minimum(np.maximum(low, floor), 0.0)
-    high = np.where(hi > 0, hi + shift * np.log(widening) * _std_without(highs), hi)
+    high = np.where(hi > 0, hi + _shift(widening) * _std_without(highs), hi)
     clipped = (lows < low) | (highs > high)
     if not clipped.any():
         return 0.0

@@ -136,7 +136,7 @@ class QuantizeReport:
                 + ", ".join(f"[{lo:g}, {hi:g}]" for lo, hi in usual) + ")") if usual else ""
         logits = [r for r in self.ranges if r.how == LOGITS]
         if logits:
-            chosen = [r.logit[1] for r in logits if getattr(r, "logit", None)]
+            chosen = [r.logit[1] for r in logits if r.logit]
             times = sorted(set(chosen) | ({WIDEN_INPUTS} if len(chosen) < len(logits) else set()))
             said = ("; the logits before a softmax are widened past their min/max to the "
                     f"extremes {' and '.join(f'{t:g}×' for t in times)} as many inputs would be "
