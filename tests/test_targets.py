@@ -254,3 +254,27 @@ def test_cli_writes_the_vela_model_beside_the_output(net, tmp_path, capsys):
     said = capsys.readouterr().out
     assert (tmp_path / "m_int8_vela.tflite").read_bytes()[4:8] == b"TFL3"
     assert "Vela (ethos-u55-128" in said and f"wrote {tmp_path / 'm_int8_vela.tflite'}" in said
+
+
+@needs_tools
+@no_tflite_on_torch
+def test_cli_writes_a_file_the_target_refuses_and_exits_3_saying_why(net, tmp_path, capsys,
+                                                                     monkeypatch):
+    model, x = net
+    model.save(tmp_path / "m.keras")
+    np.save(tmp_path / "x.npy", x)
+    out = tmp_path / "m_int8.tflite"
+    monkeypatch.setattr(tflm, "ARENA_LIMIT", 1024)  # no file of this net fits: TFLM refuses
+    assert cli.main(["quantize", str(tmp_path / "m.keras"), "-o", str(out), "--calibration",
+                     str(tmp_path / "x.npy"), "--target", "tflm"]) == 3
+    said = capsys.readouterr()
+    assert out.read_bytes()[4:8] == b"TFL3" and f"wrote {out}" in said.out
+    assert f"cle: error: {out} was written, but on target tflm: the file does not run in " \
+           "TF Lite Micro" in said.err
+    # the report says the same; where the file runs, no failures (and exit 0: the Vela test)
+    _, report = cle.quantize(model, x, target="tflm")
+    assert not report.target["runs"] and report.target["failures"] == [
+        w for w in report.warnings if "does not run in TF Lite Micro" in w]
+    monkeypatch.undo()
+    _, report = cle.quantize(model, x, target="tflm")
+    assert report.target["runs"] and "failures" not in report.target

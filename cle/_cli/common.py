@@ -19,6 +19,9 @@ import zipfile
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
+#: ``cle quantize --target``: the file is written, but the target's runtime refused it or its
+#: compiler stopped.
+EXIT_TARGET = 3
 
 _MODEL_SUFFIXES = (".keras", ".h5", ".hdf5")
 _HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"

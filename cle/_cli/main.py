@@ -232,7 +232,8 @@ def _analyze_options(p):
 
 
 _EPILOG = """\
-exit status: 0 success, 1 failure, 2 usage error (bad option, missing or wrong input file).
+exit status: 0 success, 1 failure, 2 usage error (bad option, missing or wrong input file),
+3 written, but the --target's runtime refused the file or its compiler stopped.
 CLE_DEBUG=1 prints tracebacks. Documentation: docs/cli.md."""
 
 

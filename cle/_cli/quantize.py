@@ -11,7 +11,8 @@ import os
 import sys
 
 from cle._cli.common import (
-    EXIT_OK, EXIT_USAGE, CliError, Session, check_graph, json_bytes, one_line, write_outputs,
+    EXIT_OK, EXIT_TARGET, EXIT_USAGE, CliError, Session, check_graph, json_bytes, one_line,
+    write_outputs,
 )
 
 __all__ = ["check_quantize_options", "cmd_analyze", "cmd_quantize", "input_range_arg",
@@ -265,7 +266,11 @@ def cmd_quantize(args) -> int:
         print("  " + line)
     for path, _ in outputs:
         print(f"wrote {path}")
-    return EXIT_OK
+    failures = report.target.get("failures", [])
+    for failure in failures:
+        print(f"cle: error: {args.output} was written, but on target "
+              f"{report.target['name']}: {failure}", file=sys.stderr, flush=True)
+    return EXIT_TARGET if failures else EXIT_OK
 
 
 def cmd_analyze(args) -> int:

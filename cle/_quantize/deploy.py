@@ -8,8 +8,9 @@ and compiled by the target's own compiler, with their figures in ``report.target
   model, output by output, and TFLM's against LiteRT's; ``arena_bytes`` (the tensor arena
   TFLM allocated for the file: the RAM it needs beyond the program) and ``file_bytes`` (on a
   microcontroller also ``flash_bytes``: the file is what goes to flash). A runtime that
-  refuses the file, or stops, is a warning naming what it said: the file is written, and the
-  report says it does not run there.
+  refuses the file, or stops, is a warning naming what it said: the file is written, the
+  report says it does not run there, and ``report.target["failures"]`` holds the warning
+  (``cle quantize`` then exits with status 3).
 * **Vela** (Ethos-U): the file is compiled for the accelerator; ``report.target`` gains
   Vela's operator counts (``npu_ops``, ``cpu_ops``, ``cpu_op_names``, ``cpu_reasons``),
   ``sram_bytes``, ``flash_bytes``, ``dram_bytes`` and ``inference_seconds``, and
@@ -46,8 +47,7 @@ def check_on_target(model, build, report, say) -> None:
             result = vela.compile_for_npu(build.content, spec.accelerator, "model")
         except vela.VelaFailed as exc:
             report.target["compiled"] = False
-            report.warnings.append(f"Vela could not compile the file for {spec.accelerator}: "
-                                   f"{exc}")
+            _failed(report, f"Vela could not compile the file for {spec.accelerator}: {exc}")
             return
         report.target.update(result.to_dict(), compiled=True, accelerator=spec.accelerator)
         report.compiled = result.content
@@ -62,6 +62,13 @@ def check_on_target(model, build, report, say) -> None:
                    if not build.opts.integer_io else ""))
 
 
+def _failed(report, message) -> None:
+    """The target's runtime or compiler said no: a warning, and ``report.target["failures"]``
+    (``cle quantize`` exits with status 3 when it holds any)."""
+    report.warnings.append(message)
+    report.target.setdefault("failures", []).append(message)
+
+
 def _runtime_check(model, build, report, say) -> None:
     what, x = build.inputs.checks[0]
     if len(x) > TARGET_INPUTS:
@@ -74,7 +81,7 @@ def _runtime_check(model, build, report, say) -> None:
         run = tflm.run_tflm(build.content, x)
     except tflm.TflmFailed as exc:
         report.target["runs"] = False
-        report.warnings.append(f"the file does not run in TF Lite Micro: {exc}")
+        _failed(report, f"the file does not run in TF Lite Micro: {exc}")
         return
     report.target.update(runs=True, arena_bytes=run.arena_bytes)
     # the float model's and LiteRT's outputs: those the check computed, where it ran these

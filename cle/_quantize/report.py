@@ -43,7 +43,8 @@ class QuantizeReport:
             ``per_channel``, ``weight_bits``, ``activation_bits``, ``integer_io``,
             ``rounding`` (the method ``rounding="auto"`` resolved to); on a microcontroller or
             an NPU also what its runtime and compiler said (:mod:`cle._quantize.deploy`):
-            ``runs``, ``runtime_check``, ``arena_bytes``, ``flash_bytes``; for an Ethos-U
+            ``runs``, ``runtime_check``, ``arena_bytes``, ``flash_bytes``, ``failures`` (what
+            the runtime or the compiler refused, each a warning too); for an Ethos-U
             ``npu_ops``, ``cpu_ops``, ``cpu_op_names``, ``cpu_reasons``, ``sram_bytes``,
             ``dram_bytes``, ``inference_seconds``.
         calibration: "data" (the inputs given) or "synthetic" (no real data was seen).
