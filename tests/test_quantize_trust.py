@@ -1519,6 +1519,31 @@ def test_the_command_line_refuses_a_regression_output_without_data(tmp_path, cap
     assert err[0].endswith("; pass --calibration PATH")
 
 
+def test_without_data_an_output_decoded_from_a_code_is_refused_naming_the_code():
+    """An autoencoder whose decoder has no batch norm (hunt7: without data 11 dB below TF
+    Lite's converter, its check 12 dB above the real figure): the reconstruction is a map of
+    bounded values, not a regression head, but it is decoded from a vector synthetic inputs
+    cannot tell. A U-Net-like map (no vector after its last batch norm) and a classifier are not
+    refused for it."""
+    from cle._measure.synthetic import NeedsData, coded_outputs
+
+    inp = keras.Input((8, 8, 1), name="gray")
+    h = L.ReLU()(L.BatchNormalization(name="bn")(L.Conv2D(4, 3, 2, "same", name="c")(inp)))
+    code = L.Dense(6, name="code")(L.Flatten()(h))
+    g = L.Reshape((4, 4, 2))(L.Dense(32, activation="relu", name="grow")(code))
+    recon = L.Conv2DTranspose(1, 3, 2, "same", activation="sigmoid", name="recon")(g)
+    unet = L.Conv2D(1, 1, activation="sigmoid", name="mask")(L.UpSampling2D()(h))
+    scores = L.Dense(3, activation="softmax", name="scores")(L.GlobalAveragePooling2D()(h))
+    model = keras.Model(inp, [recon, unet, scores], name="ae")
+    assert coded_outputs(model) == [("recon", "grow", 32)]
+    with pytest.raises(NeedsData) as info:
+        cle.quantize(model, input_range=(0, 1))
+    message = str(info.value)
+    assert ("output 'recon' is computed from the vector of layer 'grow' (32 values), past the "
+            "last batch norm on the way") in message and "'mask'" not in message
+    assert message.endswith("pass calibration_data")
+
+
 class _FakeInterpreter:
     """What :func:`cle._tflite.converter.observe` asks of LiteRT's interpreter, with tensor 0
     of a fixed size and tensor 1 whose size changes from input to input."""

@@ -34,7 +34,7 @@ from cle._core.keras_internals import sublayers
 from cle._core.rebuild import flattened
 from cle._math.json_numbers import sqnr_words
 from cle._measure import bn_moments
-from cle._measure.check import guessed_scores
+from cle._measure.check import guessed_scores, output_kinds, output_names
 
 EPS = 1e-5
 #: Weight of the cross-entropy term for outputs of class scores, against the BN loss.
@@ -147,6 +147,38 @@ def _scored(model):
 def _feature_model(model, bns, scored):
     function = inner_function(model)
     return keras.Model(function.inputs, [t for _, t in bns] + [o for o, _ in scored])
+
+
+def coded_outputs(model, declared=None) -> list[tuple[str, str, int]]:
+    """``(output name, layer name, entries)`` for each output of values (neither class scores
+    nor logits the distillation pushes) that is a map, an image or a signal, computed after the
+    last batch norm on its way from a vector a layer with weights makes: the code of an
+    autoencoder, the latent vector of a decoder. Synthetic inputs match the batch norms'
+    statistics and say nothing of what such a code holds for real inputs, as for a regression
+    head (:func:`cle._measure.check.regression_outputs`): without data the layers that decode it
+    get ranges of codes no real input gives (measured on an autoencoder whose decoder has no
+    batch norm: far below TF Lite's converter, its check far above the real figure)."""
+    flat = reachable(model)
+    view = graph_view(flat)
+    kinds, pushed = output_kinds(model, declared), guessed_scores(model)
+    found = []
+    for out, name, kind, push in zip(view.outputs, output_names(model), kinds, pushed):
+        if kind != "values" or push != "values" or len(out.shape) < 3:
+            continue
+        seen, stack = set(), [out]
+        while stack:
+            tensor = stack.pop()
+            call = tensor.producer
+            if call is None or id(call) in seen:
+                continue
+            seen.add(id(call))
+            if isinstance(call.layer, keras.layers.BatchNormalization):
+                continue  # the statistics of what lies before are known
+            if call.is_layer and call.layer.weights and len(tensor.shape) == 2:
+                found.append((name, call.layer.name, int(tensor.shape[-1])))
+                break
+            stack.extend(call.inputs)
+    return found
 
 
 def check_distillable(model):

@@ -74,15 +74,17 @@ def _far(a, b) -> bool:
             > _input_range.SNAP_MAX)
 
 
-def ranges_without_data(model, stated, unknown_outputs):
+def ranges_without_data(model, stated, unknown_outputs, coded=()):
     """:func:`input_ranges_of`, for a run without data whose outputs ``unknown_outputs``
     (``[(name, values)]``, :func:`cle._measure.check.regression_outputs`) have ranges synthetic
-    inputs cannot tell: with any, one :class:`cle._measure.synthetic.NeedsData` names them and,
-    when the model cannot tell it either, the input range (not the output, then, once it is
-    declared, the input: one refusal names everything that would settle it)."""
+    inputs cannot tell, or are decoded from a code they cannot tell (``coded``, ``[(name,
+    layer, entries)]``, :func:`cle._measure.synthetic.coded_outputs`): with any, one
+    :class:`cle._measure.synthetic.NeedsData` names them and, when the model cannot tell it
+    either, the input range (not the output, then, once it is declared, the input: one refusal
+    names everything that would settle it)."""
     from cle._measure.synthetic import NeedsData
 
-    if not unknown_outputs:
+    if not unknown_outputs and not coded:
         return input_ranges_of(model, stated)
     try:
         input_ranges_of(model, stated)
@@ -90,9 +92,20 @@ def ranges_without_data(model, stated, unknown_outputs):
     except InputRangeUnknown as exc:
         also = (", and state the input range, which the model cannot tell either ("
                 f"{exc.why()}; input_range=(low, high), --input-range=LOW,HIGH)")
-    raise NeedsData(
-        "without data the range of " + ", ".join(
-            f"output '{name}' ({n} value{'s' if n > 1 else ''})" for name, n in unknown_outputs)
-        + " cannot be found: synthetic inputs tell nothing of what a regression head gives "
-        "real inputs, and a wrong range clips it; if such an output holds class scores, "
-        "declare it (output_kinds={name: 'classes'}, --output-kind NAME=classes)" + also)
+    said = []
+    if unknown_outputs:
+        said.append(
+            "the range of " + ", ".join(
+                f"output '{name}' ({n} value{'s' if n > 1 else ''})"
+                for name, n in unknown_outputs)
+            + " cannot be found: synthetic inputs tell nothing of what a regression head "
+            "gives real inputs, and a wrong range clips it; if such an output holds class "
+            "scores, declare it (output_kinds={name: 'classes'}, --output-kind NAME=classes)")
+    if coded:
+        said.append(
+            ", ".join(f"output '{name}' is computed from the vector of layer '{layer}' ({n} "
+                      "values)" for name, layer, n in coded)
+            + ", past the last batch norm on the way: synthetic inputs tell nothing of what "
+            "such a code holds for real inputs (as of a regression head), and the layers that "
+            "decode it would get ranges no real input gives")
+    raise NeedsData("without data " + "; and ".join(said) + also)
