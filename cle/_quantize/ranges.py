@@ -262,8 +262,13 @@ def softmax_floor(highs, classes) -> float:
     largest logits ``highs`` (less :func:`widened`'s margin for new inputs). Raising every
     logit below it to it moves each probability, and their sum, by less than half a step."""
     highs = np.asarray(highs, np.float64)
-    margin = _shift(WIDEN_INPUTS) * float(np.std(highs))
-    return float(highs.min() - margin - np.log(2.0 * SOFTMAX_STEPS * classes))
+    return float(_floor(highs.min(), np.std(highs), classes))
+
+
+def _floor(least_high, sd_highs, classes):
+    """:func:`softmax_floor` from the smallest largest logit and the standard deviation of
+    the largest logits (numbers, or arrays of them)."""
+    return least_high - _shift(WIDEN_INPUTS) * sd_highs - np.log(2.0 * SOFTMAX_STEPS * classes)
 
 
 def logit_range(lo, hi, lows, highs, classes, widening) -> tuple[float, float]:
@@ -273,8 +278,18 @@ def logit_range(lo, hi, lows, highs, classes, widening) -> tuple[float, float]:
     :func:`widened`'s lower end but no lower than :func:`softmax_floor` (what lies below it
     the softmax's output cannot show: a range that reaches there spends its steps on
     nothing)."""
-    low = min(max(widened(lo, hi, lows, highs)[0], softmax_floor(highs, classes)), 0.0)
-    return low, widened(lo, hi, lows, highs, widening)[1]
+    highs = np.asarray(highs, np.float64)
+    low, high = _logit_bounds(lo, hi, np.std(lows), np.std(highs), highs.min(), classes,
+                              widening)
+    return float(low), float(high)
+
+
+def _logit_bounds(lo, hi, sd_lows, sd_highs, least_high, classes, widening):
+    """:func:`logit_range`'s ends from the statistics it reads (numbers, or arrays of them:
+    one range per entry, as :func:`_left_out` takes them)."""
+    low = np.where(lo < 0, lo - _shift(WIDEN_INPUTS) * sd_lows, lo)
+    low = np.minimum(np.maximum(low, _floor(least_high, sd_highs, classes)), 0.0)
+    return low, np.where(hi > 0, hi + _shift(widening) * sd_highs, hi)
 
 
 def logit_widening(logits, synthetic=False) -> float:
@@ -316,19 +331,16 @@ def logit_widening(logits, synthetic=False) -> float:
 def _left_out(z, p, widening) -> float:
     """The mean squared change of each input's softmax once its logits ``z`` are clipped into
     the :func:`logit_range` the other inputs set (0 with fewer than two). Every input's range
-    at once: the others' extremes and standard deviations (as ``np.std``) from the whole
-    set's, less the input's own share, so the cost grows with the inputs, not their square."""
+    at once (:func:`_logit_bounds` on arrays): the others' extremes and standard deviations
+    (as ``np.std``) from the whole set's, less the input's own share, so the cost grows with
+    the inputs, not their square."""
     n, classes = z.shape
     if n < 2:
         return 0.0
     lows, highs = z.min(axis=1), z.max(axis=1)
-    lo = np.minimum(_without(lows, np.min), 0.0)
-    hi = np.maximum(_without(highs, np.max), 0.0)
-    low = np.where(lo < 0, lo - _shift(WIDEN_INPUTS) * _std_without(lows), lo)
-    floor = (_without(highs, np.min) - _shift(WIDEN_INPUTS) * _std_without(highs)
-             - np.log(2.0 * SOFTMAX_STEPS * classes))
-    low = np.minimum(np.maximum(low, floor), 0.0)
-    high = np.where(hi > 0, hi + _shift(widening) * _std_without(highs), hi)
+    low, high = _logit_bounds(
+        np.minimum(_without(lows, np.min), 0.0), np.maximum(_without(highs, np.max), 0.0),
+        _std_without(lows), _std_without(highs), _without(highs, np.min), classes, widening)
     clipped = (lows < low) | (highs > high)
     if not clipped.any():
         return 0.0
