@@ -395,10 +395,9 @@ def distill(model, n: int, steps: int = STEPS, batch_size: int = BATCH,
         if fail_above is not None and value > fail_above:
             raise NeedsData(
                 f"the distillation of synthetic inputs failed on model '{model.name}' (final "
-                f"batch-norm loss {value:.3g}, above {fail_above:g}; distillations that "
-                "converged end below 1): inputs that do not match the model's batch-norm "
-                "statistics cannot stand in for real ones, and a file calibrated on them can be "
-                "broken")
+                f"batch-norm loss {value:.3g}, above {fail_above:g}: it did not converge): "
+                "inputs that do not match the model's batch-norm statistics cannot stand in for "
+                "real ones, and a file calibrated on them can be broken")
         out.append(xs)
         losses.append(value)
         if progress is not None:

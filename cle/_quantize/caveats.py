@@ -17,7 +17,8 @@ from cle._tflite import converter as tflite
 __all__ = ["CONVERGED_LOSS", "FIT_GAP_DB", "FLOAT_GAP_DB", "FLOAT_SOUND_DB", "caveats",
            "float_gap", "rounding_fit"]
 
-#: A synthetic batch whose final BN-statistics loss is above this did not converge (a warning).
+#: A synthetic batch whose final BN-statistics loss is above this did not converge: for the
+#: calibration's batches the run stops (``pipeline.FAILED_LOSS``), for the check's a warning.
 CONVERGED_LOSS = 1.0
 #: The float conversion bounds an output's figure where its own SQNR against the Keras model
 #: is less than this many dB above the figure (it then holds a tenth of the noise or more) ...
@@ -44,9 +45,10 @@ def caveats(model, sets, inputs, input_ranges, declared=None) -> list[str]:
     if fixed := tflite.fixed_sizes(model, inputs.calibration):
         out.append(fixed)
     if inputs.loss is not None and max(inputs.loss) > CONVERGED_LOSS:
-        out.append(f"the distillation did not converge (final batch-norm loss "
-                   f"{max(inputs.loss):.3g}, above {CONVERGED_LOSS:g}): the synthetic inputs do "
-                   "not match the model's batch-norm statistics, so the activation ranges may "
+        out.append(f"the distillation of the check's inputs did not converge (final "
+                   f"batch-norm loss {max(inputs.loss):.3g}, above {CONVERGED_LOSS:g}; the "
+                   "calibration's did, or the run would have stopped): the check's synthetic "
+                   "inputs do not match the model's batch-norm statistics, so its figures may "
                    "be far from real inputs'; give calibration data")
     names, kinds = _check.output_names(model), _check.output_kinds(model, declared)
     for c in (c for c in sets if "reference" in c):

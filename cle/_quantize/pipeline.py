@@ -44,10 +44,14 @@ HOLDOUT = 0.25
 #: natural-image-like inputs across the input range; the check: other natural-image-like
 #: inputs, and inputs distilled apart (another seed, other batches).
 SYNTHETIC_CALIBRATION, SYNTHETIC_CHECK, DISTILLED_CHECK = 32, 32, 16
-#: A synthetic batch whose final BN-statistics loss is above ``FAILED_LOSS`` failed, and the run
-#: stops: synthetic inputs cannot stand in for data (above ``CONVERGED_LOSS``: a warning,
-#: :mod:`cle._quantize.caveats`).
-FAILED_LOSS = 100.0
+#: A synthetic calibration batch whose final BN-statistics loss is above ``FAILED_LOSS`` did
+#: not converge, and the run stops: inputs that do not match the batch norms cannot stand in
+#: for data (the trained networks measured end well below it; blob-grid classifiers whose
+#: distillation ended above it got broken files, their logits' range set by inputs that never
+#: reached a positive logit, their check far above the real figure: CHANGELOG). The check's
+#: batch distilled apart is held to ``CONVERGED_LOSS`` by a warning
+#: (:mod:`cle._quantize.caveats`).
+FAILED_LOSS = CONVERGED_LOSS
 
 
 @dataclasses.dataclass

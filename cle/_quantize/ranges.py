@@ -45,6 +45,14 @@ LOGIT_TAIL, LOGIT_INPUTS, TAIL_POINTS = 0.125, 32, 256
 LOGIT_WIDENINGS = (3.0, 10.0, 30.0, 100.0, 300.0, 1000.0)
 #: The steps of an 8-bit softmax's output (TF Lite fixes its scale at 1/256).
 SOFTMAX_STEPS = 256
+#: The softmax floor (:func:`softmax_floor`) lies below the smallest largest logit this many
+#: times as many inputs as calibrated it would be expected to reach: a new input less sure
+#: than any calibration input, its largest logit near or below the floor, has every logit
+#: below it raised to it, and its softmax spread over the classes (three times as many, as
+#: other ranges take: blob-grid classifiers of 50 and 100 classes read far below the plain
+#: conversion on new inputs, from one in a hundred such inputs; ten times: about the plain
+#: conversion's, and the zoo's and hunt7's other classifiers alike or closer: CHANGELOG).
+FLOOR_WIDENING = 10.0
 #: Values of a tensor's sample the MSE search uses.
 MSE_SAMPLE = 1 << 18
 _GRID = np.linspace(0.05, 1.0, 39)
@@ -259,8 +267,10 @@ def _shift(times) -> float:
 def softmax_floor(highs, classes) -> float:
     """The lowest logit of a softmax over ``classes`` that its 8-bit output can tell from a
     lower one: ln(2 × :data:`SOFTMAX_STEPS` × classes) below the smallest of the per-input
-    largest logits ``highs`` (less :func:`widened`'s margin for new inputs). Raising every
-    logit below it to it moves each probability, and their sum, by less than half a step."""
+    largest logits ``highs``, taken down to where :data:`FLOOR_WIDENING` times as many inputs
+    would be expected to reach (:func:`widened`'s margin). Raising every logit below it to it
+    moves each probability, and their sum, by less than half a step, on an input whose
+    largest logit is no lower than that."""
     highs = np.asarray(highs, np.float64)
     return float(_floor(highs.min(), np.std(highs), classes))
 
@@ -268,7 +278,7 @@ def softmax_floor(highs, classes) -> float:
 def _floor(least_high, sd_highs, classes):
     """:func:`softmax_floor` from the smallest largest logit and the standard deviation of
     the largest logits (numbers, or arrays of them)."""
-    return least_high - _shift(WIDEN_INPUTS) * sd_highs - np.log(2.0 * SOFTMAX_STEPS * classes)
+    return least_high - _shift(FLOOR_WIDENING) * sd_highs - np.log(2.0 * SOFTMAX_STEPS * classes)
 
 
 def logit_range(lo, hi, lows, highs, classes, widening) -> tuple[float, float]:
