@@ -8,6 +8,7 @@ that model only; trained models are cached, see zoo_models.py)::
     nice -n 10 .venv/bin/python benchmarks/bench_zoo.py --models digits_dict two_input \
         --modes data --json /tmp/zoo.jsonl
     .venv/bin/python benchmarks/bench_zoo.py --table /tmp/zoo.jsonl   # print, measure nothing
+    nice -n 10 .venv/bin/python benchmarks/bench_zoo.py --zoo hunt7_models   # a hunt's models
 
 ``--timeout`` (default 3600 s) stops a model's process that takes longer (a crash row). The
 pretrained models need packages that are not dependencies (zoo_models.py names the install
@@ -50,6 +51,7 @@ check): it tells what of a gap to *plain real* comes from the inputs held out.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import math
 import os
@@ -74,6 +76,9 @@ DATA_MARGIN, NODATA_MARGIN, CLAIM_DB, CORRUPT_DB = 0.5, 3.0, 2.0, 10.0
 #: uses the public API only).
 REFUSALS = ("InputRangeUnknown", "NeedsData")
 EVAL_BATCH = 32
+#: The module of models measured (in benchmarks/: the zoo, ``zoo_models``, or a hunt's with its
+#: interface, ``--zoo hunt7_models``); the model processes read it from this variable.
+ZOO_ENV = "CLE_BENCH_ZOO"
 #: Seconds one model (both modes) may take before its process is stopped.
 TIMEOUT = 3600.0
 
@@ -134,11 +139,17 @@ def _where(exc):
            f"{f.lineno} {f.name}"
 
 
+def zoo():
+    """The module of models measured (:data:`ZOO_ENV`; default ``zoo_models``)."""
+    return importlib.import_module(os.environ.get(ZOO_ENV) or "zoo_models")
+
+
 def measure_model(name, modes, emit):
     """Every row of one model (``emit(row)`` for each as soon as it is known)."""
     import cle
     from cle import quantization as Q
-    import zoo_models as Z
+
+    Z = zoo()
 
     base = {"model": name}
     try:
@@ -448,11 +459,12 @@ def run(names, modes, path, timeout=TIMEOUT):
 
 
 def main(argv=None):
-    import zoo_models as Z
-
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--models", nargs="*", choices=list(Z.MODELS), metavar="MODEL",
-                    help=f"default: all of {', '.join(Z.MODELS)}")
+    ap.add_argument("--zoo", default=None, help="the module of models (in benchmarks/): "
+                    "zoo_models (default), or hunt7_models (helper-32's hunt)")
+    ap.add_argument("--models", nargs="*", metavar="MODEL",
+                    help="default: every model of the zoo; NAME@K: a hunt's model with its "
+                    "K-th other draw of calibration inputs")
     ap.add_argument("--modes", nargs="*", choices=MODES, default=list(MODES))
     ap.add_argument("--json", help="rows as JSON lines (appended; default: a temporary file)")
     ap.add_argument("--table", metavar="JSONL", help="print the table of a JSON lines file, "
@@ -461,6 +473,15 @@ def main(argv=None):
                     help="seconds per model before its process is stopped (a crash row)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.zoo:
+        os.environ[ZOO_ENV] = args.zoo  # the model processes inherit it
+    Z = zoo()
+    draws = hasattr(Z, "DRAW")  # a hunt's module takes NAME@K
+    unknown = [m for m in args.models or ()
+               if (m.partition("@")[0] if draws else m) not in Z.MODELS]
+    if unknown:
+        ap.error(f"--models: not in {Z.__name__}: {', '.join(unknown)} (it has: "
+                 f"{', '.join(Z.MODELS)})")
     if args.worker:
         return _worker(args.worker, args.modes, args.json)
     if args.table:

@@ -709,8 +709,8 @@ def test_a_distillation_that_fails_stops_the_run_in_one_line():
     _, losses = _synthetic.distill(model, 4, steps=2, input_range=(0.0, 1.0))
     assert min(losses) > pipeline.FAILED_LOSS
     with pytest.raises(ValueError, match=r"^the distillation of synthetic inputs failed on model "
-                                         r".* \(final batch-norm loss .*, above 1: it did not converge\): .*; pass "
-                                         r"calibration_data$"):
+                                         r".* \(final batch-norm loss .*, above 1: it did not "
+                                         r"converge\): .*; pass calibration_data$"):
         cle.quantize(model, input_range=(0.0, 1.0))
 
 

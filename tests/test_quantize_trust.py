@@ -1525,9 +1525,10 @@ def test_the_command_line_refuses_a_regression_output_without_data(tmp_path, cap
 def test_without_data_an_output_decoded_from_a_code_is_refused_naming_the_code():
     """An autoencoder whose decoder has no batch norm (hunt7: without data 11 dB below TF
     Lite's converter, its check 12 dB above the real figure): the reconstruction is a map of
-    bounded values, not a regression head, but it is decoded from a vector synthetic inputs
-    cannot tell. A U-Net-like map (no vector after its last batch norm) and a classifier are not
-    refused for it."""
+    bounded values, not a regression head, but every path back from it passes a vector
+    synthetic inputs cannot tell (the narrowest, the code, is named). A U-Net-like map (no
+    vector past its last batch norm), a map a squeeze-excitation gate or a context vector only
+    joins (helper-34's review: both were refused at first), and a classifier are not."""
     from cle._measure.synthetic import NeedsData, coded_outputs
 
     inp = keras.Input((8, 8, 1), name="gray")
@@ -1536,14 +1537,19 @@ def test_without_data_an_output_decoded_from_a_code_is_refused_naming_the_code()
     g = L.Reshape((4, 4, 2))(L.Dense(32, activation="relu", name="grow")(code))
     recon = L.Conv2DTranspose(1, 3, 2, "same", activation="sigmoid", name="recon")(g)
     unet = L.Conv2D(1, 1, activation="sigmoid", name="mask")(L.UpSampling2D()(h))
+    gate = L.Dense(4, activation="sigmoid", name="gate")(L.GlobalAveragePooling2D()(h))
+    se = L.Conv2D(1, 1, name="se_map")(L.Multiply()([h, L.Reshape((1, 1, 4))(gate)]))
+    context = L.Reshape((1, 1, 4))(L.Dense(4, name="context")(L.GlobalAveragePooling2D()(h)))
+    joined = L.Conv2D(1, 1, name="context_map")(L.Add()([h, context]))
     scores = L.Dense(3, activation="softmax", name="scores")(L.GlobalAveragePooling2D()(h))
-    model = keras.Model(inp, [recon, unet, scores], name="ae")
-    assert coded_outputs(model) == [("recon", "grow", 32)]
+    model = keras.Model(inp, [recon, unet, se, joined, scores], name="ae")
+    assert coded_outputs(model) == [("recon", "code", 6)]
     with pytest.raises(NeedsData) as info:
         cle.quantize(model, input_range=(0, 1))
     message = str(info.value)
-    assert ("output 'recon' is computed from the vector of layer 'grow' (32 values), past the "
-            "last batch norm on the way") in message and "'mask'" not in message
+    assert ("output 'recon' is computed from the vector of layer 'code' (6 values), past the "
+            "last batch norm on every path") in message
+    assert not any(f"'{name}'" in message for name in ("mask", "se_map", "context_map"))
     assert message.endswith("pass calibration_data")
 
 

@@ -278,3 +278,29 @@ def test_cli_writes_a_file_the_target_refuses_and_exits_3_saying_why(net, tmp_pa
     monkeypatch.undo()
     _, report = cle.quantize(model, x, target="tflm")
     assert report.target["runs"] and "failures" not in report.target
+
+
+@needs_tools
+@no_tflite_on_torch
+def test_cli_removes_an_earlier_runs_vela_model_when_vela_fails(net, tmp_path, capsys,
+                                                                 monkeypatch):
+    """helper-34's review: Vela failing (exit 3) left an earlier run's OUT_vela.tflite beside
+    the new OUT.tflite, a compiled model of another file."""
+    from cle._quantize import deploy
+
+    model, x = net
+    model.save(tmp_path / "m.keras")
+    np.save(tmp_path / "x.npy", x)
+    out, old = tmp_path / "m_int8.tflite", tmp_path / "m_int8_vela.tflite"
+    old.write_bytes(b"an earlier run's compiled model")
+
+    def fails(*args, **kwargs):
+        raise vela.VelaFailed("Vela stopped")
+
+    monkeypatch.setattr(deploy.vela, "compile_for_npu", fails)
+    assert cli.main(["quantize", str(tmp_path / "m.keras"), "-o", str(out), "--calibration",
+                     str(tmp_path / "x.npy"), "--target", "ethos-u55-128"]) == 3
+    err = capsys.readouterr().err
+    assert out.exists() and not old.exists()
+    assert "Vela could not compile the file for ethos-u55-128: Vela stopped" in err
+    assert f"cle: removed {old}: an earlier run compiled it" in err

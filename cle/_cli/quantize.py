@@ -256,11 +256,16 @@ def cmd_quantize(args) -> int:
         _runnable(args, model, "cle quantize")
         content, report = _run(args, model, read_calibration(args, model))
         outputs = [(args.output, content)]
-        if report.compiled is not None:  # Vela's naming: OUT_vela.tflite beside OUT
-            outputs.append((os.path.splitext(args.output)[0] + "_vela.tflite", report.compiled))
+        compiled = os.path.splitext(args.output)[0] + "_vela.tflite"  # Vela's naming
+        if report.compiled is not None:
+            outputs.append((compiled, report.compiled))
+        stale = (report.compiled is None and report.target.get("compiled") is False
+                 and os.path.exists(compiled))  # an earlier run's, beside this run's file
         if args.report:
             outputs.append((args.report, json_bytes(report.to_dict())))
         write_outputs(outputs)
+        if stale:
+            os.remove(compiled)
     print(f"{args.model}: cle quantize")
     for line in report.summary().splitlines():
         print("  " + line)
@@ -270,6 +275,9 @@ def cmd_quantize(args) -> int:
     for failure in failures:
         print(f"cle: error: {args.output} was written, but on target "
               f"{report.target['name']}: {failure}", file=sys.stderr, flush=True)
+    if stale:
+        print(f"cle: removed {compiled}: an earlier run compiled it, and Vela did not compile "
+              "this one", file=sys.stderr, flush=True)
     return EXIT_TARGET if failures else EXIT_OK
 
 

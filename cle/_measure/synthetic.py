@@ -151,13 +151,16 @@ def _feature_model(model, bns, scored):
 
 def coded_outputs(model, declared=None) -> list[tuple[str, str, int]]:
     """``(output name, layer name, entries)`` for each output of values (neither class scores
-    nor logits the distillation pushes) that is a map, an image or a signal, computed after the
-    last batch norm on its way from a vector a layer with weights makes: the code of an
-    autoencoder, the latent vector of a decoder. Synthetic inputs match the batch norms'
-    statistics and say nothing of what such a code holds for real inputs, as for a regression
-    head (:func:`cle._measure.check.regression_outputs`): without data the layers that decode it
-    get ranges of codes no real input gives (measured on an autoencoder whose decoder has no
-    batch norm: far below TF Lite's converter, its check far above the real figure)."""
+    nor logits the distillation pushes) that is a map, an image or a signal, computed past the
+    last batch norm on its way from a vector a layer with weights makes, every path back from it
+    passing such a vector before any batch norm or input: the code of an autoencoder, the
+    latent vector of a decoder (the narrowest such vector is named). Synthetic inputs match the
+    batch norms' statistics and say nothing of what such a vector holds for real inputs, as for
+    a regression head (:func:`cle._measure.check.regression_outputs`): without data the layers
+    after it get ranges no real input gives (measured on an autoencoder whose decoder has no
+    batch norm: far below TF Lite's converter, its check far above the real figure). A map that
+    a vector only joins (a squeeze-excitation gate, a context or metadata vector added to it)
+    also reaches a batch norm or an input past it, and is not one."""
     flat = reachable(model)
     view = graph_view(flat)
     kinds, pushed = output_kinds(model, declared), guessed_scores(model)
@@ -165,19 +168,23 @@ def coded_outputs(model, declared=None) -> list[tuple[str, str, int]]:
     for out, name, kind, push in zip(view.outputs, output_names(model), kinds, pushed):
         if kind != "values" or push != "values" or len(out.shape) < 3:
             continue
-        seen, stack = set(), [out]
+        vectors, seen, stack, open_path = [], set(), [(out, False)], False
         while stack:
-            tensor = stack.pop()
+            tensor, past_vector = stack.pop()
             call = tensor.producer
-            if call is None or id(call) in seen:
+            if call is None or isinstance(call.layer, keras.layers.BatchNormalization):
+                open_path |= not past_vector  # reached what the statistics know, vector-free
                 continue
-            seen.add(id(call))
-            if isinstance(call.layer, keras.layers.BatchNormalization):
-                continue  # the statistics of what lies before are known
+            if (id(call), past_vector) in seen:
+                continue
+            seen.add((id(call), past_vector))
             if call.is_layer and call.layer.weights and len(tensor.shape) == 2:
-                found.append((name, call.layer.name, int(tensor.shape[-1])))
-                break
-            stack.extend(call.inputs)
+                vectors.append((int(tensor.shape[-1] or 0), call.layer.name))
+                past_vector = True
+            stack.extend((t, past_vector) for t in call.inputs)
+        if vectors and not open_path:
+            entries, layer = min(vectors)
+            found.append((name, layer, entries))
     return found
 
 

@@ -104,8 +104,8 @@ def ranges_without_data(model, stated, unknown_outputs, coded=()):
     if coded:
         said.append(
             ", ".join(f"output '{name}' is computed from the vector of layer '{layer}' ({n} "
-                      "values)" for name, layer, n in coded)
-            + ", past the last batch norm on the way: synthetic inputs tell nothing of what "
-            "such a code holds for real inputs (as of a regression head), and the layers that "
-            "decode it would get ranges no real input gives")
+                      f"value{'s' if n != 1 else ''})" for name, layer, n in coded)
+            + ", past the last batch norm on every path: synthetic inputs tell nothing of what "
+            "such a vector holds for real inputs (as of a regression head), and the layers "
+            "after it would get ranges no real input gives")
     raise NeedsData("without data " + "; and ".join(said) + also)

@@ -50,7 +50,7 @@ SOFTMAX_STEPS = 256
 #: than any calibration input, its largest logit near or below the floor, has every logit
 #: below it raised to it, and its softmax spread over the classes (three times as many, as
 #: other ranges take: blob-grid classifiers of 50 and 100 classes read far below the plain
-#: conversion on new inputs, from one in a hundred such inputs; ten times: about the plain
+#: conversion on new inputs, from the few such inputs; ten times: about the plain
 #: conversion's, and the zoo's and hunt7's other classifiers alike or closer: CHANGELOG).
 FLOOR_WIDENING = 10.0
 #: Values of a tensor's sample the MSE search uses.
