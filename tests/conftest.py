@@ -281,6 +281,21 @@ def small_classifier(seed=0):
     out = L.Dense(10, name="logits")(x)
     model = keras.Model(inp, out, name="small")
     randomize_batch_norms(model, seed=seed, deep=True)
+    return settle_batch_norms(model, np.random.default_rng(seed).uniform(
+        -1, 1, (256, 24, 24, 3)).astype(np.float32))
+
+
+def settle_batch_norms(model, x):
+    """Every BN's moving statistics set to what it sees on ``x`` (its γ and β kept), as
+    training leaves them: random statistics match no input, and without data the distillation
+    would not converge on them (cle.quantize then refuses)."""
+    bns = batch_norms(model)
+    saved = [bn.momentum for bn in bns]
+    for bn in bns:
+        bn.momentum = 0.0
+    model(x, training=True)
+    for bn, momentum in zip(bns, saved):
+        bn.momentum = momentum
     return model
 
 def randomize_biases(model, seed=1, scale=0.5):

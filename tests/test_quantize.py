@@ -879,13 +879,14 @@ def test_real_mobilenet_v2_with_data_beats_the_plain_conversion():
     assert Q.top1_agreement(ref, ours) >= Q.top1_agreement(ref, plain)
 
 
-def test_a_guessed_input_range_is_refused_naming_what_settles_it(net):
+def test_a_guessed_input_range_is_refused_naming_what_settles_it():
     """Without data, an input range the model can only guess (its first batch norm's fit near
     no usual convention) is refused in one message naming the range and the data, as one it
     cannot tell at all: quantized with such a guess, real inputs read far below the claim."""
     from cle._measure.input_range import infer_input_ranges
     from cle._quantize.input_ranges import InputRangeUnknown
 
+    net = randomize_batch_norms(_net(), deep=True)  # statistics of no input: a guess
     (guess,) = infer_input_ranges(net)
     assert guess.known and not guess.sure  # the fit of this net's random statistics
     with pytest.raises(InputRangeUnknown,
