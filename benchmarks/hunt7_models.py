@@ -24,10 +24,10 @@ Missing = ZM.Missing
 photo_crops, gray_crops, _signals, _fit, _settle_bn = (
     ZM.photo_crops, ZM.gray_crops, ZM._signals, ZM._fit, ZM._settle_bn)
 
-CACHE = os.path.join(ZM.cache_dir(), "hunt7")
 N_CAL, N_EVAL = 64, 1000
 TRAIN_SEED, EVAL_SEED = 2000, 3007
 DRAW = 0  # set by build()
+_seed = ZM._seed
 
 
 def cal_seed():
@@ -35,22 +35,8 @@ def cal_seed():
 
 
 def _cached(name, train):
-    import cle
-
-    os.makedirs(CACHE, exist_ok=True)
-    path = os.path.join(CACHE, name + ".keras")
-    if not os.path.exists(path):
-        model = train()
-        tmp = path + f".{os.getpid()}.keras"
-        model.save(tmp)
-        os.replace(tmp, path)
-    return cle.load_model(path)
-
-
-def _seed(s):
-    import keras
-
-    keras.utils.set_random_seed(s)
+    """The zoo's cache, in its folder ``hunt7``."""
+    return ZM._cached(os.path.join("hunt7", name), train)
 
 
 def L():

@@ -112,7 +112,8 @@ def _cached(name: str, train: Callable):
     missing)."""
     import cle
 
-    path = os.path.join(cache_dir(), name + ".keras")
+    path = os.path.join(cache_dir(), name + ".keras")  # name may hold a folder ("hunt7/...")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
     if not os.path.exists(path):
         model = train()
         tmp = path + f".{os.getpid()}.keras"

@@ -259,8 +259,8 @@ def cmd_quantize(args) -> int:
         compiled = os.path.splitext(args.output)[0] + "_vela.tflite"  # Vela's naming
         if report.compiled is not None:
             outputs.append((compiled, report.compiled))
-        stale = (report.compiled is None and report.target.get("compiled") is False
-                 and os.path.exists(compiled))  # an earlier run's, beside this run's file
+        # Vela failed: a compiled model there is an earlier run's, of another file
+        stale = report.target.get("compiled") is False and os.path.exists(compiled)
         if args.report:
             outputs.append((args.report, json_bytes(report.to_dict())))
         write_outputs(outputs)

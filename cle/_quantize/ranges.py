@@ -250,12 +250,19 @@ def widened(lo, hi, lows, highs, times=WIDEN_INPUTS) -> tuple[float, float]:
     inputs would be expected to reach, by the Gumbel laws fitted to the per-input minima
     ``lows`` and maxima ``highs`` (the extreme of k times as many inputs is further by scale ×
     ln k); a side at 0 or beyond it (a ReLU's) stays."""
-    shift = _shift(times)
     if lo < 0:
-        lo = float(lo - shift * np.std(lows))
+        lo = float(_out(lo, np.std(lows), times, -1.0))
     if hi > 0:
-        hi = float(hi + shift * np.std(highs))
+        hi = float(_out(hi, np.std(highs), times, 1.0))
     return lo, hi
+
+
+def _out(end, sd, times, side):
+    """``end`` moved outward (``side`` −1: a low end below 0, down; +1: a high end above 0,
+    up) to where ``times`` as many inputs would be expected to reach, ``sd`` being the
+    standard deviation of the per-input extremes; an end at 0 or on the other side stays
+    (numbers, or arrays of them)."""
+    return np.where(side * end > 0, end + side * _shift(times) * sd, end)
 
 
 def _shift(times) -> float:
@@ -297,9 +304,9 @@ def logit_range(lo, hi, lows, highs, classes, widening) -> tuple[float, float]:
 def _logit_bounds(lo, hi, sd_lows, sd_highs, least_high, classes, widening):
     """:func:`logit_range`'s ends from the statistics it reads (numbers, or arrays of them:
     one range per entry, as :func:`_left_out` takes them)."""
-    low = np.where(lo < 0, lo - _shift(WIDEN_INPUTS) * sd_lows, lo)
+    low = _out(lo, sd_lows, WIDEN_INPUTS, -1.0)
     low = np.minimum(np.maximum(low, _floor(least_high, sd_highs, classes)), 0.0)
-    return low, np.where(hi > 0, hi + _shift(widening) * sd_highs, hi)
+    return low, _out(hi, sd_highs, widening, 1.0)
 
 
 def logit_widening(logits, synthetic=False) -> float:
