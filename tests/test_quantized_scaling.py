@@ -320,3 +320,61 @@ def test_in_out_ranges_cover_every_layout():
     np.testing.assert_allclose(r[2, 1], np.abs(kt[:, :, 1, 2]).max(), rtol=1e-7)
     # the per-input-channel range the candidate scales come from is exact (float64 kernel)
     assert r_in.dtype == np.float64 and r_in[2] == np.abs(kt[..., 2]).max()
+
+
+def test_junction_knows_its_values_per_input():
+    """SampleStats told how many inputs gave each batch's sums (measure_junctions does) gives
+    the junction its values per channel per input; values alone leave it unknown."""
+    rng = np.random.default_rng(3)
+    st = noise.SampleStats("relu")
+    for _ in range(3):
+        pre = rng.normal(size=(4 * 25, 6))  # 4 inputs of 5x5 positions
+        st.add(pre.max(0), pre.min(0), (np.maximum(pre, 0) ** 2).sum(0), (pre > 0).sum(0),
+               (pre > 0).sum(0), len(pre), inputs=4)
+    assert st.junction().per_input == 25
+    assert noise.junction_from_samples(pre, "relu").per_input is None
+
+
+def _imbalanced_pair(conv, bn):
+    """Two layers through a ReLU whose first layer's output channels differ in range a
+    hundredfold (the scaling the noise model gains most from), as Dense on vectors or as
+    Conv2D on 6x6 maps; ``bn``: a BatchNormalization after the first (folded)."""
+    keras.utils.set_random_seed(4)
+    inp = keras.Input((6, 6, 3) if conv else (12,))
+    first = (L.Conv2D(8, 1, name="first") if conv else L.Dense(8, name="first"))
+    h = first(inp)
+    if bn:
+        h = L.BatchNormalization(name="bn")(h)
+    h = L.ReLU()(h)
+    out = (L.Conv2D(4, 1, name="second") if conv else L.Dense(4, name="second"))(h)
+    model = keras.Model(inp, out)
+    if bn:  # the BN's output channels (what its data-free model reads)
+        gamma, beta, mean, var = model.get_layer("bn").get_weights()
+        gamma[0] *= 100.0
+        model.get_layer("bn").set_weights([gamma, beta, mean, var])
+    else:
+        kernel, bias = first.get_weights()
+        kernel[..., 0] *= 100.0
+        first.set_weights([kernel, bias])
+    return model
+
+
+@pytest.mark.parametrize("conv, bn, scaled", [(False, False, False), (False, True, True),
+                                              (True, False, True)])
+def test_vectors_are_not_equalized_on_their_measured_ranges(conv, bn, scaled):
+    """With calibration data, a pair joined by a vector (one value per channel per input:
+    each channel's measured range is the largest of a few dozen values, which new inputs
+    pass) is scaled on its BN's data-free model where a folded BN gives one, else left as it
+    is, saying why; a pair joined by maps keeps its measured ranges. Without the rule the
+    vector pair is scaled on its measured ranges (hunt7's flat autoencoder, its code
+    equalized, read several dB below the converter on new inputs)."""
+    model = _imbalanced_pair(conv, bn)
+    x = np.random.default_rng(6).normal(size=(32,) + tuple(model.inputs[0].shape[1:]))
+    new, report = cle.equalize_model(model, return_report=True, activation_ranges="calibration",
+                                     calibration_data=x.astype("float32"))
+    (decision,) = report.scaling
+    assert decision.layers == ("first", "second")
+    assert decision.scaled == scaled, decision.reason
+    if not scaled:
+        assert "gives one value per channel per input" in decision.reason
+    assert max_rel_error(model, new, x.astype("float32")) <= RTOL

@@ -133,6 +133,9 @@ class Junction:
         hi_draws, lo_draws: (draws, C) plausible values of ``hi`` and ``lo`` when they are
             uncertain (the data-free model); the per-tensor range is then the mean over draws
             of the max over channels. None: ``hi`` and ``lo`` are measured.
+        per_input: measured junctions: how many values of each channel one input gives (its
+            positions); None when not known (the data-free model, or values given without
+            the inputs they came from).
     """
 
     hi: np.ndarray
@@ -144,6 +147,7 @@ class Junction:
     positive: np.ndarray
     hi_draws: np.ndarray | None = None
     lo_draws: np.ndarray | None = None
+    per_input: int | None = None
 
     @functools.cached_property
     def top(self) -> np.ndarray:
@@ -283,7 +287,7 @@ class SampleStats:
 
     def __init__(self, kind, cap=None):
         self.kind, self.cap = kind, cap
-        self.n = 0
+        self.n = self.inputs = 0
         self.hi = self.lo = self.sq = self.pos = self.passing = None
 
     def update(self, pre):
@@ -305,11 +309,12 @@ class SampleStats:
         return self.add(pre.max(axis=0), pre.min(axis=0), squares.sum(axis=0, dtype=np.float64),
                         positive.sum(axis=0), passing.sum(axis=0), pre.shape[0])
 
-    def add(self, hi, lo, sq, positive, passing, n):
+    def add(self, hi, lo, sq, positive, passing, n, inputs=None):
         """Add the per-channel sums of ``n`` values computed elsewhere (e.g. by the backend,
         next to the values: :func:`cle._transforms.plan.measure_junctions`): their max and
         min, the sum of the squares after the activation, how many were positive and how many
-        passed the activation (positive and below the cap)."""
+        passed the activation (positive and below the cap); ``inputs``: how many model inputs
+        gave them (the junction then knows its values per input, ``Junction.per_input``)."""
         stats = [np.asarray(v, dtype=np.float64) for v in (hi, lo, sq, positive, passing)]
         if self.n == 0:
             self.hi, self.lo, self.sq, self.pos, self.passing = stats
@@ -319,16 +324,19 @@ class SampleStats:
             self.sq, self.pos, self.passing = (
                 self.sq + stats[2], self.pos + stats[3], self.passing + stats[4])
         self.n += int(n)
+        self.inputs = None if inputs is None or self.inputs is None else self.inputs + inputs
         return self
 
     def junction(self) -> Junction:
         capv = None if self.cap is None else np.broadcast_to(
             np.asarray(self.cap, dtype=np.float64), self.hi.shape).copy()
         ones = np.ones(self.hi.shape)
+        per_input = self.n // self.inputs if self.inputs else None
         if self.kind == "linear":
-            return Junction(self.hi, self.lo, self.kind, None, self.sq / self.n, ones, ones)
+            return Junction(self.hi, self.lo, self.kind, None, self.sq / self.n, ones, ones,
+                            per_input=per_input)
         return Junction(self.hi, self.lo, self.kind, capv, self.sq / self.n,
-                        self.passing / self.n, self.pos / self.n)
+                        self.passing / self.n, self.pos / self.n, per_input=per_input)
 
 
 def junction_from_samples(pre, kind, cap=None):

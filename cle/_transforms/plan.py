@@ -113,7 +113,7 @@ def measure_junctions(model, search, matches, x, value, progress):
         if progress is not None:
             progress(f"activation ranges: batch {b + 1}/{len(batches)}")
         for st, measured in zip(stats, run(*batch.arrays)):
-            st.add(*(keras.ops.convert_to_numpy(v) for v in measured))
+            st.add(*(keras.ops.convert_to_numpy(v) for v in measured), inputs=len(batch))
     return {id(link.first): st.junction() for (link, _), st in zip(targets, stats)}
 
 

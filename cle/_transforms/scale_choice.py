@@ -229,7 +229,11 @@ def decide_set(links, value, bn_stats, target, activation_stats=None):
         bn_stats: ``{id(layer): (gamma, beta)}`` of the BNs folded backward into layers.
         target: :class:`cle._math.noise.QuantTarget`.
         activation_stats: optional ``{id(link.first): Junction}`` measured on calibration
-            data; a junction found there replaces the data-free model.
+            data; a junction found there replaces the data-free model, unless it gives one
+            value per channel per input (a vector: each channel's maximum over a few dozen
+            inputs is no range to equalize on; hunt7's flat autoencoder, its code's channels
+            equalized on them, read several dB below the converter on new inputs): then the
+            data-free model where a folded BN gives it, else the set is left as it is.
 
     Returns:
         :class:`ScalingDecision` (with ``scales`` set when scaled).
@@ -241,10 +245,18 @@ def decide_set(links, value, bn_stats, target, activation_stats=None):
         kind, cap = junction_kind(link, value)
         layer = link.first.layer
         measured = None if activation_stats is None else activation_stats.get(id(link.first))
-        if measured is not None:
+        few = measured is not None and measured.per_input == 1
+        if measured is not None and not few:
             junctions.append(measured)
             continue
         stats = bn_stats.get(id(layer))
+        if stats is None and few:
+            return ScalingDecision(names, False, "quantized", reason=(
+                f"the output of '{layer.name}' gives one value per channel per input: each "
+                "channel's range measured on the calibration inputs is the largest of a few "
+                "dozen values, which new inputs often pass, and equalized ranges would clip "
+                "them (the per-tensor range keeps headroom for them; a folded "
+                "BatchNormalization after it would give the data-free model)"))
         if stats is None:
             return ScalingDecision(names, False, "quantized", reason=(
                 f"no activation statistics for the output of '{layer.name}' (no folded "
