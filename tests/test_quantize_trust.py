@@ -474,7 +474,7 @@ def test_a_softmax_over_another_axis_than_the_last_is_no_top1_output():
                               L.Softmax(axis=-2, name="minus_two")(h)])
     assert C.output_kinds(model) == ["values", "probabilities", "values"]
     assert C.guessed_scores(model) == ["values", "probabilities", "values"]
-    assert C.regression_outputs(model) == []
+    assert _synthetic.regression_outputs(model) == []
 
 
 @pytest.mark.parametrize("declared, message", [
@@ -1422,13 +1422,13 @@ def test_without_data_a_regression_output_is_refused_and_a_bounded_one_is_not():
             "angle": L.Dense(2, activation="tanh", name="angle")(h),
             "two": L.Dense(2, name="two")(h), "logits": L.Dense(C.MIN_CLASSES, name="logits")(h)}
     model = keras.Model(inp, outs)
-    assert C.regression_outputs(model) == [("box", 4), ("two", 2), ("value", 1)]
-    assert C.regression_outputs(model, {"two": "classes"}) == [("box", 4), ("value", 1)]
+    assert _synthetic.regression_outputs(model) == [("box", 4), ("two", 2), ("value", 1)]
+    assert _synthetic.regression_outputs(model, {"two": "classes"}) == [("box", 4), ("value", 1)]
     with pytest.raises(NeedsData, match=r"output 'box' \(4 values\), output 'two' \(2 "
                                         r"values\), output 'value' \(1 value\)"):
         cle.quantize(model, input_range=(-1.0, 1.0))
     only = keras.Model(inp, [outs["angle"], outs["logits"]])
-    assert C.regression_outputs(only) == []
+    assert _synthetic.regression_outputs(only) == []
 
 
 def test_a_model_quantized_twice_without_data_distills_both_times():
@@ -1451,7 +1451,7 @@ def test_an_integer_or_bool_output_is_no_regression_head():
     model = keras.Model(inp, [p, keras.ops.greater(p, 0.0),
                               keras.ops.cast(keras.ops.argmax(p, axis=-1), "int32")])
     names = C.output_names(model)
-    assert C.regression_outputs(model) == [(names[0], 3)]
+    assert _synthetic.regression_outputs(model) == [(names[0], 3)]
 
 
 def test_without_data_a_file_far_from_its_float_model_is_refused(net, monkeypatch):
@@ -1547,10 +1547,43 @@ def test_without_data_an_output_decoded_from_a_code_is_refused_naming_the_code()
     with pytest.raises(NeedsData) as info:
         cle.quantize(model, input_range=(0, 1))
     message = str(info.value)
-    assert ("output 'recon' is computed from the vector of layer 'code' (6 values), past the "
+    assert ("output 'recon' comes from the vector of layer 'code' (6 values), past the "
             "last batch norm on every path") in message
     assert not any(f"'{name}'" in message for name in ("mask", "se_map", "context_map"))
     assert message.endswith("pass calibration_data")
+
+
+def test_without_data_a_bounded_vector_past_the_last_batch_norm_is_refused():
+    """A vector output whose ending bounds it still has a range synthetic inputs cannot tell
+    before that ending (hunt8, without data: a tanh regression head 13 dB below TF Lite's
+    converter, L2-normalized embeddings 9 and 11 dB below it with their checks 11 dB above
+    the real figures): refused, naming the vector; a unit-length embedding is no linear
+    vector (no logits for the distillation to push, no offer to declare it class scores). A
+    single sigmoid is refused only when it is said to hold values (its loss, or
+    output_kinds): a binary classifier's score saturates where synthetic inputs stop."""
+    from cle._measure import check
+    from cle._measure.synthetic import NeedsData, coded_outputs
+
+    inp = keras.Input((8, 8, 3), name="image")
+    h = L.ReLU()(L.BatchNormalization(name="bn")(L.Conv2D(4, 3, name="c")(inp)))
+    pooled = L.GlobalAveragePooling2D()(h)
+    tanh = L.Dense(2, activation="tanh", name="balance")(pooled)
+    embed = L.UnitNormalization(name="embedding")(L.Dense(12, name="embed")(pooled))
+    score = L.Dense(1, activation="sigmoid", name="score")(L.Dense(8, activation="relu")(pooled))
+    model = keras.Model(inp, [tanh, embed, score], name="heads")
+    assert check.undeclared_scores(model) == []  # the embedding is not taken for logits
+    assert check.guessed_scores(model) == ["values"] * 3
+    assert coded_outputs(model) == [("balance", "balance", 2), ("embedding", "embed", 12)]
+    assert coded_outputs(model, {"score": "values"})[-1] == ("score", "score", 1)
+    with pytest.raises(NeedsData) as info:
+        cle.quantize(model, input_range=(0, 1))
+    message = str(info.value)
+    assert ("output 'balance' comes from the vector of layer 'balance' (2 values), output "
+            "'embedding' comes from the vector of layer 'embed' (12 values), past the last "
+            "batch norm on every path") in message
+    assert "'score'" not in message
+    model.compile(loss=["mse", "cosine_similarity", "mse"])  # the loss says values
+    assert coded_outputs(model)[-1] == ("score", "score", 1)
 
 
 class _FakeInterpreter:

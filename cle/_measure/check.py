@@ -34,7 +34,8 @@ from cle._measure.ties import CLOSE_LEAD, close_calls, idle_top1  # noqa: F401 (
 from cle._measure import tails as _tails
 
 __all__ = ["EXACT", "MIN_CLASSES", "OutputCheck", "ZERO_FLOAT", "check_outputs", "close_calls",
-           "compare_verdict", "compiled_kinds", "declared_kinds", "sqnr_gain", "sqnr_interval",
+           "compare_verdict", "compiled_kinds", "declared_kinds", "ends_in", "sqnr_gain",
+           "sqnr_interval",
            "estimate_caveat", "guessed_scores", "idle_top1", "json_number", "output_kinds",
            "output_names", "held_out_caveats", "poor_outputs", "rough_figures", "spread_inputs",
            "sqnr_with_clipping", "undeclared_scores"]
@@ -83,15 +84,21 @@ def _activation_name(layer):
     return getattr(fn, "__name__", "") if fn is not None else ""
 
 
-def _ends_in(out) -> str:
-    """The activation that makes the output tensor ``out`` ("" for none): a softmax over
-    another axis than the last (the classes of a per-position output stand elsewhere) is
-    "softmax, not last axis", which top-1 agreement, read along the last axis, cannot use.
-    An output a nested model makes ends as that model's output does."""
+def _maker(out):
+    """``(layer, its output)`` that makes ``out`` (in a nested model: its own output's)."""
     producer = internals.producer_of(out)
     while isinstance(producer, keras.Model) and getattr(producer, "outputs", None):
         out = producer.outputs[internals.output_position(out)]  # a nested model's own output
         producer = internals.producer_of(out)
+    return producer, out
+
+
+def ends_in(out) -> str:
+    """The activation that makes the output tensor ``out`` ("" for none): a softmax over
+    another axis than the last (the classes of a per-position output stand elsewhere) is
+    "softmax, not last axis", which top-1 agreement, read along the last axis, cannot use.
+    An output a nested model makes ends as that model's output does."""
+    producer, out = _maker(out)
     if isinstance(producer, keras.layers.Softmax):
         axes = [producer.axis] if isinstance(producer.axis, int) else list(producer.axis)
         rank = len(tuple(out.shape))
@@ -126,7 +133,7 @@ def compiled_kinds(model, loss=None) -> dict[int, str]:
 
 
 def _told(out, kind) -> bool:
-    ending = _ends_in(out)
+    ending = ends_in(out)
     if kind == "values":
         return ending != "softmax"
     return _classes(out) >= 2 and ending not in SCORE_ACTIVATIONS
@@ -164,7 +171,7 @@ def output_kinds(model, declared=None) -> list[str]:
     given = declared_kinds(model, declared)
     kinds = []
     for k, out in enumerate(model.outputs):
-        ending = _ends_in(out)
+        ending = ends_in(out)
         if given.get(k) == "values":
             kinds.append("values")
         elif _classes(out) >= 2 and ending in SCORE_ACTIVATIONS:
@@ -176,9 +183,15 @@ def output_kinds(model, declared=None) -> list[str]:
     return kinds
 
 
+#: Layers whose output vector is no logits: a normalized embedding, or a function nothing
+#: here reads (hunt8's unit-length embeddings were pushed as logits without data).
+NOT_LOGITS = (keras.layers.UnitNormalization, keras.layers.LayerNormalization,
+              keras.layers.GroupNormalization, keras.layers.Lambda)
+
+
 def _linear_vector(out) -> bool:
-    return (len(tuple(out.shape)) == 2 and _classes(out) >= MIN_CLASSES
-            and _ends_in(out) in ("", "linear"))
+    return (len(tuple(out.shape)) == 2 and _classes(out) >= MIN_CLASSES and ends_in(out)
+            in ("", "linear") and not isinstance(_maker(out)[0], NOT_LOGITS))
 
 
 def undeclared_scores(model, declared=None) -> list[str]:
@@ -189,40 +202,11 @@ def undeclared_scores(model, declared=None) -> list[str]:
             if k not in given and _linear_vector(out)]
 
 
-#: Output endings that bound the output's range whatever the input (so synthetic inputs can
-#: set it without data).
-BOUNDED_ACTIVATIONS = ("softmax", "softmax, not last axis", "sigmoid", "tanh", "hard_sigmoid",
-                       "hard_tanh", "relu6")
-
-
-def _entries(out) -> int | None:
-    dims = tuple(out.shape)[1:]
-    return None if any(d is None for d in dims) else int(np.prod(dims, dtype=np.int64))
-
-
-def regression_outputs(model, declared=None) -> list[tuple[str, int]]:
-    """``(name, entries)`` of the outputs whose range synthetic inputs cannot tell: values
-    (not class scores, :func:`output_kinds`) of fewer than :data:`MIN_CLASSES` entries per
-    sample, with no ending that bounds them (:data:`BOUNDED_ACTIVATIONS`): a regression value,
-    a box, a few coordinates. Without data their range would come from inputs distilled to
-    match the batch norms, which set nothing of what a regression head gives real inputs. An
-    integer or bool output (an argmax, a comparison) is none: it is not quantized."""
-    kinds = output_kinds(model, declared)
-    found = []
-    for out, name, kind in zip(model.outputs, output_names(model), kinds):
-        n = _entries(out)
-        if (kind == "values" and n is not None and n < MIN_CLASSES
-                and _ends_in(out) not in BOUNDED_ACTIVATIONS
-                and "float" in str(out.dtype)):  # an integer or bool output has no range
-            found.append((name, n))
-    return found
-
-
 def guessed_scores(model) -> list[str]:
     """Per output, what the distillation without data pushes inputs towards:
     ``"probabilities"`` (a softmax, any rank, two classes or more), ``"logits"`` (a linear
     vector of at least :data:`MIN_CLASSES` entries) or ``"values"`` (nothing)."""
-    return ["probabilities" if _classes(out) >= 2 and _ends_in(out)
+    return ["probabilities" if _classes(out) >= 2 and ends_in(out)
             == "softmax" else "logits" if _linear_vector(out) else "values"
             for out in model.outputs]
 

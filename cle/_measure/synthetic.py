@@ -34,7 +34,8 @@ from cle._core.keras_internals import sublayers
 from cle._core.rebuild import flattened
 from cle._math.json_numbers import sqnr_words
 from cle._measure import bn_moments
-from cle._measure.check import guessed_scores, output_kinds, output_names
+from cle._measure.check import (MIN_CLASSES, declared_kinds, ends_in, guessed_scores,
+                                output_kinds, output_names)
 
 EPS = 1e-5
 #: Weight of the cross-entropy term for outputs of class scores, against the BN loss.
@@ -149,24 +150,65 @@ def _feature_model(model, bns, scored):
     return keras.Model(function.inputs, [t for _, t in bns] + [o for o, _ in scored])
 
 
+#: Output endings that bound the output's range whatever the input (so synthetic inputs can
+#: set it without data).
+BOUNDED_ACTIVATIONS = ("softmax", "softmax, not last axis", "sigmoid", "tanh", "hard_sigmoid",
+                       "hard_tanh", "relu6")
+
+
+def _entries(out) -> int | None:
+    dims = tuple(out.shape)[1:]
+    return None if any(d is None for d in dims) else int(np.prod(dims, dtype=np.int64))
+
+
+def regression_outputs(model, declared=None) -> list[tuple[str, int]]:
+    """``(name, entries)`` of the outputs whose range synthetic inputs cannot tell: values
+    (not class scores, :func:`output_kinds`) of fewer than :data:`MIN_CLASSES` entries per
+    sample, with no ending that bounds them (:data:`BOUNDED_ACTIVATIONS`): a regression value,
+    a box, a few coordinates. Without data their range would come from inputs distilled to
+    match the batch norms, which set nothing of what a regression head gives real inputs. An
+    integer or bool output (an argmax, a comparison) is none: it is not quantized."""
+    kinds = output_kinds(model, declared)
+    found = []
+    for out, name, kind in zip(model.outputs, output_names(model), kinds):
+        n = _entries(out)
+        if (kind == "values" and n is not None and n < MIN_CLASSES
+                and ends_in(out) not in BOUNDED_ACTIVATIONS
+                and "float" in str(out.dtype)):  # an integer or bool output has no range
+            found.append((name, n))
+    return found
+
+
 def coded_outputs(model, declared=None) -> list[tuple[str, str, int]]:
     """``(output name, layer name, entries)`` for each output of values (neither class scores
-    nor logits the distillation pushes) that is a map, an image or a signal, computed past the
-    last batch norm on its way from a vector a layer with weights makes, every path back from it
-    passing such a vector before any batch norm or input: the code of an autoencoder, the
-    latent vector of a decoder (the narrowest such vector is named). Synthetic inputs match the
-    batch norms' statistics and say nothing of what such a vector holds for real inputs, as for
-    a regression head (:func:`cle._measure.check.regression_outputs`): without data the layers
-    after it get ranges no real input gives (measured on an autoencoder whose decoder has no
-    batch norm: far below TF Lite's converter, its check far above the real figure). A map that
-    a vector only joins (a squeeze-excitation gate, a context or metadata vector added to it)
-    also reaches a batch norm or an input past it, and is not one."""
+    nor logits the distillation pushes) computed past the last batch norm on its way from a
+    vector a layer with weights makes, every path back from it passing such a vector before any
+    batch norm or input (the narrowest such vector is named). Synthetic inputs match the batch
+    norms' statistics and say nothing of what such a vector holds for real inputs, as for a
+    regression head (:func:`regression_outputs`, whose outputs are not
+    named again here): without data its range, and those of the layers after it, are ranges
+    no real input gives. A map, an image or a signal: the code of an autoencoder, the latent
+    vector of a decoder (measured on an autoencoder whose decoder has no batch norm: far below
+    TF Lite's converter, its check far above the real figure). A vector output too, whatever
+    bounds it: a regression head ending in a tanh, or in a sigmoid its loss or ``declared``
+    says holds values, an embedding normalized to unit length (hunt8: the pre-activation's
+    range, or the norm's, came from synthetic inputs and clipped real ones: 9 to 13 dB below
+    the converter, the check up to 11 above the real figure); not a sigmoid it does not say
+    so of (a binary classifier's score: its logit saturates where synthetic inputs stop). A map
+    that a vector only joins (a squeeze-excitation gate, a context or metadata vector added to
+    it) also reaches a batch norm or an input past it, and is not one."""
     flat = reachable(model)
     view = graph_view(flat)
     kinds, pushed = output_kinds(model, declared), guessed_scores(model)
+    told = declared_kinds(model, declared)
+    regression = {name for name, _ in regression_outputs(model, declared)}
     found = []
-    for out, name, kind, push in zip(view.outputs, output_names(model), kinds, pushed):
-        if kind != "values" or push != "values" or len(out.shape) < 3:
+    for k, (out, name, kind, push) in enumerate(zip(view.outputs, output_names(model), kinds,
+                                                    pushed)):
+        if kind != "values" or push != "values" or len(out.shape) < 2 or name in regression:
+            continue
+        if (len(out.shape) == 2 and ends_in(model.outputs[k]) in ("sigmoid", "hard_sigmoid")
+                and told.get(k) != "values"):
             continue
         vectors, seen, stack, open_path = [], set(), [(out, False)], False
         while stack:

@@ -76,7 +76,7 @@ def _far(a, b) -> bool:
 
 def ranges_without_data(model, stated, unknown_outputs, coded=()):
     """:func:`input_ranges_of`, for a run without data whose outputs ``unknown_outputs``
-    (``[(name, values)]``, :func:`cle._measure.check.regression_outputs`) have ranges synthetic
+    (``[(name, values)]``, :func:`cle._measure.synthetic.regression_outputs`) have ranges synthetic
     inputs cannot tell, or are decoded from a code they cannot tell (``coded``, ``[(name,
     layer, entries)]``, :func:`cle._measure.synthetic.coded_outputs`): with any, one
     :class:`cle._measure.synthetic.NeedsData` names them and, when the model cannot tell it
@@ -103,9 +103,9 @@ def ranges_without_data(model, stated, unknown_outputs, coded=()):
             "scores, declare it (output_kinds={name: 'classes'}, --output-kind NAME=classes)")
     if coded:
         said.append(
-            ", ".join(f"output '{name}' is computed from the vector of layer '{layer}' ({n} "
+            ", ".join(f"output '{name}' comes from the vector of layer '{layer}' ({n} "
                       f"value{'s' if n != 1 else ''})" for name, layer, n in coded)
             + ", past the last batch norm on every path: synthetic inputs tell nothing of what "
-            "such a vector holds for real inputs (as of a regression head), and the layers "
-            "after it would get ranges no real input gives")
+            "such a vector holds for real inputs (as of a regression head), and it and the "
+            "layers after it would get ranges no real input gives")
     raise NeedsData("without data " + "; and ".join(said) + also)

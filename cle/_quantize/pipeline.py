@@ -409,7 +409,7 @@ def _door(model, calibration_data, opts, single_io=None):
     # one refusal names the one thing that settles it (not the input range, then the data).
     _synthetic.check_distillable(model)
     return view, None, ranges_without_data(
-        model, opts.input_range, _check.regression_outputs(model, opts.output_kinds),
+        model, opts.input_range, _synthetic.regression_outputs(model, opts.output_kinds),
         _synthetic.coded_outputs(model, opts.output_kinds))
 
 
