@@ -142,6 +142,30 @@ def test_class_scores_expect_no_clipping_and_each_candidate_its_own_range():
     assert 0 < clip[_choice.WIDENED][1] < minmax
 
 
+def test_outputs_whose_range_tflite_fixes_expect_no_clipping():
+    """A sigmoid or tanh value output (a bounded regression, a similarity score): TF Lite's
+    int8 LOGISTIC and TANH fix their output range whatever the calibration, so no new input
+    is clipped there (the extreme-value law charged hunt8's sigmoid heads as if their outputs
+    kept their calibrated min/max, and the widened ranges it favoured read below the
+    converter); a linear value output beside them is still charged."""
+    inp = keras.Input((4,), name="x")
+    model = keras.Model(inp, [L.Dense(1, activation="sigmoid", name="share")(inp),
+                              L.Dense(2, activation="tanh", name="balance")(inp),
+                              L.Dense(1, name="ink")(inp)])
+    rng = np.random.default_rng(8)
+    ref = [rng.uniform(0.1, 0.6, (64, 1)), rng.uniform(-0.5, 0.5, (64, 2)),
+           140.0 + 10.0 * rng.gumbel(size=(64, 1))]
+
+    class Build:
+        class opts:
+            output_kinds = None
+
+    assert C.output_kinds(model) == ["values"] * 3
+    clip = _choice._clipping(model, Build, ref)
+    for name in _choice.CANDIDATES:
+        assert clip[name][:2] == [0.0, 0.0] and clip[name][2] > 0.0
+
+
 def test_the_compare_verdict_weighs_the_expected_clipping():
     """``--compare``'s verdict on a value output uses the figures the choice compared."""
     rng = np.random.default_rng(7)

@@ -87,8 +87,8 @@ from cle._quantize.ranges import (WIDEN_INPUTS, as_kind, expected_clipping, soft
                                   tensor_roles)
 from cle._tflite import converter as tflite
 
-__all__ = ["CANDIDATES", "PLAIN_MARGIN_DB", "PLAIN_SCREEN_DB", "PLAIN_SUPPORT", "SUPPORT",
-           "SWITCH_DB", "Choice", "choose", "chooses"]
+__all__ = ["CANDIDATES", "FIXED_OUTPUTS", "PLAIN_MARGIN_DB", "PLAIN_SCREEN_DB", "PLAIN_SUPPORT",
+           "SUPPORT", "SWITCH_DB", "Choice", "choose", "chooses"]
 
 #: A candidate replaces the pipeline's build when its mean SQNR over the outputs on the
 #: held-out inputs is higher by more than this (dB).
@@ -110,6 +110,9 @@ PLAIN_SUPPORT = 0.95
 #: over cle's build has its interval there wholly this far below 0 (dB) or further: sixteen
 #: inputs with a heavy tail of errors put it on the wrong side of cle's build by a few dB.
 PLAIN_SCREEN_DB = 2.0
+#: Output endings whose 8-bit output range TF Lite's int8 kernels fix whatever the calibration
+#: (LOGISTIC and SOFTMAX [0, 1), TANH [-1, 1)): new inputs cannot leave it.
+FIXED_OUTPUTS = ("sigmoid", "tanh", "softmax", "softmax, not last axis")
 #: The candidates' names, in order of preference.
 CANDIDATES = ("cle", "cle, min/max ranges", "cle, widened ranges", "plain")
 #: The candidate made only for a model with a value output (:func:`_has_values`), and always
@@ -356,10 +359,15 @@ def _clipping(model, build, reference) -> dict:
     model's outputs on every calibration input) as the candidate calibrates it: widened, or
     min/max (every other candidate keeps an output's min/max).
     :func:`cle._quantize.ranges.expected_clipping`; 0 on class scores (their range is
-    bounded, or a top class clipped stays the top class)."""
+    bounded, or a top class clipped stays the top class) and on an output made by an operation
+    whose 8-bit output range TF Lite fixes (:data:`FIXED_OUTPUTS`: no input is clipped there;
+    the law charged hunt8's sigmoid heads for clipping their outputs, which held every new
+    input, and the widened ranges it favoured read below the converter on them)."""
     kinds = _check.output_kinds(model, build.opts.output_kinds)
-    return {name: [expected_clipping(r, KIND.get(name, "min/max")) if kind == "values" else 0.0
-                   for r, kind in zip(reference, kinds)] for name in CANDIDATES}
+    fixed = [_check.ends_in(out) in FIXED_OUTPUTS for out in model.outputs]
+    return {name: [expected_clipping(r, KIND.get(name, "min/max"))
+                   if kind == "values" and not held else 0.0
+                   for r, kind, held in zip(reference, kinds, fixed)] for name in CANDIDATES}
 
 
 def _logit_clipping(fit, build, reference, kinds, names) -> dict:
