@@ -1296,8 +1296,9 @@ def test_sqnr_gain_is_the_mean_over_outputs_with_its_interval_and_support():
 def test_a_head_farther_than_the_converters_writes_the_plain_conversion():
     """The promise is per output: cle's build far closer on one head and farther on the
     other (better on the mean) gives way to the plain conversion, naming that head; so does a
-    head farther by a hair (a tie goes to what the user had) and a one-output model farther;
-    a build at least as close on every head is kept."""
+    head farther by a hair, as close, or closer by less than PLAIN_MARGIN_DB (a tie goes to
+    what the user had), and a one-output model farther; a build closer on every head by more
+    is kept."""
     from cle._quantize import choice as _choice
 
     inp = keras.Input((4,), name="x")
@@ -1319,8 +1320,12 @@ def test_a_head_farther_than_the_converters_writes_the_plain_conversion():
         ref[1], plain_out[1])
     pooled["cle"] = [cle_out[0], hair]  # farther by a hair: the plain conversion
     assert _choice._farther_outputs(model, ref, pooled) == ["head_b"]
-    pooled["cle"] = [cle_out[0], plain_out[1]]  # as close as the plain conversion: kept
-    assert _choice._farther_outputs(model, ref, pooled) == []
+    for db, farther in ((0.0, ["head_b"]), (0.05, ["head_b"]), (0.2, [])):
+        # as close as the plain conversion, or closer by hundredths of a decibel: a tie, the
+        # plain conversion (hunt8's attention-pooling classifier); closer by more: kept
+        closer = ref[1] + (plain_out[1] - ref[1]) * 10.0 ** (-db / 20.0)
+        pooled["cle"] = [cle_out[0], closer]
+        assert _choice._farther_outputs(model, ref, pooled) == farther, db
     one = keras.Model(inp, L.Dense(2, name="only")(inp))
     assert _choice._farther_outputs(one, ref[1:], {"cle": cle_out[1:],
                                                    "plain": plain_out[1:]}) == ["only"]
