@@ -1558,12 +1558,14 @@ def test_without_data_an_output_decoded_from_a_code_is_refused_naming_the_code()
     assert message.endswith("pass calibration_data")
 
 
-def test_without_data_a_bounded_vector_past_the_last_batch_norm_is_refused():
+@pytest.mark.parametrize("norm", ["unit", "layer", "group", "lambda"])
+def test_without_data_a_bounded_vector_past_the_last_batch_norm_is_refused(norm):
     """A vector output whose ending bounds it still has a range synthetic inputs cannot tell
     before that ending (hunt8, without data: a tanh regression head 13 dB below TF Lite's
     converter, L2-normalized embeddings 9 and 11 dB below it with their checks 11 dB above
     the real figures): refused, naming the vector; a unit-length embedding is no linear
-    vector (no logits for the distillation to push, no offer to declare it class scores). A
+    vector, nor is a layer-normalized one or a Lambda's (no logits for the distillation to
+    push, no offer to declare it class scores; the refusal says how to declare one). A
     single sigmoid is refused only when it is said to hold values (its loss, or
     output_kinds): a binary classifier's score saturates where synthetic inputs stop."""
     from cle._measure import check
@@ -1573,7 +1575,11 @@ def test_without_data_a_bounded_vector_past_the_last_batch_norm_is_refused():
     h = L.ReLU()(L.BatchNormalization(name="bn")(L.Conv2D(4, 3, name="c")(inp)))
     pooled = L.GlobalAveragePooling2D()(h)
     tanh = L.Dense(2, activation="tanh", name="balance")(pooled)
-    embed = L.UnitNormalization(name="embedding")(L.Dense(12, name="embed")(pooled))
+    normalize = {"unit": lambda: L.UnitNormalization(name="embedding"),
+                 "layer": lambda: L.LayerNormalization(name="embedding"),
+                 "group": lambda: L.GroupNormalization(groups=4, name="embedding"),
+                 "lambda": lambda: L.Lambda(keras.ops.normalize, name="embedding")}[norm]()
+    embed = normalize(L.Dense(12, name="embed")(pooled))
     score = L.Dense(1, activation="sigmoid", name="score")(L.Dense(8, activation="relu")(pooled))
     model = keras.Model(inp, [tanh, embed, score], name="heads")
     assert check.undeclared_scores(model) == []  # the embedding is not taken for logits
@@ -1587,6 +1593,7 @@ def test_without_data_a_bounded_vector_past_the_last_batch_norm_is_refused():
             "'embedding' comes from the vector of layer 'embed' (12 values), past the last "
             "batch norm on every path") in message
     assert "'score'" not in message
+    assert "if such an output holds class scores, declare it" in message
     model.compile(loss=["mse", "cosine_similarity", "mse"])  # the loss says values
     assert coded_outputs(model)[-1] == ("score", "score", 1)
 
@@ -1648,3 +1655,18 @@ def test_observe_keeps_each_inputs_sample_in_order(monkeypatch, sizes):
         assert got[i].dtype == np.float32
         np.testing.assert_array_equal(got[i], expected)
         np.testing.assert_array_equal(extremes[i][0], [float(np.float32(f).min()) for f in full])
+
+
+def test_a_nested_models_outputs_are_told_apart_by_position():
+    """A nested model's outputs share its name: the regression head it makes must not hide
+    the tanh head beside it from the refusal of vectors (helper-36's review)."""
+    from cle._measure.synthetic import coded_outputs, regression_outputs
+
+    inp = keras.Input((8, 8, 3), name="image")
+    h = L.ReLU()(L.BatchNormalization(name="bn")(L.Conv2D(4, 3, name="c")(inp)))
+    pooled = L.GlobalAveragePooling2D()(h)
+    inner = keras.Model(inp, [L.Dense(1, name="value")(pooled),
+                              L.Dense(2, activation="tanh", name="balance")(pooled)], name="inner")
+    outer = keras.Model(inp, inner(inp), name="outer")
+    assert [name for name, _ in regression_outputs(outer)] == ["inner"]
+    assert [(name, n) for name, _, n in coded_outputs(outer)] == [("inner", 2)]

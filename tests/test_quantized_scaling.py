@@ -377,4 +377,7 @@ def test_vectors_are_not_equalized_on_their_measured_ranges(conv, bn, scaled):
     assert decision.scaled == scaled, decision.reason
     if not scaled:
         assert "gives one value per channel per input" in decision.reason
+    if bn and not conv:  # the BN's data-free model, not the measured ranges
+        _, free = cle.equalize_model(model, return_report=True)
+        np.testing.assert_array_equal(decision.scales[0], free.scaling[0].scales[0])
     assert max_rel_error(model, new, x.astype("float32")) <= RTOL

@@ -168,14 +168,20 @@ def regression_outputs(model, declared=None) -> list[tuple[str, int]]:
     a box, a few coordinates. Without data their range would come from inputs distilled to
     match the batch norms, which set nothing of what a regression head gives real inputs. An
     integer or bool output (an argmax, a comparison) is none: it is not quantized."""
-    kinds = output_kinds(model, declared)
-    found = []
-    for out, name, kind in zip(model.outputs, output_names(model), kinds):
+    names = output_names(model)
+    return [(names[k], n) for k, n in _regression_entries(model, declared).items()]
+
+
+def _regression_entries(model, declared) -> dict[int, int]:
+    """``{output index: entries}`` of :func:`regression_outputs` (by index: a nested model's
+    outputs share its name)."""
+    found = {}
+    for k, (out, kind) in enumerate(zip(model.outputs, output_kinds(model, declared))):
         n = _entries(out)
         if (kind == "values" and n is not None and n < MIN_CLASSES
                 and ends_in(out) not in BOUNDED_ACTIVATIONS
                 and "float" in str(out.dtype)):  # an integer or bool output has no range
-            found.append((name, n))
+            found[k] = n
     return found
 
 
@@ -189,23 +195,23 @@ def coded_outputs(model, declared=None) -> list[tuple[str, str, int]]:
     named again here): without data its range, and those of the layers after it, are ranges
     no real input gives. A map, an image or a signal: the code of an autoencoder, the latent
     vector of a decoder (measured on an autoencoder whose decoder has no batch norm: far below
-    TF Lite's converter, its check far above the real figure). A vector output too, whatever
-    bounds it: a regression head ending in a tanh, or in a sigmoid its loss or ``declared``
-    says holds values, an embedding normalized to unit length (hunt8: the pre-activation's
-    range, or the norm's, came from synthetic inputs and clipped real ones: 9 to 13 dB below
-    the converter, the check up to 11 above the real figure); not a sigmoid it does not say
-    so of (a binary classifier's score: its logit saturates where synthetic inputs stop). A map
+    TF Lite's converter, its check far above the real figure). A vector output too, even when
+    its ending bounds it: a regression head ending in a tanh, or in a sigmoid its loss or
+    ``declared`` says holds values, an embedding normalized to unit length (hunt8: the
+    pre-activation's range, or the norm's, came from synthetic inputs and clipped real ones:
+    far below the converter, the check far above the real figure); not a sigmoid it does not
+    say so of (a binary classifier's score: its logit saturates where synthetic inputs stop). A map
     that a vector only joins (a squeeze-excitation gate, a context or metadata vector added to
     it) also reaches a batch norm or an input past it, and is not one."""
     flat = reachable(model)
     view = graph_view(flat)
     kinds, pushed = output_kinds(model, declared), guessed_scores(model)
     told = declared_kinds(model, declared)
-    regression = {name for name, _ in regression_outputs(model, declared)}
+    regression = _regression_entries(model, declared)
     found = []
     for k, (out, name, kind, push) in enumerate(zip(view.outputs, output_names(model), kinds,
                                                     pushed)):
-        if kind != "values" or push != "values" or len(out.shape) < 2 or name in regression:
+        if kind != "values" or push != "values" or len(out.shape) < 2 or k in regression:
             continue
         if (len(out.shape) == 2 and ends_in(model.outputs[k]) in ("sigmoid", "hard_sigmoid")
                 and told.get(k) != "values"):

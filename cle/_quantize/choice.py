@@ -36,7 +36,8 @@ On a value output, the cross-fitted figures cannot see the few new inputs that w
 range calibrated on a few dozen: the choice adds to each candidate's noise on that output the
 clipping new inputs are expected to add to it, the output's range calibrated as the
 candidate calibrates it (:func:`cle._quantize.ranges.expected_clipping`: min/max, or widened),
-by the extreme-value law the widened ranges are read from. On a regression head of the zoo
+by the extreme-value law the widened ranges are read from (none on an output whose range TF
+Lite fixes, :data:`FIXED_OUTPUTS`). On a regression head of the zoo
 the plain conversion's cross-fitted figure was several dB above its figure on new inputs, and
 widened ranges lost to it by that blind spot alone (docs/design.md). ``Choice.expected``
 holds the figures compared; the check's interval reaches down to the written build's.
@@ -51,8 +52,9 @@ cle's build written read below it on new inputs (hunt6's hard-swish classifier, 
 
 Against the plain conversion the burden of proof is cle's: the promise is never to be worse
 than the converter, so cle's build (or its min/max variant) is written only when, cross-fitted
-on every input, it is closer to the float model than the plain conversion on *every* output,
-and the inputs back it: closer in at least :data:`PLAIN_SUPPORT` of the resamples of a paired
+on every input, it is closer to the float model than the plain conversion on *every* output
+by more than :data:`PLAIN_MARGIN_DB` (closer by hundredths of a decibel is a tie), and the
+inputs back it: closer in at least :data:`PLAIN_SUPPORT` of the resamples of a paired
 bootstrap over them. Where it is not, the plain conversion is written, whatever the mean over
 the outputs says (it gives up what cle's build gained on the others; the report says which
 output decided). A close call is a coin toss between the two on the inputs at hand, and on new
@@ -61,7 +63,8 @@ inputs it fell the converter's way more often than not on the zoo of
 was a loss on the held-out ones (digits_sequential, retrained); the converter's own file
 loses nothing on that toss. The plain conversion is cross-fitted unless the held-out inputs
 already put it clearly below cle's build (its gain's interval there wholly
-:data:`PLAIN_SCREEN_DB` below 0 or further: on the ImageNet networks by several dB), as each
+:data:`PLAIN_SCREEN_DB` + :data:`PLAIN_MARGIN_DB` below 0 or further: on the ImageNet networks
+by several dB), as each
 of its folds costs the converter's calibration again.
 
 The build written is the chosen kind calibrated on every input (the cross-fitted figures are
@@ -106,11 +109,12 @@ SUPPORT = {"cle, min/max ranges": 0.95, "cle, widened ranges": 0.5}
 #: classifier read 49.11 against 49.10, backed by every resample, and below the converter on
 #: new inputs) ...
 PLAIN_MARGIN_DB = 0.1
-#: ... or closer on some output in fewer than this share of the resamples of a paired bootstrap
-#: over the inputs: a gain the inputs do not back is a tie.
+#: ... and closer on every output in at least this share of the resamples of a paired
+#: bootstrap over the inputs: a gain the inputs do not back is a tie.
 PLAIN_SUPPORT = 0.95
 #: The held-out quarter rules the plain conversion out, uncross-fitted, only where its gain
-#: over cle's build has its interval there wholly this far below 0 (dB) or further: sixteen
+#: over cle's build has its interval there wholly this far below -PLAIN_MARGIN_DB (dB) or
+#: further: sixteen
 #: inputs with a heavy tail of errors put it on the wrong side of cle's build by a few dB.
 PLAIN_SCREEN_DB = 2.0
 #: Output endings whose 8-bit output range TF Lite's int8 kernels fix whatever the calibration
@@ -190,8 +194,9 @@ class Choice:
         if self.farther:
             return (f"written: {SAID['plain']}: cle's build was not shown closer to the float "
                     f"model on output {', '.join(repr(n) for n in self.farther)}, cross-fitted "
-                    f"(farther, or closer in fewer than {PLAIN_SUPPORT:.0%} of the resamples "
-                    f"of the inputs; {measured}; the stages above describe cle's build)")
+                    f"(farther, closer by {PLAIN_MARGIN_DB:g} dB or less, or closer in fewer "
+                    f"than {PLAIN_SUPPORT:.0%} of the resamples of the inputs; {measured}; "
+                    "the stages above describe cle's build)")
         return (f"written: {SAID[self.written]}, closer than cle's build by more than "
                 f"{SWITCH_DB:g} dB, on {SUPPORT[self.written]:.0%} of the resamples of the "
                 "inputs or more "
@@ -203,7 +208,8 @@ class Choice:
         if self.farther:
             return (f"the file written is {SAID['plain']}: on the calibration inputs, each "
                     "checked by a build not calibrated on it, cle's build was not shown "
-                    "closer to the float model than the plain conversion on output "
+                    f"closer to the float model than the plain conversion (by more than "
+                    f"{PLAIN_MARGIN_DB:g} dB) on output "
                     f"{', '.join(repr(n) for n in self.farther)}; "
                     "the plain conversion keeps every output at the converter's level, and "
                     "gives up what cle's build gained on the others")
@@ -347,7 +353,8 @@ def unchosen_clipping(model, build) -> list:
     """Per output, the clipping new inputs are expected to add (noise energy per input) to a
     build written without the choice (:func:`chooses`: 16-bit activations, 4-bit weights or a
     rounding of the kernels, ``tune=True``, ranges "minmax" or "percentile"), whose value
-    outputs keep the min/max of the calibration inputs (softmax logits are not modelled
+    outputs keep the min/max of the calibration inputs (none where TF Lite fixes the output's
+    range, :data:`FIXED_OUTPUTS`; softmax logits are not modelled
     here): the held-out
     check's interval reaches down to it, as the choice's does (helper-22's hunt: such a build
     of a regression head claimed far above its real figure, the few new inputs beyond the
@@ -413,10 +420,11 @@ def _sqnr(reference, y) -> float:
 def _farther_outputs(model, reference, pooled, mine="cle", clip=None) -> list[str]:
     """The outputs on which the build ``mine`` is not shown closer to the float model than the
     plain conversion, on the pooled cross-fitted outputs with each one's expected clipping
-    (``clip``, :func:`_clipping`): farther, or closer in fewer than :data:`PLAIN_SUPPORT` of
-    the resamples of the inputs (the promise is per output: a better mean does not excuse a
-    worse head, and a tie, or a gain the inputs do not back, goes to what the user had); or
-    farther as measured, without the expected clipping. That alone, a law fitted to a few
+    (``clip``, :func:`_clipping`): farther, closer by no more than :data:`PLAIN_MARGIN_DB`,
+    or closer in fewer than :data:`PLAIN_SUPPORT` of the resamples of the inputs (the promise
+    is per output: a better mean does not excuse a worse head, and a tie, or a gain the inputs
+    do not back, goes to what the user had); or so as measured, without the expected
+    clipping. That alone, a law fitted to a few
     dozen extremes, does not make a gain: where the extremes' tail is lighter than the law's
     (an image output), it charged the plain conversion's min/max output for clipping new
     inputs hardly made, and a build the cross-fit put below it was written, below it on new
@@ -429,7 +437,8 @@ def _farther_outputs(model, reference, pooled, mine="cle", clip=None) -> list[st
     return [name for name, (gain, _, support), (p, m) in zip(
         _check.output_names(model), weighed, figures)
         if not (p == m == math.inf)  # both exact: no output to be closer on
-        and (gain > -PLAIN_MARGIN_DB or support > 1.0 - PLAIN_SUPPORT or p > m)]
+        and (gain > -PLAIN_MARGIN_DB or support > 1.0 - PLAIN_SUPPORT
+             or p - m > -PLAIN_MARGIN_DB)]
 
 
 def refit_cle(model, build, say) -> None:

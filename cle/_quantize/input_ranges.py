@@ -7,6 +7,7 @@ import numpy as np
 
 from cle._core.inputs import input_names
 from cle._measure import input_range as _input_range
+from cle._measure.check import output_names
 
 __all__ = ["InputRangeUnknown", "input_ranges_of", "ranges_without_data"]
 
@@ -107,5 +108,15 @@ def ranges_without_data(model, stated, unknown_outputs, coded=()):
                       f"value{'s' if n != 1 else ''})" for name, layer, n in coded)
             + ", past the last batch norm on every path: synthetic inputs tell nothing of what "
             "such a vector holds for real inputs (as of a regression head), and it and the "
-            "layers after it would get ranges no real input gives")
+            "layers after it would get ranges no real input gives"
+            + ("; if such an output holds class scores, declare it (output_kinds={name: "
+               "'classes'}, --output-kind NAME=classes)" if _scores_may(model, coded) else ""))
     raise NeedsData("without data " + "; and ".join(said) + also)
+
+
+def _scores_may(model, coded) -> bool:
+    """Whether an output of ``coded`` could be declared class scores: a vector of two entries
+    or more (a map, or a single value, cannot)."""
+    shapes = dict(zip(output_names(model), (tuple(out.shape) for out in model.outputs)))
+    return any(len(shapes.get(name, ())) == 2 and (shapes[name][-1] or 0) >= 2
+               for name, _, _ in coded)

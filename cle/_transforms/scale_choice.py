@@ -253,9 +253,9 @@ def decide_set(links, value, bn_stats, target, activation_stats=None):
         if stats is None and few:
             return ScalingDecision(names, False, "quantized", reason=(
                 f"the output of '{layer.name}' gives one value per channel per input: each "
-                "channel's range measured on the calibration inputs is the largest of a few "
-                "dozen values, which new inputs often pass, and equalized ranges would clip "
-                "them (the per-tensor range keeps headroom for them; a folded "
+                "channel's range measured on the calibration inputs is the largest of its "
+                "values there, one per input, which new inputs often pass, and equalized "
+                "ranges would clip them (the per-tensor range keeps headroom for them; a folded "
                 "BatchNormalization after it would give the data-free model)"))
         if stats is None:
             return ScalingDecision(names, False, "quantized", reason=(
