@@ -37,9 +37,9 @@ range calibrated on a few dozen: the choice adds to each candidate's noise on th
 clipping new inputs are expected to add to it, the output's range calibrated as the
 candidate calibrates it (:func:`cle._quantize.ranges.expected_clipping`: min/max, or widened),
 by the extreme-value law the widened ranges are read from (none on an output whose range TF
-Lite fixes, :data:`FIXED_OUTPUTS`). On a regression head of the zoo
-the plain conversion's cross-fitted figure was several dB above its figure on new inputs, and
-widened ranges lost to it by that blind spot alone (docs/design.md). ``Choice.expected``
+Lite fixes, :data:`FIXED_OUTPUTS`). On a regression head of the zoo the plain conversion's
+cross-fitted figure was several dB above its figure on new inputs, and widened ranges lost to
+it by that blind spot alone (docs/design.md). ``Choice.expected``
 holds the figures compared; the check's interval reaches down to the written build's.
 On a softmax output the same blind spot is its logits' range (cle's build widens it,
 :func:`cle._quantize.ranges.as_kind`, as far as its calibration inputs left out one at a
@@ -64,8 +64,7 @@ was a loss on the held-out ones (digits_sequential, retrained); the converter's 
 loses nothing on that toss. The plain conversion is cross-fitted unless the held-out inputs
 already put it clearly below cle's build (its gain's interval there wholly
 :data:`PLAIN_SCREEN_DB` + :data:`PLAIN_MARGIN_DB` below 0 or further: on the ImageNet networks
-by several dB), as each
-of its folds costs the converter's calibration again.
+by several dB), as each of its folds costs the converter's calibration again.
 
 The build written is the chosen kind calibrated on every input (the cross-fitted figures are
 those of builds calibrated on three quarters: the file's own are at least as good in
@@ -114,8 +113,8 @@ PLAIN_MARGIN_DB = 0.1
 PLAIN_SUPPORT = 0.95
 #: The held-out quarter rules the plain conversion out, uncross-fitted, only where its gain
 #: over cle's build has its interval there wholly this far below -PLAIN_MARGIN_DB (dB) or
-#: further: sixteen
-#: inputs with a heavy tail of errors put it on the wrong side of cle's build by a few dB.
+#: further: sixteen inputs with a heavy tail of errors put it on the wrong side of cle's build
+#: by a few dB.
 PLAIN_SCREEN_DB = 2.0
 #: Output endings whose 8-bit output range TF Lite's int8 kernels fix whatever the calibration
 #: (LOGISTIC and SOFTMAX [0, 1), TANH [-1, 1)): new inputs cannot leave it.
@@ -354,8 +353,7 @@ def unchosen_clipping(model, build) -> list:
     build written without the choice (:func:`chooses`: 16-bit activations, 4-bit weights or a
     rounding of the kernels, ``tune=True``, ranges "minmax" or "percentile"), whose value
     outputs keep the min/max of the calibration inputs (none where TF Lite fixes the output's
-    range, :data:`FIXED_OUTPUTS`; softmax logits are not modelled
-    here): the held-out
+    range, :data:`FIXED_OUTPUTS`; softmax logits are not modelled here): the held-out
     check's interval reaches down to it, as the choice's does (helper-22's hunt: such a build
     of a regression head claimed far above its real figure, the few new inputs beyond the
     range carrying most of the noise)."""
