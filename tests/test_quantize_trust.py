@@ -460,6 +460,15 @@ def test_output_kinds_take_top1_for_class_scores_only():
                                                "probabilities", "probabilities", "values",
                                                "probabilities", "logits"]
     assert C.undeclared_scores(model, declared) == []
+    # What the distillation without data pushes: a linear vector of 10 as logits unless
+    # declared values; a shorter one only once declared class scores.
+    assert C.guessed_scores(model) == ["logits", "values", "probabilities", "values",
+                                       "values", "probabilities", "values", "probabilities",
+                                       "values"]
+    assert C.guessed_scores(model, declared) == ["logits", "values", "values", "values",
+                                                 "values", "probabilities", "values",
+                                                 "probabilities", "logits"]
+    assert C.guessed_scores(model, {"logits": "values"})[0] == "values"
 
 
 def test_a_softmax_over_another_axis_than_the_last_is_no_top1_output():
@@ -1596,6 +1605,30 @@ def test_without_data_a_bounded_vector_past_the_last_batch_norm_is_refused(norm)
     assert "if such an output holds class scores, declare it" in message
     model.compile(loss=["mse", "cosine_similarity", "mse"])  # the loss says values
     assert coded_outputs(model)[-1] == ("score", "score", 1)
+
+
+def test_without_data_a_linear_vector_declared_values_is_not_pushed_as_logits():
+    """A linear vector of 10 entries or more may be logits: without data the distillation
+    pushes it towards a class, and it is not refused. Declared values (or compiled with a
+    regression loss) it is neither pushed nor left unrefused: it is a vector past the last
+    batch norm like any embedding (a review's finding: the declaration was read for the check
+    and ignored by the distillation)."""
+    from cle._measure import check
+    from cle._measure.synthetic import NeedsData, coded_outputs
+
+    inp = keras.Input((8, 8, 3), name="image")
+    h = L.ReLU()(L.BatchNormalization(name="bn")(L.Conv2D(4, 3, name="c")(inp)))
+    model = keras.Model(inp, L.Dense(16, name="embed")(L.GlobalAveragePooling2D()(h)))
+    assert check.guessed_scores(model) == ["logits"]
+    assert coded_outputs(model) == []
+    assert check.guessed_scores(model, {"embed": "values"}) == ["values"]
+    assert coded_outputs(model, {"embed": "values"}) == [("embed", "embed", 16)]
+    with pytest.raises(NeedsData, match="output 'embed' comes from the vector of layer "
+                                        "'embed' \\(16 values\\)"):
+        cle.quantize(model, input_range=(0, 1), output_kinds={"embed": "values"})
+    model.compile(loss="mse")
+    assert check.guessed_scores(model) == ["values"]
+    assert coded_outputs(model) == [("embed", "embed", 16)]
 
 
 class _FakeInterpreter:

@@ -201,13 +201,25 @@ def undeclared_scores(model, declared=None) -> list[str]:
             if k not in given and _linear_vector(out)]
 
 
-def guessed_scores(model) -> list[str]:
+def guessed_scores(model, declared=None) -> list[str]:
     """Per output, what the distillation without data pushes inputs towards:
     ``"probabilities"`` (a softmax, any rank, two classes or more), ``"logits"`` (a linear
-    vector of at least :data:`MIN_CLASSES` entries) or ``"values"`` (nothing)."""
-    return ["probabilities" if _classes(out) >= 2 and ends_in(out)
-            == "softmax" else "logits" if _linear_vector(out) else "values"
-            for out in model.outputs]
+    vector of at least :data:`MIN_CLASSES` entries, or of two or more that ``declared`` or the
+    compiled loss calls class scores) or ``"values"`` (nothing; so for any output declared or
+    compiled as values, which is then checked as values and, without data, may be refused)."""
+    given = declared_kinds(model, declared)
+    guess = []
+    for k, out in enumerate(model.outputs):
+        if given.get(k) == "values":
+            guess.append("values")
+        elif _classes(out) >= 2 and ends_in(out) == "softmax":
+            guess.append("probabilities")
+        elif _linear_vector(out) or (given.get(k) == "classes" and len(tuple(out.shape)) == 2
+                                     and ends_in(out) in ("", "linear")):
+            guess.append("logits")
+        else:
+            guess.append("values")
+    return guess
 
 
 def output_names(model) -> list[str]:

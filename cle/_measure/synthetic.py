@@ -137,11 +137,12 @@ def _unreached(model) -> str:
               "called once)")
 
 
-def _scored(model):
+def _scored(model, guessed):
     """``(output tensor, kind)`` of the outputs the cross-entropy pushes: vectors of class
-    scores (a segmentation map's per-pixel scores are left to the BN statistics)."""
+    scores (``guessed``, :func:`cle._measure.check.guessed_scores` of the model as given; a
+    segmentation map's per-pixel scores are left to the BN statistics)."""
     function = inner_function(model)
-    return [(o, k) for o, k in zip(function.outputs, guessed_scores(model))
+    return [(o, k) for o, k in zip(function.outputs, guessed)
             if k != "values" and len(o.shape) == 2]
 
 
@@ -205,7 +206,7 @@ def coded_outputs(model, declared=None) -> list[tuple[str, str, int]]:
     it) also reaches a batch norm or an input past it, and is not one."""
     flat = reachable(model)
     view = graph_view(flat)
-    kinds, pushed = output_kinds(model, declared), guessed_scores(model)
+    kinds, pushed = output_kinds(model, declared), guessed_scores(model, declared)
     told = declared_kinds(model, declared)
     regression = _regression_entries(model, declared)
     found = []
@@ -387,7 +388,8 @@ def _start(rng, b, shapes, clips):
 def distill(model, n: int, steps: int = STEPS, batch_size: int = BATCH,
             learning_rate: float = LEARNING_RATE, input_range=None, seed: int = 0,
             progress: Callable[[str], None] | None = None,
-            fail_above: float | None = None) -> tuple[ModelInputs, list]:
+            fail_above: float | None = None,
+            output_kinds=None) -> tuple[ModelInputs, list]:
     """``n`` synthetic inputs whose statistics at every BN match its moving mean and variance.
 
     For each vector of class scores (:func:`cle._measure.check.guessed_scores`) each input is
@@ -409,6 +411,8 @@ def distill(model, n: int, steps: int = STEPS, batch_size: int = BATCH,
         progress: optional ``callable(str)``, told about every batch.
         fail_above: a batch's final BN-statistics loss above which the distillation failed
             (:class:`NeedsData`, at the first such batch); None: any loss is returned.
+        output_kinds: ``{output name: "classes" | "values"}`` the caller declared: an output
+            declared values is not pushed, a vector declared classes is.
 
     Returns:
         ``(inputs, losses)``: :class:`cle._core.inputs.ModelInputs` and each batch's final
@@ -422,9 +426,10 @@ def distill(model, n: int, steps: int = STEPS, batch_size: int = BATCH,
             turned non-finite.
     """
     bns, signatures = check_distillable(model)
+    guessed = guessed_scores(model, output_kinds)  # by the names of the model as given
     model = reachable(model)  # what the batch norms' tensors belong to
     shapes = [shape for _, shape in signatures]
-    scored = _scored(model)
+    scored = _scored(model, guessed)
     clips = _ranges(input_range, len(shapes))
     # Inputs normalized to a few units take the step as it is; a wider range (0..255, caffe's
     # ±125) scales it, or a few dozen steps could not leave the starting noise.

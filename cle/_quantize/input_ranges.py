@@ -116,7 +116,8 @@ def ranges_without_data(model, stated, unknown_outputs, coded=()):
 
 def _scores_may(model, coded) -> bool:
     """Whether an output of ``coded`` could be declared class scores: a vector of two entries
-    or more (a map, or a single value, cannot)."""
-    shapes = dict(zip(output_names(model), (tuple(out.shape) for out in model.outputs)))
-    return any(len(shapes.get(name, ())) == 2 and (shapes[name][-1] or 0) >= 2
-               for name, _, _ in coded)
+    or more (a map, or a single value, cannot). Outputs are matched by name, all of them (a
+    nested model's outputs share one)."""
+    named = {name for name, _, _ in coded}
+    return any(name in named and len(tuple(out.shape)) == 2 and (out.shape[-1] or 0) >= 2
+               for name, out in zip(output_names(model), model.outputs))

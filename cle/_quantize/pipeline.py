@@ -433,9 +433,11 @@ def _calibration_inputs(model, x, input_ranges, opts, say, seconds) -> _Inputs:
         "inputs from the model's batch-norm statistics, in the input range "
         + ", ".join(f"[{lo:.4g}, {hi:.4g}]" for lo, hi in ranges))
     distilled, loss = _synthetic.distill(model, SYNTHETIC_CALIBRATION, input_range=ranges,
-                                         seed=opts.seed, progress=say, fail_above=FAILED_LOSS)
+                                         seed=opts.seed, progress=say, fail_above=FAILED_LOSS,
+                                         output_kinds=opts.output_kinds)
     apart, loss_apart = _synthetic.distill(model, DISTILLED_CHECK, input_range=ranges,
-                                           seed=opts.seed + 1000, progress=say)
+                                           seed=opts.seed + 1000, progress=say,
+                                           output_kinds=opts.output_kinds)
     seconds["synthesize"] = time.perf_counter() - start
     fields = _fields(distilled, input_ranges, SYNTHETIC_CHECK, opts.seed + 1)
     calibration = ModelInputs(tuple(np.concatenate([a, b]) for a, b in
