@@ -416,6 +416,52 @@ def test_a_classifier_head_gets_its_logits_range_and_other_logits_the_widened_on
     assert f"of {R.LOGIT_WIDENINGS[0]:g}× to {R.LOGIT_WIDENINGS[-1]:g}×" in report.summary()
 
 
+def _max_pooled_model(pool):
+    keras.utils.set_random_seed(3)
+    inp = keras.Input((12, 12, 3), name="image")
+    h = L.MaxPooling2D(2, name="local_pool")(L.ReLU(name="early")(L.Conv2D(8, 3, name="c0")(inp)))
+    h = L.Activation("swish", name="late")(L.BatchNormalization(name="bn")(
+        L.Conv2D(16, 3, name="c1")(h)))
+    pooled = (L.GlobalMaxPooling2D(name="gmp")(h) if pool == "global"
+              else L.Flatten()(L.MaxPooling2D(3, name="gmp")(h)))  # 3x3 map: one position
+    return keras.Model(inp, L.Dense(6, activation="sigmoid", name="attrs")(pooled))
+
+
+@pytest.mark.parametrize("pool", ["global", "one_position"])
+def test_what_a_global_max_pooling_keeps_is_not_cut_at_its_tails(pool):
+    """A global max pooling passes on each channel's largest value: the tails of the tensor it
+    pools (and of the elementwise ops before it: the swish and the convolution's sum) are
+    every value it keeps, so they keep min/max (hunt7's multi-label classifier, without data:
+    its tails cut the features of the inputs that mattered, 5 dB below the converter; with
+    min/max, at it). A max pooling of several positions, and what lies before it, keep their
+    tails. The kept tensors' ranges reach the pooled values' extremes in the file written.
+    With data the rule is off (real inputs' tails cut little there, and the cross-fitted
+    choice misranked the build it made: ``ranges.tensor_roles``)."""
+    import cle
+    from cle._tflite import converter as T
+
+    model = _max_pooled_model(pool)
+    x = np.random.default_rng(0).normal(1.0, 1.0, (48, 12, 12, 3)).astype("f4")
+    calibrated = T.calibrate(model, x[:4])
+    kept = T.max_kept_indices(calibrated)
+    ranges = {r.index: r for r in T.ranges_of(calibrated)}
+    producers = T._producers(T._object(calibrated))
+    kinds = sorted(producers[i][0] for i in kept if i in ranges)
+    assert "CONV_2D" in kinds and "MUL" in kinds, kinds  # the convolution's sum, the swish
+    assert not any(producers[i][0] == "MAX_POOL_2D" for i in kept)  # not the local pool
+    _, report = cle.quantize(model, ranges="percentile", bias_correction="none",
+                             input_range=(-2.0, 4.0))  # without data
+    hows = {r.how for r in report.ranges}
+    assert R.MAX_KEPT in hows and "percentile" in hows
+    for r in report.ranges:
+        if r.how == R.MAX_KEPT:
+            assert (r.lo, r.hi) == r.calibrated
+    assert "the tensors whose largest values a global max pooling keeps keep min/max" in \
+        report.summary()
+    _, report = cle.quantize(model, x, ranges="percentile", bias_correction="none")
+    assert R.MAX_KEPT not in {r.how for r in report.ranges}
+
+
 def test_logits_the_softmax_is_not_the_only_reader_of_keep_the_widened_range():
     """helper-29's review: logits that are also a model output, or read by another op, serve
     more than the softmax: no floor cut below what the softmax shows (classes 0: the widened

@@ -27,7 +27,8 @@ _HOW = {"percentile": "1e-4 tails", "min/max": "min/max",
         "min/max (decides an output)": "min/max (an output only reshapes it or passes it "
                                        "through a softmax)",
         "widened (decides an output)": "min/max widened (the logits before a softmax)",
-        "min/max (integer input)": "min/max (an int8 input)"}
+        "min/max (integer input)": "min/max (an int8 input)",
+        "min/max (max-pooled)": "min/max (a global max pooling keeps its largest values)"}
 
 
 class Accumulator:

@@ -11,7 +11,7 @@ from cle._math.order import quantiles
 from cle._tflite import converter as tflite
 from cle._tflite.runtime import input_name
 
-__all__ = ["KINDS", "LOGITS", "LOGIT_WIDENINGS", "MIN_WIDTH", "SOFTMAX_STEPS", "TAIL",
+__all__ = ["KINDS", "LOGITS", "LOGIT_WIDENINGS", "MAX_KEPT", "MIN_WIDTH", "SOFTMAX_STEPS", "TAIL",
            "USUAL_RANGES", "USUAL_SHARE", "WIDEN_INPUTS", "as_kind", "choose_percentile_ranges",
            "clipping_noise", "expected_clipping", "logit_range", "logit_widening", "mse_range",
            "pick_range", "softmax_clipping", "softmax_floor", "tail_range", "tensor_roles",
@@ -28,6 +28,9 @@ WIDEN_INPUTS = 3.0
 #: How the logits before a softmax (or a sigmoid) are set in cle's own build: widened like
 #: the ``"widened"`` kind's ranges (:func:`as_kind`).
 LOGITS = "widened (decides an output)"
+#: How a tensor whose largest values a global max pooling keeps is set: at its min/max (its
+#: tails are what the pooling passes on; :func:`cle._tflite.converter.max_kept_indices`).
+MAX_KEPT = "min/max (max-pooled)"
 #: The kinds of range :func:`as_kind` makes from the ranges :func:`pick_range` sets.
 KINDS = ("tails", "min/max", "widened")
 #: The usual ranges of a model input's values (pixels and normalized signals) ...
@@ -130,7 +133,7 @@ def choose_percentile_ranges(calibrated, x, tensor_ranges, stated, integer_io, s
     and max on each input, for the cross-fitted builds of :mod:`cle._quantize.crossfit`)."""
     say(f"measuring {len(tensor_ranges)} activation tensors")
     values = tflite.observe(calibrated, x, [r.index for r in tensor_ranges], extremes=extremes)
-    roles = tensor_roles(calibrated)
+    roles = tensor_roles(calibrated, synthetic)
     for r in tensor_ranges:
         # The min/max over all of ``x``, as the interpreter computes it (``calibrated`` may
         # have been calibrated on fewer inputs; observe keeps each tensor's min and max last).
@@ -157,14 +160,21 @@ def _softmax_logit(r, values, logits, n, synthetic=False):
     return classes, logit_widening(z, synthetic)
 
 
-def tensor_roles(calibrated) -> tuple[set, set, set, dict]:
-    """``(protected, inputs, outputs, logits)``: the indices of the tensors that keep min/max
-    (:func:`cle._tflite.converter.protected_indices`), of the inputs, of the outputs, and of
-    the logits of a softmax or sigmoid output (:func:`cle._tflite.converter.logit_indices`:
-    ``{index: (op, classes)}``)."""
+def tensor_roles(calibrated, synthetic=False) -> tuple[set, set, set, dict, set]:
+    """``(protected, inputs, outputs, logits, max_kept)``: the indices of the tensors that keep
+    min/max (:func:`cle._tflite.converter.protected_indices`), of the inputs, of the outputs,
+    of the logits of a softmax or sigmoid output (:func:`cle._tflite.converter.logit_indices`:
+    ``{index: (op, classes)}``), and, for ranges set on ``synthetic`` inputs (without data),
+    of the tensors whose largest values a global max pooling keeps
+    (:func:`cle._tflite.converter.max_kept_indices`: min/max too; the tails of synthetic
+    inputs stop far short of real inputs' maxima there. With data none: real inputs' tails cut
+    little there, and the cross-fitted choice, whose folds read min/max ranges calibrated on
+    fewer inputs as farther than the file will be, then ranked such a build above the plain
+    conversion it was not above: CHANGELOG)."""
     protected, inputs = tflite.protected_indices(calibrated)
     return (protected, inputs, tflite.output_indices(calibrated),
-            tflite.logit_indices(calibrated))
+            tflite.logit_indices(calibrated),
+            tflite.max_kept_indices(calibrated) if synthetic else set())
 
 
 def pick_range(r, values, extremes, roles, stated, integer_io) -> None:
@@ -188,6 +198,8 @@ def pick_range(r, values, extremes, roles, stated, integer_io) -> None:
         r.how = "min/max (integer input)"
     elif r.index in protected:  # min/max: the largest outputs decide the top-1 class
         r.how = "min/max (output)" if r.index in outputs else "min/max (decides an output)"
+    elif r.index in roles[4]:  # its tails are what a global max pooling passes on
+        r.how = MAX_KEPT
     else:
         picked = tail_range(values, r.calibrated, TAIL)
         if picked is None:

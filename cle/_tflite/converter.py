@@ -315,6 +315,47 @@ def protected_indices(calibrated: bytes) -> tuple[set, set]:
     return protected, set(int(i) for i in graph.inputs)
 
 
+#: Elementwise ops through which a tensor's largest values come from their inputs' largest
+#: (:func:`max_kept_indices`): activations, a swish's product, a residual sum.
+_MONOTONE = ("RELU", "RELU6", "RELU_N1_TO_1", "RELU_0_TO_1", "LEAKY_RELU", "PRELU", "ELU",
+             "HARD_SWISH", "GELU", "LOGISTIC", "TANH", "MUL", "ADD")
+_MAX_KEEPERS = ("REDUCE_MAX", "MAX_POOL_2D")
+
+
+def max_kept_indices(calibrated: bytes) -> set:
+    """The tensors whose largest values a global max pooling keeps: the input of a REDUCE_MAX,
+    or of a MAX_POOL_2D whose output is one position, and back from it through elementwise ops
+    (:data:`_MONOTONE`) and ops that only move values around (:data:`_SAME_VALUES`). What a
+    tensor's tails leave out is every value such a pooling passes on: on a multi-label
+    classifier that pools its last feature map by its maximum, the tails cut the features of
+    the inputs that mattered (without data, far below the converter: CHANGELOG)."""
+    obj = _object(calibrated)
+    graph = obj.subgraphs[0]
+    producer = _producers(obj)
+    todo = []
+    for op in graph.operators:
+        code = obj.operatorCodes[op.opcodeIndex]
+        kind = internals.builtin_operator_names().get(
+            max(int(code.builtinCode), int(code.deprecatedBuiltinCode)), "")
+        if kind not in _MAX_KEEPERS or op.inputs is None or op.outputs is None:
+            continue
+        shape = graph.tensors[int(op.outputs[0])].shape
+        if kind == "MAX_POOL_2D" and (shape is None or len(shape) != 4
+                                      or int(np.prod(shape[1:3])) != 1):
+            continue
+        todo.append(int(op.inputs[0]))
+    kept = set()
+    while todo:
+        t = todo.pop()
+        if t in kept or t < 0:
+            continue
+        kept.add(t)
+        kind, inputs = producer.get(t, ("", []))
+        if kind in _MONOTONE or kind in _SAME_VALUES:
+            todo.extend(inputs)
+    return kept
+
+
 #: Ops whose output is their input moved around or retyped (TF Lite gives both one scale).
 _SAME_VALUES = ("RESHAPE", "SQUEEZE", "DEQUANTIZE", "QUANTIZE", "CAST")
 
