@@ -1445,6 +1445,34 @@ def test_without_data_a_regression_output_is_refused_and_a_bounded_one_is_not():
     assert _synthetic.regression_outputs(only) == []
 
 
+def test_without_data_a_map_of_values_made_past_the_last_batch_norm_is_refused():
+    """A map of few channels that a layer with weights makes past the last batch norm on every
+    path holds values per position as a regression head does (hunt9's raw detection grid, 4x4x8:
+    without data its size channels were clipped where synthetic inputs stopped, 12 dB below
+    the converter, its check 9.5 dB above the real figure): refused, a ReLU ending (a depth
+    map) too. Not refused: a map the input joins unweighted (a residual denoiser's input + its
+    correction), a bounded ending (a sigmoid mask), a map of MIN_CLASSES channels or more
+    (segmentation logits, maybe), one declared class scores."""
+    from cle._measure.synthetic import NeedsData
+
+    inp = keras.Input((8, 8, 3), name="image")
+    h = L.ReLU()(L.BatchNormalization(name="bn")(L.Conv2D(6, 3, padding="same", name="c")(inp)))
+    small = C.MIN_CLASSES - 2
+    outs = {"grid": L.Conv2D(small, 1, name="grid")(h),
+            "depth": L.Conv2D(1, 1, activation="relu", name="depth")(h),
+            "clean": L.Add(name="clean")([inp, L.Conv2D(3, 1, name="corr")(h)]),
+            "mask": L.Conv2D(1, 1, activation="sigmoid", name="mask")(h),
+            "seg": L.Conv2D(C.MIN_CLASSES, 1, name="seg")(h)}
+    model = keras.Model(inp, outs)
+    assert _synthetic.regression_outputs(model) == [("depth", 64), ("grid", 64 * small)]
+    assert _synthetic.regression_outputs(model, {"grid": "classes"}) == [("depth", 64)]
+    with pytest.raises(NeedsData, match=rf"output 'depth' \(64 values\), output 'grid' "
+                                        rf"\({64 * small} values\)"):
+        cle.quantize(model, input_range=(-1.0, 1.0))
+    only = keras.Model(inp, [outs["clean"], outs["mask"], outs["seg"]])
+    assert _synthetic.regression_outputs(only) == []
+
+
 def test_a_model_quantized_twice_without_data_distills_both_times():
     """The distillation's step is kept for the model's life (cle._measure.synthetic._runner);
     on JAX, Keras' jitted predict donates the model's arrays, so a step that read them once
@@ -1552,9 +1580,12 @@ def test_without_data_an_output_decoded_from_a_code_is_refused_naming_the_code()
     recon = L.Conv2DTranspose(1, 3, 2, "same", activation="sigmoid", name="recon")(g)
     unet = L.Conv2D(1, 1, activation="sigmoid", name="mask")(L.UpSampling2D()(h))
     gate = L.Dense(4, activation="sigmoid", name="gate")(L.GlobalAveragePooling2D()(h))
-    se = L.Conv2D(1, 1, name="se_map")(L.Multiply()([h, L.Reshape((1, 1, 4))(gate)]))
+    # (sigmoid maps: a linear map of one channel is a map of values per position, refused as
+    # a regression head is: test_without_data_a_map_of_values_made_past_the_last_batch_norm_...)
+    se = L.Conv2D(1, 1, activation="sigmoid", name="se_map")(
+        L.Multiply()([h, L.Reshape((1, 1, 4))(gate)]))
     context = L.Reshape((1, 1, 4))(L.Dense(4, name="context")(L.GlobalAveragePooling2D()(h)))
-    joined = L.Conv2D(1, 1, name="context_map")(L.Add()([h, context]))
+    joined = L.Conv2D(1, 1, activation="sigmoid", name="context_map")(L.Add()([h, context]))
     scores = L.Dense(3, activation="softmax", name="scores")(L.GlobalAveragePooling2D()(h))
     model = keras.Model(inp, [recon, unet, se, joined, scores], name="ae")
     assert coded_outputs(model) == [("recon", "code", 6)]

@@ -164,11 +164,17 @@ def _entries(out) -> int | None:
 
 def regression_outputs(model, declared=None) -> list[tuple[str, int]]:
     """``(name, entries)`` of the outputs whose range synthetic inputs cannot tell: values
-    (not class scores, :func:`output_kinds`) of fewer than :data:`MIN_CLASSES` entries per
-    sample, with no ending that bounds them (:data:`BOUNDED_ACTIVATIONS`): a regression value,
-    a box, a few coordinates. Without data their range would come from inputs distilled to
-    match the batch norms, which set nothing of what a regression head gives real inputs. An
-    integer or bool output (an argmax, a comparison) is none: it is not quantized."""
+    (not class scores, :func:`output_kinds`) with no ending that bounds them
+    (:data:`BOUNDED_ACTIVATIONS`), of fewer than :data:`MIN_CLASSES` entries per sample (a
+    regression value, a box, a few coordinates), or a map of fewer than :data:`MIN_CLASSES`
+    channels that a layer with weights makes past the last batch norm on every path (a raw
+    detection grid, a depth or density map: values per position, as a regression head gives
+    them; not a map an input joins unweighted, such as a residual denoiser's input + its
+    correction, nor one of many channels, which may be a segmentation's logits). Without data
+    their range would come from inputs distilled to match the batch norms, which set nothing
+    of what a regression head gives real inputs (hunt9's raw grid head: its size channels
+    were clipped where synthetic inputs stopped, far below the converter). An integer or bool
+    output (an argmax, a comparison) is none: it is not quantized."""
     names = output_names(model)
     return [(names[k], n) for k, n in _regression_entries(model, declared).items()]
 
@@ -176,14 +182,35 @@ def regression_outputs(model, declared=None) -> list[tuple[str, int]]:
 def _regression_entries(model, declared) -> dict[int, int]:
     """``{output index: entries}`` of :func:`regression_outputs` (by index: a nested model's
     outputs share its name)."""
-    found = {}
+    found, view_outputs = {}, None
     for k, (out, kind) in enumerate(zip(model.outputs, output_kinds(model, declared))):
         n = _entries(out)
-        if (kind == "values" and n is not None and n < MIN_CLASSES
-                and ends_in(out) not in BOUNDED_ACTIVATIONS
-                and "float" in str(out.dtype)):  # an integer or bool output has no range
+        if (kind != "values" or n is None or ends_in(out) in BOUNDED_ACTIVATIONS
+                or "float" not in str(out.dtype)):  # an integer or bool output has no range
+            continue
+        if n < MIN_CLASSES:
             found[k] = n
+        elif len(tuple(out.shape)) > 2 and (out.shape[-1] or 0) < MIN_CLASSES:
+            if view_outputs is None:
+                view_outputs = graph_view(reachable(model)).outputs
+            if _weighed_on_every_path(view_outputs[k]):
+                found[k] = n
     return found
+
+
+def _weighed_on_every_path(tensor) -> bool:
+    """Whether every path back from ``tensor`` (of :func:`cle._core.graph.graph_view`) passes
+    a layer with weights before it reaches a batch norm or an input."""
+    seen, stack = set(), [tensor]
+    while stack:
+        call = stack.pop().producer
+        if call is None or isinstance(call.layer, keras.layers.BatchNormalization):
+            return False
+        if id(call) in seen or (call.is_layer and call.layer.weights):
+            continue
+        seen.add(id(call))
+        stack.extend(call.inputs)
+    return True
 
 
 def coded_outputs(model, declared=None) -> list[tuple[str, str, int]]:
