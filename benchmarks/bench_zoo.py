@@ -41,7 +41,9 @@ figure. Flags:
   a top-1 agreement 20 points below plain's; ``SILENT-CORRUPT`` when, moreover, the claim is
   more than 2 dB above the real figure (the report hides it: a silent corruption);
 * ``CRASH``: an exception other than a refusal (the exception's last line is printed);
-* ``refused``: a documented refusal (no input range, no batch norm to distil from).
+* ``refused``: a documented refusal (no input range, no batch norm to distil from), or a
+  ``ValueError`` that cle raised itself, saying what of the model it cannot take (a
+  subclassed model, layers TF Lite's converter cannot write): :func:`refusal`.
 
 The column *plain real, 48* is the plain converter calibrated on the first 48 calibration
 inputs only, the ones ``cle.quantize`` calibrates on (it holds the last 16 out for its
@@ -75,6 +77,19 @@ DATA_MARGIN, NODATA_MARGIN, CLAIM_DB, CORRUPT_DB = 0.5, 3.0, 2.0, 10.0
 #: Exceptions that are documented refusals, not crashes (matched by class name: the benchmark
 #: uses the public API only).
 REFUSALS = ("InputRangeUnknown", "NeedsData")
+
+
+def refusal(exc) -> bool:
+    """Whether ``exc`` is a refusal: one of :data:`REFUSALS`, or a ``ValueError`` raised in
+    cle's own code (its innermost frame in ``cle/``: a check that names what of the model cle
+    cannot take). Raised inside Keras, TensorFlow or NumPy it is a crash."""
+    if type(exc).__name__ in REFUSALS:
+        return True
+    frames = traceback.extract_tb(exc.__traceback__)
+    return (isinstance(exc, ValueError) and bool(frames)
+            and f"{os.sep}cle{os.sep}" in frames[-1].filename)
+
+
 EVAL_BATCH = 32
 #: The module of models measured (in benchmarks/: the zoo, ``zoo_models``, or a hunt's with its
 #: interface, ``--zoo hunt7_models``); the model processes read it from this variable.
@@ -186,7 +201,7 @@ def measure_model(name, modes, emit):
             content, report = cle.quantize(
                 model, data.x_cal if mode == "data" else None, compare=True)
         except Exception as exc:  # noqa: BLE001 - recorded, the benchmark goes on
-            refused = type(exc).__name__ in REFUSALS
+            refused = refusal(exc)
             emit(dict(row, status="refused" if refused else "crash", error=_last_line(exc),
                       where=_where(exc), seconds=time.perf_counter() - start,
                       plain=plain, plain_error=plain_error))
