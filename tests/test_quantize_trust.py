@@ -471,6 +471,32 @@ def test_output_kinds_take_top1_for_class_scores_only():
     assert C.guessed_scores(model, {"logits": "values"})[0] == "values"
 
 
+def test_independent_sigmoid_labels_agree_per_label_not_by_their_top_class():
+    """Sigmoids over several entries (a multi-label output) are independent labels: their top
+    class is decided by the error's last digits where several labels are near 1 (hunt9's
+    multi-label attributes read "top-1 agreement 67 %" where 99.9 % of the labels agreed).
+    Their agreement is the share of labels on the float model's side of 0.5, said so; a
+    softmax keeps its top-1 agreement; no "tells little" sentence for labels."""
+    rng = np.random.default_rng(0)
+    ref = np.clip(rng.normal(0.95, 0.03, (40, 6)), 0.0, 1.0)  # every label near 1
+    ref[:, 3] = 0.02
+    test = np.clip(ref + rng.normal(0.0, 0.01, ref.shape), 0.0, 1.0)
+    soft = rng.dirichlet(np.full(6, 0.3), 40)
+    sig, sm = C.check_outputs([ref, soft], [test, soft + 1e-4], ["attrs", "cls"],
+                              ["probabilities", "probabilities"])
+    assert sig.labels and sig.agreement == "label" and sig.top1_agreement == 1.0
+    assert _top1_of(ref, test) < 0.9  # what the top class would have said
+    assert not sm.labels and sm.agreement == "top-1" and sm.top1_agreement == 1.0
+    assert sig.text().startswith("label agreement 100.0%, ")
+    assert sm.text().startswith("top-1 agreement 100.0%, ")
+    assert sig.to_dict()["agreement"] == "label" and sm.to_dict()["agreement"] == "top-1"
+    assert C.idle_top1([ref], [test], ["attrs"], ["probabilities"], "inputs") == []
+
+
+def _top1_of(ref, test):
+    return float(np.mean(ref.argmax(-1) == test.argmax(-1)))
+
+
 def test_a_softmax_over_another_axis_than_the_last_is_no_top1_output():
     """``Softmax(axis=1)`` over a (positions, classes) output normalizes each class over the
     positions: top-1 agreement, read along the last axis, measured nothing there (helper-15's

@@ -30,7 +30,8 @@ from cle._core import keras_internals as internals
 from cle._math.json_numbers import EXACT, ZERO_FLOAT, sqnr_label, sqnr_span
 from cle._math.json_numbers import json_number  # noqa: F401 (here before)
 from cle._measure import losses as _losses
-from cle._measure.ties import CLOSE_LEAD, close_calls, idle_top1  # noqa: F401 (here before)
+from cle._measure.ties import (CLOSE_LEAD, agreement, close_calls,  # noqa: F401 (here before)
+                               idle_top1)
 from cle._measure import tails as _tails
 
 __all__ = ["EXACT", "MIN_CLASSES", "OutputCheck", "ZERO_FLOAT", "check_outputs", "close_calls",
@@ -260,12 +261,15 @@ class OutputCheck:
         kind: "probabilities", "logits" (class scores) or "values".
         sqnr_db: SQNR of the quantized output against the float one, in dB.
         top1_agreement: for class scores, the share of samples (or pixels) whose top class is
-            the float model's; NaN for other outputs.
+            the float model's; for independent labels (``labels``), the share of labels on
+            the float model's side of 0.5; NaN for other outputs.
         sqnr_interval: ``(low, high)``, the :data:`INTERVAL` bootstrap interval of the SQNR
             over the inputs (:func:`sqnr_interval`); None with fewer than
             :data:`MIN_INTERVAL` inputs.
         tail: the heavy tail of the per-input errors (:func:`cle._measure.tails.heavy_tail`)
             its lower end reaches down for; None where none is fitted.
+        labels: probabilities that are independent labels (sigmoids: a multi-label output,
+            :func:`cle._measure.ties.independent_labels`), whose agreement is per label, not of a top class.
     """
 
     name: str
@@ -274,22 +278,30 @@ class OutputCheck:
     top1_agreement: float = math.nan
     sqnr_interval: tuple | None = None
     tail: _tails.Tail | None = None
+    labels: bool = False
 
     @property
     def class_scores(self) -> bool:
         return self.kind != "values"
 
     def text(self) -> str:
-        top1 = f"top-1 agreement {self.top1_agreement:.1%}, " if self.class_scores else ""
+        top1 = (f"{self.agreement} agreement {self.top1_agreement:.1%}, "
+                if self.class_scores else "")
         bound = self.sqnr_interval is not None and math.isfinite(self.sqnr_db)
         interval = f" ({INTERVAL:.0%} interval {sqnr_span(*self.sqnr_interval)})" if bound else ""
         return f"{top1}{sqnr_label(self.sqnr_db)}{interval}"
+
+    @property
+    def agreement(self) -> str | None:
+        """What ``top1_agreement`` counts: ``"top-1"``, ``"label"`` or None (values)."""
+        return None if not self.class_scores else "label" if self.labels else "top-1"
 
     def to_dict(self) -> dict:
         return {"output": self.name, "kind": self.kind, "sqnr_db": self.sqnr_db,
                 "sqnr_interval_db": None if self.sqnr_interval is None else
                 [float(v) for v in self.sqnr_interval],
-                "top1_agreement": None if not self.class_scores else self.top1_agreement}
+                "top1_agreement": None if not self.class_scores else self.top1_agreement,
+                "agreement": self.agreement}
 
 
 def _sqnr(ref, y):
@@ -298,10 +310,6 @@ def _sqnr(ref, y):
         return math.inf
     signal = float(np.sum(ref ** 2))
     return 10.0 * math.log10(signal / noise) if signal > 0 else -math.inf
-
-
-def _top1(ref, y):
-    return float(np.mean(ref.argmax(axis=-1) == y.argmax(axis=-1)))
 
 
 def _finite(arrays, what):
@@ -443,7 +451,7 @@ def check_outputs(reference, test, names, kinds, clipping=None, ties=None) -> li
     out = []
     for k, (ref, y, name, kind) in enumerate(zip(reference, test, names, kinds)):
         ref, y = np.asarray(ref, np.float64), np.asarray(y, np.float64)
-        top1 = _top1(ref, y) if kind != "values" else math.nan
+        top1, labels = agreement(ref, y, kind)
         interval = sqnr_interval(ref, y)
         unseen = (clipping[k] * len(ref) if clipping else 0.0) + (ties[k] if ties else 0.0)
         tail = None
@@ -456,7 +464,7 @@ def check_outputs(reference, test, names, kinds, clipping=None, ties=None) -> li
                     lows.append(float(_db(signal.sum(), noise.sum() + unseen)))
             interval = (min((v for v in lows if v is not None and not math.isnan(v)),
                             default=math.nan), interval[1])
-        out.append(OutputCheck(name, kind, _sqnr(ref, y), top1, interval, tail))
+        out.append(OutputCheck(name, kind, _sqnr(ref, y), top1, interval, tail, labels))
     return out
 
 

@@ -19,7 +19,8 @@ def output_figures(output: dict, digits: int = 2) -> str:
     class scores (it is None or NaN for other outputs)."""
     top1 = output.get("top1_agreement")
     sqnr = sqnr_label(output["sqnr_db"], digits)
-    return sqnr if top1 is None or math.isnan(top1) else f"top-1 agreement {top1:.1%}, {sqnr}"
+    return sqnr if top1 is None or math.isnan(top1) else \
+        f"{output.get('agreement') or 'top-1'} agreement {top1:.1%}, {sqnr}"
 
 @dataclasses.dataclass
 class LayerReport:
@@ -108,10 +109,12 @@ class AnalysisReport:
         calibration_inputs: what the calibration inputs are (without data: how many were
             distilled, how many are natural-image-like).
         bias_correction: the bias correction run.
-        output: ``top1_agreement`` and ``sqnr_db`` of the ``.tflite`` against the Keras model
-            on the check inputs (what :func:`cle.quantize` reports), of its first output.
+        output: ``top1_agreement``, ``sqnr_db`` and ``agreement`` (what the agreement counts,
+            :attr:`cle._measure.check.OutputCheck.agreement`) of the ``.tflite`` against the
+            Keras model on the check inputs (what :func:`cle.quantize` reports), of its first
+            output.
         outputs: every output's figures (``output``, ``kind``, ``sqnr_db``,
-            ``top1_agreement``), in the order of ``model.outputs``.
+            ``top1_agreement``, ``agreement``), in the order of ``model.outputs``.
         layers: one :class:`LayerReport` per layer, in the order of the network.
         unmatched: ``(layer, reason)`` for layers with weights no entry holds.
         simulation: ``output_sqnr_db`` of the simulated INT8 model, ``sum_of_layers_share``
@@ -211,7 +214,8 @@ class AnalysisReport:
                 "check": {"inputs": self.check_inputs, "n": self.n_check,
                           "layer_inputs": self.layer_inputs or self.check_inputs,
                           "n_layer_inputs": self.n_layer_inputs},
-                "output": {k: json_number(v) for k, v in self.output.items()},
+                "output": {k: v if k == "agreement" else json_number(v)
+                           for k, v in self.output.items()},
                 "outputs": [{k: json_number(v) if k in ("sqnr_db", "top1_agreement") else v
                              for k, v in o.items()} for o in self.outputs],
                 "simulation": {k: v if isinstance(v, int) else json_number(v)
