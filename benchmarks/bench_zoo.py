@@ -94,6 +94,9 @@ EVAL_BATCH = 32
 #: The module of models measured (in benchmarks/: the zoo, ``zoo_models``, or a hunt's with its
 #: interface, ``--zoo hunt7_models``); the model processes read it from this variable.
 ZOO_ENV = "CLE_BENCH_ZOO"
+#: Keyword arguments for every ``cle.quantize`` call, as JSON (``--option``; for sweeps of an
+#: option such as ``ranges``); the model processes read it from this variable.
+OPTIONS_ENV = "CLE_BENCH_OPTIONS"
 #: Seconds one model (both modes) may take before its process is stopped.
 TIMEOUT = 3600.0
 
@@ -167,6 +170,8 @@ def measure_model(name, modes, emit):
     Z = zoo()
 
     base = {"model": name}
+    if os.environ.get(OPTIONS_ENV):
+        base["options"] = json.loads(os.environ[OPTIONS_ENV])
     try:
         start = time.perf_counter()
         model, data = Z.build(name)
@@ -199,7 +204,8 @@ def measure_model(name, modes, emit):
         start = time.perf_counter()
         try:
             content, report = cle.quantize(
-                model, data.x_cal if mode == "data" else None, compare=True)
+                model, data.x_cal if mode == "data" else None, compare=True,
+                **json.loads(os.environ.get(OPTIONS_ENV) or "{}"))
         except Exception as exc:  # noqa: BLE001 - recorded, the benchmark goes on
             refused = refusal(exc)
             emit(dict(row, status="refused" if refused else "crash", error=_last_line(exc),
@@ -473,6 +479,16 @@ def run(names, modes, path, timeout=TIMEOUT):
         print(f"({name}: {time.perf_counter() - start:.0f} s)", flush=True)
 
 
+def _option(text, ap):
+    name, eq, value = text.partition("=")
+    if not eq or not name.isidentifier():
+        ap.error(f"--option {text}: expected NAME=VALUE")
+    try:
+        return name, json.loads(value)
+    except json.JSONDecodeError:
+        return name, value
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--zoo", default=None, help="the module of models (in benchmarks/): "
@@ -486,10 +502,15 @@ def main(argv=None):
                     "measure nothing")
     ap.add_argument("--timeout", type=float, default=TIMEOUT,
                     help="seconds per model before its process is stopped (a crash row)")
+    ap.add_argument("--option", action="append", default=[], metavar="NAME=VALUE",
+                    help="a keyword argument of every cle.quantize call (a sweep, e.g. "
+                    "ranges=minmax; VALUE read as JSON, else as a string); repeatable")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.zoo:
         os.environ[ZOO_ENV] = args.zoo  # the model processes inherit it
+    if args.option:
+        os.environ[OPTIONS_ENV] = json.dumps(dict(_option(o, ap) for o in args.option))
     Z = zoo()
     draws = hasattr(Z, "DRAW")  # a hunt's module takes NAME@K
     unknown = [m for m in args.models or ()
