@@ -389,6 +389,18 @@ def test_error_subclassed_model(capsys, tmp_path):
     code, _, err = run(capsys, "inspect", path, "--custom-objects", source)
     assert code == 1
     assert_one_line_error(err, "subclassed model", "Functional API")
+    # quantize traces it with --calibration of one .npy array (TF Lite's converter writes it)
+    x = tmp_path / "x.npy"
+    np.save(x, np.random.default_rng(0).normal(size=(24, 3)).astype("float32"))
+    out = tmp_path / "sub.tflite"
+    code, _, err = run(capsys, "quantize", path, "--custom-objects", source, "--calibration", x,
+                       "-o", out)
+    assert code == 0 and out.exists(), err
+    assert "cle: note: model 'subclassed" in err and "traced its call()" in err
+    code, _, err = run(capsys, "quantize", path, "--custom-objects", source, "-o", out,
+                       "--overwrite", "--input-range=0,1")
+    assert code == 1
+    assert_one_line_error(err, "subclassed model", "Functional API")
 
 
 @pytest.mark.parametrize("argv, fragment", [

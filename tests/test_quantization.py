@@ -312,17 +312,20 @@ def test_fake_quantize_bad_args():
     sub(np.zeros((1, 3), "float32"))
     with pytest.raises(ValueError, match="subclassed"):
         Q.fake_quantize_weights(sub)
-    # the converter's own route too (an AttributeError on model.inputs before)
+    # the converter's own route too (an AttributeError on model.inputs before), without an
+    # array of its input; with one it is traced (tests/test_traced.py), as TF Lite traces it
     with pytest.raises(ValueError, match="subclassed model whose call"):
-        Q.convert_to_tflite_int8(sub, np.zeros((4, 3), "float32"))
-    # and quantize's door, compiled (its loss read for the outputs' kinds: an AttributeError
-    # on model.outputs before its graph was read, found by helper-18's hunt) or with a
-    # route of one input and one output (cle.analyze)
+        Q.convert_to_tflite_int8(sub, [np.zeros((4, 3), "float32")])
+    assert Q.run_tflite(Q.convert_to_tflite_int8(sub, np.ones((4, 3), "float32")),
+                        np.ones((2, 3), "float32")).shape == (2, 2)
+    # and quantize's door without data, compiled (its loss read for the outputs' kinds: an
+    # AttributeError on model.outputs before its graph was read, found by helper-18's hunt);
+    # with data of its one input it is traced (tests/test_traced.py)
     sub.compile(optimizer="adam", loss="mse")
-    for call in (lambda: cle.quantize(sub, np.zeros((16, 3), "float32")),
-                 lambda: cle.analyze(sub, np.zeros((16, 3), "float32"))):
-        with pytest.raises(ValueError, match="subclassed model whose call"):
-            call()
+    with pytest.raises(ValueError, match="subclassed model whose call.*traces its call"):
+        cle.quantize(sub)
+    with pytest.raises(ValueError, match="subclassed model whose call.*traces its call"):
+        cle.analyze(sub, {"x": np.zeros((16, 3), "float32")})
 
 
 @pytest.mark.filterwarnings("ignore:Layer InputLayer does not have a `quantize` method")

@@ -241,19 +241,42 @@ def _run(args, model, calibration, analyze=False):
         raise CliError(f"{args.model}: {one_line(exc)}", EXIT_USAGE) from exc
 
 
+def _traced(args, model):
+    """A subclassed model given with ``--calibration`` of one ``.npy`` array: the Functional
+    model of its layers its ``call()`` traces to (:func:`cle._core.traced.functional_for`),
+    said on stderr; any other model as it is (a subclassed one is then refused, in one line,
+    by :func:`check_graph`)."""
+    from cle._core.graph import inner_function
+
+    path = getattr(args, "calibration", None)
+    if inner_function(model) is not None or not path or not str(path).endswith(".npy"):
+        return model
+    import numpy as np
+
+    from cle._core.traced import functional_for
+
+    try:
+        model, note = functional_for(model, np.load(path, allow_pickle=False))
+    except ValueError as exc:
+        raise CliError(f"{args.model}: {one_line(exc, limit=600)}", EXIT_USAGE) from exc
+    print(f"cle: note: {note}", file=sys.stderr, flush=True)
+    return model
+
+
 def _runnable(args, model, command):
+    model = _traced(args, model)
     check_graph(args.model, model)
     from cle._core.backend import channels_first_problem
 
     problem = channels_first_problem(model)
     if problem is not None:
         raise CliError(f"{args.model}: {command} runs the model, but {problem}")
+    return model
 
 
 def cmd_quantize(args) -> int:
     with Session(args) as session:
-        model = session.load()
-        _runnable(args, model, "cle quantize")
+        model = _runnable(args, session.load(), "cle quantize")
         content, report = _run(args, model, read_calibration(args, model))
         outputs = [(args.output, content)]
         compiled = os.path.splitext(args.output)[0] + "_vela.tflite"  # Vela's naming
@@ -283,8 +306,7 @@ def cmd_quantize(args) -> int:
 
 def cmd_analyze(args) -> int:
     with Session(args) as session:
-        model = session.load()
-        _runnable(args, model, "cle analyze")
+        model = _runnable(args, session.load(), "cle analyze")
         report = _run(args, model, read_calibration(args, model), analyze=True)
         outputs = []
         if args.report:

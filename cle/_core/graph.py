@@ -28,8 +28,8 @@ import keras
 from cle._core import keras_internals as internals
 
 __all__ = ["Call", "GraphView", "Tensor", "calls_leading_to", "check_readable", "graph_view",
-           "inner_function", "is_plain_call", "local_view", "rebuilt_view", "run_call",
-           "takes_training"]
+           "inner_function", "is_plain_call", "is_sequential", "local_view", "rebuilt_view",
+           "run_call", "takes_training", "unreadable_error"]
 
 
 @dataclasses.dataclass(eq=False)
@@ -133,18 +133,18 @@ class GraphView:
         return list(seen.values())
 
 
-def _is_sequential(obj) -> bool:
+def is_sequential(obj) -> bool:
     return isinstance(obj, keras.Sequential)
 
 
 def _is_functional(obj) -> bool:
     # Keras has no public class for Functional models; Sequential is handled separately.
-    return internals.is_functional(obj) and not _is_sequential(obj)
+    return internals.is_functional(obj) and not is_sequential(obj)
 
 
 def inner_function(model):
     """Return the Functional graph that defines ``model``, or None if it has none."""
-    if _is_sequential(model):
+    if is_sequential(model):
         return internals.sequential_graph(model)
     if _is_functional(model):
         return model
@@ -155,20 +155,20 @@ def check_readable(model) -> None:
     """Raise the ``ValueError`` :func:`graph_view` raises for a model whose graph cannot be
     read (a subclassed model, an empty or unbuilt Sequential one), before any work."""
     if inner_function(model) is None:
-        raise _unreadable(model)
+        raise unreadable_error(model)
 
 
-def _unreadable(model) -> ValueError:
+def unreadable_error(model) -> ValueError:
     """The error for a model whose graph cannot be read: an empty or unbuilt Sequential model,
     or a subclassed model."""
-    if _is_sequential(model) and not model.layers:
+    if is_sequential(model) and not model.layers:
         return ValueError(
             f"The Sequential model '{model.name}' has no layers (a keras.Input alone is "
             "not a layer), so there is nothing to fold or equalize. Add its layers, e.g. "
             "keras.Sequential([keras.Input(shape), keras.layers.Conv2D(...), ...]). "
             f"Received: model={model.name} with 0 layers"
         )
-    if _is_sequential(model):
+    if is_sequential(model):
         return ValueError(
             f"The Sequential model '{model.name}' has no known input shape, so its graph "
             "cannot be read. Build it first, e.g. start it with keras.Input(shape=...) or "
@@ -205,7 +205,7 @@ def graph_view(model) -> GraphView:
         )
     function = inner_function(model)
     if function is None:
-        raise _unreadable(model)
+        raise unreadable_error(model)
 
     calls: list[Call] = []
     calls_of: dict[int, list[Call]] = {}

@@ -269,7 +269,8 @@ class OutputCheck:
         tail: the heavy tail of the per-input errors (:func:`cle._measure.tails.heavy_tail`)
             its lower end reaches down for; None where none is fitted.
         labels: probabilities that are independent labels (sigmoids: a multi-label output,
-            :func:`cle._measure.ties.independent_labels`), whose agreement is per label, not of a top class.
+            :func:`cle._measure.ties.independent_labels`), whose agreement is per label, not
+            of a top class.
     """
 
     name: str

@@ -52,7 +52,8 @@ def fake_quantize_weights(model, bits=8, per_channel=False) -> keras.Model:
     (:func:`cle.fold_all_batch_norms`) to simulate what an INT8 runtime does.
 
     Args:
-        model: a Functional or Sequential ``keras.Model``; it is not modified.
+        model: a Functional or Sequential ``keras.Model`` (or a subclassed one, traced);
+            it is not modified.
         bits: weight bit width, 2 to 32.
         per_channel: one scale per output channel instead of per tensor.
 
@@ -200,7 +201,8 @@ def convert_to_tflite_int8(model, representative_inputs, per_channel=True,
     followed by an INT8 ``MINIMUM``. The converter's logs are silenced.
 
     Args:
-        model: a Functional or Sequential ``keras.Model``; it is not modified.
+        model: a Functional or Sequential ``keras.Model`` (or a subclassed one, traced);
+            it is not modified.
         representative_inputs: array ``(N, *input_shape)`` of model inputs (preprocessed as for
             ``model``) used for calibration; for a model with several inputs, a dict
             ``{input name: array}`` or a tuple of arrays (the forms ``cle.quantize`` takes).
@@ -215,9 +217,10 @@ def convert_to_tflite_int8(model, representative_inputs, per_channel=True,
 
     Raises:
         TypeError: ``model`` is not a ``keras.Model``.
-        ValueError: a model whose graph cannot be read (subclassed, or an unbuilt
-            Sequential one), ``representative_inputs`` is empty or does not match the model's
-            inputs,
+        ValueError: a model whose graph cannot be read (an unbuilt Sequential one, or a
+            subclassed one but with ``representative_inputs`` of its one input, an array: its
+            ``call()`` is traced, :mod:`cle._core.traced`), ``representative_inputs`` is empty
+            or does not match the model's inputs,
             or ``per_channel``/``num_calibration`` is invalid, or a layer the converter
             cannot write (:func:`cle._tflite.convertible.unconvertible_layers`, each named).
         Exception: whatever the TF Lite converter raises (e.g. an op without an INT8 builtin
@@ -236,10 +239,13 @@ def convert_to_tflite_int8(model, representative_inputs, per_channel=True,
     """
     check_model(model)
     per_channel = check_bool(per_channel, "per_channel")
-    from cle._core.graph import check_readable
     from cle._core.inputs import check_calibration_data, integer_inputs
+    from cle._core.traced import functional_for
 
-    check_readable(model)  # a subclassed model has no inputs to check the data against
+    # A subclassed model, traced with its one input's data (TF Lite's converter writes it);
+    # without such data refused: it has no inputs to check the data against.
+    model, _ = functional_for(model, representative_inputs if isinstance(
+        representative_inputs, np.ndarray) else None)
 
     if len(model.inputs) == 1 and not integer_inputs(model):
         x = check_inputs(representative_inputs, model.inputs[0].shape[1:],

@@ -24,6 +24,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from cle._core.checks import check_model
+from cle._core.traced import functional_for
 from cle._quantize import analysis_stats as describe
 from cle._quantize import weight_stages
 from cle._quantize.analysis_report import AnalysisReport, LayerReport
@@ -89,6 +91,8 @@ def analyze_checked(model, calibration_data, opts: QuantizeOptions,
                          "activations, untuned, without a comparison. Received: "
                          f"activation_bits={opts.activation_bits}, tune={opts.tune}, "
                          f"compare={opts.compare}")
+    check_model(model)
+    model, _ = functional_for(model, calibration_data)  # a subclassed model, traced
     if build is None:
         build = build_checked(model, calibration_data, opts, say)
         if chooses(build):  # the file cle.quantize writes when it keeps cle's build

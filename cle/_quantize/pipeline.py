@@ -13,6 +13,7 @@ from cle._core.backend import check_runnable
 from cle._core.checks import check_model
 from cle._core.graph import graph_view
 from cle._core.inputs import ModelInputs, check_calibration_data
+from cle._core.traced import functional_for
 from cle._measure import calibration as _calibration
 from cle._measure import check as _check
 from cle._measure import input_range as _input_range
@@ -193,6 +194,8 @@ def quantize_checked(model, calibration_data, opts: QuantizeOptions, progress=No
     a list the :class:`Int8Build` is appended to (``cle demo`` analyses it)."""
     say = progress if progress is not None else (lambda message: None)
     device = opts.target_spec.runtime != "litert"
+    check_model(model)
+    model, traced = functional_for(model, calibration_data)  # a subclassed model, traced
     with tflite.static_batch(1 if device else None), tflite.shared_exports():
         build = build_checked(model, calibration_data, opts, say,
                               "cle.quantize(tune=True)" if opts.tune else None)
@@ -204,6 +207,8 @@ def quantize_checked(model, calibration_data, opts: QuantizeOptions, progress=No
         report = check_build(model, build, say, plain, choice)
     if build.calibration == "synthetic":
         _synthetic.refuse_far_file(report.outputs)
+    if traced:
+        report.warnings.insert(0, traced)
     if builds is not None:
         builds.append(build)
     if device:

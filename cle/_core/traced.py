@@ -1,0 +1,77 @@
+"""A subclassed model's graph, traced: its ``call()`` run once on a symbolic input.
+
+A subclassed ``keras.Model`` keeps its graph in Python code, which
+:func:`cle._core.graph.graph_view` cannot read; TF Lite's converter traces it and writes it.
+So that ``cle.quantize`` is never worse than that converter on such a model, it traces it too,
+with Keras' public API: ``model.call`` on a ``keras.Input`` calls each of the model's layers
+on symbolic tensors, and ``keras.Model(input, output)`` makes of those calls a Functional
+model of the same layers (the same weights: nothing copied). Code that reads the values of
+its tensors (a Python ``if`` on them) cannot be traced; the refusal then says what failed.
+The traced model is held to the subclassed one's outputs on the calibration inputs before it
+stands in for it (:func:`functional_for`).
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import keras
+import numpy as np
+
+from cle._core.graph import inner_function, is_sequential, unreadable_error
+
+__all__ = ["TRACE_TOLERANCE", "functional_for", "traced_functional"]
+
+#: The largest difference between the traced model's outputs and the subclassed model's, as a
+#: share of the largest output, accepted (the same layers run on the same inputs: float
+#: rounding of another order of operations at most).
+TRACE_TOLERANCE = 1e-5
+
+
+def traced_functional(model, shape, dtype="float32"):
+    """A Functional model of ``model``'s own layers: its ``call()`` run on a ``keras.Input`` of
+    ``shape`` (one sample's), with ``training=False`` where ``call`` takes it. Raises
+    ``ValueError`` naming what failed."""
+    kwargs = {"training": False} if "training" in inspect.signature(model.call).parameters else {}
+    try:
+        inp = keras.Input(tuple(shape), dtype=dtype, name="input")
+        traced = keras.Model(inp, model.call(inp, **kwargs), name=model.name)
+    except Exception as exc:  # noqa: BLE001 - whatever the user's call() raises
+        raise ValueError(
+            f"{unreadable_error(model)}. Tracing its call() on a symbolic input failed too: "
+            f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from exc
+    return traced
+
+
+def functional_for(model, calibration_data):
+    """``(model, note)``: ``model`` itself and None when its graph can be read; for a
+    subclassed model with ``calibration_data`` of one input (an array ``(N, *shape)``), the
+    traced Functional model of its layers (:func:`traced_functional`), held to ``model``'s
+    outputs on up to eight of those inputs within :data:`TRACE_TOLERANCE`, and a sentence for
+    the report. Raises the ``ValueError`` of a model whose graph cannot be read otherwise
+    (without data, or with several inputs: what a trace would need is not at hand)."""
+    if inner_function(model) is not None:
+        return model, None
+    if is_sequential(model) or not isinstance(calibration_data, np.ndarray) or \
+            calibration_data.ndim < 2 or not len(calibration_data):
+        raise ValueError(
+            f"{unreadable_error(model)}. (With calibration data of its one input, an array, "
+            "cle.quantize traces its call() into a Functional model of its layers.)")
+    traced = traced_functional(model, calibration_data.shape[1:])
+    x = np.asarray(calibration_data[:8], np.float32)
+    mine = [np.asarray(a) for a in keras.tree.flatten(model(x, training=False))]
+    theirs = [np.asarray(a) for a in keras.tree.flatten(traced(x, training=False))]
+    scale = max((float(np.max(np.abs(a))) for a in mine if a.size), default=0.0)
+    if len(mine) != len(theirs) or any(
+            a.shape != b.shape or float(np.max(np.abs(a - b), initial=0.0))
+            > TRACE_TOLERANCE * max(scale, 1.0) for a, b in zip(mine, theirs)):
+        raise ValueError(
+            f"{unreadable_error(model)}. Its call() traced on a symbolic input computes "
+            "something else than the model on the calibration inputs (its code depends on "
+            "more than its layers), so cle cannot stand it in")
+    if getattr(model, "compiled", False) and isinstance(getattr(model, "loss", None), str):
+        traced.compile(loss=model.loss)  # its loss tells the outputs' kinds (check.losses)
+    return traced, (
+        f"model '{model.name}' (class {type(model).__name__}) is a subclassed model: cle traced "
+        "its call() into a Functional model of its own layers (the same weights) and "
+        f"quantized that; the two computed the same on {len(x)} calibration inputs")

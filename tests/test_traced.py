@@ -1,0 +1,74 @@
+"""A subclassed model, traced into a Functional model of its own layers (cle._core.traced):
+TF Lite's converter writes such a model, so with data cle.quantize does too."""
+
+import keras
+import numpy as np
+import pytest
+
+import cle
+from cle._core.traced import functional_for
+from cle._measure.evaluation import run_tflite
+
+L = keras.layers
+
+
+class _Net(keras.Model):
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.conv = L.Conv2D(8, 3, name="conv")
+        self.bn = L.BatchNormalization(name="bn")
+        self.pool = L.GlobalAveragePooling2D()
+        self.head = L.Dense(4, activation="softmax", name="head")
+
+    def call(self, x, training=None):
+        return self.head(self.pool(keras.ops.relu(self.bn(self.conv(x), training=training))))
+
+
+class _Branchy(_Net):
+    def call(self, x, training=None):
+        if x.shape[0] > 1:  # reads a size a symbolic input does not have
+            x = x * 2.0
+        return super().call(x, training)
+
+
+def _net(cls=_Net):
+    keras.utils.set_random_seed(5)
+    net = cls(name="net")
+    net(np.zeros((1, 8, 8, 3), "float32"))
+    rng = np.random.default_rng(1)
+    net.bn.moving_mean.assign(rng.normal(0, 0.5, 8).astype("f4"))
+    net.bn.moving_variance.assign(rng.uniform(0.5, 2.0, 8).astype("f4"))
+    return net
+
+
+def test_a_subclassed_model_with_data_is_traced_quantized_and_left_untouched():
+    """With calibration data of its one input, its call() is traced on a symbolic input into
+    a Functional model of the same layers, held to the model's outputs, and quantized; the
+    report says so first; the model's weights are not changed; the file is close to it."""
+    net = _net()
+    x = np.random.default_rng(2).uniform(0, 1, (48, 8, 8, 3)).astype("f4")
+    traced, note = functional_for(net, x)
+    assert [layer.name for layer in traced.layers if layer.weights] == ["conv", "bn", "head"]
+    np.testing.assert_array_equal(traced(x[:4]), net(x[:4], training=False))
+    before = [w.copy() for w in net.get_weights()]
+    content, report = cle.quantize(net, x)
+    assert "subclassed model" in report.warnings[0] and "traced its call()" in report.warnings[0]
+    assert "subclassed model" in note
+    assert all(np.array_equal(a, b) for a, b in zip(before, net.get_weights()))
+    assert report.outputs[0].kind == "probabilities"
+    ref, y = np.asarray(net(x, training=False)), run_tflite(content, x)
+    assert 10 * np.log10(np.sum(ref ** 2) / np.sum((ref - y) ** 2)) > 30.0
+
+
+def test_a_subclassed_model_that_cannot_be_traced_is_refused_saying_why():
+    """Code that reads what a symbolic input does not have (its batch size) cannot be traced:
+    the refusal is the subclassed model's, with what failed; without data, or with data of
+    another form than one array, it says what would let cle trace it."""
+    x = np.zeros((16, 8, 8, 3), "float32")
+    with pytest.raises(ValueError, match=r"subclassed model whose call.*Tracing its call\(\) "
+                                         r"on a symbolic input failed too: TypeError"):
+        cle.quantize(_net(_Branchy), x)
+    for data in (None, [x]):
+        with pytest.raises(ValueError, match=r"subclassed model.*cle.quantize traces its "
+                                             r"call\(\)"):
+            functional_for(_net(), data)
