@@ -60,15 +60,26 @@ def test_a_subclassed_model_with_data_is_traced_quantized_and_left_untouched():
     assert 10 * np.log10(np.sum(ref ** 2) / np.sum((ref - y) ** 2)) > 30.0
 
 
+def test_without_data_a_built_subclassed_model_is_traced_at_the_shape_it_was_built_for():
+    """Without data, the one input shape the model was built with sets the trace, held to the
+    model on random inputs; the distillation then runs on the traced model."""
+    net = _net()
+    content, report = cle.quantize(net, input_range=(0.0, 1.0))
+    assert "traced its call()" in report.warnings[0] and "8 random inputs" in report.warnings[0]
+    x = np.random.default_rng(3).uniform(0, 1, (32, 8, 8, 3)).astype("f4")
+    ref, y = np.asarray(net(x, training=False)), run_tflite(content, x)
+    assert 10 * np.log10(np.sum(ref ** 2) / np.sum((ref - y) ** 2)) > 20.0
+
+
 def test_a_subclassed_model_that_cannot_be_traced_is_refused_saying_why():
     """Code that reads what a symbolic input does not have (its batch size) cannot be traced:
-    the refusal is the subclassed model's, with what failed; without data, or with data of
-    another form than one array, it says what would let cle trace it."""
+    the refusal is the subclassed model's, with what failed; data of another form than one
+    array, or no data and no shape it was built for, say what would let cle trace it."""
     x = np.zeros((16, 8, 8, 3), "float32")
     with pytest.raises(ValueError, match=r"subclassed model whose call.*Tracing its call\(\) "
                                          r"on a symbolic input failed too: TypeError"):
         cle.quantize(_net(_Branchy), x)
-    for data in (None, [x]):
+    for net, data in ((_Net(), None), (_net(), [x])):
         with pytest.raises(ValueError, match=r"subclassed model.*cle.quantize traces its "
                                              r"call\(\)"):
-            functional_for(_net(), data)
+            functional_for(net, data)

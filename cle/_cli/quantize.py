@@ -242,22 +242,24 @@ def _run(args, model, calibration, analyze=False):
 
 
 def _traced(args, model):
-    """A subclassed model given with ``--calibration`` of one ``.npy`` array: the Functional
-    model of its layers its ``call()`` traces to (:func:`cle._core.traced.functional_for`),
-    said on stderr; any other model as it is (a subclassed one is then refused, in one line,
-    by :func:`check_graph`)."""
+    """A subclassed model given with ``--calibration`` of one ``.npy`` array, or without
+    ``--calibration`` built for one input: the Functional model of its layers its ``call()``
+    traces to (:func:`cle._core.traced.functional_for`), said on stderr; any other model as it
+    is (a subclassed one is then refused, in one line, by :func:`check_graph`)."""
     from cle._core.graph import inner_function
 
     path = getattr(args, "calibration", None)
-    if inner_function(model) is not None or not path or not str(path).endswith(".npy"):
+    if inner_function(model) is not None or path and not str(path).endswith(".npy"):
         return model
     import numpy as np
 
     from cle._core.traced import functional_for
 
     try:
-        model, note = functional_for(model, np.load(path, allow_pickle=False))
+        model, note = functional_for(model, np.load(path, allow_pickle=False) if path else None)
     except ValueError as exc:
+        if not path:
+            return model  # nothing to trace it with: check_graph's refusal
         raise CliError(f"{args.model}: {one_line(exc, limit=600)}", EXIT_USAGE) from exc
     print(f"cle: note: {note}", file=sys.stderr, flush=True)
     return model

@@ -154,6 +154,21 @@ def not_compiled(model):
             model.compiled = True
 
 
+def built_input_shape(model):
+    """The one input shape a built subclassed model was built with (batch axis included), or
+    None (not built, several inputs, or a Keras that keeps it elsewhere).
+
+    Public replacement: none; a subclassed model has no ``inputs`` or ``input_shape``, and
+    Keras keeps what ``build()`` was called with in ``_build_shapes_dict``.
+    """
+    shapes = getattr(model, "_build_shapes_dict", None)
+    if not isinstance(shapes, dict) or len(shapes) != 1:
+        return None
+    shape = next(iter(shapes.values()))
+    return tuple(shape) if isinstance(shape, (tuple, list)) and all(
+        d is None or isinstance(d, int) for d in shape) else None
+
+
 @contextlib.contextmanager
 def unsafe_deserialization():
     """Keras' safe mode off for the block (thread-local, restored afterwards), so that a layer
@@ -172,6 +187,7 @@ def unsafe_deserialization():
         yield
 
 
-__all__ = ["ADD_OP", "MULTIPLY_OP", "inbound_nodes", "is_functional", "lambda_copy",
+__all__ = ["ADD_OP", "MULTIPLY_OP", "built_input_shape", "inbound_nodes", "is_functional",
+           "lambda_copy",
            "nodes_by_depth", "not_compiled", "outbound_nodes", "output_position", "producer_of",
            "sequential_graph", "sublayers", "takes_training", "unsafe_deserialization"]

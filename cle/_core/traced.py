@@ -18,6 +18,7 @@ import inspect
 import keras
 import numpy as np
 
+from cle._core import keras_internals as internals
 from cle._core.graph import inner_function, is_sequential, unreadable_error
 
 __all__ = ["TRACE_TOLERANCE", "functional_for", "traced_functional"]
@@ -45,20 +46,34 @@ def traced_functional(model, shape, dtype="float32"):
 
 def functional_for(model, calibration_data):
     """``(model, note)``: ``model`` itself and None when its graph can be read; for a
-    subclassed model with ``calibration_data`` of one input (an array ``(N, *shape)``), the
-    traced Functional model of its layers (:func:`traced_functional`), held to ``model``'s
-    outputs on up to eight of those inputs within :data:`TRACE_TOLERANCE`, and a sentence for
-    the report. Raises the ``ValueError`` of a model whose graph cannot be read otherwise
-    (without data, or with several inputs: what a trace would need is not at hand)."""
+    subclassed model with ``calibration_data`` of one input (an array ``(N, *shape)``), or
+    without data one built for one input of a fixed shape, the traced Functional model of its
+    layers (:func:`traced_functional`), held to ``model``'s outputs on up to eight of those
+    inputs (without data, eight uniform in [0, 1]) within :data:`TRACE_TOLERANCE`, and a
+    sentence for the report. Raises the ``ValueError`` of a model whose graph cannot be read
+    otherwise (data of several inputs, or a model built for several: what a trace would need
+    is not at hand)."""
     if inner_function(model) is not None:
         return model, None
+    if calibration_data is None:
+        shape = internals.built_input_shape(model)
+        if shape is not None and len(shape) >= 2 and None not in shape[1:]:
+            calibration_data = np.random.default_rng(0).uniform(
+                0.0, 1.0, (8, *shape[1:])).astype(np.float32)
+            said = "8 random inputs"
+        else:
+            calibration_data = ()  # refused below
+    else:
+        said = None
     if is_sequential(model) or not isinstance(calibration_data, np.ndarray) or \
             calibration_data.ndim < 2 or not len(calibration_data):
         raise ValueError(
             f"{unreadable_error(model)}. (With calibration data of its one input, an array, "
-            "cle.quantize traces its call() into a Functional model of its layers.)")
+            "or built for one input of a fixed shape, cle.quantize traces its call() into a "
+            "Functional model of its layers.)")
     traced = traced_functional(model, calibration_data.shape[1:])
     x = np.asarray(calibration_data[:8], np.float32)
+    said = said or f"{len(x)} calibration inputs"
     mine = [np.asarray(a) for a in keras.tree.flatten(model(x, training=False))]
     theirs = [np.asarray(a) for a in keras.tree.flatten(traced(x, training=False))]
     scale = max((float(np.max(np.abs(a))) for a in mine if a.size), default=0.0)
@@ -67,11 +82,11 @@ def functional_for(model, calibration_data):
             > TRACE_TOLERANCE * max(scale, 1.0) for a, b in zip(mine, theirs)):
         raise ValueError(
             f"{unreadable_error(model)}. Its call() traced on a symbolic input computes "
-            "something else than the model on the calibration inputs (its code depends on "
+            f"something else than the model on {said} (its code depends on "
             "more than its layers), so cle cannot stand it in")
     if getattr(model, "compiled", False) and isinstance(getattr(model, "loss", None), str):
         traced.compile(loss=model.loss)  # its loss tells the outputs' kinds (check.losses)
     return traced, (
         f"model '{model.name}' (class {type(model).__name__}) is a subclassed model: cle traced "
         "its call() into a Functional model of its own layers (the same weights) and "
-        f"quantized that; the two computed the same on {len(x)} calibration inputs")
+        f"quantized that; the two computed the same on {said}")
