@@ -101,10 +101,7 @@ def _cached_weights(name, make, train):
     return model
 
 
-def L():
-    import keras
-
-    return keras.layers
+L = H8.L  # keras.layers, imported when a model is built
 
 
 # ----------------------------------------------------------------------------- data sources
