@@ -475,7 +475,8 @@ def test_independent_sigmoid_labels_agree_per_label_not_by_their_top_class():
     """Sigmoids over several entries (a multi-label output) are independent labels: their top
     class is decided by the error's last digits where several labels are near 1 (hunt9's
     multi-label attributes read "top-1 agreement 67 %" where 99.9 % of the labels agreed).
-    Their agreement is the share of labels on the float model's side of 0.5, said so; a
+    Their agreement is the share of inputs whose labels above 0.5 are all the float model's,
+    said so (not the share of labels: a large set's easy negatives would flatter it); a
     softmax keeps its top-1 agreement; no "tells little" sentence for labels."""
     rng = np.random.default_rng(0)
     ref = np.clip(rng.normal(0.95, 0.03, (40, 6)), 0.0, 1.0)  # every label near 1
@@ -484,12 +485,16 @@ def test_independent_sigmoid_labels_agree_per_label_not_by_their_top_class():
     soft = rng.dirichlet(np.full(6, 0.3), 40)
     sig, sm = C.check_outputs([ref, soft], [test, soft + 1e-4], ["attrs", "cls"],
                               ["probabilities", "probabilities"])
-    assert sig.labels and sig.agreement == "label" and sig.top1_agreement == 1.0
+    assert sig.labels and sig.agreement == "label-set" and sig.top1_agreement == 1.0
     assert _top1_of(ref, test) < 0.9  # what the top class would have said
     assert not sm.labels and sm.agreement == "top-1" and sm.top1_agreement == 1.0
-    assert sig.text().startswith("label agreement 100.0%, ")
+    assert sig.text().startswith("label-set agreement 100.0%, ")
     assert sm.text().startswith("top-1 agreement 100.0%, ")
-    assert sig.to_dict()["agreement"] == "label" and sm.to_dict()["agreement"] == "top-1"
+    assert sig.to_dict()["agreement"] == "label-set" and sm.to_dict()["agreement"] == "top-1"
+    flipped = test.copy()
+    flipped[:10, 3] = 0.9  # one label of a quarter of the inputs: 1/24 of the labels
+    assert C.check_outputs([ref], [flipped], ["attrs"], ["probabilities"])[0] \
+        .top1_agreement == 0.75
     assert C.idle_top1([ref], [test], ["attrs"], ["probabilities"], "inputs") == []
 
 
@@ -1472,12 +1477,14 @@ def test_without_data_a_regression_output_is_refused_and_a_bounded_one_is_not():
 
 
 def test_without_data_a_map_of_values_made_past_the_last_batch_norm_is_refused():
-    """A map of few channels that a layer with weights makes past the last batch norm on every
-    path holds values per position as a regression head does (hunt9's raw detection grid, 4x4x8:
-    without data its size channels were clipped where synthetic inputs stopped, 12 dB below
-    the converter, its check 9.5 dB above the real figure): refused, a ReLU ending (a depth
-    map) too. Not refused: a map the input joins unweighted (a residual denoiser's input + its
-    correction), a bounded ending (a sigmoid mask), a map of MIN_CLASSES channels or more
+    """A map of a few channels that a layer with weights makes past the last batch norm on
+    every path holds values per position as a regression head does (hunt9's raw detection
+    grid, 4x4x8: without data its size channels were clipped where synthetic inputs stopped,
+    12 dB below the converter, its check 9.5 dB above the real figure): refused. Not refused
+    (helper-38's review): a map of one channel (a binary segmentation's logits, which cannot
+    be declared class scores), an image-to-image net's image (the input's channels, a whole
+    multiple of its size), a map the input joins unweighted (a residual denoiser's input +
+    its correction), a bounded ending (a sigmoid mask), a map of MIN_CLASSES channels or more
     (segmentation logits, maybe), one declared class scores."""
     from cle._measure.synthetic import NeedsData
 
@@ -1485,17 +1492,19 @@ def test_without_data_a_map_of_values_made_past_the_last_batch_norm_is_refused()
     h = L.ReLU()(L.BatchNormalization(name="bn")(L.Conv2D(6, 3, padding="same", name="c")(inp)))
     small = C.MIN_CLASSES - 2
     outs = {"grid": L.Conv2D(small, 1, name="grid")(h),
-            "depth": L.Conv2D(1, 1, activation="relu", name="depth")(h),
+            "half": L.Conv2D(3, 2, strides=2, name="half")(h),  # a coarser grid of 3 channels
+            "logit": L.Conv2D(1, 1, name="logit")(h),
+            "upscaled": L.Conv2DTranspose(3, 2, strides=2, name="upscaled")(h),
             "clean": L.Add(name="clean")([inp, L.Conv2D(3, 1, name="corr")(h)]),
             "mask": L.Conv2D(1, 1, activation="sigmoid", name="mask")(h),
             "seg": L.Conv2D(C.MIN_CLASSES, 1, name="seg")(h)}
     model = keras.Model(inp, outs)
-    assert _synthetic.regression_outputs(model) == [("depth", 64), ("grid", 64 * small)]
-    assert _synthetic.regression_outputs(model, {"grid": "classes"}) == [("depth", 64)]
-    with pytest.raises(NeedsData, match=rf"output 'depth' \(64 values\), output 'grid' "
-                                        rf"\({64 * small} values\)"):
+    assert _synthetic.regression_outputs(model) == [("grid", 64 * small), ("half", 48)]
+    assert _synthetic.regression_outputs(model, {"grid": "classes"}) == [("half", 48)]
+    with pytest.raises(NeedsData, match=rf"output 'grid' \({64 * small} values\), output "
+                                        r"'half' \(48 values\)"):
         cle.quantize(model, input_range=(-1.0, 1.0))
-    only = keras.Model(inp, [outs["clean"], outs["mask"], outs["seg"]])
+    only = keras.Model(inp, [outs[k] for k in ("logit", "upscaled", "clean", "mask", "seg")])
     assert _synthetic.regression_outputs(only) == []
 
 

@@ -83,3 +83,30 @@ def test_a_subclassed_model_that_cannot_be_traced_is_refused_saying_why():
         with pytest.raises(ValueError, match=r"subclassed model.*cle.quantize traces its "
                                              r"call\(\)"):
             functional_for(net, data)
+
+
+class _Tokens(keras.Model):
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.embed = L.Embedding(50, 4, name="embed")
+        self.pool = L.GlobalAveragePooling1D()
+        self.head = L.Dense(3, name="head")
+
+    def call(self, ids):
+        return self.head(self.pool(self.embed(ids)))
+
+
+def test_token_ids_are_traced_as_integers_and_not_guessed_without_data():
+    """helper-38's review: the trace took float32 whatever the data, so token ids became a
+    float input (quantized as an activation with integer I/O). The trace takes the data's
+    integer dtype; without data a model that embeds token ids is refused (eight uniform
+    floats in [0, 1] would all be id 0: no check at all). A trace is made once per model and
+    shape: a second call adds no node to the model's layers."""
+    net = _Tokens(name="tokens")
+    ids = np.random.default_rng(0).integers(0, 50, (16, 6)).astype("int32")
+    net(ids[:1])
+    traced, _ = functional_for(net, ids)
+    assert traced.inputs[0].dtype == "int32"
+    assert functional_for(net, ids)[0] is traced
+    with pytest.raises(ValueError, match="embeds token ids"):
+        functional_for(net, None)

@@ -29,7 +29,7 @@ from cle._core import keras_internals as internals
 
 __all__ = ["Call", "GraphView", "Tensor", "calls_leading_to", "check_readable", "graph_view",
            "inner_function", "is_plain_call", "is_sequential", "local_view", "rebuilt_view",
-           "run_call", "takes_training", "unreadable_error"]
+           "run_call", "takes_training", "unreadable_error", "weighed_on_every_path"]
 
 
 @dataclasses.dataclass(eq=False)
@@ -424,3 +424,18 @@ def calls_leading_to(view: GraphView, targets) -> list:
             needed.add(id(call))
             stack.extend(t.producer for t in call.inputs if t.producer is not None)
     return [c for c in view.calls if id(c) in needed]
+
+
+def weighed_on_every_path(tensor) -> bool:
+    """Whether every path back from ``tensor`` (of :func:`graph_view`) passes
+    a layer with weights before it reaches a batch norm or an input."""
+    seen, stack = set(), [tensor]
+    while stack:
+        call = stack.pop().producer
+        if call is None or isinstance(call.layer, keras.layers.BatchNormalization):
+            return False
+        if id(call) in seen or (call.is_layer and call.layer.weights):
+            continue
+        seen.add(id(call))
+        stack.extend(call.inputs)
+    return True

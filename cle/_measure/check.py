@@ -262,7 +262,7 @@ class OutputCheck:
         sqnr_db: SQNR of the quantized output against the float one, in dB.
         top1_agreement: for class scores, the share of samples (or pixels) whose top class is
             the float model's; for independent labels (``labels``), the share of labels on
-            the float model's side of 0.5; NaN for other outputs.
+            the float model's side of 0.5 (the same label set); NaN for other outputs.
         sqnr_interval: ``(low, high)``, the :data:`INTERVAL` bootstrap interval of the SQNR
             over the inputs (:func:`sqnr_interval`); None with fewer than
             :data:`MIN_INTERVAL` inputs.
@@ -294,8 +294,8 @@ class OutputCheck:
 
     @property
     def agreement(self) -> str | None:
-        """What ``top1_agreement`` counts: ``"top-1"``, ``"label"`` or None (values)."""
-        return None if not self.class_scores else "label" if self.labels else "top-1"
+        """What ``top1_agreement`` counts: ``"top-1"``, ``"label-set"`` or None (values)."""
+        return None if not self.class_scores else "label-set" if self.labels else "top-1"
 
     def to_dict(self) -> dict:
         return {"output": self.name, "kind": self.kind, "sqnr_db": self.sqnr_db,

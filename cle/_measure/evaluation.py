@@ -52,8 +52,7 @@ def fake_quantize_weights(model, bits=8, per_channel=False) -> keras.Model:
     (:func:`cle.fold_all_batch_norms`) to simulate what an INT8 runtime does.
 
     Args:
-        model: a Functional or Sequential ``keras.Model`` (or a subclassed one, traced);
-            it is not modified.
+        model: a Functional or Sequential ``keras.Model``; it is not modified.
         bits: weight bit width, 2 to 32.
         per_channel: one scale per output channel instead of per tensor.
 

@@ -28,7 +28,7 @@ import keras
 import numpy as np
 
 from cle._core.backend import weights_digest
-from cle._core.graph import graph_view, inner_function
+from cle._core.graph import graph_view, inner_function, weighed_on_every_path
 from cle._core.inputs import ModelInputs, input_signatures, integer_inputs
 from cle._core.keras_internals import sublayers
 from cle._core.rebuild import flattened
@@ -166,11 +166,13 @@ def regression_outputs(model, declared=None) -> list[tuple[str, int]]:
     """``(name, entries)`` of the outputs whose range synthetic inputs cannot tell: values
     (not class scores, :func:`output_kinds`) with no ending that bounds them
     (:data:`BOUNDED_ACTIVATIONS`), of fewer than :data:`MIN_CLASSES` entries per sample (a
-    regression value, a box, a few coordinates), or a map of fewer than :data:`MIN_CLASSES`
+    regression value, a box, a few coordinates), or a map of two to :data:`MIN_CLASSES` - 1
     channels that a layer with weights makes past the last batch norm on every path (a raw
-    detection grid, a depth or density map: values per position, as a regression head gives
-    them; not a map an input joins unweighted, such as a residual denoiser's input + its
-    correction, nor one of many channels, which may be a segmentation's logits). Without data
+    detection grid: values per position, as a regression head gives them; not a map an input
+    joins unweighted, such as a residual denoiser's input + its correction, nor one with an
+    input's channels and a multiple of its size, an image-to-image net's image, nor one of
+    one channel, a binary segmentation's logits maybe (which cannot be declared class scores),
+    nor one of many channels, which may be a segmentation's logits). Without data
     their range would come from inputs distilled to match the batch norms, which set nothing
     of what a regression head gives real inputs (hunt9's raw grid head: its size channels
     were clipped where synthetic inputs stopped, far below the converter). An integer or bool
@@ -190,27 +192,26 @@ def _regression_entries(model, declared) -> dict[int, int]:
             continue
         if n < MIN_CLASSES:
             found[k] = n
-        elif len(tuple(out.shape)) > 2 and (out.shape[-1] or 0) < MIN_CLASSES:
+        elif (len(tuple(out.shape)) > 2 and 2 <= (out.shape[-1] or 0) < MIN_CLASSES
+              and not _image_like(model, out)):
             if view_outputs is None:
                 view_outputs = graph_view(reachable(model)).outputs
-            if _weighed_on_every_path(view_outputs[k]):
+            if weighed_on_every_path(view_outputs[k]):
                 found[k] = n
     return found
 
 
-def _weighed_on_every_path(tensor) -> bool:
-    """Whether every path back from ``tensor`` (of :func:`cle._core.graph.graph_view`) passes
-    a layer with weights before it reaches a batch norm or an input."""
-    seen, stack = set(), [tensor]
-    while stack:
-        call = stack.pop().producer
-        if call is None or isinstance(call.layer, keras.layers.BatchNormalization):
-            return False
-        if id(call) in seen or (call.is_layer and call.layer.weights):
-            continue
-        seen.add(id(call))
-        stack.extend(call.inputs)
-    return True
+def _image_like(model, out) -> bool:
+    """Whether map ``out`` has an input's channels and a whole multiple of its size on each
+    spatial axis (an image-to-image net's output: a denoised or upscaled image, whose range
+    follows the input's)."""
+    shape = tuple(out.shape)[1:]
+    for inp in model.inputs:
+        given = tuple(inp.shape)[1:]
+        if (len(given) == len(shape) and given[-1] == shape[-1] and all(
+                a and b and b % a == 0 for a, b in zip(given[:-1], shape[:-1]))):
+            return True
+    return False
 
 
 def coded_outputs(model, declared=None) -> list[tuple[str, str, int]]:

@@ -71,7 +71,7 @@ class QuantizeReport:
         check_sets: each set of check inputs, ``{"inputs", "n", "outputs"}``: with data the
             held-out inputs; without data natural-image-like inputs across the input range
             and inputs distilled apart from the calibration inputs (no real data was seen).
-        top1_agreement: the first output's top-1 agreement (its label agreement for independent
+        top1_agreement: the first output's top-1 agreement (its label-set agreement for independent
             sigmoid labels, :func:`cle._measure.ties.agreement`; NaN when it is not class scores).
         sqnr_db: the first output's SQNR against the float output, in dB.
         plain: with ``compare=True``, the same figures for the float model converted straight
