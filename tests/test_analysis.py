@@ -488,3 +488,29 @@ def test_tuning_with_too_few_held_out_says_its_check_flatters(net, data):
     assert report.tuning.flatters and report.check_inputs.endswith(
         "also the tuning inputs: the check flatters")
     assert any("flatter the tuned model" in w for w in report.warnings)
+
+
+@not_on_jax
+@pytest.mark.parametrize("kind, counted", [("values", None), ("classes", "top-1")])
+def test_the_tunings_verdict_reads_the_outputs_kind(net, data, kind, counted):
+    """Bug caught: the tuning weighed every output's argmax: a value output's (a regression,
+    coordinates) means nothing, yet a flip of it vetoed a closer file, and its reason printed a
+    "top-1 agreement" for it. Its figures carry the agreement the check gives the output's
+    kind (none for values), and its verdict reads only that."""
+    from cle._quantize import tune
+
+    _, report = cle.quantize(net, data, tune=True, output_kinds={"logits": kind})
+    tuning = report.tuning
+    seen = [f for f in (tuning.before, tuning.after, tuning.bias["before"], tuning.bias["after"])
+            if f is not None]
+    assert seen, "the tuning measured nothing"
+    for figures in seen:
+        assert figures["agreement"] == counted
+        assert (figures["top1_agreement"] is None) == (counted is None)
+    said = " ".join(r for r in (tuning.reason, tuning.bias["reason"]) if r)
+    assert ("agreement" in said) == (counted is not None), said
+    json.dumps(report.to_dict(), allow_nan=False)  # no NaN where no agreement is counted
+    closer = {"sqnr_db": 31.0, "top1_agreement": None}
+    assert tune._better({"sqnr_db": 30.0, "top1_agreement": None}, closer)
+    assert not tune._better({"sqnr_db": 30.0, "top1_agreement": 0.9},
+                            {"sqnr_db": 31.0, "top1_agreement": 0.8})

@@ -471,6 +471,22 @@ def test_output_kinds_take_top1_for_class_scores_only():
     assert C.guessed_scores(model, {"logits": "values"})[0] == "values"
 
 
+@pytest.mark.parametrize("head, counted", [("sigmoid", "label-set"), (None, None)])
+def test_the_reports_first_figures_say_what_their_agreement_counts(data, head, counted):
+    """Bug caught: the report's top-level agreement (the first output's, the plain
+    conversion's alike) carried no word of what it counts, so a reader of the JSON took a
+    label-set agreement for a top-1 agreement, and a value output's missing one for a gap."""
+    keras.utils.set_random_seed(3)
+    inp = keras.Input((16, 16, 3), name="image")
+    x = L.GlobalAveragePooling2D()(L.ReLU()(L.BatchNormalization()(L.Conv2D(8, 3)(inp))))
+    model = keras.Model(inp, L.Dense(6, activation=head, name="attrs")(x))
+    _, report = cle.quantize(model, data, compare=True)
+    out = report.to_dict()
+    assert out["check"]["agreement"] == out["check"]["outputs"][0]["agreement"] == counted
+    assert out["plain_conversion"]["agreement"] == counted
+    assert (out["check"]["top1_agreement"] is None) == (counted is None)
+
+
 def test_independent_sigmoid_labels_agree_per_label_not_by_their_top_class():
     """Sigmoids over several entries (a multi-label output) are independent labels: their top
     class is decided by the error's last digits where several labels are near 1 (hunt9's

@@ -212,6 +212,7 @@ def test_an_unrolled_lstm_runs_on_the_microcontroller():
     assert report.target["runs"], report.warnings
     (check,) = report.target["runtime_check"]["outputs"]
     assert float(check["sqnr_db"]) > 25 and float(check["litert_sqnr_db"]) > 25
+    assert check["agreement"] is None and check["top1_agreement"] is None  # values: no argmax
     xs = ModelInputs((x[:8],), ("signal",), (x.shape[1:],))
     with converter.static_batch(1):
         fixed = converter.convert_int8(model, xs)

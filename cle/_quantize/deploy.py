@@ -97,6 +97,7 @@ def _runtime_check(model, build, report, say) -> None:
         "runtime": "tflm", "inputs": what, "n": len(x),
         "outputs": [{"name": n, "sqnr_db": _check.json_number(a.sqnr_db), "top1_agreement": (
                          None if np.isnan(a.top1_agreement) else float(a.top1_agreement)),
+                     "agreement": a.agreement,
                      "litert_sqnr_db": _check.json_number(b.sqnr_db),
                      "tflm_vs_litert_db": _check.json_number(c.sqnr_db),
                      "max_difference": float(np.max(np.abs(t - r))) if t.size else 0.0}

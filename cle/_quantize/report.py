@@ -259,6 +259,7 @@ class QuantizeReport:
         """A JSON-ready dict (what ``cle quantize --report`` writes)."""
         plain = None if self.plain is None else {
             "top1_agreement": _json_float(self.plain["top1_agreement"]),
+            "agreement": _first_agreement(self.plain["outputs"]),
             "sqnr_db": self.plain["sqnr_db"],
             "outputs": [o.to_dict() for o in self.plain["outputs"]],
             "verdicts": [dict(v, interval_db=None if v["interval_db"] is None
@@ -274,6 +275,7 @@ class QuantizeReport:
             "input_ranges": [dict(r) for r in self.input_ranges],
             "check": {"inputs": self.check_inputs, "n": self.n_check,
                       "top1_agreement": _json_float(self.top1_agreement),
+                      "agreement": _first_agreement(self.outputs),
                       "sqnr_db": self.sqnr_db,
                       "outputs": [o.to_dict() for o in self.outputs],
                       "sets": [{"inputs": c["inputs"], "n": c["n"],
@@ -376,3 +378,9 @@ def _verdict_line(v, name_output, name_inputs) -> str:
 
 def _json_float(value):
     return None if isinstance(value, float) and math.isnan(value) else value
+
+
+def _first_agreement(outputs) -> str | None:
+    """What the top-level ``top1_agreement`` (the first output's) counts: ``"top-1"``,
+    ``"label-set"`` (independent labels) or None (a value output, or no output)."""
+    return outputs[0].agreement if outputs else None

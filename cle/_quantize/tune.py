@@ -17,19 +17,23 @@ MSE on the calibration samples, and narrower tails. The candidates' scales and z
 conversion per candidate kind). A tensor takes the candidate whose error alone is lowest, by at
 least :data:`MIN_GAIN`; the model with every change is then converted and checked against the
 untuned one on the tuning inputs, and kept only if it is closer to the float model there on SQNR
-without losing top-1 agreement.
+without losing agreement: top-1 for class scores, the label sets for independent labels
+(:func:`cle._measure.ties.agreement`); a value output's SQNR alone decides.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 import time
 
 import numpy as np
 
+from cle._measure.check import output_kinds
 from cle._measure import evaluation as Q
 from cle._measure.inference import predict
+from cle._measure.ties import agreement
 from cle._quantize.ranges import mse_range, tail_range
 from cle._tflite import converter as tflite, quant_sim
 from cle._tflite.flatgraph import FlatGraph, align, with_constants
@@ -66,8 +70,9 @@ class TuneReport:
         tried: tensors whose ranges were tried (``(tensor, before, after, error_ratio)`` in
             ``changes`` for those that took a new one: the output's error with that tensor
             alone quantized, after over before).
-        before, after: ``top1_agreement`` and ``sqnr_db`` of the untuned and tuned models on
-            the tuning inputs.
+        before, after: ``top1_agreement`` (None for a value output), ``agreement`` (what it
+            counts: ``"top-1"``, ``"label-set"`` for independent labels, or None) and
+            ``sqnr_db`` of the untuned and tuned models on the tuning inputs.
         kept: whether the tuned ranges are the ones written; ``reason`` says why (not).
         seconds: wall time.
         bias: the bias correction tried after the ranges: ``layers`` corrected, ``kept``,
@@ -255,21 +260,36 @@ def tune_ranges(build, model, x_tune, inputs: str, per_channel: bool, integer_io
     return (content, ranges if report.kept else build.ranges, report)
 
 
-def _figures(model_outputs, content, x):
+def _figures(model_outputs, content, x, kind):
+    """``top1_agreement`` (None for values), ``agreement`` (what it counts: ``"top-1"``, or
+    ``"label-set"`` for independent labels, :func:`cle._measure.ties.agreement`; None) and
+    ``sqnr_db`` of the file ``content`` on ``x`` against the float model's ``model_outputs``,
+    its output of kind ``kind`` (:func:`cle._measure.check.output_kinds`)."""
     y = Q.run_tflite(content, x, batch_size=TFLITE_BATCH)
-    return {"top1_agreement": Q.top1_agreement(model_outputs, y),
+    top1, labels = agreement(model_outputs, y, kind)
+    counted = not math.isnan(top1)
+    return {"top1_agreement": top1 if counted else None,
+            "agreement": ("label-set" if labels else "top-1") if counted else None,
             "sqnr_db": Q.sqnr_db(model_outputs, y)}
 
 
+def _kind(build, model) -> str:
+    """The kind of the model's one output, as the check reads it."""
+    return output_kinds(model, build.opts.output_kinds)[0]
+
+
 def _better(before, after) -> bool:
-    return (after["sqnr_db"] > before["sqnr_db"]
-            and after["top1_agreement"] >= before["top1_agreement"])
+    """Closer in SQNR, and no lower in agreement where the output has one (a value output's
+    SQNR alone decides: its argmax means nothing)."""
+    return after["sqnr_db"] > before["sqnr_db"] and (
+        before["top1_agreement"] is None or after["top1_agreement"] >= before["top1_agreement"])
 
 
 def _verdict(before, after, better) -> str:
+    told = (f", {before['agreement']} agreement {before['top1_agreement']:.1%} -> "
+            f"{after['top1_agreement']:.1%}" if before["top1_agreement"] is not None else "")
     return (f"{'kept' if better else 'not kept'}: SQNR {after['sqnr_db'] - before['sqnr_db']:+.2f} "
-            f"dB, top-1 agreement {before['top1_agreement']:.1%} -> "
-            f"{after['top1_agreement']:.1%} on the tuning inputs")
+            f"dB{told} on the tuning inputs")
 
 
 def _tune_biases(build, model, x_tune, calibrated, content, report, per_channel, integer_io,
@@ -288,7 +308,9 @@ def _tune_biases(build, model, x_tune, calibrated, content, report, per_channel,
                                  "its own)"}
         return content
     reference = predict(model, x_tune)
-    before, after = _figures(reference, content, x_tune), _figures(reference, new_content, x_tune)
+    kind = _kind(build, model)
+    before = _figures(reference, content, x_tune, kind)
+    after = _figures(reference, new_content, x_tune, kind)
     better = layers > 0 and _better(before, after)
     report.bias = {"layers": layers, "kept": better, "reason": _verdict(before, after, better),
                    "before": before, "after": after}
@@ -389,8 +411,9 @@ def _check(build, model, x, ranges, report, per_channel, integer_io):
     content = tflite.quantize_calibrated(calibrated, per_channel=per_channel,
                                          integer_io=integer_io)
     reference = predict(model, x)
-    report.before = _figures(reference, build.content, x)
-    report.after = _figures(reference, content, x)
+    kind = _kind(build, model)
+    report.before = _figures(reference, build.content, x, kind)
+    report.after = _figures(reference, content, x, kind)
     report.kept = _better(report.before, report.after)
     report.reason = _verdict(report.before, report.after, report.kept)
     if report.kept:
