@@ -110,3 +110,35 @@ def test_token_ids_are_traced_as_integers_and_not_guessed_without_data():
     assert functional_for(net, ids)[0] is traced
     with pytest.raises(ValueError, match="embeds token ids"):
         functional_for(net, None)
+
+
+class _TwoHeads(_Net):
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.box = L.Dense(3, name="box_head")
+
+    def call(self, x, training=None):
+        h = self.pool(keras.ops.relu(self.bn(self.conv(x), training=training)))
+        return {"score": self.head(h), "box": self.box(h)}
+
+
+def test_dict_outputs_keep_their_keys_through_the_trace():
+    """A subclassed model's dict outputs are named by their keys in the traced model (not by
+    the layers that made them): output_kinds keyed by them apply, and the report names them."""
+    net = _net(_TwoHeads)
+    x = np.random.default_rng(2).uniform(0, 1, (48, 8, 8, 3)).astype("f4")
+    _, report = cle.quantize(net, x, output_kinds={"box": "values"})
+    kinds = {o.name: o.kind for o in report.outputs}
+    assert kinds == {"score": "probabilities", "box": "values"}
+
+
+def test_analyze_says_the_model_it_analysed_was_traced():
+    """Bug caught: cle.analyze traced a subclassed model and dropped the note that says so
+    (cle.quantize's report and the command line said it): the layers it names are the traced
+    model's, and the reader must know."""
+    net = _net()
+    x = np.random.default_rng(2).uniform(0, 1, (48, 8, 8, 3)).astype("f4")
+    report = cle.analyze(net, x)
+    assert len(report.notes) == 1 and "traced its call()" in report.notes[0]
+    assert f"note: {report.notes[0]}" in report.summary()
+    assert report.to_dict()["notes"] == report.notes

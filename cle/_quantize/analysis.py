@@ -92,7 +92,7 @@ def analyze_checked(model, calibration_data, opts: QuantizeOptions,
                          f"activation_bits={opts.activation_bits}, tune={opts.tune}, "
                          f"compare={opts.compare}")
     check_model(model)
-    model, _ = functional_for(model, calibration_data)  # a subclassed model, traced
+    model, traced = functional_for(model, calibration_data)  # a subclassed model, traced
     if build is None:
         build = build_checked(model, calibration_data, opts, say)
         if chooses(build):  # the file cle.quantize writes when it keeps cle's build
@@ -138,7 +138,7 @@ def analyze_checked(model, calibration_data, opts: QuantizeOptions,
         layers=_layers(entries, measured, build, sim, [o.name for o in outputs]),
         unmatched=list(lmap.unmatched),
         simulation=measured.summary(), tflite=build.content, seconds=seconds,
-        equalization=build.equalization)
+        equalization=build.equalization, notes=[traced] if traced else [])
 
 
 def _float_reference(build, say) -> bytes:

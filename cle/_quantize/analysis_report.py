@@ -123,6 +123,9 @@ class AnalysisReport:
         tflite: the ``.tflite`` analysed (what :func:`cle.quantize` writes with these options).
         seconds: wall time of each stage.
         equalization: the equalize stage's :class:`cle.EqualizationReport`.
+        notes: what the reader should know of the model analysed: a subclassed model's
+            ``call()`` traced into a Functional model of its layers, which was analysed
+            (:func:`cle._core.traced.functional_for`).
     """
 
     target: dict
@@ -142,6 +145,7 @@ class AnalysisReport:
     layer_inputs: str = ""
     calibration_inputs: str = "inputs given"
     outputs: list = dataclasses.field(default_factory=list)
+    notes: list = dataclasses.field(default_factory=list)
 
     def __post_init__(self):
         for layer in self.layers:
@@ -164,6 +168,7 @@ class AnalysisReport:
             f"target: INT8 weights {'per-channel' if t['per_channel'] else 'per-tensor'}, "
             f"8-bit activations, {'int8' if t['integer_io'] else 'float32'} input/output; "
             f"calibration: {data}",
+            *(f"note: {note}" for note in self.notes),
             *self._output_lines(),
             f"per-layer runs on {self.n_layer_inputs} "
             f"{'of them' if self.layer_inputs in ('', self.check_inputs) else self.layer_inputs}"
@@ -222,7 +227,7 @@ class AnalysisReport:
                                for k, v in self.simulation.items()},
                 "layers": [layer.to_dict() for layer in self.layers],
                 "unmatched": [{"layer": n, "reason": r} for n, r in self.unmatched],
-                "seconds": dict(self.seconds)}
+                "notes": list(self.notes), "seconds": dict(self.seconds)}
 
     def plot(self, path, n: int = 5, title: str | None = None, note: str | None = None):
         """Write the per-layer picture (PNG) to ``path``: see :func:`cle.analysis.plot`."""
