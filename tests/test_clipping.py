@@ -513,3 +513,66 @@ def test_the_softmax_floor_reads_closer_on_new_inputs_of_a_100_class_head():
                    R.widened(lo, hi, lows, highs))
         before = read()
     assert measured > before + 0.5, (measured, before)
+
+
+def _heatmap_model(bias):
+    """Conv+BN+ReLU twice, then a 1x1 sigmoid per position: with a bias far below 0 a map of
+    sparse peaks (a keypoint heatmap), with 0 a map of values spread over the positions."""
+    keras.utils.set_random_seed(4)
+    inp = keras.Input((12, 12, 3), name="image")
+    h = inp
+    for width in (8, 8):
+        h = L.ReLU()(L.BatchNormalization()(L.Conv2D(width, 3, padding="same")(h)))
+    head = L.Conv2D(2, 1, activation="sigmoid", name="heatmaps")
+    model = keras.Model(inp, head(h))
+    kernel, _ = head.get_weights()
+    head.set_weights([np.abs(kernel) * 4.0, np.full(2, bias, "f4")])
+    return model
+
+
+@pytest.mark.parametrize("bias, peaked", [(-11.0, True), (0.0, False)])
+def test_without_data_a_map_of_sparse_peaks_keeps_min_max_before_it(bias, peaked):
+    """A map output whose largest 1 % of values carry a quarter of its energy or more (a
+    keypoint heatmap) is ruled by its peaks, made of the largest values of every tensor
+    before it: their tails cut exactly those (hunt9's keypoint heatmaps without data: far
+    below the converter; at min/max, above it). Without data they keep min/max, said in the
+    summary; a map of spread values (a mask), a vector output, and the same model with data
+    keep their tails."""
+    import cle
+    from cle._tflite import converter as T
+
+    model = _heatmap_model(bias)
+    _, report = cle.quantize(model, bias_correction="none", input_range=(-2.0, 4.0))
+    hows = [r.how for r in report.ranges]
+    assert (R.PEAKED in hows) == peaked, hows
+    assert ("percentile" in hows) == (not peaked)
+    if peaked:
+        for r in report.ranges:
+            if r.how == R.PEAKED:
+                assert (r.lo, r.hi) == r.calibrated
+        assert "min/max of" in report.summary()
+        x = np.random.default_rng(0).normal(1.0, 1.0, (48, 12, 12, 3)).astype("f4")
+        _, with_data = cle.quantize(model, x, ranges="percentile", bias_correction="none")
+        assert R.PEAKED not in {r.how for r in with_data.ranges}
+    calibrated = T.calibrate(model, np.zeros((1, 12, 12, 3), "f4"))
+    everything = {r.index for r in T.ranges_of(calibrated)} - T.protected_indices(calibrated)[1]
+    assert everything <= T.upstream_indices(calibrated, T.output_indices(calibrated))
+
+
+def test_the_share_of_energy_the_largest_values_carry():
+    """:func:`ranges.peak_share` on known samples, and the shapes :func:`ranges.peaked_maps`
+    reads as maps (a vector of class scores, however peaked, is not one)."""
+    from cle._tflite.converter import TensorRange
+
+    spread = np.ones(1000)
+    assert R.peak_share(spread) == pytest.approx(0.01)
+    peaks = np.zeros(1000)
+    peaks[:5] = 1.0
+    assert R.peak_share(peaks) == 1.0 and R.peak_share(np.zeros(10)) == 0.0
+    sample = {0: np.concatenate([peaks, [0.0, 1.0]]), 1: np.concatenate([spread, [1.0, 1.0]])}
+    shapes = {(1, 10, 10, 10): [0], (1, 1000): []}
+    for shape, found in shapes.items():
+        ranges = [TensorRange(i, f"t{i}", shape, (0.0, 1.0), 0.0, 1.0) for i in (0, 1)]
+        assert R.peaked_maps(ranges, sample, {0, 1}) == found
+    ranges = [TensorRange(0, "t0", (1, 10, 10, 10), (0.0, 1.0), 0.0, 1.0)]
+    assert R.peaked_maps(ranges, sample, set()) == []  # not an output

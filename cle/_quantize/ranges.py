@@ -11,9 +11,10 @@ from cle._math.order import quantiles
 from cle._tflite import converter as tflite
 from cle._tflite.runtime import input_name
 
-__all__ = ["KINDS", "LOGITS", "LOGIT_WIDENINGS", "MAX_KEPT", "MIN_WIDTH", "SOFTMAX_STEPS", "TAIL",
-           "USUAL_RANGES", "USUAL_SHARE", "WIDEN_INPUTS", "as_kind", "choose_percentile_ranges",
-           "clipping_noise", "expected_clipping", "logit_range", "logit_widening", "mse_range",
+__all__ = ["KINDS", "LOGITS", "LOGIT_WIDENINGS", "MAX_KEPT", "MIN_WIDTH", "PEAKED", "PEAK_SHARE",
+           "PEAK_TOP", "SOFTMAX_STEPS", "TAIL", "USUAL_RANGES", "USUAL_SHARE", "WIDEN_INPUTS",
+           "as_kind", "choose_percentile_ranges", "clipping_noise", "expected_clipping",
+           "logit_range", "logit_widening", "mse_range", "peak_share", "peaked_maps",
            "pick_range", "softmax_clipping", "softmax_floor", "tail_range", "tensor_roles",
            "usual_range", "widened"]
 
@@ -31,6 +32,13 @@ LOGITS = "widened (decides an output)"
 #: How a tensor whose largest values a global max pooling keeps is set: at its min/max (its
 #: tails are what the pooling passes on; :func:`cle._tflite.converter.max_kept_indices`).
 MAX_KEPT = "min/max (max-pooled)"
+#: How a tensor is set, without data, when a map output of sparse peaks is computed from it
+#: (:func:`peaked_maps`): at its min/max.
+PEAKED = "min/max (before a map of sparse peaks)"
+#: A map output (values at positions: heatmaps, masks, images) is one of sparse peaks when its
+#: largest :data:`PEAK_TOP` of values (by magnitude) carry :data:`PEAK_SHARE` of its energy or
+#: more on the synthetic inputs (:func:`peak_share`).
+PEAK_TOP, PEAK_SHARE = 1e-2, 0.25
 #: The kinds of range :func:`as_kind` makes from the ranges :func:`pick_range` sets.
 KINDS = ("tails", "min/max", "widened")
 #: The usual ranges of a model input's values (pixels and normalized signals) ...
@@ -123,7 +131,10 @@ def choose_percentile_ranges(calibrated, x, tensor_ranges, stated, integer_io, s
     range (``{input name: (lo, hi)}``, without data) takes it; and a tensor whose tail range
     would be narrower than :data:`MIN_WIDTH` of its min/max range keeps min/max. An input whose
     values lie within one of :data:`USUAL_RANGES` and nearly span it takes that range
-    (:func:`usual_range`). Every range includes 0, as the converter's do.
+    (:func:`usual_range`). On ``synthetic`` inputs (without data) the tensors a map output of
+    sparse peaks is computed from keep min/max too (:func:`peaked_maps`, :data:`PEAKED`), as
+    do those whose largest values a global max pooling keeps (:func:`tensor_roles`). Every
+    range includes 0, as the converter's do.
 
     Each tensor's ``calibrated`` range becomes its min/max over all of ``x`` as the float
     interpreter computes it, so ``calibrated`` needs only the converter's tensor layout: one
@@ -134,6 +145,9 @@ def choose_percentile_ranges(calibrated, x, tensor_ranges, stated, integer_io, s
     say(f"measuring {len(tensor_ranges)} activation tensors")
     values = tflite.observe(calibrated, x, [r.index for r in tensor_ranges], extremes=extremes)
     roles = tensor_roles(calibrated, synthetic)
+    if synthetic:
+        roles = (*roles, tflite.upstream_indices(
+            calibrated, peaked_maps(tensor_ranges, values, roles[2])))
     for r in tensor_ranges:
         # The min/max over all of ``x``, as the interpreter computes it (``calibrated`` may
         # have been calibrated on fewer inputs; observe keeps each tensor's min and max last).
@@ -177,6 +191,39 @@ def tensor_roles(calibrated, synthetic=False) -> tuple[set, set, set, dict, set]
             tflite.max_kept_indices(calibrated) if synthetic else set())
 
 
+def peak_share(values, top: float = PEAK_TOP) -> float:
+    """The share of the energy (the sum of squares) of ``values`` that their largest ``top``
+    share (by magnitude, at least one value) carries."""
+    v = np.abs(np.asarray(values, np.float64)).ravel()
+    k = min(v.size, max(1, int(np.ceil(top * v.size))))
+    energy = float(np.sum(v * v))
+    if energy == 0.0:
+        return 0.0
+    largest = np.partition(v, v.size - k)[v.size - k:]
+    return float(np.sum(largest * largest)) / energy
+
+
+def peaked_maps(tensor_ranges, values, outputs) -> list[int]:
+    """The outputs among ``outputs`` (tensor indices) that are maps of sparse peaks on the
+    inputs ``values`` were measured on (:func:`cle._tflite.converter.observe`'s samples): a
+    value at each of several positions (a shape of rank 3 or more, its axes between the
+    batch and the last holding more than one position: keypoint heatmaps, masks, images),
+    whose largest :data:`PEAK_TOP` of values carry :data:`PEAK_SHARE` of its energy or more
+    (:func:`peak_share`). Such an output's error is ruled by its peaks, made of the largest
+    values of every tensor it is computed from: the tails of those tensors cut exactly what
+    makes the peaks (hunt9's keypoint heatmaps without data, every hidden range at its tails:
+    far below the converter; at min/max, above it: CHANGELOG). The test reads the synthetic
+    outputs, whose share was the real inputs' on every map output measured (CHANGELOG)."""
+    found = []
+    for r in tensor_ranges:
+        if r.index not in outputs or len(r.shape) < 3 or int(np.prod(r.shape[1:-1])) < 2:
+            continue
+        sample = values.get(r.index)
+        if sample is not None and len(sample) > 2 and peak_share(sample[:-2]) >= PEAK_SHARE:
+            found.append(r.index)
+    return found
+
+
 def pick_range(r, values, extremes, roles, stated, integer_io) -> None:
     """Set ``r``'s ``calibrated`` to ``extremes`` (``(min, max)`` of the tensor over the
     inputs) and its ``lo``/``hi``/``how`` as :func:`choose_percentile_ranges` says, from
@@ -200,6 +247,8 @@ def pick_range(r, values, extremes, roles, stated, integer_io) -> None:
         r.how = "min/max (output)" if r.index in outputs else "min/max (decides an output)"
     elif r.index in roles[4]:  # its tails are what a global max pooling passes on
         r.how = MAX_KEPT
+    elif len(roles) > 5 and r.index in roles[5]:  # its tails make a map's peaks
+        r.how = PEAKED
     else:
         picked = tail_range(values, r.calibrated, TAIL)
         if picked is None:

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from cle._math.json_numbers import json_safe, sqnr_words
-from cle._quantize.ranges import LOGIT_WIDENINGS, LOGITS, MAX_KEPT, WIDEN_INPUTS
+from cle._quantize.ranges import LOGIT_WIDENINGS, LOGITS, MAX_KEPT, PEAKED, WIDEN_INPUTS
 
 __all__ = ["HELD_OUT", "QuantizeReport"]
 
@@ -165,6 +165,8 @@ class QuantizeReport:
             kept.append("the tensors an output only reshapes or passes through a softmax")
         if any(r.how == MAX_KEPT for r in self.ranges):
             kept.append("the tensors whose largest values a global max pooling keeps")
+        if any(r.how == PEAKED for r in self.ranges):
+            kept.append("the tensors a map output of sparse peaks is computed from")
         line = (f"activation ranges: {len(narrowed)} of {len(self.ranges)} tensors set to their "
                 f"{self.tail:g} tails (width {np.median(ratios):.2f}× the min/max range at the "
                 f"median, {ratios.min():.2f}× at the narrowest); {' and '.join(kept)} keep "

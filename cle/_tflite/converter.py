@@ -356,6 +356,21 @@ def max_kept_indices(calibrated: bytes) -> set:
     return kept
 
 
+def upstream_indices(calibrated: bytes, outputs) -> set:
+    """The tensors the tensors ``outputs`` are computed from, walking back through every
+    operator's inputs (constants included, but no tensor past a model input), ``outputs``
+    included."""
+    producer = _producers(_object(calibrated))
+    seen, todo = set(), [int(t) for t in outputs]
+    while todo:
+        t = todo.pop()
+        if t in seen or t < 0:
+            continue
+        seen.add(t)
+        todo.extend(producer.get(t, ("", []))[1])
+    return seen
+
+
 #: Ops whose output is their input moved around or retyped (TF Lite gives both one scale).
 _SAME_VALUES = ("RESHAPE", "SQUEEZE", "DEQUANTIZE", "QUANTIZE", "CAST")
 
