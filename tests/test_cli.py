@@ -393,10 +393,19 @@ def test_error_subclassed_model(capsys, tmp_path):
     x = tmp_path / "x.npy"
     np.save(x, np.random.default_rng(0).normal(size=(24, 3)).astype("float32"))
     out = tmp_path / "sub.tflite"
-    code, _, err = run(capsys, "quantize", path, "--custom-objects", source, "--calibration", x,
-                       "-o", out)
+    report = tmp_path / "sub.json"
+    code, text, err = run(capsys, "quantize", path, "--custom-objects", source, "--calibration",
+                          x, "-o", out, "--report", report)
     assert code == 0 and out.exists(), err
     assert "cle: note: model 'subclassed" in err and "traced its call()" in err
+    # the report says so too, first (the model the command quantized is the trace)
+    assert "traced its call()" in json.loads(report.read_text())["warnings"][0]
+    assert "traced its call()" in text
+    code, text, err = run(capsys, "analyze", path, "--custom-objects", source, "--calibration",
+                          x, "--report", tmp_path / "analysis.json")
+    assert code == 0, err
+    assert "traced its call()" in json.loads((tmp_path / "analysis.json").read_text())["notes"][0]
+    assert "note: model 'subclassed" in text
     # without data, traced as built (then refused for what synthetic inputs cannot stand in)
     code, _, err = run(capsys, "quantize", path, "--custom-objects", source, "-o", out,
                        "--overwrite", "--input-range=0,1")

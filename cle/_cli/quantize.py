@@ -242,15 +242,16 @@ def _run(args, model, calibration, analyze=False):
 
 
 def _traced(args, model):
-    """A subclassed model given with ``--calibration`` of one ``.npy`` array, or without
-    ``--calibration`` built for one input: the Functional model of its layers its ``call()``
-    traces to (:func:`cle._core.traced.functional_for`), said on stderr; any other model as it
-    is (a subclassed one is then refused, in one line, by :func:`check_graph`)."""
+    """``(model, note)``: for a subclassed model given with ``--calibration`` of one ``.npy``
+    array, or without ``--calibration`` built for one input, the Functional model of its
+    layers its ``call()`` traces to (:func:`cle._core.traced.functional_for`) and the note
+    that says so (on stderr now, in the report later); any other model as it is, and None (a
+    subclassed one is then refused, in one line, by :func:`check_graph`)."""
     from cle._core.graph import inner_function
 
     path = getattr(args, "calibration", None)
     if inner_function(model) is not None or path and not str(path).endswith(".npy"):
-        return model
+        return model, None
     import numpy as np
 
     from cle._core.traced import functional_for
@@ -259,27 +260,31 @@ def _traced(args, model):
         model, note = functional_for(model, np.load(path, allow_pickle=False) if path else None)
     except ValueError as exc:
         if not path:
-            return model  # nothing to trace it with: check_graph's refusal
+            return model, None  # nothing to trace it with: check_graph's refusal
         raise CliError(f"{args.model}: {one_line(exc, limit=600)}", EXIT_USAGE) from exc
     print(f"cle: note: {note}", file=sys.stderr, flush=True)
-    return model
+    return model, note
 
 
 def _runnable(args, model, command):
-    model = _traced(args, model)
+    """``(model, note)``: the model to run (a subclassed one traced, :func:`_traced`), checked
+    for what the command needs, and the trace's note (None)."""
+    model, note = _traced(args, model)
     check_graph(args.model, model)
     from cle._core.backend import channels_first_problem
 
     problem = channels_first_problem(model)
     if problem is not None:
         raise CliError(f"{args.model}: {command} runs the model, but {problem}")
-    return model
+    return model, note
 
 
 def cmd_quantize(args) -> int:
     with Session(args) as session:
-        model = _runnable(args, session.load(), "cle quantize")
+        model, note = _runnable(args, session.load(), "cle quantize")
         content, report = _run(args, model, read_calibration(args, model))
+        if note:  # the model quantized is the trace: the report says so first, as the API's
+            report.warnings.insert(0, note)
         outputs = [(args.output, content)]
         compiled = os.path.splitext(args.output)[0] + "_vela.tflite"  # Vela's naming
         if report.compiled is not None:
@@ -308,8 +313,10 @@ def cmd_quantize(args) -> int:
 
 def cmd_analyze(args) -> int:
     with Session(args) as session:
-        model = _runnable(args, session.load(), "cle analyze")
+        model, note = _runnable(args, session.load(), "cle analyze")
         report = _run(args, model, read_calibration(args, model), analyze=True)
+        if note:
+            report.notes.insert(0, note)
         outputs = []
         if args.report:
             outputs.append((args.report, json_bytes(report.to_dict())))

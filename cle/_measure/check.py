@@ -261,8 +261,9 @@ class OutputCheck:
         kind: "probabilities", "logits" (class scores) or "values".
         sqnr_db: SQNR of the quantized output against the float one, in dB.
         top1_agreement: for class scores, the share of samples (or pixels) whose top class is
-            the float model's; for independent labels (``labels``), the share of labels on
-            the float model's side of 0.5 (the same label set); NaN for other outputs.
+            the float model's; for independent labels (``labels``), the share of decisions
+            (samples, or pixels) whose every label is on the float model's side of 0.5 (the
+            same label set); NaN for other outputs.
         sqnr_interval: ``(low, high)``, the :data:`INTERVAL` bootstrap interval of the SQNR
             over the inputs (:func:`sqnr_interval`); None with fewer than
             :data:`MIN_INTERVAL` inputs.

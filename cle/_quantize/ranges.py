@@ -146,8 +146,8 @@ def choose_percentile_ranges(calibrated, x, tensor_ranges, stated, integer_io, s
     values = tflite.observe(calibrated, x, [r.index for r in tensor_ranges], extremes=extremes)
     roles = tensor_roles(calibrated, synthetic)
     if synthetic:
-        roles = (*roles, tflite.upstream_indices(
-            calibrated, peaked_maps(tensor_ranges, values, roles[2])))
+        roles = (*roles, tflite.upstream_indices(calibrated, peaked_maps(
+            tensor_ranges, values, roles[2] - tflite.softmax_outputs(calibrated))))
     for r in tensor_ranges:
         # The min/max over all of ``x``, as the interpreter computes it (``calibrated`` may
         # have been calibrated on fewer inputs; observe keeps each tensor's min and max last).
@@ -204,7 +204,9 @@ def peak_share(values, top: float = PEAK_TOP) -> float:
 
 
 def peaked_maps(tensor_ranges, values, outputs) -> list[int]:
-    """The outputs among ``outputs`` (tensor indices) that are maps of sparse peaks on the
+    """The outputs among ``outputs`` (tensor indices; not class scores: a confident softmax
+    over many classes at each position puts most of its energy in each position's top class,
+    which is no peak) that are maps of sparse peaks on the
     inputs ``values`` were measured on (:func:`cle._tflite.converter.observe`'s samples): a
     value at each of several positions (a shape of rank 3 or more, its axes between the
     batch and the last holding more than one position: keypoint heatmaps, masks, images),

@@ -157,7 +157,10 @@ class QuantizeReport:
                     f"the median, {ratios.max():.2f}× at the widest); the others keep min/max"
                     + said]
         if not narrowed:
-            return [f"activation ranges: min/max of {len(self.ranges)} tensors" + said]
+            why = (" (every tensor a map output of sparse peaks is computed from keeps it: "
+                   "their tails would cut the peaks)"
+                   if any(r.how == PEAKED for r in self.ranges) else "")
+            return [f"activation ranges: min/max of {len(self.ranges)} tensors{why}" + said]
         ratios = np.array([(r.hi - r.lo) / max(r.calibrated[1] - r.calibrated[0], 1e-30)
                            for r in narrowed])
         kept = ["the model's outputs"]

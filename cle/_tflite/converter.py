@@ -371,6 +371,15 @@ def upstream_indices(calibrated: bytes, outputs) -> set:
     return seen
 
 
+def softmax_outputs(calibrated: bytes) -> set:
+    """The output tensors of the main subgraph that are a SOFTMAX (walking back through ops
+    that only move values around or change their type): class scores, at one position or
+    at each of many."""
+    obj = _object(calibrated)
+    producer = _producers(obj)
+    return {int(t) for t in obj.subgraphs[0].outputs if _back(producer, int(t))[0] == "SOFTMAX"}
+
+
 #: Ops whose output is their input moved around or retyped (TF Lite gives both one scale).
 _SAME_VALUES = ("RESHAPE", "SQUEEZE", "DEQUANTIZE", "QUANTIZE", "CAST")
 
