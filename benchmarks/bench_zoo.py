@@ -234,7 +234,10 @@ def measure_model(name, modes, emit):
                 plain_kept=plain_kept[k] if plain_kept else None,
                 plain_claimed=plain_claimed[k] if k < len(plain_claimed) else None,
                 finite=real[k]["finite"], seconds=seconds, plain_seconds=plain_s,
-                warnings=len(report.warnings), all_finite=finite))
+                warnings=len(report.warnings), all_finite=finite,
+                # with data: the build written and every candidate's cross-fitted figures
+                written=report.choice.written if report.choice else None,
+                crossfit=report.choice.crossfit if report.choice else None))
 
 
 def n_kept(n):
