@@ -144,10 +144,9 @@ def choose_percentile_ranges(calibrated, x, tensor_ranges, stated, integer_io, s
     and max on each input, for the cross-fitted builds of :mod:`cle._quantize.crossfit`)."""
     say(f"measuring {len(tensor_ranges)} activation tensors")
     values = tflite.observe(calibrated, x, [r.index for r in tensor_ranges], extremes=extremes)
-    roles = tensor_roles(calibrated, synthetic)
-    if synthetic:
-        roles = (*roles, tflite.upstream_indices(calibrated, peaked_maps(
-            tensor_ranges, values, roles[2] - tflite.softmax_outputs(calibrated))))
+    peaked = peaked_maps(tensor_ranges, values, tflite.output_indices(calibrated)
+                         - tflite.softmax_outputs(calibrated)) if synthetic else ()
+    roles = tensor_roles(calibrated, synthetic, peaked)
     for r in tensor_ranges:
         # The min/max over all of ``x``, as the interpreter computes it (``calibrated`` may
         # have been calibrated on fewer inputs; observe keeps each tensor's min and max last).
@@ -174,8 +173,9 @@ def _softmax_logit(r, values, logits, n, synthetic=False):
     return classes, logit_widening(z, synthetic)
 
 
-def tensor_roles(calibrated, synthetic=False) -> tuple[set, set, set, dict, set]:
-    """``(protected, inputs, outputs, logits, max_kept)``: the indices of the tensors that keep
+def tensor_roles(calibrated, synthetic=False, peaked=()) -> tuple[set, set, set, dict, set, set]:
+    """``(protected, inputs, outputs, logits, max_kept, before_peaks)``: the indices of the
+    tensors that keep
     min/max (:func:`cle._tflite.converter.protected_indices`), of the inputs, of the outputs,
     of the logits of a softmax or sigmoid output (:func:`cle._tflite.converter.logit_indices`:
     ``{index: (op, classes)}``), and, for ranges set on ``synthetic`` inputs (without data),
@@ -184,11 +184,14 @@ def tensor_roles(calibrated, synthetic=False) -> tuple[set, set, set, dict, set]
     inputs stop far short of real inputs' maxima there. With data none: real inputs' tails cut
     little there, and the cross-fitted choice, whose folds read min/max ranges calibrated on
     fewer inputs as farther than the file will be, then ranked such a build above the plain
-    conversion it was not above: CHANGELOG)."""
+    conversion it was not above: CHANGELOG), and of the tensors the output tensors ``peaked``
+    (maps of sparse peaks, :func:`peaked_maps`; none by default) are computed from
+    (:func:`cle._tflite.converter.upstream_indices`)."""
     protected, inputs = tflite.protected_indices(calibrated)
     return (protected, inputs, tflite.output_indices(calibrated),
             tflite.logit_indices(calibrated),
-            tflite.max_kept_indices(calibrated) if synthetic else set())
+            tflite.max_kept_indices(calibrated) if synthetic else set(),
+            tflite.upstream_indices(calibrated, peaked) if peaked else set())
 
 
 def peak_share(values, top: float = PEAK_TOP) -> float:
@@ -249,7 +252,7 @@ def pick_range(r, values, extremes, roles, stated, integer_io) -> None:
         r.how = "min/max (output)" if r.index in outputs else "min/max (decides an output)"
     elif r.index in roles[4]:  # its tails are what a global max pooling passes on
         r.how = MAX_KEPT
-    elif len(roles) > 5 and r.index in roles[5]:  # its tails make a map's peaks
+    elif r.index in roles[5]:  # its tails make a map's peaks
         r.how = PEAKED
     else:
         picked = tail_range(values, r.calibrated, TAIL)
