@@ -55,6 +55,7 @@ _EXPORTS = {
     "replace_relu6_with_clipped_relu": "cle.cross_layer_equalization",
     "replace_relu6_with_relu": "cle.cross_layer_equalization",
     "ClippedReLU": "cle.layers",
+    "StableActivation": "cle.layers",
     "FakeQuant": "cle.training_fold",
     "FoldedConv1D": "cle.training_fold",
     "FoldedConv2D": "cle.training_fold",

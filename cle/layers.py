@@ -33,7 +33,7 @@ import keras
 import numpy as np
 from keras import ops
 
-__all__ = ["ClippedReLU"]
+__all__ = ["STABLE", "ClippedReLU", "StableActivation"]
 
 _DEFAULT_CAP = 6.0
 
@@ -161,4 +161,78 @@ class ClippedReLU(keras.layers.Layer):
         config = super().get_config()
         config["axis"] = self.axis
         config["caps"] = self._config_cap
+        return config
+
+
+
+#: The activations :class:`StableActivation` computes.
+STABLE = ("softplus", "mish", "log_sigmoid", "selu")
+#: SELU's constants, as Keras and TensorFlow define them.
+SELU_ALPHA = 1.6732632423543772848170429916717
+SELU_SCALE = 1.0507009873554804934193349852946
+
+
+@keras.saving.register_keras_serializable(package="cle")
+class StableActivation(keras.layers.Layer):
+    """An activation that TF Lite's converter writes through ``exp(x)``, in a form whose every
+    intermediate tensor is bounded. With ``p = relu(x)`` and ``n = x - p`` (that is,
+    ``min(x, 0)``), so that ``n - p = -|x|``::
+
+        softplus(x)    = p + log(1 + exp(n - p))
+        mish(x)        = x * tanh(softplus(x))
+        log_sigmoid(x) = n - log(1 + exp(n - p))
+        selu(x)        = scale * (p + alpha * (exp(n) - 1))
+
+    Each computes what ``activation=`` of that name computes, up to float32 round-off.
+
+    Why it is needed: the converter writes a softplus (so a mish and a log-sigmoid) as
+    ``log(exp(x) + 1)``, and a SELU with ``exp(x)`` of every input, positive ones included;
+    8-bit activations then hold ``exp(x)`` on one range from 0 to ``exp`` of the largest
+    pre-activation: one that reaches 7 puts a step of several units on values mostly between
+    1 and 3. Here every ``exp`` is of a value at most 0, so each tensor's 8-bit steps are as
+    fine as its own values need. The converter writes it with builtin ``RELU``, ``SUB``,
+    ``EXP``, ``ADD``, ``LOG``, ``MUL`` and ``TANH``, all of which it quantizes to INT8 (``-|x|``
+    is not written with a ``NEG``, which would stay in float).
+
+    Args:
+        activation: "softplus", "mish", "log_sigmoid" or "selu" (:data:`STABLE`).
+        **kwargs: Standard layer keyword arguments (``name``, ``dtype``, ...).
+
+    Raises:
+        ValueError: for another activation.
+
+    Example:
+
+    >>> import numpy as np
+    >>> x = np.array([[-30.0, -1.0, 0.0, 2.0, 30.0]], dtype="float32")
+    >>> y = keras.ops.convert_to_numpy(StableActivation("softplus")(x))
+    >>> bool(np.allclose(y, np.log1p(np.exp(x.astype("float64"))), rtol=1e-6, atol=1e-7))
+    True
+    """
+
+    def __init__(self, activation="softplus", **kwargs):
+        super().__init__(**kwargs)
+        if activation not in STABLE:
+            raise ValueError(f"StableActivation computes one of {STABLE}. Received: "
+                             f"activation={activation!r}")
+        self.activation = activation
+        self.supports_masking = True
+
+    def call(self, inputs):
+        positive = ops.relu(inputs)
+        negative = inputs - positive
+        if self.activation == "selu":
+            return SELU_SCALE * (positive + SELU_ALPHA * (ops.exp(negative) - 1.0))
+        log_term = ops.log(1.0 + ops.exp(negative - positive))
+        if self.activation == "log_sigmoid":
+            return negative - log_term
+        soft = positive + log_term
+        return inputs * ops.tanh(soft) if self.activation == "mish" else soft
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        config = super().get_config()
+        config["activation"] = self.activation
         return config

@@ -71,6 +71,7 @@ DEFAULTS = {
     "bias_correction.expected_clipped_normal": {"lo": 0.0, "hi": float("inf")},
     # cle.layers
     "layers.ClippedReLU": {"caps": None, "axis": -1},  # caps None means 6 for every channel
+    "layers.StableActivation": {"activation": "softplus"},
     # cle.quantization
     "quantization.quantize": {
         "calibration_data": None, "per_channel": True, "weight_bits": 8, "activation_bits": 8,

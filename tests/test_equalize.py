@@ -166,8 +166,8 @@ def test_report_to_dict_is_json_and_str_is_readable():
     data = json.loads(json.dumps(report.to_dict()))
     assert set(data) == {"folded", "fold_skipped", "relu6", "relu6_changed", "sets",
                          "set_ends", "bias_absorptions", "bias_corrections", "objective",
-                         "scaling"}
-    assert data["objective"] == "weights"
+                         "scaling", "stable_changed"}
+    assert data["objective"] == "weights" and data["stable_changed"] == []
     assert [d["layers"] for d in data["scaling"]] == [
         [p["layer1"] for p in s] + [s[-1]["layer2"]] for s in data["sets"]]
     _, quantized = cle.equalize_model(model, return_report=True)

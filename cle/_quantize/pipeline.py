@@ -475,7 +475,8 @@ def _equalize(model, view, x, inputs, opts, say):
         bias_correction=mode, weight_bits=opts.weight_bits,
         per_channel_weights=opts.per_channel, activation_bits=opts.activation_bits,
         activation_ranges="calibration" if with_data else "bn", has_data=with_data,
-        weight_rounding="tapsum" if opts.rounding_method == "tapsum" else "nearest")
+        weight_rounding="tapsum" if opts.rounding_method == "tapsum" else "nearest",
+        stable_activations=True)
     say(f"equalizing (cross-layer scaling for "
         f"{'per-channel' if opts.per_channel else 'per-tensor'} INT{opts.weight_bits}, {mode} "
         "bias correction)")

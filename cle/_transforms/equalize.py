@@ -186,6 +186,7 @@ def equalize_checked(model, view, opts: EqualizeOptions, x, progress=None, guard
         bias_absorptions=plan.absorptions,
         scaling=plan.decisions,
         objective=opts.objective,
+        stable_changed=list(plan.stable_changed),
         layer_names=frozenset(n for c in view.calls for n in c.scope + (c.layer.name,)),
     )
     if corrections is not None:

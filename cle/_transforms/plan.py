@@ -29,6 +29,7 @@ from cle._core.layouts import channel_axis
 from cle._transforms.options import EqualizeOptions
 from cle._core.rebuild import LayerEdit
 from cle._transforms.relu6 import all_relu6, changed_name, merge, relu6_edit
+from cle._transforms.stable import all_stable, stable_edit
 from cle._core.weights import gamma_beta
 
 __all__ = ["EqualizePlan", "decide_sets", "measure_junctions", "plan_equalization",
@@ -58,6 +59,8 @@ class EqualizePlan:
     # id(layer) -> (lo, hi): the clip each changed ReLU6 will apply (a standalone one, or a
     # layer's fused one): per-channel ClippedReLU caps, or a ReLU's (0, inf)
     clips: dict = dataclasses.field(default_factory=dict)
+    # names of the activations put in their stable form (StableActivation)
+    stable_changed: list = dataclasses.field(default_factory=list)
 
 
 def _set_layers(links):
@@ -275,5 +278,8 @@ def plan_equalization(model, view: GraphView, opts: EqualizeOptions, x=None,
             compute=lambda dtype=None, layer=layer: planned.final(layer, dtype))
     for key, edit in relu6.items():
         merge(edits, key, edit)
+    stable = all_stable(view) if opts.stable_activations else []
+    for layer, kind, name in stable:
+        merge(edits, id(layer), stable_edit(layer, kind, name))
     return EqualizePlan(matches, fold_skipped, search, decisions, scaled, absorptions, changed,
-                        edits, bypass, clips)
+                        edits, bypass, clips, [changed_name(la, k) for la, k, _ in stable])

@@ -51,6 +51,8 @@ class EqualizationReport:
             reason), and for ``objective="quantized"`` the modelled INT8 noise and the
             activation range before and after.
         objective: how the scales were chosen ("quantized" or "weights").
+        stable_changed: names of the activations put in a form 8-bit activations can hold
+            (:class:`cle.layers.StableActivation`; :func:`cle.quantize` only).
     """
 
     folded: list
@@ -63,6 +65,7 @@ class EqualizationReport:
     bias_corrections: list = dataclasses.field(default_factory=list)
     scaling: list = dataclasses.field(default_factory=list)
     objective: str = "weights"
+    stable_changed: list = dataclasses.field(default_factory=list)
     # Names of the input model's layers, operations and sub-models, to group reasons in
     # summary().
     layer_names: frozenset = dataclasses.field(default_factory=frozenset, repr=False)
@@ -88,6 +91,10 @@ class EqualizationReport:
             f"scaled sets: {len(self.sets)} ({n_pairs} pairs, {len(self.sets) - n_pairs} "
             "triplets)",
         ]
+        if self.stable_changed:
+            lines.append(f"activations rewritten exactly so that no exp(x) of a positive x "
+                         f"needs an 8-bit range (softplus, mish, log-sigmoid, SELU): "
+                         f"{len(self.stable_changed)} (e.g. '{self.stable_changed[0]}')")
         for what, reason, count, example in self.reasons():
             lines.append(f"  {what} ×{count}: {reason} (e.g. '{example}')")
         return "\n".join(lines)
@@ -118,6 +125,7 @@ class EqualizationReport:
             "bias_absorptions": [dataclasses.asdict(r) for r in self.bias_absorptions],
             "bias_corrections": [dataclasses.asdict(r) for r in self.bias_corrections],
             "objective": self.objective,
+            "stable_changed": list(self.stable_changed),
             "scaling": [d.to_dict() for d in self.scaling],
         }
 
