@@ -195,7 +195,8 @@ class StableActivation(keras.layers.Layer):
     is not written with a ``NEG``, which would stay in float).
 
     Args:
-        activation: "softplus", "mish", "log_sigmoid" or "selu" (:data:`STABLE`).
+        activation: "softplus", "mish", "log_sigmoid" or "selu" (:data:`STABLE`); the layer
+            keeps it as ``kind``.
         **kwargs: Standard layer keyword arguments (``name``, ``dtype``, ...).
 
     Raises:
@@ -215,24 +216,26 @@ class StableActivation(keras.layers.Layer):
         if activation not in STABLE:
             raise ValueError(f"StableActivation computes one of {STABLE}. Received: "
                              f"activation={activation!r}")
-        self.activation = activation
+        # Not ``self.activation``: code that reads a layer's fused activation function by
+        # that attribute (Keras' and cle's) must not find a string here.
+        self.kind = activation
         self.supports_masking = True
 
     def call(self, inputs):
         positive = ops.relu(inputs)
         negative = inputs - positive
-        if self.activation == "selu":
+        if self.kind == "selu":
             return SELU_SCALE * (positive + SELU_ALPHA * (ops.exp(negative) - 1.0))
         log_term = ops.log(1.0 + ops.exp(negative - positive))
-        if self.activation == "log_sigmoid":
+        if self.kind == "log_sigmoid":
             return negative - log_term
         soft = positive + log_term
-        return inputs * ops.tanh(soft) if self.activation == "mish" else soft
+        return inputs * ops.tanh(soft) if self.kind == "mish" else soft
 
     def compute_output_shape(self, input_shape):
         return input_shape
 
     def get_config(self):
         config = super().get_config()
-        config["activation"] = self.activation
+        config["activation"] = self.kind
         return config
