@@ -188,3 +188,24 @@ def test_quantize_without_data_takes_the_stable_form():
         "c1 (fused activation)", "c3 (fused activation)", "logsig", "mish"]
     x = np.random.default_rng(3).uniform(0, 1, (8, 12, 12, 3)).astype("float32")
     assert np.isfinite(_sqnr(model, content, x))
+
+
+def test_keras_ops_in_a_functional_graph_are_rewritten_exactly():
+    """``keras.ops.softplus(x)``, ``keras.activations.selu(x)``, ``keras.ops.log_sigmoid(x)`` on
+    a Functional model's tensors leave operations, not layers, in its graph."""
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((12, 12, 3))
+    h = keras.ops.softplus(L.Conv2D(8, 3, name="c1")(inp))
+    h = keras.activations.selu(L.Conv2D(8, 3, name="c2")(h))
+    h = keras.ops.log_sigmoid(L.Conv2D(8, 3, name="c3")(h))
+    model = keras.Model(inp, L.Dense(3, activation="softmax")(L.GlobalAveragePooling2D()(h)))
+    x = np.random.default_rng(0).uniform(0, 1, (16, 12, 12, 3)).astype("float32")
+    xs = check_calibration_data(model, x)
+    new, report = equalize_checked(model, graph_view(model),
+                                   EqualizeOptions(stable_activations=True), None,
+                                   guard_inputs=xs)
+    assert len(report.stable_changed) == 3
+    kinds = [la.kind for la in new.layers if isinstance(la, StableActivation)]
+    assert kinds == ["softplus", "selu", "log_sigmoid"]
+    np.testing.assert_allclose(predict_all(new, xs)[0], predict_all(model, xs)[0], rtol=1e-5,
+                               atol=1e-6)

@@ -191,3 +191,15 @@ __all__ = ["ADD_OP", "MULTIPLY_OP", "built_input_shape", "inbound_nodes", "is_fu
            "lambda_copy",
            "nodes_by_depth", "not_compiled", "outbound_nodes", "output_position", "producer_of",
            "sequential_graph", "sublayers", "takes_training", "unsafe_deserialization"]
+
+
+def nn_operation(op) -> str | None:
+    """The class name of ``op`` when it is an operation of ``keras.ops``' ``nn`` module (a node
+    ``keras.ops.softplus(x)`` or ``keras.activations.selu(x)`` leaves in a Functional graph:
+    ``"Softplus"``, ``"Selu"``, ...), else None.
+
+    Public replacement: none; the operation classes of ``keras.src.ops.nn`` are not exported
+    (the op's ``name`` is a unique name, ``"softplus_1"``, not its kind).
+    """
+    cls = type(op)
+    return cls.__name__ if cls.__module__ == "keras.src.ops.nn" else None
