@@ -682,3 +682,29 @@ def test_analyze_names_a_layer_that_makes_the_simulated_output_non_finite():
     assert "stft (STFTSpectrogram): quantized alone, it makes the simulated output " \
         "non-finite" in text
     json.dumps(report.to_dict(), allow_nan=False)
+
+
+def _doubled(x):
+    """An activation function nobody registered with Keras."""
+    return 2.0 * keras.ops.relu(x)
+
+
+def test_activations_that_are_python_functions_are_rebuilt_and_quantized():
+    """``Activation(lambda ...)`` and ``activation=`` an unregistered function: their configs do
+    not deserialize, so a rebuild from the config alone failed (equalize_model,
+    fold_all_batch_norms and cle.quantize raised a TypeError); the rebuilt layer keeps the same
+    function object."""
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((8, 8, 4))
+    h = L.BatchNormalization(name="bn0")(L.Conv2D(8, 3, padding="same", name="c1")(inp))
+    h = L.Activation(lambda t: keras.activations.gelu(t, approximate=False), name="gelu")(h)
+    h = L.Conv2D(8, 3, activation=_doubled, name="c2")(h)
+    h = L.BatchNormalization(name="bn2")(h)
+    model = keras.Model(inp, L.Dense(3, name="head")(L.GlobalAveragePooling2D()(h)))
+    randomize_batch_norms(model, seed=1)
+    x = np.random.default_rng(5).normal(size=(32, 8, 8, 4)).astype(np.float32)
+    for new in (cle.equalize_model(model), cle.fold_all_batch_norms(model)[1]):
+        assert new.get_layer("c2").activation is _doubled
+        np.testing.assert_allclose(predict(new, x), predict(model, x), rtol=1e-4, atol=1e-4)
+    content, report = Q.quantize(model, x)
+    assert report.outputs[0].sqnr_db > 20.0

@@ -190,7 +190,8 @@ def unsafe_deserialization():
 __all__ = ["ADD_OP", "MULTIPLY_OP", "built_input_shape", "inbound_nodes", "is_functional",
            "lambda_copy",
            "nodes_by_depth", "not_compiled", "outbound_nodes", "output_position", "producer_of",
-           "sequential_graph", "sublayers", "takes_training", "unsafe_deserialization"]
+           "nn_operation", "sequential_graph", "sublayers", "takes_training",
+           "unsafe_deserialization"]
 
 
 def nn_operation(op) -> str | None:

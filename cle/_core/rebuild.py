@@ -26,7 +26,7 @@ from cle._core import keras_internals as internals
 from cle._core.graph import graph_view, inner_function, run_call
 from cle._core.layouts import layout_of
 
-__all__ = ["CloneMap", "LayerEdit", "gc_paused", "own_configs", "rebuild"]
+__all__ = ["CloneMap", "LayerEdit", "gc_paused", "layer_from_config", "own_configs", "rebuild"]
 
 
 @dataclasses.dataclass
@@ -154,7 +154,7 @@ class _Rebuilder:
             config = layer.get_config()
             if edit is not None:
                 config.update(edit.config)
-            new = layer.__class__.from_config(config)
+            new = layer_from_config(layer, config)
             if isinstance(layer, keras.layers.Layer):
                 # A plain operation (``x + y``, ``keras.ops.multiply`` on KerasTensors) has no
                 # weights: it is rebuilt from its config and needs nothing copied.
@@ -329,6 +329,24 @@ def gc_paused():
     finally:
         if was_enabled:
             gc.enable()
+
+
+def layer_from_config(layer, config):
+    """``type(layer).from_config(config)``, where ``config`` is ``layer``'s own (perhaps
+    edited). A layer whose activation is a Python function Keras cannot deserialize (a lambda,
+    or a function nobody registered: ``Activation(lambda x: ...)``, ``Dense(activation=my_fn)``)
+    is made with a linear activation and then given that same function object, as it was
+    never written to a file. An activation the config sets by name (an edit's "linear") is
+    kept."""
+    try:
+        return type(layer).from_config(config)
+    except (TypeError, ValueError):
+        fn = getattr(layer, "activation", None)
+        if not callable(fn) or isinstance(config.get("activation", ""), str):
+            raise
+    new = type(layer).from_config(dict(config, activation="linear"))
+    new.activation = fn
+    return new
 
 
 def own_configs():

@@ -33,6 +33,7 @@ import keras
 
 from cle._core.graph import Call, is_plain_call, takes_training
 from cle._core.layouts import channel_axis, layout_of
+from cle._core.rebuild import layer_from_config
 from cle.layers import ClippedReLU
 
 logger = logging.getLogger("cle.bias_correction")
@@ -110,7 +111,7 @@ def _template(layer, x, linear=False):
     config["name"] = f"{layer.name}_cle_step"
     if linear:
         config["activation"] = "linear"
-    template = type(layer).from_config(config)
+    template = layer_from_config(layer, config)
     y = template(x)
     shapes = [tuple(w.shape) for w in template.weights]
     if shapes != [tuple(w.shape) for w in layer.weights]:
