@@ -708,3 +708,48 @@ def test_activations_that_are_python_functions_are_rebuilt_and_quantized():
         np.testing.assert_allclose(predict(new, x), predict(model, x), rtol=1e-4, atol=1e-4)
     content, report = Q.quantize(model, x)
     assert report.outputs[0].sqnr_db > 20.0
+
+
+def _tabular_with_constant_columns(seed=0):
+    """Digits-like rows: 16 features, 3 of them always 0, a Normalization adapted on them (a
+    scale of 1/epsilon on the three), Dense + relu, 4 classes."""
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(0, 16, (256, 16)).astype(np.float32)
+    x[:, [0, 7, 15]] = 0.0
+    keras.utils.set_random_seed(seed)
+    norm = L.Normalization(name="norm")
+    norm.adapt(x[:128])
+    inp = keras.Input((16,), name="features")
+    h = L.Dense(32, activation="relu", name="d1")(norm(inp))
+    model = keras.Model(inp, L.Dense(4, activation="softmax", name="cls")(h))
+    return model, x
+
+
+def test_a_normalization_with_constant_features_is_quantized_with_data():
+    """The converter holds the Normalization's scales on one 8-bit scale, and 1/epsilon beside
+    the others leaves them all 0: the plain file computes nearly nothing. The features are
+    constant on the calibration inputs too, so cle gives them a usable scale, says so, and
+    the float model is unchanged on inputs like them; the input model is untouched."""
+    model, x = _tabular_with_constant_columns()
+    held = check_calibration_data(model, x[192:])
+    ref = predict_all(model, held)[0]
+
+    def sqnr(content):
+        from cle._tflite.runtime import run_all
+        got = run_all(content, held)[0]
+        return 10 * np.log10(np.sum(ref ** 2) / np.sum((ref - got) ** 2))
+
+    plain = sqnr(Q.convert_to_tflite_int8(model, x[128:192]))
+    content, report = Q.quantize(model, x[128:192])
+    cle_db = sqnr(content)
+    assert plain < 10.0 and cle_db > 30.0, (plain, cle_db)
+    assert any("Normalization 'norm': 3 of its features had no variance" in w
+               for w in report.warnings)
+    assert float(np.max(keras.ops.convert_to_numpy(model.get_layer("norm").variance))) > 1
+    assert float(np.min(keras.ops.convert_to_numpy(model.get_layer("norm").variance))) == 0.0
+    # a calibration input that moves one of them: that one is left as it is
+    moved = x[128:192].copy()
+    moved[0, 7] = 1.0
+    _, report = Q.quantize(model, moved)
+    assert any("Normalization 'norm': 2 of its features had no variance" in w
+               for w in report.warnings)

@@ -22,6 +22,7 @@ from cle._measure.calibration import input_range_of  # noqa: F401  (cle.quantiza
 from cle._measure.inference import outputs_once
 from cle._quantize import caveats as _caveats
 from cle._quantize import choice as _choice
+from cle._quantize import constant_features as _constant_features
 from cle._quantize import deploy
 from cle._quantize import tune as _tune
 from cle._quantize import weight_stages
@@ -258,6 +259,7 @@ class Int8Build:
         runs: the outputs already computed on the check's inputs, by model or ``.tflite``
             and inputs (:func:`cle._measure.inference.outputs_once`): the choice's runs on
             the held-out inputs, which the check and ``compare`` take from there.
+        notes: what the prepared model changed that is not exact (:mod:`.constant_features`).
     """
 
     opts: QuantizeOptions
@@ -278,6 +280,7 @@ class Int8Build:
     int8_size: int = 0
     runs: dict = dataclasses.field(default_factory=dict)
     extremes: dict = dataclasses.field(default_factory=dict)
+    notes: list = dataclasses.field(default_factory=list)
     crossfit: dict | None = None
 
     @property
@@ -298,14 +301,14 @@ def build_checked(model, calibration_data, opts: QuantizeOptions, say,
     inputs = _calibration_inputs(model, x, input_ranges, opts, say, seconds)
     equalized, eq_report = _timed(seconds, "equalize", _equalize, model, view, x, inputs,
                                   opts, say)
+    equalized, notes = (_constant_features.tame(equalized, inputs.calibration)
+                        if x is not None else (equalized, []))
     snapped = (_timed(seconds, "rounding", weight_stages.snap_stage, equalized, opts, say)
                if opts.rounding_method == "tapsum" else {})
-    if opts.rounds:
-        rounded, entries = _timed(
-            seconds, "rounding", weight_stages.round_stage, equalized, inputs.calibration,
-            opts, "calibration inputs" if x is not None else "synthetic inputs", say)
-    else:
-        rounded, entries = None, None
+    rounded, entries = _timed(
+        seconds, "rounding", weight_stages.round_stage, equalized, inputs.calibration, opts,
+        "calibration inputs" if x is not None else "synthetic inputs", say
+    ) if opts.rounds else (None, None)
     extremes = {}
     content, tensor_ranges, calibrated, values = _timed(
         seconds, "convert", _convert, equalized, inputs.calibration, opts, input_ranges, say,
@@ -316,7 +319,7 @@ def build_checked(model, calibration_data, opts: QuantizeOptions, say,
     return Int8Build(opts, inputs, "data" if x is not None else "synthetic", input_ranges,
                      equalized, eq_report, calibrated, tensor_ranges, content, seconds,
                      values, rounding=rounded, weights=stored, snapped=snapped,
-                     int8_size=int8_size, extremes=extremes)
+                     int8_size=int8_size, extremes=extremes, notes=notes)
 
 
 def check_sets(model, build: Int8Build, say) -> list:
@@ -372,7 +375,7 @@ def check_build(model, build: Int8Build, say, straight=None, choice=None) -> Qua
         outputs=outputs, check_sets=[_public(c) for c in sets], plain=plain,
         calibration_inputs=inputs.what, synthesis_loss=inputs.loss,
         choice=choice,
-        warnings=warned + _caveats.caveats(model, sets, inputs, build.input_ranges,
+        warnings=warned + build.notes + _caveats.caveats(model, sets, inputs, build.input_ranges,
                                            opts.output_kinds)
         + _caveats.float_gap(choice, outputs) + (
             build.tuning.warnings() if build.tuning is not None else []),
@@ -530,9 +533,8 @@ def _check_model(model, content, checks, opts, say, runs=None, clipping=None):
 
 
 def _lower(sets, key="outputs"):
-    """Per output, the lower of each figure over the sets: the lowest SQNR and the lowest
-    top-1 agreement, each from whichever set gave it (the check cannot flatter: without data,
-    each set of synthetic inputs is a guess of what real ones do)."""
+    """Per output, the lowest SQNR and the lowest top-1 agreement over the sets (without data
+    each set of synthetic inputs is a guess of what real ones do: the check cannot flatter)."""
     return [dataclasses.replace(
         min(per_set, key=lambda o: o.sqnr_db),
         top1_agreement=min(o.top1_agreement for o in per_set))
@@ -540,7 +542,7 @@ def _lower(sets, key="outputs"):
 
 
 def _public(check_set):
-    return {"inputs": check_set["inputs"], "n": check_set["n"], "outputs": check_set["outputs"]}
+    return {key: check_set[key] for key in ("inputs", "n", "outputs")}
 
 
 def _compare(model, inputs, sets, opts, say, straight=None, runs=None, fitted=None):
@@ -578,8 +580,7 @@ def load_calibration(path, model, preprocessing: str | None = None, limit: int |
 
     A folder's images are resized (shorter side) and center-cropped to the model's input
     size, then preprocessed with ``preprocessing``: ``"tf"`` ([−1, 1]), ``"torch"`` (ImageNet
-    mean/std), ``"caffe"`` (BGR minus the ImageNet mean), ``"raw"`` (0..255) or
-    ``"module:function"``.
+    mean/std), ``"caffe"`` (BGR minus ImageNet mean), ``"raw"`` (0..255), ``"module:function"``.
 
     Args:
         path: a ``.npy`` file; a ``.npz`` file with one array per model input named by the
@@ -593,8 +594,7 @@ def load_calibration(path, model, preprocessing: str | None = None, limit: int |
         A float32 array ``(N, *input_shape)`` for a one-input model, else a dict
         ``{input name: array}`` (what :func:`quantize` takes).
 
-    Raises:
-        ValueError: one line naming what was expected and what was received.
+    Raises: ValueError, one line naming what was expected and what was received.
     """
     x = _calibration.load_calibration(path, model, preprocessing, limit)
     return x.arrays[0] if len(x.arrays) == 1 else x.as_dict()
