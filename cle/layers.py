@@ -33,7 +33,7 @@ import keras
 import numpy as np
 from keras import ops
 
-__all__ = ["STABLE", "ClippedReLU", "StableActivation"]
+__all__ = ["STABLE", "ChannelAffine", "ClippedReLU", "StableActivation"]
 
 _DEFAULT_CAP = 6.0
 
@@ -239,3 +239,58 @@ class StableActivation(keras.layers.Layer):
         config = super().get_config()
         config["activation"] = self.kind
         return config
+
+
+@keras.saving.register_keras_serializable(package="cle")
+class ChannelAffine(keras.layers.Layer):
+    """``y[..., c] = x[..., c] * scale[c] + offset[c]`` over the last axis, computed as a 1x1
+    depthwise convolution, so that TF Lite's converter stores ``scale`` as a depthwise
+    kernel, quantized per channel.
+
+    Why it is needed: a ``Normalization`` layer is written as a ``SUB`` and a ``MUL`` by
+    constant vectors, each held on one 8-bit scale; where its features' scales differ by a
+    large factor (a table's columns, a feature that never varied when it was adapted: a
+    scale of 1/epsilon) the small ones read as a few steps or as 0. Here each channel's scale
+    has its own 8-bit scale (a kernel with one value per channel is stored exactly) and the
+    offset is the convolution's bias (32-bit). :func:`cle.quantize` puts it in place of such a
+    ``Normalization`` (``scale = 1 / sqrt(variance)``, ``offset = -mean * scale``).
+
+    The weights ``scale`` and ``offset`` (shape ``(C,)``, non-trainable) are made in
+    :meth:`build` (1 and 0) and set by ``set_weights`` or ``assign``. Inputs of rank 2 or more
+    with known sizes but the batch.
+
+    Example:
+
+    >>> import numpy as np
+    >>> layer = ChannelAffine()
+    >>> layer.build((None, 3))
+    >>> layer.set_weights([np.array([1.0, 1e4, 1e-4], "float32"), np.zeros(3, "float32")])
+    >>> keras.ops.convert_to_numpy(layer(np.ones((1, 3), "float32"))).tolist()
+    [[1.0, 10000.0, 9.999999747378752e-05]]
+    """
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.supports_masking = True
+
+    def build(self, input_shape):
+        channels = input_shape[-1]
+        if len(input_shape) < 2 or channels is None or None in tuple(input_shape[1:]):
+            raise ValueError(f"{self.__class__.__name__} needs an input of rank 2 or more with "
+                             f"known sizes but the batch. Received: shape {input_shape}")
+        self.scale = self.add_weight(name="scale", shape=(channels,), initializer="ones",
+                                     trainable=False)
+        self.offset = self.add_weight(name="offset", shape=(channels,), initializer="zeros",
+                                      trainable=False)
+
+    def call(self, inputs):
+        shape = tuple(inputs.shape[1:])
+        channels = shape[-1]
+        middle = int(np.prod(shape[:-1], dtype=np.int64))
+        flat = ops.reshape(inputs, (-1, 1, middle, channels))
+        kernel = ops.reshape(ops.cast(self.scale, inputs.dtype), (1, 1, channels, 1))
+        out = ops.depthwise_conv(flat, kernel, 1, "valid") + ops.cast(self.offset, inputs.dtype)
+        return ops.reshape(out, (-1,) + shape)
+
+    def compute_output_shape(self, input_shape):
+        return input_shape

@@ -710,43 +710,68 @@ def test_activations_that_are_python_functions_are_rebuilt_and_quantized():
     assert report.outputs[0].sqnr_db > 20.0
 
 
-def _tabular_with_constant_columns(seed=0):
-    """Digits-like rows: 16 features, 3 of them always 0, a Normalization adapted on them (a
-    scale of 1/epsilon on the three), Dense + relu, 4 classes."""
+def _tabular_with_constant_columns(seed=0, constant=0.0):
+    """Digits-like rows: 16 features, 3 of them always ``constant``, a Normalization adapted
+    on them (a scale of 1/epsilon on the three), Dense + relu, 4 classes. Away from 0 the
+    Normalization's mean there is one float32 step above the constant (as adapting in
+    batches can leave it): they normalize to a constant that is not 0."""
     rng = np.random.default_rng(seed)
     x = rng.uniform(0, 16, (256, 16)).astype(np.float32)
-    x[:, [0, 7, 15]] = 0.0
+    x[:, [0, 7, 15]] = constant
     keras.utils.set_random_seed(seed)
     norm = L.Normalization(name="norm")
     norm.adapt(x[:128])
+    if constant:
+        mean = keras.ops.convert_to_numpy(norm.mean).reshape(-1)
+        mean[[0, 7, 15]] = np.nextafter(np.float32(constant), np.float32(np.inf))
+        norm = L.Normalization(mean=mean, variance=keras.ops.convert_to_numpy(
+            norm.variance).reshape(-1), name="norm")
     inp = keras.Input((16,), name="features")
     h = L.Dense(32, activation="relu", name="d1")(norm(inp))
     model = keras.Model(inp, L.Dense(4, activation="softmax", name="cls")(h))
     return model, x
 
 
-def test_a_normalization_with_constant_features_is_quantized_with_data():
-    """The converter holds the Normalization's scales on one 8-bit scale, and 1/epsilon beside
-    the others leaves them all 0: the plain file computes nearly nothing. The features are
-    constant on the calibration inputs too, so cle gives them a usable scale, says so, and
-    the float model is unchanged on inputs like them; the input model is untouched."""
-    model, x = _tabular_with_constant_columns()
-    held = check_calibration_data(model, x[192:])
+def _held_out_sqnr(model, x):
+    from cle._tflite.runtime import run_all
+
+    held = check_calibration_data(model, x)
     ref = predict_all(model, held)[0]
 
     def sqnr(content):
-        from cle._tflite.runtime import run_all
         got = run_all(content, held)[0]
         return 10 * np.log10(np.sum(ref ** 2) / np.sum((ref - got) ** 2))
+    return sqnr
 
+
+def test_a_normalization_of_spread_scales_becomes_a_per_channel_affine():
+    """The converter holds the Normalization's scales on one 8-bit scale, and 1/epsilon beside
+    the others leaves them all 0: the plain file computes nearly nothing. cle puts a
+    ChannelAffine in its place (a 1x1 depthwise convolution: a scale per channel), exactly."""
+    model, x = _tabular_with_constant_columns()
+    sqnr = _held_out_sqnr(model, x[192:])
     plain = sqnr(Q.convert_to_tflite_int8(model, x[128:192]))
     content, report = Q.quantize(model, x[128:192])
-    cle_db = sqnr(content)
-    assert plain < 10.0 and cle_db > 30.0, (plain, cle_db)
+    assert report.equalization.stable_changed == ["norm"]
+    assert plain < 10.0 and sqnr(content) > 30.0, (plain, sqnr(content))
+    assert not any("had no variance" in w for w in report.warnings)
+    assert type(model.get_layer("norm")) is L.Normalization  # the input model is untouched
+
+
+def test_a_normalization_with_constant_features_far_from_zero_is_tamed_with_data():
+    """Constant at 0.1, the features' offset (0.1 x 1e7) is beyond what a ChannelAffine
+    computes exactly in float32: the Normalization stays, and with data on which they are
+    constant too, cle gives them the layer's smallest other scale (and the mean that keeps
+    what they normalize to), says so, and the float model is unchanged on inputs like
+    them."""
+    model, x = _tabular_with_constant_columns(constant=0.1)
+    sqnr = _held_out_sqnr(model, x[192:])
+    plain = sqnr(Q.convert_to_tflite_int8(model, x[128:192]))
+    content, report = Q.quantize(model, x[128:192])
+    assert report.equalization.stable_changed == []
+    assert plain < 10.0 and sqnr(content) > 25.0, (plain, sqnr(content))
     assert any("Normalization 'norm': 3 of its features had no variance" in w
                for w in report.warnings)
-    assert float(np.max(keras.ops.convert_to_numpy(model.get_layer("norm").variance))) > 1
-    assert float(np.min(keras.ops.convert_to_numpy(model.get_layer("norm").variance))) == 0.0
     # a calibration input that moves one of them: that one is left as it is
     moved = x[128:192].copy()
     moved[0, 7] = 1.0

@@ -18,7 +18,7 @@ from cle._measure.inference import predict_all
 from cle._tflite.runtime import interpreter, run_all
 from cle._transforms.equalize import equalize_checked
 from cle._transforms.options import EqualizeOptions
-from cle.layers import STABLE, StableActivation
+from cle.layers import STABLE, ChannelAffine, StableActivation
 
 from conftest import (no_tflite_on_torch, randomize_batch_norms, settle_batch_norms,
                       tensorflow_only)
@@ -125,7 +125,7 @@ def test_quantize_puts_softplus_in_its_stable_form_and_leaves_the_model_alone(in
     before = [w.copy() for w in model.get_weights()]
     content, report = Q.quantize(model, inputs[:64])
     assert report.equalization.stable_changed == [model.layers[2].name]
-    assert "activations rewritten exactly so that no exp(x)" in report.summary()
+    assert "layers rewritten exactly in a form 8-bit tensors can hold (cle.layers" in report.summary()
     assert report.equalization.to_dict()["stable_changed"] == [model.layers[2].name]
     assert type(model.layers[2]) is L.Activation  # the input model is untouched
     assert all(np.array_equal(a, b) for a, b in zip(before, model.get_weights()))
@@ -187,7 +187,17 @@ def test_quantize_without_data_takes_the_stable_form():
     assert sorted(report.equalization.stable_changed) == [
         "c1 (fused activation)", "c3 (fused activation)", "logsig", "mish"]
     x = np.random.default_rng(3).uniform(0, 1, (8, 12, 12, 3)).astype("float32")
-    assert np.isfinite(_sqnr(model, content, x))
+    assert _sqnr(model, content, x) > 30.0  # 40.8 dB measured (Intel Xeon)
+
+
+@no_tflite_on_torch
+@tensorflow_only("TF Lite conversion")
+def test_analyze_says_which_layers_stand_for_the_rewritten_ones(inputs):
+    model = _dense_softplus()
+    report = cle.analyze(model, inputs[:64])
+    name = model.layers[2].name
+    assert any(f"stands for each of '{name}'" in note for note in report.notes), report.notes
+    assert f"stands for each of '{name}'" in report.summary()
 
 
 def test_keras_ops_in_a_functional_graph_are_rewritten_exactly():
@@ -209,3 +219,21 @@ def test_keras_ops_in_a_functional_graph_are_rewritten_exactly():
     assert kinds == ["softplus", "selu", "log_sigmoid"]
     np.testing.assert_allclose(predict_all(new, xs)[0], predict_all(model, xs)[0], rtol=1e-5,
                                atol=1e-6)
+
+
+@pytest.mark.parametrize("shape", [(5, 6), (5, 4, 6), (5, 3, 4, 6)])
+def test_channel_affine_is_a_scale_and_offset_per_channel(shape, tmp_path):
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=shape).astype("float32")
+    scale = np.array([1e-4, 0.5, 1.0, 3.0, 1e3, 1e7], "float32")
+    offset = rng.normal(size=6).astype("float32")
+    inp = keras.Input(shape[1:])
+    layer = ChannelAffine(name="affine")
+    model = keras.Model(inp, layer(inp))
+    layer.set_weights([scale, offset])
+    np.testing.assert_allclose(_np(model(x)), x * scale + offset, rtol=1e-6, atol=1e-6)
+    path = str(tmp_path / "a.keras")
+    model.save(path)
+    np.testing.assert_array_equal(_np(cle.load_model(path)(x)), _np(model(x)))
+    with pytest.raises(ValueError, match="known sizes"):
+        ChannelAffine().build((None, None, 6))

@@ -138,7 +138,20 @@ def analyze_checked(model, calibration_data, opts: QuantizeOptions,
         layers=_layers(entries, measured, build, sim, [o.name for o in outputs]),
         unmatched=list(lmap.unmatched),
         simulation=measured.summary(), tflite=build.content, seconds=seconds,
-        equalization=build.equalization, notes=[traced] if traced else [])
+        equalization=build.equalization,
+        notes=([traced] if traced else []) + _rewritten(build.equalization) + build.notes)
+
+
+def _rewritten(equalization) -> list[str]:
+    """A note naming the layers of the input model the layers below stand for, where the
+    prepared model put cle's exact forms in their place (``equalization.stable_changed``)."""
+    names = list(getattr(equalization, "stable_changed", []))
+    if not names:
+        return []
+    return [f"the layers below are those of cle's prepared model: a StableActivation or a "
+            f"ChannelAffine stands for each of {', '.join(repr(n) for n in names)} (the same "
+            f"function in a form 8-bit tensors can hold); one split out of a layer is named "
+            f"'<layer>_<activation>'"]
 
 
 def _float_reference(build, say) -> bytes:

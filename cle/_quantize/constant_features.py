@@ -4,13 +4,15 @@ others'. TF Lite's converter holds the layer's vector of scales on one 8-bit sca
 other feature's scale then reads 0: the plain converter's file, and cle's, computed nearly
 nothing of the float model (sklearn digits' always-zero pixels, hunt10's ``selu_mlp``).
 
-With calibration data, a feature that is also constant on every calibration input, at the
-layer's mean, normalizes to 0 whatever its scale. :func:`tame` gives such features the
-smallest scale of the layer's other features (the largest variance) in the prepared model, a
-new ``Normalization`` made from its public arguments, and checks on every calibration input
-that the model computes what it did. The float model is then unchanged wherever those features
-keep that value; an input that moves them reads them far smaller than the float model does,
-which the report says.
+With calibration data, a feature that is also constant on every calibration input normalizes
+to one value there, which any scale can give with the right mean. :func:`tame` gives such
+features the smallest scale of the layer's other features (the largest variance) and that
+mean, in the prepared model (a new ``Normalization`` made from its public arguments), and
+checks on every calibration input that the model computes what it did. (A ``Normalization``
+whose offsets ``mean × scale`` are small is a :class:`cle.layers.ChannelAffine` by then:
+:mod:`cle._transforms.stable`.) A ``Normalization`` inside a nested model is not reached.
+The float model is then unchanged wherever those features keep that value; an input that
+moves them reads them far smaller than the float model does, which the report says.
 """
 
 from __future__ import annotations
@@ -29,8 +31,9 @@ SPREAD = 2.0 ** 7
 
 
 def _constant_features(layer, values):
-    """The features of ``layer`` (a ``Normalization``) to give a smaller scale, as a boolean
-    array of the layer's mean's shape, or None."""
+    """``(features, value)``: the features of ``layer`` (a ``Normalization``) to give a smaller
+    scale, as a boolean array of the layer's mean's shape, and each feature's value on every
+    calibration input; or None."""
     if layer.invert or getattr(layer, "mean", None) is None:
         return None
     mean = np.asarray(keras.ops.convert_to_numpy(layer.mean), dtype=np.float64)
@@ -43,8 +46,10 @@ def _constant_features(layer, values):
     if not wild.any():
         return None
     axes = tuple(i for i in range(values.ndim) if i == 0 or mean.shape[i] == 1)
-    still = np.reshape(np.all(values == mean, axis=axes, keepdims=True), mean.shape)
-    return wild & still
+    first = values[(slice(0, 1),) + (slice(None),) * (values.ndim - 1)]
+    still = np.all(values == first, axis=axes, keepdims=True)
+    value = np.max(first, axis=axes, keepdims=True)
+    return np.reshape(wild & still, mean.shape), np.reshape(value, mean.shape)
 
 
 def tame(model, x):
@@ -58,14 +63,19 @@ def tame(model, x):
             continue
         try:
             values = predict_all(keras.Model(model.inputs, layer.input), x)[0]
-            fix = _constant_features(layer, values)
+            found = _constant_features(layer, values)
         except Exception:  # noqa: BLE001 - a layer called twice, an input it cannot reach
             continue
-        if fix is None or not fix.any():
+        if found is None or not found[0].any():
             continue
+        fix, value = found
         mean = np.asarray(keras.ops.convert_to_numpy(layer.mean), dtype=np.float64)
         variance = np.asarray(keras.ops.convert_to_numpy(layer.variance), dtype=np.float64)
         new_variance = np.where(fix, variance[~fix & (variance > 0)].max(initial=1.0), variance)
+        # What the feature normalizes to on every calibration input, kept: the mean moves to
+        # value - normalized * sqrt(new variance).
+        normalized = (value - mean) / np.maximum(np.sqrt(variance), keras.config.epsilon())
+        mean = np.where(fix, value - normalized * np.sqrt(new_variance), mean)
         # the constructor takes them over the kept axes only
         kept = [mean.shape[a % mean.ndim] for a in sorted(a % mean.ndim for a in layer.axis)]
         edits[id(layer)] = LayerEdit(replace=lambda old, m=mean.reshape(kept),
@@ -78,8 +88,9 @@ def tame(model, x):
             f"when it was adapted, so the float model multiplies them by {wild:.3g} "
             f"(1/epsilon), which TF Lite's one 8-bit scale for the layer's scales cannot hold "
             f"beside the others (they would all read 0, as in the plain converter's file); "
-            f"they are constant at the layer's mean on every calibration input, where any "
-            f"scale gives 0, so the file uses the layer's smallest other scale for them. An "
+            f"they are constant on every calibration input, so the file uses the layer's "
+            f"smallest other scale for them, its mean moved to keep what they normalize to "
+            f"there. An "
             f"input that moves them changes the float model's output far more than any "
             f"calibration input shows, which the file does not follow and the check cannot "
             f"see: on such inputs the figures above do not hold")

@@ -92,9 +92,9 @@ class EqualizationReport:
             "triplets)",
         ]
         if self.stable_changed:
-            lines.append(f"activations rewritten exactly so that no exp(x) of a positive x "
-                         f"needs an 8-bit range (softplus, mish, log-sigmoid, SELU): "
-                         f"{len(self.stable_changed)} (e.g. '{self.stable_changed[0]}')")
+            lines.append(f"layers rewritten exactly in a form 8-bit tensors can hold "
+                         f"(cle.layers.StableActivation, ChannelAffine): "
+                         f"{', '.join(self.stable_changed)}")
         for what, reason, count, example in self.reasons():
             lines.append(f"  {what} ×{count}: {reason} (e.g. '{example}')")
         return "\n".join(lines)
