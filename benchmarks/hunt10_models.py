@@ -84,10 +84,10 @@ def softplus_rate():
         "5 + 40 x mean luminance (Poisson loss)")
 
 
-def selu_mlp():
-    """A self-normalizing MLP on sklearn digits (64 raw features 0..16): Normalization adapted
-    on the training rows, Dense(128) + SELU (lecun_normal), AlphaDropout(0.05), Dense(64) +
-    SELU, Dense(10, softmax); no BN, no conv."""
+def _selu_mlp(name, seed, axis, says):
+    """A self-normalizing MLP on sklearn digits (64 raw features 0..16): Normalization(axis)
+    adapted on the training rows, Dense(128) + SELU (lecun_normal), AlphaDropout(0.05),
+    Dense(64) + SELU, Dense(10, softmax); no BN, no conv."""
     import keras
     from sklearn.datasets import load_digits
     Ly = L()
@@ -95,50 +95,34 @@ def selu_mlp():
     (xt, xc, xe), ((yt, _, _),) = _tab_split(x.astype(np.float32), y.astype(np.int64))
 
     def train():
-        _seed(1002)
+        _seed(seed)
         inp = keras.Input((64,), name="pixels")
-        norm = Ly.Normalization()
+        norm = Ly.Normalization(axis=axis)
         norm.adapt(xt)
         h = norm(inp)
         h = Ly.Dense(128, activation="selu", kernel_initializer="lecun_normal")(h)
         h = Ly.AlphaDropout(0.05)(h)
         h = Ly.Dense(64, activation="selu", kernel_initializer="lecun_normal")(h)
         out = Ly.Dense(10, activation="softmax", name="digit")(h)
-        return _fit(keras.Model(inp, out, name="selu_mlp"), xt, yt, 40,
+        return _fit(keras.Model(inp, out, name=name), xt, yt, 40,
                     "sparse_categorical_crossentropy", lr=1e-3)
 
-    return _cached("selu_mlp", train), ZooData(
-        xc, xe, ("class",), "sklearn digits 64 raw features (192 held out); Normalization "
-        "adapted, Dense + SELU (lecun_normal), AlphaDropout; 10 classes")
+    return _cached(name, train), ZooData(
+        xc, xe, ("class",), f"sklearn digits 64 raw features (192 held out); {says} adapted, "
+        "Dense + SELU (lecun_normal), AlphaDropout; 10 classes")
+
+
+def selu_mlp():
+    """:func:`_selu_mlp` with a per-feature Normalization: its three constant-zero columns get
+    a scale of 1/epsilon = 1e7, which TF Lite's converter holds on one int8 scale with the
+    others (39,216 per step), every other feature's scale then 0."""
+    return _selu_mlp("selu_mlp", 1002, -1, "Normalization")
 
 
 def selu_mlp_scalar():
-    """selu_mlp with one mean and variance over every pixel (Normalization(axis=None)): the
-    per-feature Normalization of selu_mlp gives its three constant-zero columns a scale of
-    1/epsilon = 1e7, and TF Lite's converter holds that scale vector on one int8 scale
-    (39,216 per step), every other feature's scale then 0; this one isolates the SELUs."""
-    import keras
-    from sklearn.datasets import load_digits
-    Ly = L()
-    x, y = load_digits(return_X_y=True)
-    (xt, xc, xe), ((yt, _, _),) = _tab_split(x.astype(np.float32), y.astype(np.int64))
-
-    def train():
-        _seed(1006)
-        inp = keras.Input((64,), name="pixels")
-        norm = Ly.Normalization(axis=None)
-        norm.adapt(xt)
-        h = norm(inp)
-        h = Ly.Dense(128, activation="selu", kernel_initializer="lecun_normal")(h)
-        h = Ly.AlphaDropout(0.05)(h)
-        h = Ly.Dense(64, activation="selu", kernel_initializer="lecun_normal")(h)
-        out = Ly.Dense(10, activation="softmax", name="digit")(h)
-        return _fit(keras.Model(inp, out, name="selu_mlp_scalar"), xt, yt, 40,
-                    "sparse_categorical_crossentropy", lr=1e-3)
-
-    return _cached("selu_mlp_scalar", train), ZooData(
-        xc, xe, ("class",), "sklearn digits 64 raw features (192 held out); Normalization("
-        "axis=None) adapted, Dense + SELU (lecun_normal), AlphaDropout; 10 classes")
+    """:func:`_selu_mlp` with one mean and variance over every pixel (Normalization(axis=None)):
+    it isolates the SELUs from selu_mlp's scales."""
+    return _selu_mlp("selu_mlp_scalar", 1006, None, "Normalization(axis=None)")
 
 
 def _grid_targets(t):
