@@ -255,7 +255,7 @@ class ChannelAffine(keras.layers.Layer):
     offset is the convolution's bias (32-bit). :func:`cle.quantize` puts it in place of such a
     ``Normalization`` (``scale = 1 / sqrt(variance)``, ``offset = -mean * scale``).
 
-    The weights ``scale`` and ``offset`` (shape ``(C,)``, non-trainable) are made in
+    The weights ``scale`` and ``offset`` (shape ``(C,)``, trainable as a kernel is) are made in
     :meth:`build` (1 and 0) and set by ``set_weights`` or ``assign``. Inputs of rank 2 or more
     with known sizes but the batch.
 
@@ -278,10 +278,11 @@ class ChannelAffine(keras.layers.Layer):
         if len(input_shape) < 2 or channels is None or None in tuple(input_shape[1:]):
             raise ValueError(f"{self.__class__.__name__} needs an input of rank 2 or more with "
                              f"known sizes but the batch. Received: shape {input_shape}")
-        self.scale = self.add_weight(name="scale", shape=(channels,), initializer="ones",
-                                     trainable=False)
-        self.offset = self.add_weight(name="offset", shape=(channels,), initializer="zeros",
-                                      trainable=False)
+        # Trainable, as a kernel is: the JAX export freezes trainable weights into the file as
+        # constants, which the converter quantizes per channel; it keeps non-trainable ones
+        # as variables, which reach the convolution as one more 8-bit tensor.
+        self.scale = self.add_weight(name="scale", shape=(channels,), initializer="ones")
+        self.offset = self.add_weight(name="offset", shape=(channels,), initializer="zeros")
 
     def call(self, inputs):
         shape = tuple(inputs.shape[1:])

@@ -744,9 +744,6 @@ def _held_out_sqnr(model, x):
     return sqnr
 
 
-@tensorflow_only("on JAX the ChannelAffine's file read 5.8 dB against the plain "
-                 "conversion's 7.2 on this model, and the choice wrote the plain conversion; "
-                 "not investigated (CHANGELOG)")
 def test_a_normalization_of_spread_scales_becomes_a_per_channel_affine():
     """The converter holds the Normalization's scales on one 8-bit scale, and 1/epsilon beside
     the others leaves them all 0: the plain file computes nearly nothing. cle puts a
