@@ -56,6 +56,7 @@ _EXPORTS = {
     "replace_relu6_with_relu": "cle.cross_layer_equalization",
     "ClippedReLU": "cle.layers",
     "StableActivation": "cle.layers",
+    "ChannelAffine": "cle.layers",
     "FakeQuant": "cle.training_fold",
     "FoldedConv1D": "cle.training_fold",
     "FoldedConv2D": "cle.training_fold",

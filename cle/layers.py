@@ -164,7 +164,6 @@ class ClippedReLU(keras.layers.Layer):
         return config
 
 
-
 #: The activations :class:`StableActivation` computes.
 STABLE = ("softplus", "mish", "log_sigmoid", "selu")
 #: SELU's constants, as Keras and TensorFlow define them.

@@ -5,9 +5,10 @@ No Keras internals; numpy arrays in the variable's own dtype unless a function s
 
 from __future__ import annotations
 
+import keras
 import numpy as np
 
-__all__ = ["bn_arrays", "gamma_beta", "quote", "read_weight"]
+__all__ = ["bn_arrays", "gamma_beta", "normalization_arrays", "quote", "read_weight"]
 
 
 def read_weight(variable) -> np.ndarray:
@@ -39,6 +40,18 @@ def gamma_beta(bn):
     n = mean.shape[0]
     return (np.ones(n) if gamma is None else gamma.astype(np.float64),
             np.zeros(n) if beta is None else beta.astype(np.float64))
+
+
+def normalization_arrays(layer):
+    """``(mean, variance, scale)`` of a built ``keras.layers.Normalization`` that is not
+    inverted, as float64 arrays of its broadcast shape, ``scale`` the factor it applies,
+    ``1 / max(sqrt(variance), epsilon)`` (Keras' own divisor); None for an inverted or an
+    unbuilt layer."""
+    if layer.invert or getattr(layer, "mean", None) is None:
+        return None
+    mean = np.asarray(keras.ops.convert_to_numpy(layer.mean), dtype=np.float64)
+    variance = np.asarray(keras.ops.convert_to_numpy(layer.variance), dtype=np.float64)
+    return mean, variance, 1.0 / np.maximum(np.sqrt(variance), keras.config.epsilon())
 
 
 def quote(call_or_layer) -> str:

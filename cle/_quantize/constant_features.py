@@ -21,6 +21,7 @@ import keras
 import numpy as np
 
 from cle._core.rebuild import LayerEdit, rebuild
+from cle._core.weights import normalization_arrays
 from cle._measure.inference import predict_all
 
 __all__ = ["SPREAD", "tame"]
@@ -30,15 +31,12 @@ __all__ = ["SPREAD", "tame"]
 SPREAD = 2.0 ** 7
 
 
-def _constant_features(layer, values):
-    """``(features, value)``: the features of ``layer`` (a ``Normalization``) to give a smaller
-    scale, as a boolean array of the layer's mean's shape, and each feature's value on every
-    calibration input; or None."""
-    if layer.invert or getattr(layer, "mean", None) is None:
-        return None
-    mean = np.asarray(keras.ops.convert_to_numpy(layer.mean), dtype=np.float64)
-    variance = np.asarray(keras.ops.convert_to_numpy(layer.variance), dtype=np.float64)
-    scale = 1.0 / np.maximum(np.sqrt(variance), keras.config.epsilon())
+def _constant_features(arrays, values):
+    """``(features, value)``: the features of a ``Normalization`` (its
+    :func:`cle._core.weights.normalization_arrays`, given its input ``values``) to give a
+    smaller scale, as a boolean array of the layer's mean's shape, and each feature's value on
+    every calibration input; or None."""
+    mean, variance, scale = arrays
     varies = variance > keras.config.epsilon() ** 2
     if not varies.any() or varies.all():
         return None
@@ -59,22 +57,23 @@ def tame(model, x):
     line per layer. ``model`` itself when there is none."""
     edits, notes = {}, []
     for layer in model.layers:
-        if type(layer) is not keras.layers.Normalization:
+        arrays = (normalization_arrays(layer) if type(layer) is keras.layers.Normalization
+                  else None)
+        if arrays is None:
             continue
         try:
             values = predict_all(keras.Model(model.inputs, layer.input), x)[0]
-            found = _constant_features(layer, values)
+            found = _constant_features(arrays, values)
         except Exception:  # noqa: BLE001 - a layer called twice, an input it cannot reach
             continue
         if found is None or not found[0].any():
             continue
         fix, value = found
-        mean = np.asarray(keras.ops.convert_to_numpy(layer.mean), dtype=np.float64)
-        variance = np.asarray(keras.ops.convert_to_numpy(layer.variance), dtype=np.float64)
+        mean, variance, scale = arrays
         new_variance = np.where(fix, variance[~fix & (variance > 0)].max(initial=1.0), variance)
         # What the feature normalizes to on every calibration input, kept: the mean moves to
         # value - normalized * sqrt(new variance).
-        normalized = (value - mean) / np.maximum(np.sqrt(variance), keras.config.epsilon())
+        normalized = (value - mean) * scale
         mean = np.where(fix, value - normalized * np.sqrt(new_variance), mean)
         # the constructor takes them over the kept axes only
         kept = [mean.shape[a % mean.ndim] for a in sorted(a % mean.ndim for a in layer.axis)]
@@ -82,7 +81,7 @@ def tame(model, x):
                                      v=new_variance.reshape(kept): keras.layers.Normalization(
                                          axis=old.axis, mean=m, variance=v, name=old.name,
                                          dtype=old.dtype_policy.name))
-        wild = float(np.max(1.0 / np.maximum(np.sqrt(variance[fix]), keras.config.epsilon())))
+        wild = float(np.max(scale[fix]))
         notes.append(
             f"Normalization '{layer.name}': {int(fix.sum())} of its features had no variance "
             f"when it was adapted, so the float model multiplies them by {wild:.3g} "
@@ -90,8 +89,7 @@ def tame(model, x):
             f"beside the others (they would all read 0, as in the plain converter's file); "
             f"they are constant on every calibration input, so the file uses the layer's "
             f"smallest other scale for them, its mean moved to keep what they normalize to "
-            f"there. An "
-            f"input that moves them changes the float model's output far more than any "
+            f"there. An input that moves them changes the float model's output far more than any "
             f"calibration input shows, which the file does not follow and the check cannot "
             f"see: on such inputs the figures above do not hold")
     if not edits:

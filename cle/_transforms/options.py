@@ -59,9 +59,9 @@ class EqualizeOptions:
     activation_bits: int = 8
     activation_ranges: str = "bn"
     weight_rounding: str = "nearest"
-    #: softplus, mish, log-sigmoid and SELU put in their stable form
-    #: (:mod:`cle._transforms.stable`): for a model that will be quantized
-    #: (:func:`cle.quantize`); exact, but a new layer class
+    #: softplus, mish, log-sigmoid and SELU, and Normalizations of widely spread scales, put
+    #: in a form 8-bit tensors can hold (:mod:`cle._transforms.stable`): for a model that
+    #: will be quantized (:func:`cle.quantize`); exact, but new layer classes
     stable_activations: bool = False
     has_data: bool = False
     calibration_type: str = dataclasses.field(default="None", compare=False, repr=False)

@@ -60,7 +60,8 @@ class EqualizePlan:
     # id(layer) -> (lo, hi): the clip each changed ReLU6 will apply (a standalone one, or a
     # layer's fused one): per-channel ClippedReLU caps, or a ReLU's (0, inf)
     clips: dict = dataclasses.field(default_factory=dict)
-    # names of the activations put in their stable form (StableActivation)
+    # names of the layers put in a form 8-bit tensors can hold (StableActivation,
+    # ChannelAffine: cle._transforms.stable)
     stable_changed: list = dataclasses.field(default_factory=list)
 
 

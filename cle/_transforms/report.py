@@ -51,8 +51,9 @@ class EqualizationReport:
             reason), and for ``objective="quantized"`` the modelled INT8 noise and the
             activation range before and after.
         objective: how the scales were chosen ("quantized" or "weights").
-        stable_changed: names of the activations put in a form 8-bit activations can hold
-            (:class:`cle.layers.StableActivation`; :func:`cle.quantize` only).
+        stable_changed: names of the layers put in a form 8-bit tensors can hold
+            (:class:`cle.layers.StableActivation`, :class:`cle.layers.ChannelAffine`;
+            :func:`cle.quantize` only).
     """
 
     folded: list

@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import keras
 
+import numpy as np
+
 from cle._core import keras_internals as internals
 from cle._core.layouts import layout_of
 from cle._core.rebuild import LayerEdit
 from cle._core.semantics import activation_name
-import numpy as np
-
+from cle._core.weights import normalization_arrays
 from cle.layers import STABLE, ChannelAffine, StableActivation
 
 __all__ = ["AFFINE_SPREAD", "all_normalizations", "all_stable", "normalization_edit",
@@ -88,17 +89,16 @@ def stable_edit(layer, kind, name) -> LayerEdit:
 def _scales(layer):
     """``(mean, scale)`` of a ``Normalization`` over its last axis alone, as float64 vectors,
     or None (another axis, ``invert=True``, not built)."""
-    if type(layer) is not L.Normalization or layer.invert or getattr(layer, "mean", None) is None:
+    arrays = normalization_arrays(layer) if type(layer) is L.Normalization else None
+    if arrays is None:
         return None
-    mean = np.asarray(keras.ops.convert_to_numpy(layer.mean), dtype=np.float64)
-    variance = np.asarray(keras.ops.convert_to_numpy(layer.variance), dtype=np.float64)
+    mean, _, scale = arrays
     last = mean.ndim - 1
     if mean.ndim < 2 or tuple(a % mean.ndim for a in layer.axis) != (last,):
         return None
     if any(n != 1 for n in mean.shape[:-1]):
         return None
-    scale = 1.0 / np.maximum(np.sqrt(variance.reshape(-1)), keras.config.epsilon())
-    return mean.reshape(-1), scale
+    return mean.reshape(-1), scale.reshape(-1)
 
 
 def all_normalizations(view):
