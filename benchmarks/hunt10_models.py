@@ -133,6 +133,16 @@ def _grid_targets(t):
     return obj, box.astype(np.float32)
 
 
+def _mish_stem(Ly, inp):
+    """Rescaling, conv+BN+mish (BN then Activation("mish")) stride 2, a
+    Conv2D(activation="mish") then BN, conv+BN+mish stride 2: mish_grid's and
+    mish_softplus_cls's backbone."""
+    h = Ly.Rescaling(1 / 255.0)(inp)
+    h = _conv_bn(h, 16, 2, "mish")
+    h = Ly.BatchNormalization()(Ly.Conv2D(32, 3, 2, "same", activation="mish")(h))
+    return _conv_bn(h, 48, 2, "mish")
+
+
 def mish_grid():
     """A YOLO-like detector on photo crops 32 0..255 with one coloured square (hunt9's
     _squares): Rescaling, conv+BN+mish (BN then Activation("mish")) stride 2, a
@@ -146,10 +156,7 @@ def mish_grid():
     def train():
         _seed(1003)
         inp = keras.Input((32, 32, 3), name="rgb255")
-        h = Ly.Rescaling(1 / 255.0)(inp)
-        h = _conv_bn(h, 16, 2, "mish")
-        h = Ly.BatchNormalization()(Ly.Conv2D(32, 3, 2, "same", activation="mish")(h))
-        h = _conv_bn(h, 48, 2, "mish")
+        h = _mish_stem(Ly, inp)
         h = _conv_bn(h, 48, 1, "mish")
         o = Ly.Conv2D(1, 1, activation="sigmoid", name="objectness")(h)
         b = Ly.Conv2D(4, 1, name="box")(h)
@@ -243,10 +250,7 @@ def mish_softplus_cls():
     def train():
         _seed(1007)
         inp = keras.Input((32, 32, 3), name="rgb255")
-        h = Ly.Rescaling(1 / 255.0)(inp)
-        h = _conv_bn(h, 16, 2, "mish")
-        h = Ly.BatchNormalization()(Ly.Conv2D(32, 3, 2, "same", activation="mish")(h))
-        h = _conv_bn(h, 48, 2, "mish")
+        h = _mish_stem(Ly, inp)
         h = Ly.Dense(32, activation="softplus")(Ly.GlobalAveragePooling2D()(h))
         out = Ly.Dense(8, activation="softmax", name="photo")(h)
         return _fit(keras.Model(inp, out, name="mish_softplus_cls"), _f32(xt), yt, 8,
