@@ -69,7 +69,7 @@ from cle._transforms.folded_bn import (
 )
 from cle._transforms.folded_bn import FOLDING_MODES  # noqa: F401  (cle.training_fold.FOLDING_MODES)
 from cle._core.graph import graph_view
-from cle._core.rebuild import LayerEdit, rebuild
+from cle._core.rebuild import LayerEdit, layer_config, rebuild
 
 __all__ = [
     "FakeQuant",
@@ -321,7 +321,7 @@ def _fuse_reason(match) -> str | None:
 
 
 def _fused_config(layer, bn, options):
-    config = layer.get_config()
+    config = layer_config(layer)
     bn_config = bn.get_config()
     config.update({key: bn_config[key] for key in BN_DEFAULTS})
     config.update(options)

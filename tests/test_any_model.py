@@ -3,6 +3,7 @@ outputs given as a dict, normalization and attention layers in `cle analyze`."""
 
 from __future__ import annotations
 
+import functools
 import json
 import warnings
 
@@ -693,21 +694,27 @@ def test_activations_that_are_python_functions_are_rebuilt_and_quantized():
     """``Activation(lambda ...)`` and ``activation=`` an unregistered function: their configs do
     not deserialize, so a rebuild from the config alone failed (equalize_model,
     fold_all_batch_norms and cle.quantize raised a TypeError); the rebuilt layer keeps the same
-    function object."""
+    function object. A ``functools.partial`` activation Keras cannot even write a config of
+    (its get_config raised the TypeError, in the batch-norm match already)."""
     keras.utils.set_random_seed(0)
+    leaky = functools.partial(keras.activations.leaky_relu, negative_slope=0.1)
     inp = keras.Input((8, 8, 4))
     h = L.BatchNormalization(name="bn0")(L.Conv2D(8, 3, padding="same", name="c1")(inp))
     h = L.Activation(lambda t: t * keras.ops.sigmoid(t), name="swish")(h)
     h = L.Conv2D(8, 3, activation=_doubled, name="c2")(h)
     h = L.BatchNormalization(name="bn2")(h)
+    h = L.BatchNormalization(name="bn3")(L.Conv2D(8, 1, activation=leaky, name="c3")(h))
     model = keras.Model(inp, L.Dense(3, name="head")(L.GlobalAveragePooling2D()(h)))
     randomize_batch_norms(model, seed=1)
     x = np.random.default_rng(5).normal(size=(32, 8, 8, 4)).astype(np.float32)
     for new in (cle.equalize_model(model), cle.fold_all_batch_norms(model)[1]):
         assert new.get_layer("c2").activation is _doubled
+        assert new.get_layer("c3").activation is leaky
         np.testing.assert_allclose(predict(new, x), predict(model, x), rtol=1e-4, atol=1e-4)
     content, report = Q.quantize(model, x)
     assert report.outputs[0].sqnr_db > 20.0
+    assert any("partial(leaky_relu, negative_slope=0.1)" in f.reason
+               for f in report.equalization.fold_skipped), report.equalization.fold_skipped
 
 
 def _tabular_with_constant_columns(seed=0, constant=0.0):
@@ -778,3 +785,48 @@ def test_a_normalization_with_constant_features_far_from_zero_is_tamed_with_data
     _, report = Q.quantize(model, moved)
     assert any("Normalization 'norm': 2 of its features had no variance" in w
                for w in report.warnings)
+
+
+@no_tflite_on_torch
+def test_frozen_layers_and_non_trainable_weights_are_constants_in_the_file():
+    """On JAX, Keras' export passes every non-trainable weight in as a variable and assigns it
+    back after the call, and the converter kept each such variable (VAR_HANDLE,
+    READ_VARIABLE): batch-norm statistics, ClippedReLU's caps, and every weight of a layer set
+    ``trainable = False`` (a frozen backbone), whose kernel reached the convolution as an
+    activation with a zero point LiteRT refused (cle.quantize crashed). The export is static
+    now: the weights are constants, on either backend, in cle's file and the plain one."""
+    from cle._tflite.flatgraph import FlatGraph
+    from cle._tflite.internals import read_model
+
+    keras.utils.set_random_seed(3)
+    inp = keras.Input((8, 8, 3))
+    frozen = L.Conv2D(8, 3, padding="same", activation="relu", name="frozen")
+    frozen.trainable = False
+    h = L.BatchNormalization(name="bn_after_relu")(frozen(inp))
+    h = cle.layers.ClippedReLU(caps=[0.5, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 1.5])(
+        L.Conv2D(8, 1, name="c2")(h))
+    model = keras.Model(inp, L.Dense(5, name="head")(L.Flatten()(h)))
+    randomize_batch_norms(model, seed=2)
+    x = np.random.default_rng(4).uniform(-1, 1, (160, 8, 8, 3)).astype(np.float32)
+    sqnr = _held_out_sqnr(model, x[64:])
+    files = {"plain": Q.convert_to_tflite_int8(model, x[:64]),
+             "cle": Q.quantize(model, x[:64])[0]}
+    for name, content in files.items():
+        kinds = {op.kind for op in FlatGraph(content).ops}
+        assert len(read_model(content).subgraphs) == 1, name
+        assert not kinds & {"VAR_HANDLE", "READ_VARIABLE", "ASSIGN_VARIABLE", "CALL_ONCE"}, (
+            name, kinds)
+        assert sqnr(content) > 25.0, (name, sqnr(content))
+    assert frozen.trainable is False and not frozen.trainable_weights  # untouched
+
+
+def test_a_range_float32_cannot_hold_is_refused_naming_its_tensor():
+    """TF Lite's quantizer died (a segmentation fault) on a min/max beyond float32, which an
+    overflow in the float model gives (on JAX the polynomial of exact GELU's erf reached
+    4e38): a ValueError naming the tensor instead."""
+    from cle._tflite.converter import TensorRange, with_ranges
+
+    for hi in (float("inf"), 4.2e38, float("nan")):
+        bad = TensorRange(7, "act/erfc", (1, 8), (0.0, hi), 0.0, hi)
+        with pytest.raises(ValueError, match="tensor 'act/erfc'.*float32 cannot hold"):
+            with_ranges(b"", [bad])

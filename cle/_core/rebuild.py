@@ -26,7 +26,8 @@ from cle._core import keras_internals as internals
 from cle._core.graph import graph_view, inner_function, run_call
 from cle._core.layouts import layout_of
 
-__all__ = ["CloneMap", "LayerEdit", "gc_paused", "layer_from_config", "own_configs", "rebuild"]
+__all__ = ["CloneMap", "LayerEdit", "gc_paused", "layer_config", "layer_from_config", "own_configs",
+           "rebuild"]
 
 
 @dataclasses.dataclass
@@ -151,7 +152,7 @@ class _Rebuilder:
         elif type(layer) is keras.layers.Lambda and edit is None:
             new = internals.lambda_copy(layer)  # its function keeps the globals it reads
         else:
-            config = layer.get_config()
+            config = layer_config(layer)
             if edit is not None:
                 config.update(edit.config)
             new = layer_from_config(layer, config)
@@ -329,6 +330,26 @@ def gc_paused():
     finally:
         if was_enabled:
             gc.enable()
+
+
+def layer_config(layer) -> dict:
+    """``layer.get_config()``. Keras cannot write the config of a layer whose activation is a
+    callable it cannot serialize at all (``functools.partial(leaky_relu, ...)``, an object
+    without ``get_config``): then the config of the same layer with a linear activation, that
+    function object in its place, which :func:`layer_from_config` gives the new layer."""
+    try:
+        return layer.get_config()
+    except TypeError:
+        fn = getattr(layer, "activation", None)
+        if not callable(fn):
+            raise
+    layer.activation = keras.activations.linear  # read, then put back at once
+    try:
+        config = layer.get_config()
+    finally:
+        layer.activation = fn
+    config["activation"] = fn
+    return config
 
 
 def layer_from_config(layer, config):

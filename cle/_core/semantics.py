@@ -7,6 +7,8 @@ correction (:mod:`cle.bias_correction`).
 
 from __future__ import annotations
 
+import functools
+
 import keras
 import numpy as np
 
@@ -19,7 +21,18 @@ L = keras.layers
 
 
 def activation_name(fn) -> str:
-    name = keras.activations.serialize(fn)
+    """The name Keras gives activation ``fn`` ("relu", "linear" for None); for a callable
+    Keras cannot serialize (``functools.partial``, an object without ``get_config``), a
+    description that names no known activation ("partial(leaky_relu, negative_slope=0.1)")."""
+    if fn is None:
+        return "linear"
+    try:
+        name = keras.activations.serialize(fn)
+    except TypeError:
+        if isinstance(fn, functools.partial):
+            args = [*map(repr, fn.args), *(f"{k}={v!r}" for k, v in fn.keywords.items())]
+            return f"partial({getattr(fn.func, '__name__', 'function')}, {', '.join(args)})"
+        return getattr(fn, "__name__", type(fn).__name__)
     return name if isinstance(name, str) else str(name)
 
 
@@ -49,8 +62,8 @@ def relu6_kind(layer) -> str | None:
 def activation_clip(fn):
     """``(lo, hi)`` an activation function clips to (linear: unbounded), or None if it is not
     a clip."""
-    name = keras.activations.serialize(fn)
-    if name in (None, "linear"):
+    name = activation_name(fn)
+    if name == "linear":
         return -np.inf, np.inf
     if name == "relu":
         return 0.0, np.inf

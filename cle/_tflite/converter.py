@@ -455,7 +455,18 @@ def output_indices(calibrated: bytes) -> set:
 
 
 def with_ranges(calibrated: bytes, ranges: list[TensorRange]) -> bytes:
-    """``calibrated`` with each listed tensor's min/max replaced by its ``lo``/``hi``."""
+    """``calibrated`` with each listed tensor's min/max replaced by its ``lo``/``hi``. A bound
+    no float32 holds (an overflow in the float model on the calibration inputs: JAX's
+    polynomial of exact GELU's erf reached inf) raises a ValueError naming the tensor: TF
+    Lite's quantizer died on it (a segmentation fault)."""
+    largest = float(np.finfo(np.float32).max)
+    for r in ranges:
+        if not all(np.isfinite(v) and abs(v) <= largest for v in (r.lo, r.hi)):
+            raise ValueError(
+                f"the 8-bit range of tensor '{r.name}' would be [{r.lo:.4g}, {r.hi:.4g}], "
+                "which float32 cannot hold: the model computes values there that overflow "
+                "on the calibration inputs, and no 8-bit scale holds them; keep the values of "
+                "the layer that makes that tensor finite")
     obj = _object(calibrated)
     tensors = obj.subgraphs[0].tensors
     before = [(q, q.min, q.max) for q in (tensors[r.index].quantization for r in ranges)]

@@ -8,24 +8,31 @@ import re
 import keras
 import numpy as np
 
+from cle._core.semantics import activation_name
+
 __all__ = ["check_convertible", "check_tflite_backend", "converter_refusal",
            "unconvertible_layers", "unconvertible_operations"]
 
 _NO_BITWISE = ("on the TensorFlow backend Keras computes it on floats with a BitwiseAnd (so "
                "that -0 ranks below +0), which TF Lite's builtin ops do not have")
 _XLA_CALL = ("the JAX export keeps it as an XLA call, which TF Lite's converter cannot read")
+_EXACT_GELU = ("the JAX export writes exact GELU's erf as a polynomial of selects, whose INT8 "
+               "file TF Lite's runtime aborts on (the process dies); use "
+               "gelu(approximate=True), a tanh TF Lite holds, or convert on the TensorFlow "
+               "backend (KERAS_BACKEND=tensorflow), where exact GELU is one builtin op")
 #: Keras operations (``keras.ops``, not layers) TF Lite's converter cannot write in builtin
 #: INT8 ops, by backend and class, each with why; measured on the converter this package pins
 #: (tests/test_unconvertible.py fails when a newer one writes any of them).
 UNCONVERTIBLE_OPERATIONS = {
     "tensorflow": {"Argmax": _NO_BITWISE, "Argmin": _NO_BITWISE,
                    "Erf": "TF Lite has no builtin erf"},
-    "jax": {"TopK": _XLA_CALL, "Sort": _XLA_CALL, "Erf": _XLA_CALL,
+    "jax": {"TopK": _XLA_CALL, "Sort": _XLA_CALL, "Erf": _XLA_CALL, "Gelu": _EXACT_GELU,
             "Norm": "the JAX export of it fails, and TF Lite's converter with it"},
 }
 _WAY_AROUND = {"Argmax": "end the model before it and take the argmax of the .tflite's output",
                "Argmin": "end the model before it and take the argmin of the .tflite's output",
-               "Erf": "use keras.activations.gelu, which TF Lite has, or a tanh approximation"}
+               "Erf": "use keras.activations.gelu, which TF Lite has, or a tanh approximation",
+               "Gelu": ""}  # its why says it
 
 
 #: Preprocessing layers that look values up in a table (a hash table on every backend).
@@ -88,6 +95,10 @@ def unconvertible_layers(model) -> list[str]:
         elif isinstance(layer, _LOOKUPS):
             why = ("a lookup table, which TF Lite's builtin INT8 ops do not have; map the "
                    "values to indices before the model and feed those")
+        elif not tensorflow and activation_name(getattr(layer, "activation", None)) == "gelu":
+            why = f"its activation is exact GELU: {_EXACT_GELU}"
+        elif whys := _traced_refusals(layer):
+            why = "; ".join(whys)
         else:
             continue
         found.append(f"'{layer.name}' ({kind}): {why}")
@@ -181,6 +192,40 @@ def _functions(model) -> list:
     return [f for f in [model, *sublayers(model)] if is_functional(f)]
 
 
+def _traced_refusals(layer) -> list[str]:
+    """What :data:`UNCONVERTIBLE_OPERATIONS` says of the operations inside a ``Lambda``'s
+    function or a Python-function activation, which no graph shows: the function traced on
+    symbolic inputs of the shapes the layer is called on (nothing when it cannot be traced).
+    On JAX an exact GELU there made the process die in TF Lite's runtime."""
+    from cle._core.keras_internals import inbound_nodes
+
+    table = UNCONVERTIBLE_OPERATIONS.get(keras.backend.backend(), {})
+    if isinstance(layer, keras.layers.Lambda):
+        fn, kwargs = layer.function, dict(layer.arguments or {})
+    elif isinstance(layer, keras.layers.Activation) and getattr(
+            keras.activations, activation_name(layer.activation), None) is not layer.activation:
+        fn, kwargs = layer.activation, {}
+    else:
+        return []
+    nodes = inbound_nodes(layer)
+    if not table or not nodes or len(nodes[0].input_tensors) != 1:
+        return []
+    spec = nodes[0].input_tensors[0]
+    try:
+        inp = keras.Input(batch_shape=tuple(spec.shape), dtype=spec.dtype)
+        operations = keras.Model(inp, fn(inp, **kwargs)).operations
+    except Exception:  # noqa: BLE001 - a function that cannot be traced: the converter says
+        return []
+    return [f"its function computes keras.ops.{_snake(kind)}: {table[kind]}"
+            for kind in dict.fromkeys(type(op).__name__ for op in operations)
+            if kind in table and not (kind == "Gelu" and _approximate(operations, kind))]
+
+
+def _approximate(operations, kind) -> bool:
+    return all(getattr(op, "approximate", False) for op in operations
+               if type(op).__name__ == kind)
+
+
 def unconvertible_operations(model) -> list[str]:
     """The plain operations of ``model`` (``keras.ops`` calls on its tensors, nested models
     included) that TF Lite's converter cannot write on this backend
@@ -193,7 +238,8 @@ def unconvertible_operations(model) -> list[str]:
     for function in _functions(model):
         for op in function.operations:
             kind = type(op).__name__
-            if isinstance(op, keras.layers.Layer) or kind not in table:
+            if isinstance(op, keras.layers.Layer) or kind not in table or (
+                    kind == "Gelu" and op.approximate):
                 continue
             if kind in ("Argmax", "Argmin") and keras.backend.backend() == "tensorflow":
                 dtypes = [str(t.dtype) for node in inbound_nodes(op)
@@ -201,7 +247,8 @@ def unconvertible_operations(model) -> list[str]:
                 if dtypes and not any("float" in d for d in dtypes):
                     continue
             way = _WAY_AROUND.get(kind, "compute it outside the model")
-            found.append(f"'{op.name}' (keras.ops.{_snake(kind)}): {table[kind]}; {way}")
+            found.append(f"'{op.name}' (keras.ops.{_snake(kind)}): {table[kind]}"
+                         + (f"; {way}" if way else ""))
     return found
 
 

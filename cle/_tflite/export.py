@@ -22,6 +22,7 @@ import shutil
 import sys
 import tempfile
 import warnings
+import weakref
 
 import keras
 
@@ -156,8 +157,16 @@ def _exported(exports, model, batch, shapes=None) -> str:
         with quiet():  # as the converter's own export is (JAX's deprecation warnings)
             archive = keras.export.ExportArchive()
             archive.track(read)
+            # Static on JAX: jax2tf traces the call with the weights as constants. Keras'
+            # default there passes every non-trainable weight in as a variable and assigns
+            # it back after each call, and the converter keeps a variable it sees assigned:
+            # batch-norm statistics, cle.layers.ClippedReLU's caps, and every weight of a
+            # layer set trainable=False (a frozen backbone) stayed VAR_HANDLE/READ_VARIABLE
+            # in the file, a frozen convolution's kernel an activation LiteRT refused
+            # (tests/test_quantize.py). Inference updates no state, so nothing is lost.
+            static = {"is_static": True} if keras.backend.backend() == "jax" else {}
             archive.add_endpoint("serve", functools.partial(read.__call__, training=False),
-                                 spec)
+                                 spec, **static)
             archive.write_out(path, verbose=False)
         exports[key] = (model, path)  # the model kept alive: its id stays its own
     return exports[key][1]
@@ -222,15 +231,22 @@ def quiet():
 def read_exported(model, inner, shapes=None):
     """TF Lite's converter reading ``model`` through Keras' export: the SavedModel shared
     within :func:`shared_exports` (when the batch is fixed, or ``inner``: the model has a
-    traced function of its own), else ``from_keras_model``; ``shapes``: :func:`export_shapes`."""
+    traced function of its own), on a backend other than TensorFlow one of its own outside
+    that block (:func:`_exported`'s static export, deleted with the converter), else
+    ``from_keras_model``; ``shapes``: :func:`export_shapes`."""
     import tensorflow as tf
 
     batch = export_batch()
     exports = _EXPORTS.get()
+    own = exports is None and keras.backend.backend() != "tensorflow"
+    if own:  # this backend's export is always ours (see _exported); the converter reads
+        exports = {}  # the directory when it converts, so it goes with the converter
     if exports is not None and (batch is not None or inner):
         path = _exported(exports, model, batch, shapes)
         with quiet():
             converter = tf.lite.TFLiteConverter.from_saved_model(path, signature_keys=[SERVING])
+        if own:
+            weakref.finalize(converter, shutil.rmtree, path, True)
         internals.record_keras_source(converter)
         return converter
     return tf.lite.TFLiteConverter.from_keras_model(

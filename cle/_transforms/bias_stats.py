@@ -16,7 +16,7 @@ import numpy as np
 from scipy.stats import norm
 
 from cle._core.layouts import layout_of
-from cle._core.semantics import activation_clip, clip_of
+from cle._core.semantics import activation_clip, activation_name, clip_of
 from cle._core.weights import gamma_beta
 
 __all__ = [
@@ -225,7 +225,7 @@ def _tensor_mean(x, sem, notes, allow_flatten=False, depth=0):
                 clip = sem.fused_clip(layer)
                 if clip is None:
                     raise _Skip(f"'{layer.name}' applies activation "
-                                f"'{keras.activations.serialize(layer.activation)}'")
+                                f"'{activation_name(layer.activation)}'")
                 ops.append(("clip",) + clip)
             break
         if isinstance(layer, L.BatchNormalization):

@@ -33,7 +33,8 @@ import keras
 
 from cle._core.graph import Call, is_plain_call, takes_training
 from cle._core.layouts import channel_axis, layout_of
-from cle._core.rebuild import layer_from_config
+from cle._core.rebuild import layer_config, layer_from_config
+from cle._core.semantics import activation_name
 from cle.layers import ClippedReLU
 
 logger = logging.getLogger("cle.bias_correction")
@@ -95,7 +96,7 @@ def _kind(call: Call, target: bool):
             or not _weights_are_read_when_called(layer)):
         return None
     try:
-        config = layer.get_config()
+        config = layer_config(layer)
         config.pop("name", None)
         text = json.dumps(config, sort_keys=True)
     except Exception:  # a config that is not plain JSON: stays eager
@@ -107,7 +108,7 @@ def _template(layer, x, linear=False):
     """A private copy of ``layer`` (from its config; with a linear activation if ``linear``),
     built by a symbolic call on ``x``; returns ``(template, its symbolic output, kwargs of
     its call)``."""
-    config = layer.get_config()
+    config = layer_config(layer)
     config["name"] = f"{layer.name}_cle_step"
     if linear:
         config["activation"] = "linear"
@@ -125,7 +126,7 @@ def _segment_fn(calls: list[Call], x, target: bool):
     for a target also ``delta`` (see :meth:`Steps.get`)."""
     head = calls[0].layer
     activation = getattr(head, "activation", None) if target else None
-    if activation is not None and keras.activations.serialize(activation) in (None, "linear"):
+    if activation is not None and activation_name(activation) == "linear":
         activation = None
     template, y, kwargs = _template(head, x, linear=target)
     weights = list(template.weights)

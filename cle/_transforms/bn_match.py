@@ -17,6 +17,7 @@ from cle._math import fold as _fold_math
 from cle._core.graph import Call, GraphView
 from cle._core.layouts import bias_on_wrong_axis, channel_axis, layout_of, read_weight, untouchable_reason
 from cle._core.rebuild import LayerEdit
+from cle._core.semantics import activation_name
 from cle._core.weights import bn_arrays, quote
 
 __all__ = ["Match", "SkippedBatchNorm", "check_backward", "check_bn", "check_forward",
@@ -116,8 +117,8 @@ def check_backward(
         return None, (
             f"the output of {quote(producer)} is also an output of model '{x.output_of[0]}'"
         )
-    activation = keras.activations.serialize(layer.activation)
-    if activation not in (None, "linear"):
+    activation = activation_name(layer.activation)
+    if activation != "linear":
         return None, (
             f"{quote(producer)} applies activation '{activation}' before the batch norm"
         )
