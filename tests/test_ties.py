@@ -130,3 +130,44 @@ def test_cle_quantize_reaches_down_for_ties_and_says_so(softmax_case):
                     "check inputs hardly hold, can rule its figure; probed on inputs mixed to "
                     f"a tie, the file could read as low as {low:.1f} dB (the interval's lower "
                     "end)"]
+
+
+@pytest.fixture(scope="module")
+def sigmoid_case():
+    """A binary classifier ending in one sigmoid, its 64 inputs all far from 0.5 (as a
+    trained one's calibration inputs can be: hunt11's siamese pair had none in (0.05, 0.95)
+    among its check inputs, 3 % of new ones, which held most of the noise)."""
+    keras.utils.set_random_seed(4)
+    inp = keras.Input((8,), name="features")
+    hidden = L.Dense(16, activation="relu", name="hidden")(inp)
+    head = L.Dense(1, activation="sigmoid", name="same")
+    model = keras.Model(inp, head(hidden), name="sigmoid_case")
+    kernel, bias = head.get_weights()
+    head.set_weights([kernel * 6.0, bias])
+    pool = np.random.default_rng(5).normal(size=(4000, 8)).astype("float32")
+    p = model.predict(pool, verbose=0)[:, 0]
+    x = np.concatenate([pool[p < 0.02][:32], pool[p > 0.98][:32]])
+    return model, x, check_calibration_data(model, x)
+
+
+@no_tflite_on_torch
+def test_a_sigmoid_is_probed_at_one_half(sigmoid_case):
+    """A sigmoid's noise is largest where it is steepest, at 0.5, which the check's inputs
+    may never reach: its ties are inputs mixed to 0.5 (one unit read as the two classes
+    ``[1 - p, p]``), and its floor counts them as a softmax's; cle.quantize says so."""
+    model, x, inputs = sigmoid_case
+    content = Q.convert_to_tflite_int8(model, x)
+    ref = model.predict(x, verbose=0)
+    assert T.tie_floor(model, content, inputs, [ref], ["values"]) == [0.0]  # not said: none
+    (floor,) = T.tie_floor(model, content, inputs, [ref], ["values"], sigmoids=[True])
+    ties = T._sigmoid_ties(model, inputs, 0, ref, 0)
+    p = model.predict(ties.arrays[0], verbose=0)
+    assert len(ties) >= 8 and np.all(np.abs(p - 0.5) < T.TIE)
+    q = Q.run_tflite(content, ties.arrays[0])
+    assert floor == pytest.approx(T.UNSEEN_TIES * np.mean(np.sum((p - q) ** 2, axis=1)),
+                                  rel=1e-4)
+    assert floor > 10 * np.mean(np.sum((ref - Q.run_tflite(content, x)) ** 2, axis=1))
+    _, report = cle.quantize(model, x)
+    (out,) = report.outputs
+    assert out.sqnr_interval[0] < out.sqnr_db - C.DISAGREE_DB
+    assert any("near 0.5 of a sigmoid" in w for w in report.warnings), report.warnings

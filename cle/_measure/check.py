@@ -592,8 +592,9 @@ def _tie_caveats(checked, names) -> list[str]:
     out = []
     for name, tie, o in zip(names, checked.get("ties") or [], checked.get("outputs") or []):
         if tie and o.sqnr_interval is not None and o.sqnr_interval[0] < o.sqnr_db - DISAGREE_DB:
-            out.append(f"output '{name}': new inputs near a tie between two classes, which "
-                       "the check inputs hardly hold, can rule its figure; probed on inputs "
-                       "mixed to a tie, the file could read as low as "
-                       f"{o.sqnr_interval[0]:.1f} dB (the interval's lower end)")
+            where = "a tie between two classes" if o.kind != "values" and not o.labels else \
+                "0.5 of a sigmoid (a tie of its two decisions)"
+            out.append(f"output '{name}': new inputs near {where}, which the check inputs hardly "
+                       "hold, can rule its figure; probed on inputs mixed to a tie, the file could "
+                       f"read as low as {o.sqnr_interval[0]:.1f} dB (the interval's lower end)")
     return out

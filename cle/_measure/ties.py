@@ -30,7 +30,8 @@ import numpy as np
 from cle._core.inputs import ModelInputs
 from cle._measure.inference import outputs_once
 
-__all__ = ["CLOSE_LEAD", "FLOOR", "PAIRS", "STEPS", "TIE", "UNSEEN_TIES", "agreement",
+__all__ = ["CLOSE_LEAD", "FLOOR", "PAIRS", "SIGMOID_UNITS", "STEPS", "TIE", "UNSEEN_TIES",
+           "agreement",
            "close_calls", "idle_top1", "independent_labels", "softmax_probabilities",
            "tie_floor", "tie_inputs"]
 
@@ -45,6 +46,8 @@ FLOOR = 1e-30
 #: Ties added to the interval's lower end: none seen among n inputs, up to this many expected
 #: among n new ones at the 95 % level.
 UNSEEN_TIES = 3
+#: Sigmoid units of one output probed for ties, at most (:func:`tie_floor`).
+SIGMOID_UNITS = 4
 #: A decision is close when the float model's lead of its top class over the runner-up is
 #: less than this many times the typical change (root mean square over the inputs) the
 #: quantized model makes to that lead.
@@ -80,7 +83,8 @@ def _log_ratio(p, ca, cb):
     return (np.log(np.maximum(p[rows, ca], FLOOR)) - np.log(np.maximum(p[rows, cb], FLOOR)))
 
 
-def _ties(model, x: ModelInputs, output: int, probabilities, seed: int):
+def _ties(model, x: ModelInputs, output: int, probabilities, seed: int, view=None,
+          pairs: int = PAIRS):
     """``(inputs, float outputs there)`` of :func:`tie_inputs`, ``(None, None)`` without.
 
     Each pair's mixing weight is found where the log-ratio of the two classes' probabilities
@@ -88,13 +92,15 @@ def _ties(model, x: ModelInputs, output: int, probabilities, seed: int):
     0, by regula falsi with the Illinois rule (an end kept twice in a row has its value
     halved), from the ends the float model's outputs on ``x`` give, until every pair's two
     probabilities are within :data:`TIE` of each other (a few runs of the model; at most
-    :data:`STEPS`, which bisection took every time)."""
+    :data:`STEPS`, which bisection took every time). ``view`` reads the probabilities from the
+    model's output (default: the output itself), as :func:`_sigmoid_unit` does for one
+    sigmoid; ``pairs``: at most that many."""
     probabilities = np.asarray(probabilities, np.float64)
     top = probabilities.argmax(axis=1)
     a, b = np.nonzero(top[:, None] != top[None, :])
     if not len(a):
         return None, None
-    pick = np.random.default_rng(seed).permutation(len(a))[:PAIRS]
+    pick = np.random.default_rng(seed).permutation(len(a))[:pairs]
     a, b = a[pick], b[pick]
     ca, cb, rows = top[a], top[b], np.arange(len(a))
     lo, hi = np.zeros(len(a)), np.ones(len(a))
@@ -107,6 +113,7 @@ def _ties(model, x: ModelInputs, output: int, probabilities, seed: int):
             lam = np.where(span < 0, np.clip((lo * f_hi - hi * f_lo) / span, lo, hi),
                            (lo + hi) / 2)
         p = np.asarray(outputs_once({}, model, _mixed(x, a, b, lam))[output], np.float64)
+        p = p if view is None else view(p)
         here = np.abs(p[rows, ca] - p[rows, cb])
         closer = here < gap
         best, at = np.where(closer, lam, best), p if at is None else np.where(
@@ -126,19 +133,59 @@ def _ties(model, x: ModelInputs, output: int, probabilities, seed: int):
     return (_mixed(x, a, b, best)[kept], at[kept]) if len(kept) else (None, None)
 
 
-def tie_floor(model, content: bytes, x: ModelInputs, reference, kinds, seed: int = 0) -> list:
+def _sigmoid_unit(unit):
+    """The view of :func:`_ties` that reads sigmoid ``unit`` of an ``(N, units)`` output as
+    the probabilities of two classes, ``[1 - p, p]``: its tie is ``p = 0.5``."""
+    def view(p):
+        return np.stack([1.0 - p[:, unit], p[:, unit]], axis=1)
+    return view
+
+
+def _sigmoid_ties(model, x: ModelInputs, k: int, ref, seed: int):
+    """Inputs mixed to ``p = 0.5`` of the sigmoid output ``k`` (``ref``: ``(N, units)``, its
+    float values on ``x``) for up to :data:`SIGMOID_UNITS` units (those whose decisions
+    split most evenly), or None."""
+    decided = (ref > 0.5).mean(axis=0)
+    units = [u for u in np.argsort(np.abs(decided - 0.5), kind="stable")
+             if 0.0 < decided[u] < 1.0][:SIGMOID_UNITS]
+    found = []
+    for u in units:
+        ties, _ = _ties(model, x, k, _sigmoid_unit(u)(ref), seed, view=_sigmoid_unit(u),
+                        pairs=max(8, PAIRS // len(units)))
+        if ties is not None:
+            found.append(ties)
+    if not found:
+        return None
+    return ModelInputs(tuple(np.concatenate(parts) for parts in zip(*(t.arrays for t in found))),
+                       x.names, x.shapes)
+
+
+def tie_floor(model, content: bytes, x: ModelInputs, reference, kinds, seed: int = 0,
+              sigmoids=None) -> list:
     """Per output, the noise energy :data:`UNSEEN_TIES` ties would add to the check's noise:
     that many times the mean noise of the ``.tflite`` ``content`` on inputs of ``x`` mixed
-    to a tie of the float ``model`` (:func:`tie_inputs`); 0.0 for an output that is not a
-    softmax's probabilities (``reference``: the float outputs on ``x``, ``kinds``: as
-    :func:`cle._measure.check.output_kinds` says) or when no pair ties."""
+    to a tie of the float ``model`` (:func:`tie_inputs`); 0.0 for an output that is neither
+    a softmax's probabilities nor a sigmoid's (``reference``: the float outputs on ``x``,
+    ``kinds``: as :func:`cle._measure.check.output_kinds` says; ``sigmoids``: per output,
+    whether it ends in a sigmoid) or when no pair ties.
+
+    A sigmoid output of shape ``(N, units)`` (a binary classifier's one unit, checked as
+    values, or independent labels) ties where a unit reads 0.5: its noise is largest
+    there, where the sigmoid is steepest, and a check whose inputs all read near 0 or 1
+    claimed 48 dB against 41 on new inputs (hunt11's siamese pair)."""
     out = []
     for k, (ref, kind) in enumerate(zip(reference, kinds)):
-        ties, p = (_ties(model, x, k, ref, seed)
-                   if kind != "values" and softmax_probabilities(ref) else (None, None))
+        ref = np.asarray(ref, np.float64)
+        if kind != "values" and softmax_probabilities(ref):
+            ties = _ties(model, x, k, ref, seed)[0]
+        elif sigmoids and sigmoids[k] and ref.ndim == 2 and len(ref) >= 2:
+            ties = _sigmoid_ties(model, x, k, ref, seed)
+        else:
+            ties = None
         if ties is None:
             out.append(0.0)
             continue
+        p = np.asarray(outputs_once({}, model, ties)[k], np.float64)
         q = np.asarray(outputs_once({}, content, ties)[k], np.float64)
         out.append(UNSEEN_TIES * float(np.mean(np.sum((p - q) ** 2, axis=1))))
     return out

@@ -475,7 +475,13 @@ def _write_refit(fit, build, name, reference, pooled, say, clip) -> None:
                       "test": pooled[name], "plain": pooled.get("plain"),
                       "clipping": [a + b for a, b in zip(clip[name], logits[name])],
                       "clipping_plain": [a + b for a, b in zip(clip["plain"], logits["plain"])],
-                      "ties": tie_floor(fit.model, content, fit.inputs(), reference, kinds)}
+                      "ties": tie_floor(fit.model, content, fit.inputs(), reference, kinds,
+                                        sigmoids=_sigmoids(fit.model))}
+
+
+def _sigmoids(model) -> list[bool]:
+    """Per output of ``model``, whether it ends in a sigmoid (probed for ties at 0.5)."""
+    return [_check.ends_in(out) == "sigmoid" for out in model.outputs]
 
 
 def _fell(reference, pooled, plain_held) -> bool:
