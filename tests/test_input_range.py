@@ -98,6 +98,31 @@ def test_a_rescaling_onto_a_usual_range_keeps_the_candidates_answer():
     assert (usual.lo, usual.hi) == (0.0, 255.0) and usual.source.endswith("expect 0..255")
 
 
+@pytest.mark.parametrize("crop", ["CenterCrop", "Resizing", "Cropping2D"])
+def test_a_crop_or_resize_before_the_rescaling_is_passed_through(crop):
+    """hunt11: grayscale crops through ``CenterCrop`` before ``Rescaling(1/255)``. The chain
+    asked every step to keep its shape, so it ended at the crop, and ``cle.quantize`` without
+    data refused the model for an unknown input range (with 0..255 stated, the file read 3 dB
+    above the plain converter's with data). A layer that crops or resizes the spatial axes
+    keeps each channel's constant: the chain goes through it."""
+    import keras
+
+    make = {"CenterCrop": lambda: keras.layers.CenterCrop(6, 6, name="crop"),
+            "Resizing": lambda: keras.layers.Resizing(6, 6, name="crop"),
+            "Cropping2D": lambda: keras.layers.Cropping2D(1, name="crop")}[crop]
+    inp = keras.Input((8, 8, 1))
+    h = keras.layers.Rescaling(1 / 255, name="rescale")(make()(inp))
+    (found,) = IR.infer_input_ranges(keras.Model(inp, keras.layers.BatchNormalization()(
+        keras.layers.Conv2D(4, 3)(h))))
+    assert (found.lo, found.hi) == (0.0, 255.0) and found.sure, found.source
+    assert found.source == (f"its preprocessing layers ({crop} 'crop' → Rescaling 'rescale') "
+                            "expect 0..255")
+    inp = keras.Input((8, 8, 1))  # a padding is not passed through: its border is no constant
+    h = keras.layers.Rescaling(1 / 255, name="rescale")(keras.layers.ZeroPadding2D(1)(inp))
+    (padded,) = IR.infer_input_ranges(keras.Model(inp, keras.layers.Conv2D(4, 3)(h)))
+    assert "Rescaling" not in padded.source
+
+
 def test_a_nonlinear_path_to_the_first_batch_norm_cannot_tell(zoo):
     (found,) = IR.infer_input_ranges(zoo("late_bn_cnn"))
     assert not found.known and not found.sure

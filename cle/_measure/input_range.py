@@ -287,11 +287,21 @@ def _constant_probes(f, shape, axis):
 # ---------------------------------------------------------------- preprocessing chain
 
 
+#: Layers that crop or resize the spatial axes and keep each channel's values: the chain
+#: passes through them (a constant image stays the same constant), where a shape kept is
+#: asked of any other step (hunt11: a CenterCrop before Rescaling(1/255) ended the chain, and
+#: a model cle takes without data was refused for an unknown input range).
+SPATIAL = (keras.layers.CenterCrop, keras.layers.Resizing, keras.layers.Cropping1D,
+           keras.layers.Cropping2D, keras.layers.Cropping3D)
+
+
 def _is_preprocessing(call, tensor):
     layer = call.layer
     if len(call.inputs) != 1 or len(call.outputs) != 1:
         return False
-    if call.outputs[0].shape != tensor.shape:
+    out = call.outputs[0].shape
+    if out != tensor.shape and not (isinstance(layer, SPATIAL) and len(out) == len(tensor.shape)
+                                    and out[-1] == tensor.shape[-1]):
         return False
     if isinstance(layer, keras.layers.Layer):
         if isinstance(layer, (keras.layers.BatchNormalization, keras.layers.ZeroPadding2D)):
