@@ -19,12 +19,13 @@ Adds, no BN); a siamese model whose SAME Conv/BN layers (not a nested model) are
 inputs, |a - b| (Subtract, keras.ops.abs) and a * b concatenated, one sigmoid; an RMSNorm
 (LayerNormalization(rms_scaling=True)) block with keras.layers.Attention and
 AdditiveAttention (and keras.layers.RMSNormalization); a signal denoiser with UpSampling1D
-and a linear per-sample output; a one-sigmoid binary photo classifier without BN; Embedding(mask_zero=True) + GRU(unroll=True)
-on integer tokens; per-timestep Dense on 3-D inputs then BatchNormalization(axis=-1) and
-GlobalAveragePooling1D; a model with an extra integer output (keras.ops.argmax of its
-softmax); a model trained under the "mixed_bfloat16" policy; Masking(0.0) + LSTM(unroll=True)
-on zero-padded variable-length signals; grayscale crops through CenterCrop and a Sequential of
+and a linear per-sample output; a one-sigmoid binary photo classifier without BN;
+Embedding(mask_zero=True) + GRU(unroll=True) on integer tokens; per-timestep Dense on 3-D
+inputs then BatchNormalization(axis=-1) and GlobalAveragePooling1D; a model with an extra
+integer output (keras.ops.argmax of its softmax); Masking(0.0) + LSTM(unroll=True) on
+zero-padded variable-length signals; grayscale crops through CenterCrop and a Sequential of
 RandomTranslation and RandomContrast; a residual TCN (causal dilated Conv1D + BN, Add).
+(A mixed-precision model, refused in both modes, is hunt9's mixed_f16.)
 """
 from __future__ import annotations
 
@@ -346,35 +347,6 @@ def argmax_extra():
         "and its argmax (int) as a second output")
 
 
-def mixed_bf16():
-    """Trained under keras.mixed_precision "mixed_bfloat16" (every layer computes in
-    bfloat16, the last softmax in float32), saved and reloaded as it is: Rescaling, conv+BN+
-    relu x3, GAP, Dense(8), Activation("softmax", dtype="float32")."""
-    import keras
-    Ly = L()
-    (xt, yt, _), (xc, _, _), (xe, _, _) = photo_sets(32)
-
-    def train():
-        _seed(1111)
-        before = keras.config.dtype_policy()
-        keras.config.set_dtype_policy("mixed_bfloat16")
-        try:
-            inp = keras.Input((32, 32, 3), name="rgb255")
-            h = Ly.Rescaling(1 / 255.0)(inp)
-            for w in (16, 32, 48):
-                h = _conv_bn(h, w, 2)
-            h = Ly.Dense(8, name="logits")(Ly.GlobalAveragePooling2D()(h))
-            out = Ly.Activation("softmax", dtype="float32", name="photo")(h)
-            return _fit(keras.Model(inp, out, name="mixed_bf16"), _f32(xt), yt, 6,
-                        "sparse_categorical_crossentropy")
-        finally:
-            keras.config.set_dtype_policy(before)
-
-    return _cached("mixed_bf16", train), ZooData(
-        _f32(xc), _f32(xe), ("class",), "photo crops 32 0..255; conv+BN trained and kept under "
-        "mixed_bfloat16; 8 classes")
-
-
 def _padded_signals(n, seed):
     """The zoo's noisy sines cut to a random length of 96..256 samples and padded with
     zeros at the end (a batch of variable-length recordings): ``(x (n, 256, 1), band)``."""
@@ -472,7 +444,7 @@ def tcn_residual():
 
 MODELS = {f.__name__: f for f in [
     aug_cnn, birnn_signal, wavenet_gated, siamese_absdiff, rms_attention, upsample1d_denoise,
-    sigmoid_nobn, masked_gru_text, dense3d_bn, argmax_extra, mixed_bf16, masking_lstm,
+    sigmoid_nobn, masked_gru_text, dense3d_bn, argmax_extra, masking_lstm,
     gray_centercrop_aug, tcn_residual]}
 
 
