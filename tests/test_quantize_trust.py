@@ -1492,6 +1492,26 @@ def test_without_data_a_regression_output_is_refused_and_a_bounded_one_is_not():
     assert _synthetic.regression_outputs(only) == []
 
 
+def test_without_data_values_joined_to_class_scores_are_refused():
+    """hunt12: one output concatenating a softmax's probabilities and a box in pixels (12
+    entries, no ending) was taken for logits; without data the box's range came from synthetic
+    inputs (four times the real one), every probability read 0 in the file, and the check,
+    ruled by the box's energy, claimed a fair figure: silent corruption. A concatenation of
+    such values is refused as they are; one of bounded parts is not."""
+    from cle._measure.synthetic import NeedsData
+
+    inp = keras.Input((8, 8, 3), name="image")
+    h = L.GlobalAveragePooling2D()(L.BatchNormalization(name="bn")(L.Conv2D(4, 3, name="c")(inp)))
+    probs = L.Dense(8, activation="softmax", name="probs")(h)
+    joined = L.Concatenate(name="probs_box")([probs, L.Dense(4, name="box")(h)])
+    model = keras.Model(inp, joined)
+    assert _synthetic.regression_outputs(model) == [("probs_box", 12)]
+    with pytest.raises(NeedsData, match=r"output 'probs_box' \(12 values\)"):
+        cle.quantize(model, input_range=(-1.0, 1.0))
+    bounded = L.Concatenate()([probs, L.Dense(4, activation="sigmoid", name="s")(h)])
+    assert _synthetic.regression_outputs(keras.Model(inp, bounded)) == []
+
+
 def test_without_data_a_map_of_values_made_past_the_last_batch_norm_is_refused():
     """A map of a few channels that a layer with weights makes past the last batch norm on
     every path holds values per position as a regression head does (hunt9's raw detection

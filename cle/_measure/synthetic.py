@@ -28,7 +28,7 @@ import keras
 import numpy as np
 
 from cle._core.backend import weights_digest
-from cle._core.graph import graph_view, inner_function, weighed_on_every_path
+from cle._core.graph import concatenated, graph_view, inner_function, weighed_on_every_path
 from cle._core.inputs import ModelInputs, input_signatures, integer_inputs
 from cle._core.keras_internals import sublayers
 from cle._core.rebuild import flattened
@@ -172,11 +172,10 @@ def regression_outputs(model, declared=None) -> list[tuple[str, int]]:
     joins unweighted, such as a residual denoiser's input + its correction, nor one with an
     input's channels and a multiple of its size, an image-to-image net's image, nor one of
     one channel, a binary segmentation's logits maybe (which cannot be declared class scores),
-    nor one of many channels, which may be a segmentation's logits). Without data
-    their range would come from inputs distilled to match the batch norms, which set nothing
-    of what a regression head gives real inputs (hunt9's raw grid head: its size channels
-    were clipped where synthetic inputs stopped, far below the converter). An integer or bool
-    output (an argmax, a comparison) is none: it is not quantized."""
+    nor one of many channels, which may be a segmentation's logits), or such values joined to
+    others. Without data their range would come from inputs distilled to match the batch
+    norms, which set nothing of what a regression head gives real inputs (hunt9's raw grid
+    head: clipped where synthetic inputs stopped). An integer or bool output is none."""
     names = output_names(model)
     return [(names[k], n) for k, n in _regression_entries(model, declared).items()]
 
@@ -190,7 +189,7 @@ def _regression_entries(model, declared) -> dict[int, int]:
         if (kind != "values" or n is None or ends_in(out) in BOUNDED_ACTIVATIONS
                 or "float" not in str(out.dtype)):  # an integer or bool output has no range
             continue
-        if n < MIN_CLASSES:
+        if n < MIN_CLASSES or _joins_values(out):
             found[k] = n
         elif (len(tuple(out.shape)) > 2 and 2 <= (out.shape[-1] or 0) < MIN_CLASSES
               and not _image_like(model, out)):
@@ -199,6 +198,13 @@ def _regression_entries(model, declared) -> dict[int, int]:
             if weighed_on_every_path(view_outputs[k]):
                 found[k] = n
     return found
+
+
+def _joins_values(out) -> bool:
+    """Whether ``out`` concatenates a few unbounded values with others (hunt12: probabilities
+    and a box in pixels, taken for logits; the box's range then came from synthetic inputs)."""
+    return any(ends_in(p) not in BOUNDED_ACTIVATIONS and (_entries(p) or MIN_CLASSES)
+               < MIN_CLASSES for p in concatenated(out))
 
 
 def _image_like(model, out) -> bool:
