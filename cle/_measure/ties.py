@@ -172,7 +172,7 @@ def tie_floor(model, content: bytes, x: ModelInputs, reference, kinds, seed: int
     A sigmoid output of shape ``(N, units)`` (a binary classifier's one unit, checked as
     values, or independent labels) ties where a unit reads 0.5: its noise is largest
     there, where the sigmoid is steepest, and a check whose inputs all read near 0 or 1
-    claimed 48 dB against 41 on new inputs (hunt11's siamese pair)."""
+    claimed several dB above the figure of new inputs (hunt11's siamese pair, CHANGELOG)."""
     out = []
     for k, (ref, kind) in enumerate(zip(reference, kinds)):
         ref = np.asarray(ref, np.float64)
