@@ -60,8 +60,8 @@ def unconvertible_layers(model) -> list[str]:
     """The layers of ``model`` (nested ones included) that TF Lite's converter cannot turn into
     builtin INT8 ops on this backend, each as ``"'name' (Class): why"``: recurrent layers
     that are not unrolled (on the TensorFlow backend their loop becomes TensorList ops, which
-    the converter refuses), every recurrent layer on the other backends (their export holds
-    uint32 tensors the converter refuses, unrolled or not), 3-D pooling (no builtin op),
+    the converter refuses; on JAX, since the export holds the weights as constants, the
+    calibration dies on it), 3-D pooling (no builtin op),
     lookup tables (``IntegerLookup``, ``StringLookup``, ``TextVectorization``), and
     layers that compute in float16 or bfloat16 (a mixed-precision policy) or in float64 (one
     entry for each such type), and the operations of :func:`unconvertible_operations`.
@@ -72,15 +72,18 @@ def unconvertible_layers(model) -> list[str]:
     found = []
     for layer in [model, *sublayers(model)]:
         kind = type(layer).__name__
-        if isinstance(layer, keras.layers.RNN) and (not tensorflow or not layer.unroll):
-            why = ("a recurrent layer that is not unrolled becomes a TensorList loop, which "
-                   "TF Lite's builtin INT8 ops cannot hold; build it with unroll=True (a fixed "
-                   "sequence length) and set its weights" if tensorflow else
-                   f"the {keras.backend.backend()} backend's export of a recurrent layer holds "
-                   "uint32 tensors TF Lite's converter refuses; convert on the TensorFlow "
-                   "backend (KERAS_BACKEND=tensorflow) with unroll=True")
+        if isinstance(layer, keras.layers.RNN) and not layer.unroll:
+            why = ("a recurrent layer that is not unrolled becomes a loop TF Lite's builtin "
+                   "INT8 ops cannot hold (on TensorFlow TensorList ops the converter refuses, "
+                   "on JAX a loop its calibration dies on); build it with unroll=True (a fixed "
+                   "sequence length) and set its weights")
         elif isinstance(layer, (keras.layers.MaxPooling3D, keras.layers.AveragePooling3D)):
             why = "TF Lite has no builtin 3-D pooling op"
+        elif not tensorflow and _odd_same_transpose(layer):
+            why = ("a transposed convolution of padding 'same' whose kernel is its stride + 1, "
+                   "which TF Lite's converter writes wrong from the JAX export (its float file "
+                   "is 2 larger, its INT8 kernel refuses it); convert on the TensorFlow backend "
+                   "(KERAS_BACKEND=tensorflow), or make the kernel the stride or stride + 2")
         elif getattr(layer, "data_format", None) == "channels_first" and (
                 isinstance(layer, _CONV_1D) if tensorflow else isinstance(layer, _POOL_1D)):
             why = ("a channels_first 1-D convolution, which TF Lite's converter cannot write "
@@ -126,6 +129,17 @@ def unconvertible_layers(model) -> list[str]:
                      "TF Lite's converter cannot read; give cle the float model as it was "
                      "before model.quantize")
     return found + unconvertible_operations(model)
+
+
+def _odd_same_transpose(layer) -> bool:
+    """A ``Conv1DTranspose``/``Conv2DTranspose`` of padding "same" with an axis whose kernel
+    is its stride + 1, stride 2 or more (measured on kernels 2 to 5, strides 1 to 3: (3, 2)
+    and (4, 3) failed, every other pair converted; helper-43's JAX sweep)."""
+    if not isinstance(layer, (keras.layers.Conv1DTranspose, keras.layers.Conv2DTranspose)) \
+            or layer.padding != "same":
+        return False
+    return any(s > 1 and k == s + 1 for k, s in zip(np.atleast_1d(layer.kernel_size),
+                                                     np.atleast_1d(layer.strides)))
 
 
 def _named(layers) -> str:
