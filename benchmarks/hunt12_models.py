@@ -49,18 +49,8 @@ def _cached(name, train):
 
 
 def _cached_weights(name, make, train):
-    """``make()`` with the weights ``train(model)`` gave it, cached as ``.weights.h5``."""
-    path = os.path.join(ZM.cache_dir(), "hunt12", name + ".weights.h5")
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    model = make()
-    if os.path.exists(path):
-        model.load_weights(path)
-    else:
-        train(model)
-        tmp = path[:-len(".weights.h5")] + f".{os.getpid()}.weights.h5"
-        model.save_weights(tmp)
-        os.replace(tmp, path)
-    return model
+    """hunt9's weights cache, in the folder ``hunt12``."""
+    return H9._cached_weights(name, make, train, folder="hunt12")
 
 
 def _quadrant(box):

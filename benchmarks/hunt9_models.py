@@ -81,15 +81,16 @@ def _cached(name, train):
     return ZM._cached(os.path.join("hunt9", name), train)
 
 
-def _path(name, ext):
-    path = os.path.join(ZM.cache_dir(), "hunt9", name + ext)
+def _path(name, ext, folder="hunt9"):
+    path = os.path.join(ZM.cache_dir(), folder, name + ext)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     return path
 
 
-def _cached_weights(name, make, train):
-    """``make()`` with the weights ``train(model)`` gave it, cached as ``.weights.h5``."""
-    path = _path(name, ".weights.h5")
+def _cached_weights(name, make, train, folder="hunt9"):
+    """``make()`` with the weights ``train(model)`` gave it, cached as ``.weights.h5`` (in the
+    zoo cache's ``folder``)."""
+    path = _path(name, ".weights.h5", folder)
     model = make()
     if os.path.exists(path):
         model.load_weights(path)
