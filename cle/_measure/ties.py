@@ -176,16 +176,16 @@ def tie_floor(model, content: bytes, x: ModelInputs, reference, kinds, seed: int
     out = []
     for k, (ref, kind) in enumerate(zip(reference, kinds)):
         ref = np.asarray(ref, np.float64)
+        ties, p = None, None
         if kind != "values" and softmax_probabilities(ref):
-            ties = _ties(model, x, k, ref, seed)[0]
+            ties, p = _ties(model, x, k, ref, seed)  # the float outputs there as they are
         elif sigmoids and sigmoids[k] and ref.ndim == 2 and len(ref) >= 2:
-            ties = _sigmoid_ties(model, x, k, ref, seed)
-        else:
-            ties = None
+            ties = _sigmoid_ties(model, x, k, ref, seed)  # read as two classes: run again
         if ties is None:
             out.append(0.0)
             continue
-        p = np.asarray(outputs_once({}, model, ties)[k], np.float64)
+        if p is None:
+            p = np.asarray(outputs_once({}, model, ties)[k], np.float64)
         q = np.asarray(outputs_once({}, content, ties)[k], np.float64)
         out.append(UNSEEN_TIES * float(np.mean(np.sum((p - q) ** 2, axis=1))))
     return out

@@ -17,9 +17,7 @@ _NO_BITWISE = ("on the TensorFlow backend Keras computes it on floats with a Bit
                "that -0 ranks below +0), which TF Lite's builtin ops do not have")
 _XLA_CALL = ("the JAX export keeps it as an XLA call, which TF Lite's converter cannot read")
 _EXACT_GELU = ("the JAX export writes exact GELU's erf as a polynomial of selects, whose INT8 "
-               "file TF Lite's runtime aborts on (the process dies); use "
-               "gelu(approximate=True), a tanh TF Lite holds, or convert on the TensorFlow "
-               "backend (KERAS_BACKEND=tensorflow), where exact GELU is one builtin op")
+               "file TF Lite's runtime aborts on (the process dies)")
 #: Keras operations (``keras.ops``, not layers) TF Lite's converter cannot write in builtin
 #: INT8 ops, by backend and class, each with why; measured on the converter this package pins
 #: (tests/test_unconvertible.py fails when a newer one writes any of them).
@@ -32,7 +30,9 @@ UNCONVERTIBLE_OPERATIONS = {
 _WAY_AROUND = {"Argmax": "end the model before it and take the argmax of the .tflite's output",
                "Argmin": "end the model before it and take the argmin of the .tflite's output",
                "Erf": "use keras.activations.gelu, which TF Lite has, or a tanh approximation",
-               "Gelu": ""}  # its why says it
+               "Gelu": "use gelu(approximate=True), a tanh TF Lite holds, or convert on the "
+                       "TensorFlow backend (KERAS_BACKEND=tensorflow), where exact GELU is one "
+                       "builtin op"}
 
 
 #: Preprocessing layers that look values up in a table (a hash table on every backend).
@@ -99,7 +99,7 @@ def unconvertible_layers(model) -> list[str]:
             why = ("a lookup table, which TF Lite's builtin INT8 ops do not have; map the "
                    "values to indices before the model and feed those")
         elif not tensorflow and activation_name(getattr(layer, "activation", None)) == "gelu":
-            why = f"its activation is exact GELU: {_EXACT_GELU}"
+            why = f"its activation is exact GELU: {_EXACT_GELU}; {_WAY_AROUND['Gelu']}"
         elif whys := _traced_refusals(layer):
             why = "; ".join(whys)
         else:
@@ -230,14 +230,17 @@ def _traced_refusals(layer) -> list[str]:
         operations = keras.Model(inp, fn(inp, **kwargs)).operations
     except Exception:  # noqa: BLE001 - a function that cannot be traced: the converter says
         return []
-    return [f"its function computes keras.ops.{_snake(kind)}: {table[kind]}"
-            for kind in dict.fromkeys(type(op).__name__ for op in operations)
-            if kind in table and not (kind == "Gelu" and _approximate(operations, kind))]
+    return [f"its function computes keras.ops.{_snake(kind)}: {table[kind]}; "
+            + _WAY_AROUND.get(kind, "compute it outside the model")
+            for kind in dict.fromkeys(type(op).__name__ for op in operations
+                                      if _refused(op, table))]
 
 
-def _approximate(operations, kind) -> bool:
-    return all(getattr(op, "approximate", False) for op in operations
-               if type(op).__name__ == kind)
+def _refused(op, table) -> bool:
+    """Whether ``table`` (:data:`UNCONVERTIBLE_OPERATIONS` of this backend) refuses the plain
+    operation ``op``: its class is listed, and a GELU is exact (the tanh form converts)."""
+    return (not isinstance(op, keras.layers.Layer) and type(op).__name__ in table
+            and not getattr(op, "approximate", False))
 
 
 def unconvertible_operations(model) -> list[str]:
@@ -252,8 +255,7 @@ def unconvertible_operations(model) -> list[str]:
     for function in _functions(model):
         for op in function.operations:
             kind = type(op).__name__
-            if isinstance(op, keras.layers.Layer) or kind not in table or (
-                    kind == "Gelu" and op.approximate):
+            if not _refused(op, table):
                 continue
             if kind in ("Argmax", "Argmin") and keras.backend.backend() == "tensorflow":
                 dtypes = [str(t.dtype) for node in inbound_nodes(op)
@@ -261,8 +263,7 @@ def unconvertible_operations(model) -> list[str]:
                 if dtypes and not any("float" in d for d in dtypes):
                     continue
             way = _WAY_AROUND.get(kind, "compute it outside the model")
-            found.append(f"'{op.name}' (keras.ops.{_snake(kind)}): {table[kind]}"
-                         + (f"; {way}" if way else ""))
+            found.append(f"'{op.name}' (keras.ops.{_snake(kind)}): {table[kind]}; {way}")
     return found
 
 
