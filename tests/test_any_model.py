@@ -822,7 +822,7 @@ def test_frozen_layers_and_non_trainable_weights_are_constants_in_the_file():
 
 def test_a_range_float32_cannot_hold_is_refused_naming_its_tensor():
     """TF Lite's quantizer died (a segmentation fault) on a min/max beyond float32, which an
-    overflow in the float model gives (on JAX the polynomial of exact GELU's erf reached
+    overflow in the float model gives (on JAX the polynomial of an exact GELU's erf reached
     4e38): a ValueError naming the tensor instead."""
     from cle._tflite.converter import TensorRange, with_ranges
 

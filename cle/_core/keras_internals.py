@@ -191,7 +191,7 @@ __all__ = ["ADD_OP", "MULTIPLY_OP", "built_input_shape", "inbound_nodes", "is_fu
            "lambda_copy",
            "nodes_by_depth", "not_compiled", "outbound_nodes", "output_position", "producer_of",
            "nn_operation", "sequential_graph", "sublayers", "takes_training",
-           "unsafe_deserialization"]
+           "tanh_gelu_on_jax", "unsafe_deserialization"]
 
 
 def nn_operation(op) -> str | None:
@@ -204,3 +204,32 @@ def nn_operation(op) -> str | None:
     """
     cls = type(op)
     return cls.__name__ if cls.__module__ == "keras.src.ops.nn" else None
+
+
+@contextlib.contextmanager
+def tanh_gelu_on_jax():
+    """On the JAX backend, every GELU Keras computes within the block is its tanh form
+    (``approximate=True``), whatever the caller asked: ``keras.activations.gelu``,
+    ``Activation("gelu")``, ``keras.ops.gelu`` all end in the JAX backend's ``nn.gelu``,
+    which is swapped for the block (process-wide; restored afterwards). Elsewhere, nothing.
+
+    Public replacement: none; Keras has no switch for the form of a GELU it computes
+    (``keras.src.backend.jax.nn.gelu``).
+    """
+    import keras
+
+    if keras.backend.backend() != "jax":
+        yield
+        return
+    from keras.src.backend.jax import nn as jax_nn
+
+    exact = jax_nn.gelu
+
+    def tanh_form(x, approximate=True):
+        return exact(x, True)
+
+    jax_nn.gelu = tanh_form
+    try:
+        yield
+    finally:
+        jax_nn.gelu = exact

@@ -208,8 +208,7 @@ def quantize_checked(model, calibration_data, opts: QuantizeOptions, progress=No
         report = check_build(model, build, say, plain, choice)
     if build.calibration == "synthetic":
         _synthetic.refuse_far_file(report.outputs)
-    if traced:
-        report.warnings.insert(0, traced)
+    report.warnings[:0] = [w for w in (traced, tflite.tanh_gelu_note(model)) if w]
     if builds is not None:
         builds.append(build)
     if device:

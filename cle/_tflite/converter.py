@@ -34,7 +34,8 @@ from cle._tflite.export import (  # noqa: F401  (read as converter's by callers)
     export_batch, export_shapes, fixed_sizes, quiet, read_exported, shared_exports,
     static_batch, traced_batch)
 from cle._tflite.convertible import (  # noqa: F401  (read as converter's by callers)
-    check_convertible, check_tflite_backend, converter_refusal, unconvertible_layers)
+    check_convertible, check_tflite_backend, converter_refusal, tanh_gelu_note,
+    unconvertible_layers)
 from cle._tflite.runtime import input_details_by_name, interpreter, keras_output_order
 
 # Values kept per tensor to choose its range (a uniform sample of all positions of all

@@ -10,29 +10,24 @@ import numpy as np
 
 from cle._core.semantics import activation_name
 
-__all__ = ["check_convertible", "check_tflite_backend", "converter_refusal",
-           "unconvertible_layers", "unconvertible_operations"]
+__all__ = ["check_convertible", "check_tflite_backend", "converter_refusal", "exact_gelus",
+           "tanh_gelu_note", "unconvertible_layers", "unconvertible_operations"]
 
 _NO_BITWISE = ("on the TensorFlow backend Keras computes it on floats with a BitwiseAnd (so "
                "that -0 ranks below +0), which TF Lite's builtin ops do not have")
 _XLA_CALL = ("the JAX export keeps it as an XLA call, which TF Lite's converter cannot read")
-_EXACT_GELU = ("the JAX export writes exact GELU's erf as a polynomial of selects, whose INT8 "
-               "file TF Lite's runtime aborts on (the process dies)")
 #: Keras operations (``keras.ops``, not layers) TF Lite's converter cannot write in builtin
 #: INT8 ops, by backend and class, each with why; measured on the converter this package pins
 #: (tests/test_unconvertible.py fails when a newer one writes any of them).
 UNCONVERTIBLE_OPERATIONS = {
     "tensorflow": {"Argmax": _NO_BITWISE, "Argmin": _NO_BITWISE,
                    "Erf": "TF Lite has no builtin erf"},
-    "jax": {"TopK": _XLA_CALL, "Sort": _XLA_CALL, "Erf": _XLA_CALL, "Gelu": _EXACT_GELU,
+    "jax": {"TopK": _XLA_CALL, "Sort": _XLA_CALL, "Erf": _XLA_CALL,
             "Norm": "the JAX export of it fails, and TF Lite's converter with it"},
 }
 _WAY_AROUND = {"Argmax": "end the model before it and take the argmax of the .tflite's output",
                "Argmin": "end the model before it and take the argmin of the .tflite's output",
-               "Erf": "use keras.activations.gelu, which TF Lite has, or a tanh approximation",
-               "Gelu": "use gelu(approximate=True), a tanh TF Lite holds, or convert on the "
-                       "TensorFlow backend (KERAS_BACKEND=tensorflow), where exact GELU is one "
-                       "builtin op"}
+               "Erf": "use keras.activations.gelu, which TF Lite has, or a tanh approximation"}
 
 
 #: Preprocessing layers that look values up in a table (a hash table on every backend).
@@ -98,8 +93,6 @@ def unconvertible_layers(model) -> list[str]:
         elif isinstance(layer, _LOOKUPS):
             why = ("a lookup table, which TF Lite's builtin INT8 ops do not have; map the "
                    "values to indices before the model and feed those")
-        elif not tensorflow and activation_name(getattr(layer, "activation", None)) == "gelu":
-            why = f"its activation is exact GELU: {_EXACT_GELU}; {_WAY_AROUND['Gelu']}"
         elif whys := _traced_refusals(layer):
             why = "; ".join(whys)
         else:
@@ -208,12 +201,22 @@ def _functions(model) -> list:
 
 def _traced_refusals(layer) -> list[str]:
     """What :data:`UNCONVERTIBLE_OPERATIONS` says of the operations inside a ``Lambda``'s
-    function or a Python-function activation, which no graph shows: the function traced on
-    symbolic inputs of the shapes the layer is called on (nothing when it cannot be traced).
-    On JAX an exact GELU there made the process die in TF Lite's runtime."""
+    function or a Python-function activation, which no graph shows (:func:`_traced`)."""
+    table = UNCONVERTIBLE_OPERATIONS.get(keras.backend.backend(), {})
+    if not table:
+        return []
+    return [f"its function computes keras.ops.{_snake(kind)}: {table[kind]}; "
+            + _WAY_AROUND.get(kind, "compute it outside the model")
+            for kind in dict.fromkeys(type(op).__name__ for op in _traced(layer)
+                                      if _refused(op, table))]
+
+
+def _traced(layer) -> list:
+    """The operations of a ``Lambda``'s function or a Python-function activation: the
+    function traced on symbolic inputs of the shapes the layer is called on (nothing when it
+    cannot be traced, or for any other layer)."""
     from cle._core.keras_internals import inbound_nodes
 
-    table = UNCONVERTIBLE_OPERATIONS.get(keras.backend.backend(), {})
     if isinstance(layer, keras.layers.Lambda):
         fn, kwargs = layer.function, dict(layer.arguments or {})
     elif isinstance(layer, keras.layers.Activation) and getattr(
@@ -222,25 +225,49 @@ def _traced_refusals(layer) -> list[str]:
     else:
         return []
     nodes = inbound_nodes(layer)
-    if not table or not nodes or len(nodes[0].input_tensors) != 1:
+    if not nodes or len(nodes[0].input_tensors) != 1:
         return []
     spec = nodes[0].input_tensors[0]
     try:
         inp = keras.Input(batch_shape=tuple(spec.shape), dtype=spec.dtype)
-        operations = keras.Model(inp, fn(inp, **kwargs)).operations
+        return keras.Model(inp, fn(inp, **kwargs)).operations
     except Exception:  # noqa: BLE001 - a function that cannot be traced: the converter says
         return []
-    return [f"its function computes keras.ops.{_snake(kind)}: {table[kind]}; "
-            + _WAY_AROUND.get(kind, "compute it outside the model")
-            for kind in dict.fromkeys(type(op).__name__ for op in operations
-                                      if _refused(op, table))]
 
 
 def _refused(op, table) -> bool:
     """Whether ``table`` (:data:`UNCONVERTIBLE_OPERATIONS` of this backend) refuses the plain
-    operation ``op``: its class is listed, and a GELU is exact (the tanh form converts)."""
-    return (not isinstance(op, keras.layers.Layer) and type(op).__name__ in table
-            and not getattr(op, "approximate", False))
+    operation ``op`` (not a layer): its class is listed."""
+    return not isinstance(op, keras.layers.Layer) and type(op).__name__ in table
+
+
+def _exact_gelu(op) -> bool:
+    return type(op).__name__ == "Gelu" and not getattr(op, "approximate", True)
+
+
+def exact_gelus(model) -> list[str]:
+    """The names of ``model``'s layers and plain operations (nested ones included) that
+    compute an exact GELU (Keras' default: ``Activation("gelu")``, ``activation="gelu"``,
+    ``keras.activations.gelu``, ``keras.ops.gelu(x, approximate=False)``, also inside a
+    ``Lambda`` or a Python-function activation)."""
+    from cle._core.keras_internals import sublayers
+
+    found = [layer.name for layer in sublayers(model)
+             if activation_name(getattr(layer, "activation", None)) == "gelu"
+             or any(_exact_gelu(op) for op in _traced(layer))]
+    return found + [op.name for function in _functions(model) for op in function.operations
+                    if _exact_gelu(op)]
+
+
+def tanh_gelu_note(model) -> str | None:
+    """What the report says on JAX of a model with exact GELUs (:func:`exact_gelus`): the
+    file holds their tanh form (:data:`cle._tflite.export.TANH_GELU`); else None."""
+    if keras.backend.backend() != "jax" or not (names := exact_gelus(model)):
+        return None
+    return (f"exact GELU ({', '.join(names[:5])}{', ...' if len(names) > 5 else ''}) is written "
+            "in its tanh form, gelu(approximate=True), which differs from it by under 5e-4: "
+            "JAX's export of the exact form (its erf as a polynomial of selects) made TF Lite's "
+            "runtime abort on the INT8 file; the check compares the file with the exact model")
 
 
 def unconvertible_operations(model) -> list[str]:
