@@ -65,13 +65,12 @@ INTERVAL = 0.9
 BOOTSTRAP = 2000
 #: Fewer inputs than this get no interval.
 MIN_INTERVAL = 4
-
-
 #: An interval narrower than this (dB): every check input read the same figure (said).
 FLAT_DB = 0.05
 #: An output (or one entry of a value vector) whose SQNR is under this follows the float model
-#: too little for its figure to be read as a small error: the report says so.
-POOR_DB = 10.0
+#: too little for its figure to be read as a small error (class scores: and their top-1
+#: agreement under POOR_TOP1, so a well-separated classifier's scores pass): the report says so.
+POOR_DB, POOR_TOP1 = 10.0, 0.9
 #: Value vectors of at most this many entries are also checked entry by entry.
 MAX_ENTRIES = 64
 #: Entries (of an output, or features of a vector input) whose values span less than the
@@ -505,21 +504,22 @@ def _entries_apart(spans, few) -> float:
 
 
 def poor_outputs(reference, test, names, kinds) -> list[str]:
-    """A sentence for each value output the file follows poorly (SQNR under :data:`POOR_DB`;
-    class scores are read by their top-1 agreement), and for each value vector of 2 to
+    """A sentence for each output the file follows poorly (SQNR under :data:`POOR_DB`; class
+    scores: and top-1 agreement under :data:`POOR_TOP1`), and for each value vector of 2 to
     :data:`MAX_ENTRIES` entries whose figure hides entries under it, with the cause when their
     values span far less than the widest entry's (:data:`SPREAD`): one 8-bit range holds the
     whole output."""
     out = []
     for ref, y, name, kind in zip(reference, test, names, kinds):
-        if kind != "values":
-            continue
         ref, y = np.asarray(ref, np.float64), np.asarray(y, np.float64)
-        whole = _sqnr(ref, y)
-        if math.isfinite(whole) and whole < POOR_DB:
-            out.append(f"output '{name}': the file follows it poorly ({whole:.1f} dB SQNR "
-                       "against the float model); check it on your own inputs before use")
-        if ref.ndim != 2 or not 1 < ref.shape[1] <= MAX_ENTRIES:
+        whole, scores = _sqnr(ref, y), kind != "values" and ref.shape[-1] > 1
+        agree = np.mean(ref.argmax(-1) == y.argmax(-1)) if scores else 0.0
+        if math.isfinite(whole) and whole < POOR_DB and agree < POOR_TOP1:
+            top1 = f", top-1 agreement {100 * agree:.0f} %" if scores else ""
+            out.append(f"output '{name}': the file follows it poorly ({whole:.1f} dB SQNR{top1} "
+                       "against the float model): check it on your own inputs before use "
+                       "('cle analyze' shows which layers lose it)")
+        if kind != "values" or ref.ndim != 2 or not 1 < ref.shape[1] <= MAX_ENTRIES:
             continue
         dbs = [_sqnr(ref[:, j], y[:, j]) for j in range(ref.shape[1])]
         poor = [j for j, db in enumerate(dbs) if math.isfinite(db) and db < POOR_DB]
