@@ -479,9 +479,6 @@ def test_an_output_listed_twice_or_the_input_returned_is_quantized(outputs):
     assert "nan" not in report.summary()
 
 
-@tensorflow_only("on JAX the export of a net whose input size is free computes its shapes in "
-                 "the graph, and the pairing of its float and INT8 operators stops on them "
-                 "(a ValueError; CHANGELOG, known issues)")
 def test_analyze_and_tune_a_net_whose_input_size_is_free():
     """A fully convolutional net on ``Input((None, None, 1))``: the file's placeholder input
     is 1×1, and the simulation that ``cle.analyze`` and ``tune=True`` run was probed at that
