@@ -560,6 +560,49 @@ def test_an_output_a_nested_model_makes_ends_as_that_models_output():
     assert C.output_kinds(model) == ["probabilities", "values", "probabilities"]
 
 
+def test_a_log_softmax_output_is_class_scores(net, data):
+    """An output ending in a log_softmax (log-probabilities, trained with a loss from logits)
+    is class scores checked as logits: it was values, refused without data as a regression
+    head's (hunt13's log_softmax_out), and its logits were not widened as a softmax's."""
+    from cle._quantize.ranges import LOGITS as WIDENED_LOGITS
+
+    inp = keras.Input((8,))
+    model = keras.Model(inp, [L.Activation("log_softmax", name="a")(L.Dense(5)(inp)),
+                              L.Dense(4, activation="log_softmax", name="b")(inp),
+                              L.Dense(1, activation="log_softmax", name="one")(inp)])
+    assert C.output_kinds(model) == ["logits", "logits", "values"]
+    assert C.guessed_scores(model) == ["logits", "logits", "values"]
+    assert C.output_kinds(model, {"a": "values"})[0] == "values"
+    assert C.undeclared_scores(model) == []
+    logsm = keras.Model(net.input, L.Activation("log_softmax", name="logp")(net.output))
+    _, report = cle.quantize(logsm, input_range=(-1.0, 1.0))  # was refused: NeedsData
+    assert report.outputs[0].kind == "logits" and 0.0 <= report.outputs[0].top1_agreement <= 1
+    _, report = cle.quantize(logsm, data)
+    assert report.outputs[0].kind == "logits" and "top-1 agreement" in report.summary()
+    widened = [r for r in report.ranges if r.how == WIDENED_LOGITS]
+    assert len(widened) == 1 and widened[0].hi > widened[0].calibrated[1], report.ranges
+
+
+def test_an_average_of_class_scores_is_class_scores(net, data):
+    """An ensemble's ``Average`` of softmax outputs is probabilities (it was values, refused
+    without data as a regression head's: hunt13's ensemble_avg); an average of a softmax and
+    anything else is not."""
+    inp = keras.Input((8,))
+    soft = [L.Dense(5, activation="softmax")(inp) for _ in range(3)]
+    model = keras.Model(inp, [L.Average(name="mean")(soft),
+                              L.Average(name="mixed")([soft[0], L.Dense(5)(inp)]),
+                              L.Average(name="tags")([L.Dense(3, activation="sigmoid")(inp)] * 2)])
+    assert C.ends_in(model.outputs[0]) == "softmax"
+    assert C.output_kinds(model) == ["probabilities", "values", "probabilities"]
+    assert C.guessed_scores(model) == ["probabilities", "values", "values"]
+    members = [L.Softmax()(L.Dense(10, name=f"m{k}")(L.GlobalAveragePooling2D()(
+        net.layers[-3].output))) for k in range(2)]
+    ensemble = keras.Model(net.input, L.Average(name="photo")(members))
+    _, report = cle.quantize(ensemble, input_range=(-1.0, 1.0))  # was refused: NeedsData
+    assert report.outputs[0].kind == "probabilities"
+    assert 0.0 <= report.outputs[0].top1_agreement <= 1
+
+
 class _OwnLoss(keras.losses.Loss):
     def call(self, y_true, y_pred):
         return keras.ops.mean(keras.ops.abs(y_true - y_pred))

@@ -185,7 +185,8 @@ def _quantize_data_options(p, calibration_help):
                    metavar="OUTPUT=KIND",
                    help="classes or values: what an output holds, where the model does not "
                         "show it (repeat it per output). Class scores get a top-1 agreement: "
-                        "outputs ending in a softmax or a sigmoid over two entries or more, "
+                        "outputs ending in a softmax, a log_softmax or a sigmoid over two "
+                        "entries or more, "
                         "and those declared classes (e.g. linear logits), here or by the "
                         "loss a .keras file was compiled with (a cross-entropy from logits); "
                         "the rest get their SQNR only")

@@ -27,8 +27,8 @@ import keras
 
 from cle._core import keras_internals as internals
 
-__all__ = ["Call", "GraphView", "Tensor", "calls_leading_to", "check_readable", "concatenated",
-           "graph_view",
+__all__ = ["Call", "GraphView", "Tensor", "averaged", "calls_leading_to", "check_readable",
+           "concatenated", "graph_view",
            "inner_function", "is_plain_call", "is_sequential", "local_view", "rebuilt_view",
            "run_call", "takes_training", "unreadable_error", "weighed_on_every_path"]
 
@@ -445,8 +445,18 @@ def weighed_on_every_path(tensor) -> bool:
 def concatenated(tensor) -> list:
     """The symbolic tensors a ``Concatenate`` layer joined into ``tensor`` (none when another
     operation made it)."""
+    return _merged(tensor, keras.layers.Concatenate)
+
+
+def averaged(tensor) -> list:
+    """The symbolic tensors an ``Average`` layer averaged into ``tensor`` (none when another
+    operation made it)."""
+    return _merged(tensor, keras.layers.Average)
+
+
+def _merged(tensor, kind) -> list:
     layer = internals.producer_of(tensor)
-    if not isinstance(layer, keras.layers.Concatenate):
+    if not isinstance(layer, kind):
         return []
     return next((list(n.input_tensors) for n in internals.inbound_nodes(layer)
                  if any(t is tensor for t in n.output_tensors)), [])

@@ -3,7 +3,8 @@
 Every output gets its SQNR against the float model's; an output of class scores also gets its
 top-1 agreement (the share of samples, or of pixels, whose highest score is the float
 model's). An output counts as class scores when it ends in a softmax (over its last axis) or
-a sigmoid (any rank, two classes or more), when the caller declares it so
+a sigmoid (any rank, two classes or more), in a log_softmax (two classes or more: checked as
+logits, its log-probabilities as they are), when the caller declares it so
 (``output_kinds={name: "classes"}``, ``--output-kind NAME=classes``), or when the model was
 compiled with a cross-entropy over its classes from logits (:mod:`cle._measure.losses`);
 anything else (a regression value, box or landmark coordinates, an image, and a linear vector
@@ -27,12 +28,14 @@ import keras
 import numpy as np
 
 from cle._core import keras_internals as internals
+from cle._core.graph import averaged
 from cle._math.json_numbers import EXACT, ZERO_FLOAT, sqnr_label, sqnr_span
 from cle._math.json_numbers import json_number  # noqa: F401 (here before)
 from cle._measure import losses as _losses
 from cle._measure.ties import (CLOSE_LEAD, agreement, close_calls,  # noqa: F401 (here before)
                                idle_top1)
 from cle._measure import tails as _tails
+from cle._measure.input_range import SPREAD, spread_inputs
 
 __all__ = ["EXACT", "MIN_CLASSES", "OutputCheck", "ZERO_FLOAT", "check_outputs", "close_calls",
            "compare_verdict", "compiled_kinds", "declared_kinds", "ends_in", "sqnr_gain",
@@ -45,6 +48,9 @@ __all__ = ["EXACT", "MIN_CLASSES", "OutputCheck", "ZERO_FLOAT", "check_outputs",
 MIN_CLASSES = 10
 #: Activations whose output, over two classes or more, is class scores.
 SCORE_ACTIVATIONS = ("softmax", "sigmoid")
+#: Activations whose output, over two classes or more, is the logarithm of class scores (a
+#: log_softmax's log-probabilities): class scores, checked as logits are.
+LOG_SCORE_ACTIVATIONS = ("log_softmax",)
 #: Fewer check inputs than this give rough figures (said in the report).
 MIN_RELIABLE = 16
 #: The two halves of the check inputs disagreeing by more SQNR than this: rough figures.
@@ -73,9 +79,6 @@ FLAT_DB = 0.05
 POOR_DB, POOR_TOP1 = 10.0, 0.9
 #: Value vectors of at most this many entries are also checked entry by entry.
 MAX_ENTRIES = 64
-#: Entries (of an output, or features of a vector input) whose values span less than the
-#: widest one's over this factor get a few steps or none of one 8-bit range for the tensor.
-SPREAD = 2.0 ** 7
 
 
 def _activation_name(layer):
@@ -96,8 +99,12 @@ def ends_in(out) -> str:
     """The activation that makes the output tensor ``out`` ("" for none): a softmax over
     another axis than the last (the classes of a per-position output stand elsewhere) is
     "softmax, not last axis", which top-1 agreement, read along the last axis, cannot use.
-    An output a nested model makes ends as that model's output does."""
+    An output a nested model makes ends as that model's output does, and an ``Average`` of
+    outputs that all end in the same softmax or sigmoid ends in it too."""
     producer, out = _maker(out)
+    endings = {ends_in(t) for t in averaged(out)}  # an ensemble's mean of its members' scores
+    if len(endings) == 1 and endings <= set(SCORE_ACTIVATIONS):
+        return endings.pop()
     if isinstance(producer, keras.layers.Softmax):
         axes = [producer.axis] if isinstance(producer.axis, int) else list(producer.axis)
         rank = len(tuple(out.shape))
@@ -134,7 +141,7 @@ def compiled_kinds(model, loss=None) -> dict[int, str]:
 def _told(out, kind) -> bool:
     ending = ends_in(out)
     if kind == "values":
-        return ending != "softmax"
+        return ending not in ("softmax",) + LOG_SCORE_ACTIVATIONS
     return _classes(out) >= 2 and ending not in SCORE_ACTIVATIONS
 
 
@@ -166,7 +173,8 @@ def output_kinds(model, declared=None) -> list[str]:
     output ending in a softmax or a sigmoid over two entries or more is probabilities, an
     output ``declared`` (``{name: "classes" | "values"}``), or whose compiled loss tells
     (:func:`declared_kinds`), is what it says (class scores without such an ending are
-    logits), anything else is values."""
+    logits), one ending in a log_softmax over two entries or more is logits
+    (:data:`LOG_SCORE_ACTIVATIONS`), anything else is values."""
     given = declared_kinds(model, declared)
     kinds = []
     for k, out in enumerate(model.outputs):
@@ -175,7 +183,8 @@ def output_kinds(model, declared=None) -> list[str]:
             kinds.append("values")
         elif _classes(out) >= 2 and ending in SCORE_ACTIVATIONS:
             kinds.append("probabilities")
-        elif given.get(k) == "classes":
+        elif given.get(k) == "classes" or (_classes(out) >= 2
+                                           and ending in LOG_SCORE_ACTIVATIONS):
             kinds.append("logits")
         else:
             kinds.append("values")
@@ -205,7 +214,7 @@ def guessed_scores(model, declared=None) -> list[str]:
     """Per output, what the distillation without data pushes inputs towards:
     ``"probabilities"`` (a softmax, any rank, two classes or more), ``"logits"`` (a linear
     vector of at least :data:`MIN_CLASSES` entries, or of two or more that ``declared`` or the
-    compiled loss calls class scores) or ``"values"`` (nothing; so for any output declared or
+    compiled loss calls class scores, or that ends in a log_softmax) or ``"values"`` (nothing; so for any output declared or
     compiled as values, which is then checked as values and, without data, may be refused)."""
     given = declared_kinds(model, declared)
     guess = []
@@ -214,8 +223,9 @@ def guessed_scores(model, declared=None) -> list[str]:
             guess.append("values")
         elif _classes(out) >= 2 and ends_in(out) == "softmax":
             guess.append("probabilities")
-        elif _linear_vector(out) or (given.get(k) == "classes" and len(tuple(out.shape)) == 2
-                                     and ends_in(out) in ("", "linear")):
+        elif _linear_vector(out) or (len(tuple(out.shape)) == 2 and _classes(out) >= 2 and (
+                ends_in(out) in LOG_SCORE_ACTIVATIONS
+                or (given.get(k) == "classes" and ends_in(out) in ("", "linear")))):
             guess.append("logits")
         else:
             guess.append("values")
@@ -536,26 +546,6 @@ def poor_outputs(reference, test, names, kinds) -> list[str]:
                      "entries similar ranges in the model (e.g. standardized targets, undone "
                      "after the .tflite)")
         out.append(text)
-    return out
-
-
-def spread_inputs(x) -> list[str]:
-    """A sentence for each vector input (``x``: :class:`cle._core.inputs.ModelInputs`) whose
-    features span ranges more than :data:`SPREAD` apart: one 8-bit range for the input leaves
-    the narrow ones a few steps or none (constant features left out)."""
-    out = []
-    for name, a in zip(x.names, x.arrays):
-        if a.ndim != 2 or a.shape[1] < 2:
-            continue
-        spans = np.ptp(np.asarray(a, np.float64), axis=0)
-        varying = spans[spans > 0]
-        if len(varying) > 1 and varying.max() / varying.min() > SPREAD:
-            narrow = int(np.sum(varying < varying.max() / SPREAD))
-            out.append(f"input '{name}': {narrow} of its {a.shape[1]} features span less than "
-                       f"1/{SPREAD:g} of the widest one's range ({varying.min():.3g} against "
-                       f"{varying.max():.3g} on the calibration data), and one 8-bit range for "
-                       "the input leaves them a few steps or none; standardize the features "
-                       "before the model")
     return out
 
 

@@ -51,8 +51,8 @@ from cle._core.graph import graph_view, run_call
 from cle._core.inputs import input_names
 from cle._measure import bn_moments
 
-__all__ = ["CONVENTIONS", "InputRange", "bn_fit", "convention_range", "image_axis",
-           "infer_input_ranges", "natural_images", "natural_inputs", "snap"]
+__all__ = ["CONVENTIONS", "InputRange", "SPREAD", "bn_fit", "convention_range", "image_axis",
+           "infer_input_ranges", "natural_images", "natural_inputs", "snap", "spread_inputs"]
 
 #: Natural-image pixel statistics (ImageNet's, RGB 0..255): mean and *pooled* std.
 PIXEL_MEAN = np.array([0.485, 0.456, 0.406]) * 255.0
@@ -526,4 +526,29 @@ def infer_input_ranges(model, seed: int = 0) -> list[InputRange]:
                       InputRange(name, np.nan, np.nan, f"no preprocessing layer, and {why}",
                                  sure=False))
         out.append(answer)
+    return out
+
+
+#: Features of a vector input (or entries of an output) whose values span less than the widest
+#: one's over this factor get a few steps or none of one 8-bit range for the tensor.
+SPREAD = 2.0 ** 7
+
+
+def spread_inputs(x) -> list[str]:
+    """A sentence for each vector input (``x``: :class:`cle._core.inputs.ModelInputs`) whose
+    features span ranges more than :data:`SPREAD` apart: one 8-bit range for the input leaves
+    the narrow ones a few steps or none (constant features left out)."""
+    out = []
+    for name, a in zip(x.names, x.arrays):
+        if a.ndim != 2 or a.shape[1] < 2:
+            continue
+        spans = np.ptp(np.asarray(a, np.float64), axis=0)
+        varying = spans[spans > 0]
+        if len(varying) > 1 and varying.max() / varying.min() > SPREAD:
+            narrow = int(np.sum(varying < varying.max() / SPREAD))
+            out.append(f"input '{name}': {narrow} of its {a.shape[1]} features span less than "
+                       f"1/{SPREAD:g} of the widest one's range ({varying.min():.3g} against "
+                       f"{varying.max():.3g} on the calibration data), and one 8-bit range for "
+                       "the input leaves them a few steps or none; standardize the features "
+                       "before the model")
     return out

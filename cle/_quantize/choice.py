@@ -117,8 +117,9 @@ PLAIN_SUPPORT = 0.95
 #: by a few dB.
 PLAIN_SCREEN_DB = 2.0
 #: Output endings whose 8-bit output range TF Lite's int8 kernels fix whatever the calibration
-#: (LOGISTIC and SOFTMAX [0, 1), TANH [-1, 1)): new inputs cannot leave it.
-FIXED_OUTPUTS = ("sigmoid", "tanh", "softmax", "softmax, not last axis")
+#: (LOGISTIC and SOFTMAX [0, 1), TANH [-1, 1), LOG_SOFTMAX [-16, 0)): new inputs cannot leave
+#: it.
+FIXED_OUTPUTS = ("sigmoid", "tanh", "softmax", "softmax, not last axis", "log_softmax")
 #: The candidates' names, in order of preference.
 CANDIDATES = ("cle", "cle, min/max ranges", "cle, widened ranges", "plain")
 #: The candidate made only for a model with a value output (:func:`_has_values`), and always

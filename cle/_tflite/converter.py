@@ -372,13 +372,18 @@ def upstream_indices(calibrated: bytes, outputs) -> set:
     return seen
 
 
+#: Ops whose output over their last axis is class scores or their logarithm.
+SCORE_OPS = ("SOFTMAX", "LOG_SOFTMAX")
+
+
 def softmax_outputs(calibrated: bytes) -> set:
-    """The output tensors of the main subgraph that are a SOFTMAX (walking back through ops
-    that only move values around or change their type): class scores, at one position or
-    at each of many."""
+    """The output tensors of the main subgraph that are a SOFTMAX or a LOG_SOFTMAX (walking
+    back through ops that only move values around or change their type): class scores, at
+    one position or at each of many."""
     obj = _object(calibrated)
     producer = _producers(obj)
-    return {int(t) for t in obj.subgraphs[0].outputs if _back(producer, int(t))[0] == "SOFTMAX"}
+    return {int(t) for t in obj.subgraphs[0].outputs
+            if _back(producer, int(t))[0] in SCORE_OPS}
 
 
 #: Ops whose output is their input moved around or retyped (TF Lite gives both one scale).
@@ -414,9 +419,9 @@ def softmax_logits(calibrated: bytes) -> list:
 
 def logit_indices(calibrated: bytes) -> dict:
     """``{tensor: (op, classes)}`` for the tensors that hold the logits of an output's softmax
-    (or sigmoid): the input of the SOFTMAX or LOGISTIC (``op``) an output is (walking back
-    through ops that only move values around or change their type), and back from it through
-    such ops; ``classes``: the size of the softmax's axis (the last), 1 for a sigmoid, and 0
+    (or log_softmax, or sigmoid): the input of the SOFTMAX, LOG_SOFTMAX or LOGISTIC (``op``)
+    an output is (walking back through ops that only move values around or change their
+    type), and back from it through such ops; ``classes``: the size of the softmax's axis (the last), 1 for a sigmoid, and 0
     for a tensor the chain to the softmax is not the only reader of (a model output, or read
     by another op too: what its other readers need is not the softmax's). Not a tensor before
     an output that is a reshape alone (its range is the output's)."""
@@ -429,11 +434,11 @@ def logit_indices(calibrated: bytes) -> dict:
     found = {}
     for t in outputs:
         op, inputs = _back(producer, t)
-        if op not in ("SOFTMAX", "LOGISTIC") or not inputs:
+        if op not in SCORE_OPS + ("LOGISTIC",) or not inputs:
             continue
         t = inputs[0]  # the logits, and back from them past the same ops
         shape = graph.tensors[t].shape
-        classes = int(shape[-1]) if op == "SOFTMAX" and shape is not None and len(shape) else 1
+        classes = int(shape[-1]) if op in SCORE_OPS and shape is not None and len(shape) else 1
         while True:
             alone = readers[t] == 1 and t not in outputs and classes
             found[t] = (op, classes if alone else 0)
