@@ -123,6 +123,27 @@ def test_a_crop_or_resize_before_the_rescaling_is_passed_through(crop):
     assert "Rescaling" not in padded.source
 
 
+def test_an_ensemble_whose_members_rescale_the_input_alike_keeps_the_chain():
+    """hunt13's ensemble: three members each read the input through their own
+    ``Rescaling(1/255)``. The chain took only an input of one reader, so without data the
+    model was refused for an unknown input range. Readers that are one step repeated (one
+    class, one configuration, no weights) are followed as one; different ones are not."""
+    import keras
+
+    def ensemble(second):
+        inp = keras.Input((8, 8, 3))
+        outs = [keras.layers.Conv2D(4, 3)(step)
+                for step in (keras.layers.Rescaling(1 / 255, name="r0")(inp), second(inp))]
+        return keras.Model(inp, keras.layers.Average()(outs))
+
+    (found,) = IR.infer_input_ranges(ensemble(keras.layers.Rescaling(1 / 255, name="r1")))
+    assert (found.lo, found.hi) == (0.0, 255.0) and found.sure, found.source
+    assert found.source in [f"its preprocessing layers (Rescaling '{name}') expect 0..255"
+                            for name in ("r0", "r1")]
+    (mixed,) = IR.infer_input_ranges(ensemble(keras.layers.Rescaling(1 / 127.5, -1.0)))
+    assert "Rescaling" not in mixed.source and not mixed.sure
+
+
 def test_a_nonlinear_path_to_the_first_batch_norm_cannot_tell(zoo):
     (found,) = IR.infer_input_ranges(zoo("late_bn_cnn"))
     assert not found.known and not found.sure

@@ -587,6 +587,8 @@ def test_an_average_of_class_scores_is_class_scores(net, data):
     """An ensemble's ``Average`` of softmax outputs is probabilities (it was values, refused
     without data as a regression head's: hunt13's ensemble_avg); an average of a softmax and
     anything else is not."""
+    from cle._quantize.ranges import LOGITS as WIDENED_LOGITS, SCORE_BOUNDED
+
     inp = keras.Input((8,))
     soft = [L.Dense(5, activation="softmax")(inp) for _ in range(3)]
     model = keras.Model(inp, [L.Average(name="mean")(soft),
@@ -595,12 +597,23 @@ def test_an_average_of_class_scores_is_class_scores(net, data):
     assert C.ends_in(model.outputs[0]) == "softmax"
     assert C.output_kinds(model) == ["probabilities", "values", "probabilities"]
     assert C.guessed_scores(model) == ["probabilities", "values", "values"]
-    members = [L.Softmax()(L.Dense(10, name=f"m{k}")(L.GlobalAveragePooling2D()(
-        net.layers[-3].output))) for k in range(2)]
+    keras.utils.set_random_seed(3)
+    members = [L.Softmax()(L.Rescaling(100.0)(L.Dense(10, name=f"m{k}")(  # sure of a class
+        L.GlobalAveragePooling2D()(net.layers[-3].output)))) for k in range(2)]
     ensemble = keras.Model(net.input, L.Average(name="photo")(members))
     _, report = cle.quantize(ensemble, input_range=(-1.0, 1.0))  # was refused: NeedsData
     assert report.outputs[0].kind == "probabilities"
     assert 0.0 <= report.outputs[0].top1_agreement <= 1
+    # The mean's range is its bounds, [0, 1], not where synthetic inputs stopped (hunt13's
+    # ensemble: at 0.96, clipping every confident real input), and so is its sum's, [0, 2].
+    bounded = sorted((r.lo, r.hi) for r in report.ranges if r.how == SCORE_BOUNDED)
+    assert bounded == [(0.0, 1.0), (0.0, 2.0)], report.ranges
+    content, report = cle.quantize(ensemble, data)
+    assert sorted((r.lo, r.hi) for r in report.ranges if r.how == SCORE_BOUNDED) == bounded
+    # and each member's logits are widened as an output softmax's are
+    assert sum(r.how == WIDENED_LOGITS for r in report.ranges) == 2, report.ranges
+    assert tflite.score_bounds(tflite.calibrate(ensemble, data[:2])) != {}
+    assert tflite.score_bounds(tflite.calibrate(net, data[:2])) == {}
 
 
 class _OwnLoss(keras.losses.Loss):

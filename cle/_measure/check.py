@@ -214,8 +214,9 @@ def guessed_scores(model, declared=None) -> list[str]:
     """Per output, what the distillation without data pushes inputs towards:
     ``"probabilities"`` (a softmax, any rank, two classes or more), ``"logits"`` (a linear
     vector of at least :data:`MIN_CLASSES` entries, or of two or more that ``declared`` or the
-    compiled loss calls class scores, or that ends in a log_softmax) or ``"values"`` (nothing; so for any output declared or
-    compiled as values, which is then checked as values and, without data, may be refused)."""
+    compiled loss calls class scores, or that ends in a log_softmax) or ``"values"``
+    (nothing; so for any output declared or compiled as values, which is then checked as
+    values and, without data, may be refused)."""
     given = declared_kinds(model, declared)
     guess = []
     for k, out in enumerate(model.outputs):

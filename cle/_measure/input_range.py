@@ -315,12 +315,35 @@ def _chain(graph, index):
     """The tensors that end each step of the preprocessing chain from input ``index``, and a
     name for each step."""
     t, ends, names = graph.view.inputs[index], [], []
-    while len(t.consumers) == 1 and _is_preprocessing(t.consumers[0], t):
-        call = t.consumers[0]
+    while (call := _step(t)) is not None:
         t = call.outputs[0]
         ends.append(t)
         names.append(f"{type(call.layer).__name__} '{call.layer.name}'")
     return ends, names
+
+
+def _step(t):
+    """The preprocessing call that takes ``t`` next: its one reader, or the first of several
+    readers that are one step repeated (each member of an ensemble rescaling the input alike:
+    hunt13's ``Average`` of three classifiers was refused for an unknown input range)."""
+    calls = t.consumers
+    if not calls or not all(_is_preprocessing(c, t) for c in calls):
+        return None
+    return calls[0] if all(_same_step(c, calls[0]) for c in calls[1:]) else None
+
+
+def _same_step(a, b) -> bool:
+    """Whether calls ``a`` and ``b`` compute the same function: layers of one class and one
+    configuration (but their names), without weights."""
+    la, lb = a.layer, b.layer
+    if type(la) is not type(lb) or getattr(la, "weights", None) or getattr(lb, "weights", None):
+        return False
+    try:
+        ca, cb = dict(la.get_config()), dict(lb.get_config())
+    except (AttributeError, NotImplementedError):
+        return False
+    ca.pop("name", None), cb.pop("name", None)
+    return ca == cb
 
 
 def _chain_score(A, b, lo, hi):

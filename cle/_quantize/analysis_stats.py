@@ -28,6 +28,8 @@ _HOW = {"percentile": "1e-4 tails", "min/max": "min/max",
                                        "through a softmax)",
         "widened (decides an output)": "min/max widened (the logits before a softmax)",
         "min/max (integer input)": "min/max (an int8 input)",
+        "bounds (a sum of class scores)": "the bounds of a sum of class scores (an ensemble's "
+                                          "mean of softmaxes)",
         "min/max (max-pooled)": "min/max (a global max pooling keeps its largest values)",
         "min/max (before a map of sparse peaks)": "min/max (a map output of sparse peaks is "
                                                   "computed from it: its tails make the peaks)"}

@@ -35,6 +35,11 @@ MAX_KEPT = "min/max (max-pooled)"
 #: How a tensor is set, without data, when a map output of sparse peaks is computed from it
 #: (:func:`peaked_maps`): at its min/max.
 PEAKED = "min/max (before a map of sparse peaks)"
+#: How a sum of class scores (an ensemble's mean of softmaxes) is set: at the bounds the scores
+#: give it (:func:`cle._tflite.converter.score_bounds`), once its calibration values reach past
+#: :data:`SCORE_REACH` of its upper bound (without data the synthetic inputs' mean stopped
+#: short of the 1 real inputs reach, and every confident input was clipped).
+SCORE_BOUNDED, SCORE_REACH = "bounds (a sum of class scores)", 0.5
 #: A map output (values at positions: heatmaps, masks, images) is one of sparse peaks when its
 #: largest :data:`PEAK_TOP` of values (by magnitude) carry :data:`PEAK_SHARE` of its energy or
 #: more on the synthetic inputs (:func:`peak_share`).
@@ -173,9 +178,9 @@ def _softmax_logit(r, values, logits, n, synthetic=False):
     return classes, logit_widening(z, synthetic)
 
 
-def tensor_roles(calibrated, synthetic=False, peaked=()) -> tuple[set, set, set, dict, set, set]:
-    """``(protected, inputs, outputs, logits, max_kept, before_peaks)``: the indices of the
-    tensors that keep
+def tensor_roles(calibrated, synthetic=False, peaked=()) -> tuple:
+    """``(protected, inputs, outputs, logits, max_kept, before_peaks, score_sums)``: the
+    indices of the tensors that keep
     min/max (:func:`cle._tflite.converter.protected_indices`), of the inputs, of the outputs,
     of the logits of a softmax or sigmoid output (:func:`cle._tflite.converter.logit_indices`:
     ``{index: (op, classes)}``), and, for ranges set on ``synthetic`` inputs (without data),
@@ -186,12 +191,14 @@ def tensor_roles(calibrated, synthetic=False, peaked=()) -> tuple[set, set, set,
     fewer inputs as farther than the file will be, then ranked such a build above the plain
     conversion it was not above: CHANGELOG), and of the tensors the output tensors ``peaked``
     (maps of sparse peaks, :func:`peaked_maps`; none by default) are computed from
-    (:func:`cle._tflite.converter.upstream_indices`)."""
+    (:func:`cle._tflite.converter.upstream_indices`), and ``{index: bounds}`` of the sums of
+    class scores (:func:`cle._tflite.converter.score_bounds`)."""
     protected, inputs = tflite.protected_indices(calibrated)
     return (protected, inputs, tflite.output_indices(calibrated),
             tflite.logit_indices(calibrated),
             tflite.max_kept_indices(calibrated) if synthetic else set(),
-            tflite.upstream_indices(calibrated, peaked) if peaked else set())
+            tflite.upstream_indices(calibrated, peaked) if peaked else set(),
+            tflite.score_bounds(calibrated))
 
 
 def peak_share(values, top: float = PEAK_TOP) -> float:
@@ -248,6 +255,8 @@ def pick_range(r, values, extremes, roles, stated, integer_io) -> None:
         r.how = "usual range"
     elif r.index in inputs and integer_io:
         r.how = "min/max (integer input)"
+    elif r.index in roles[6] and hi >= SCORE_REACH * roles[6][r.index][1]:
+        (r.lo, r.hi), r.how = roles[6][r.index], SCORE_BOUNDED
     elif r.index in protected:  # min/max: the largest outputs decide the top-1 class
         r.how = "min/max (output)" if r.index in outputs else "min/max (decides an output)"
     elif r.index in roles[4]:  # its tails are what a global max pooling passes on
@@ -282,6 +291,8 @@ def as_kind(r, kind: str, lows, highs, inputs, logits=frozenset()) -> None:
     alone took the file's figure on them most of the way to its claim, at the cost of a
     little of their resolution (which a softmax hardly sees). So cle's own build widens them
     too."""
+    if r.how == SCORE_BOUNDED:  # no input leaves them
+        return
     if r.how == LOGITS:  # back to the min/max pick_range set
         r.lo, r.hi, r.how = r.calibrated[0], r.calibrated[1], "min/max (decides an output)"
     if kind == "tails":

@@ -30,6 +30,7 @@ from cle._core import graph as _graph
 from cle._core.inputs import input_names, integer_inputs
 from cle._core.keras_internals import fed
 from cle._tflite import internals
+from cle._tflite.flatgraph import FlatGraph
 from cle._tflite.export import (  # noqa: F401  (read as converter's by callers)
     export_batch, export_shapes, fixed_sizes, quiet, read_exported, shared_exports,
     static_batch, traced_batch)
@@ -299,12 +300,13 @@ def _producers(obj) -> dict:
 
 
 def protected_indices(calibrated: bytes) -> tuple[set, set]:
-    """``(tensors that decide the outputs, input tensors)`` of the main subgraph: the outputs,
+    """``(tensors that decide the outputs, input tensors)`` of the main subgraph: the outputs
+    and the class scores only their sums read (an ensemble's members, :func:`score_bounds`),
     and walking back from them through :data:`_PASS_BACK` ops, their inputs."""
     obj = _object(calibrated)
     graph = obj.subgraphs[0]
     producer = _producers(obj)
-    protected, todo = set(), [int(i) for i in graph.outputs]
+    protected, todo = set(), [int(i) for i in graph.outputs] + _summed_members(calibrated)
     while todo:
         t = todo.pop()
         if t in protected or t < 0:
@@ -421,10 +423,12 @@ def logit_indices(calibrated: bytes) -> dict:
     """``{tensor: (op, classes)}`` for the tensors that hold the logits of an output's softmax
     (or log_softmax, or sigmoid): the input of the SOFTMAX, LOG_SOFTMAX or LOGISTIC (``op``)
     an output is (walking back through ops that only move values around or change their
-    type), and back from it through such ops; ``classes``: the size of the softmax's axis (the last), 1 for a sigmoid, and 0
-    for a tensor the chain to the softmax is not the only reader of (a model output, or read
-    by another op too: what its other readers need is not the softmax's). Not a tensor before
-    an output that is a reshape alone (its range is the output's)."""
+    type), or that only a sum of class scores reads (:func:`score_bounds`: an ensemble's
+    members), and back from it through such ops; ``classes``: the size of the softmax's axis
+    (the last), 1 for a sigmoid, and 0 for a tensor the chain to the softmax is not the only
+    reader of (a model output, or read by another op too: what its other readers need is not
+    the softmax's). Not a tensor before an output that is a reshape alone (its range is the
+    output's)."""
     obj = _object(calibrated)
     graph = obj.subgraphs[0]
     producer = _producers(obj)
@@ -432,7 +436,7 @@ def logit_indices(calibrated: bytes) -> dict:
     readers = collections.Counter(int(i) for op in graph.operators
                                   for i in (op.inputs if op.inputs is not None else []))
     found = {}
-    for t in outputs:
+    for t in outputs + _summed_members(calibrated):
         op, inputs = _back(producer, t)
         if op not in SCORE_OPS + ("LOGISTIC",) or not inputs:
             continue
@@ -448,6 +452,48 @@ def logit_indices(calibrated: bytes) -> dict:
                 break
             t = inputs[0]
     return found
+
+
+def _summed_members(calibrated: bytes) -> list:
+    """The SOFTMAX and LOGISTIC tensors that only sums of class scores read
+    (:func:`score_bounds`)."""
+    sums, g = score_bounds(calibrated), FlatGraph(calibrated)
+    return [t for op in g.ops if op.kind in ("SOFTMAX", "LOGISTIC") for t in op.outputs
+            if g.consumers.get(t) and all(o in sums for c in g.consumers[t]
+                                          for o in g.ops[c].outputs)]
+
+
+def score_bounds(calibrated: bytes) -> dict:
+    """``{tensor: (lo, hi)}`` for the tensors computed from class scores (a SOFTMAX or a
+    LOGISTIC, in [0, 1] whatever their input) by sums and non-negative constant factors alone,
+    with the bounds that gives them: an ensemble's mean of its members' softmaxes (ADD, then
+    MUL by 1/k) lies in [0, 1], its partial sums in [0, 2], ... Not the scores themselves, nor
+    what only moves them around: TF Lite fixes their range."""
+    g = FlatGraph(calibrated)
+    bounds, summed = {}, set()
+    for op in g.ops:
+        ins = [t for t in op.inputs if t >= 0]
+        if len(op.outputs) != 1 or not ins:
+            continue
+        out = op.outputs[0]
+        if op.kind in ("SOFTMAX", "LOGISTIC"):
+            bounds[out] = (0.0, 1.0)
+        elif op.kind in _SAME_VALUES and ins[0] in bounds:
+            bounds[out] = bounds[ins[0]]
+        elif op.kind == "ADD" and len(ins) == 2 and all(t in bounds for t in ins):
+            bounds[out] = (bounds[ins[0]][0] + bounds[ins[1]][0],
+                           bounds[ins[0]][1] + bounds[ins[1]][1])
+        elif op.kind == "MUL" and len(ins) == 2 and sum(t in bounds for t in ins) == 1:
+            known = ins[0] if ins[0] in bounds else ins[1]
+            factor = g.constant(ins[1] if known == ins[0] else ins[0])
+            if factor is None or factor.size != 1 or not float(factor.ravel()[0]) >= 0.0:
+                continue
+            bounds[out] = tuple(float(factor.ravel()[0]) * b for b in bounds[known])
+        else:
+            continue
+        if op.kind in ("ADD", "MUL") or ins[0] in summed:
+            summed.add(out)
+    return {t: bounds[t] for t in summed}
 
 
 def _tensor_name(tensor) -> str:
