@@ -583,6 +583,24 @@ def test_a_log_softmax_output_is_class_scores(net, data):
     assert len(widened) == 1 and widened[0].hi > widened[0].calibrated[1], report.ranges
 
 
+def test_an_output_a_layer_passes_through_ends_as_its_input(net):
+    """The float32 cast after a softmax of Keras' mixed-precision guide
+    (``Activation("linear", dtype="float32")``), an ``Identity`` or a dropout after it: the
+    output is still class scores (it was values: no top-1, and without data refused as a
+    regression head's)."""
+    inp = keras.Input((8,))
+    soft = L.Dense(5, activation="softmax")(inp)
+    model = keras.Model(inp, [L.Activation("linear", dtype="float32", name="cast")(soft),
+                              L.Identity(name="same")(soft),
+                              L.Dropout(0.5, name="drop")(L.Dense(4, activation="sigmoid")(inp)),
+                              L.Activation("linear", name="lin")(L.Dense(3)(inp))])
+    assert C.output_kinds(model) == ["probabilities"] * 3 + ["values"]
+    assert C.output_names(model) == ["cast", "same", "drop", "lin"]
+    cast = keras.Model(net.input, L.Activation("linear", name="out")(L.Softmax()(net.output)))
+    _, report = cle.quantize(cast, input_range=(-1.0, 1.0))  # was refused: NeedsData
+    assert report.outputs[0].kind == "probabilities"
+
+
 def test_an_average_of_class_scores_is_class_scores(net, data):
     """An ensemble's ``Average`` of softmax outputs is probabilities (it was values, refused
     without data as a regression head's: hunt13's ensemble_avg); an average of a softmax and

@@ -27,7 +27,8 @@ import keras
 
 from cle._core import keras_internals as internals
 
-__all__ = ["Call", "GraphView", "Tensor", "averaged", "calls_leading_to", "check_readable",
+__all__ = ["Call", "GraphView", "Tensor", "averaged", "call_inputs", "calls_leading_to",
+           "check_readable",
            "concatenated", "graph_view",
            "inner_function", "is_plain_call", "is_sequential", "local_view", "rebuilt_view",
            "run_call", "takes_training", "unreadable_error", "weighed_on_every_path"]
@@ -454,9 +455,14 @@ def averaged(tensor) -> list:
     return _merged(tensor, keras.layers.Average)
 
 
-def _merged(tensor, kind) -> list:
+def call_inputs(tensor) -> list:
+    """The symbolic tensors the layer call that made ``tensor`` took (none for an input)."""
     layer = internals.producer_of(tensor)
-    if not isinstance(layer, kind):
+    if layer is None:
         return []
     return next((list(n.input_tensors) for n in internals.inbound_nodes(layer)
                  if any(t is tensor for t in n.output_tensors)), [])
+
+
+def _merged(tensor, kind) -> list:
+    return call_inputs(tensor) if isinstance(internals.producer_of(tensor), kind) else []

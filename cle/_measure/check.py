@@ -28,7 +28,8 @@ import keras
 import numpy as np
 
 from cle._core import keras_internals as internals
-from cle._core.graph import averaged
+from cle._core.graph import averaged, call_inputs
+from cle._core.outputs import output_names
 from cle._math.json_numbers import EXACT, ZERO_FLOAT, sqnr_label, sqnr_span
 from cle._math.json_numbers import json_number  # noqa: F401 (here before)
 from cle._measure import losses as _losses
@@ -99,9 +100,12 @@ def ends_in(out) -> str:
     """The activation that makes the output tensor ``out`` ("" for none): a softmax over
     another axis than the last (the classes of a per-position output stand elsewhere) is
     "softmax, not last axis", which top-1 agreement, read along the last axis, cannot use.
-    An output a nested model makes ends as that model's output does, and an ``Average`` of
-    outputs that all end in the same softmax or sigmoid ends in it too."""
+    An output a nested model makes ends as that model's output does, one a layer that passes
+    its input through at inference makes (:data:`PASS_THROUGH`) as its input does, and an
+    ``Average`` of outputs that all end in the same softmax or sigmoid ends in it too."""
     producer, out = _maker(out)
+    if _passes(producer) and len(call_inputs(out)) == 1:
+        return ends_in(call_inputs(out)[0])
     endings = {ends_in(t) for t in averaged(out)}  # an ensemble's mean of its members' scores
     if len(endings) == 1 and endings <= set(SCORE_ACTIVATIONS):
         return endings.pop()
@@ -110,6 +114,18 @@ def ends_in(out) -> str:
         rank = len(tuple(out.shape))
         return "softmax" if [a % rank for a in axes] == [rank - 1] else "softmax, not last axis"
     return _activation_name(producer)
+
+
+#: Layers that pass their input through unchanged at inference (and ``Activation("linear")``:
+#: the float32 cast after a softmax that Keras' mixed-precision guide shows).
+PASS_THROUGH = (keras.layers.Identity, keras.layers.Dropout, keras.layers.GaussianNoise,
+                keras.layers.GaussianDropout, keras.layers.AlphaDropout,
+                keras.layers.ActivityRegularization)
+
+
+def _passes(layer) -> bool:
+    return isinstance(layer, PASS_THROUGH) or (isinstance(layer, keras.layers.Activation)
+                                               and _activation_name(layer) == "linear")
 
 
 def _classes(out) -> int:
@@ -231,35 +247,6 @@ def guessed_scores(model, declared=None) -> list[str]:
         else:
             guess.append("values")
     return guess
-
-
-def output_names(model) -> list[str]:
-    """Each output's name, in the order of ``model.outputs``: for outputs given as a dict,
-    its key (the name ``model.predict`` returns it under; keys of nested dicts joined with
-    '/'), else the layer that makes it."""
-    keys = _output_keys(model)
-    names = []
-    for k, out in enumerate(model.outputs):
-        producer = internals.producer_of(out)
-        names.append(keys[k] if keys else getattr(producer, "name", None) or f"output {k}")
-    return names
-
-
-def _output_keys(model) -> list[str] | None:
-    """The dict keys of each output, in the order of ``model.outputs``, or None when the
-    outputs are not given by key (one tensor, a list or a tuple; a Sequential model, whose
-    ``output`` Keras gives only once it has been called)."""
-    if not isinstance(model, keras.Model) or isinstance(model, keras.Sequential):
-        return None
-    try:
-        struct = model.output
-    except (AttributeError, ValueError):
-        return None
-    paths = [path for path, _ in keras.tree.flatten_with_path(struct)]
-    if len(paths) != len(model.outputs) or not any(
-            isinstance(p, str) for path in paths for p in path):
-        return None
-    return ["/".join(str(p) for p in path) for path in paths]
 
 
 @dataclasses.dataclass
