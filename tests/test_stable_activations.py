@@ -119,7 +119,6 @@ def _float_tensors(content) -> list[str]:
 
 
 @no_tflite_on_torch
-@tensorflow_only("TF Lite conversion")
 def test_quantize_puts_softplus_in_its_stable_form_and_leaves_the_model_alone(inputs):
     model = _dense_softplus()
     before = [w.copy() for w in model.get_weights()]
@@ -157,7 +156,6 @@ def _conv_mish_net(seed=0, head="mish"):
 
 
 @no_tflite_on_torch
-@tensorflow_only("TF Lite conversion")
 def test_fused_and_standalone_forms_are_rewritten_exactly():
     model = _conv_mish_net()
     x = np.random.default_rng(2).uniform(0, 1, (16, 12, 12, 3)).astype("float32")
@@ -179,7 +177,6 @@ def test_fused_and_standalone_forms_are_rewritten_exactly():
 
 
 @no_tflite_on_torch
-@tensorflow_only("TF Lite conversion")
 def test_quantize_without_data_takes_the_stable_form():
     model = _conv_mish_net(head="softmax")
     settle_batch_norms(model, np.random.default_rng(4).uniform(0, 1, (64, 12, 12, 3)))
@@ -191,7 +188,6 @@ def test_quantize_without_data_takes_the_stable_form():
 
 
 @no_tflite_on_torch
-@tensorflow_only("TF Lite conversion")
 def test_analyze_says_which_layers_stand_for_the_rewritten_ones(inputs):
     model = _dense_softplus()
     report = cle.analyze(model, inputs[:64])
