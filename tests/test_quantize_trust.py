@@ -596,6 +596,11 @@ def test_an_output_a_layer_passes_through_ends_as_its_input(net):
                               L.Activation("linear", name="lin")(L.Dense(3)(inp))])
     assert C.output_kinds(model) == ["probabilities"] * 3 + ["values"]
     assert C.output_names(model) == ["cast", "same", "drop", "lin"]
+    maps = keras.Input((4, 4, 3))  # a map's softmax per position, reshaped back to the map
+    flat = L.Softmax()(L.Reshape((16, 3))(maps))
+    reshaped = keras.Model(maps, [L.Reshape((4, 4, 3))(flat), L.Reshape((8, 6))(flat),
+                                  L.Reshape((48,))(L.Activation("sigmoid")(maps))])
+    assert C.output_kinds(reshaped) == ["probabilities", "values", "probabilities"]
     cast = keras.Model(net.input, L.Activation("linear", name="out")(L.Softmax()(net.output)))
     _, report = cle.quantize(cast, input_range=(-1.0, 1.0))  # was refused: NeedsData
     assert report.outputs[0].kind == "probabilities"

@@ -101,11 +101,18 @@ def ends_in(out) -> str:
     another axis than the last (the classes of a per-position output stand elsewhere) is
     "softmax, not last axis", which top-1 agreement, read along the last axis, cannot use.
     An output a nested model makes ends as that model's output does, one a layer that passes
-    its input through at inference makes (:data:`PASS_THROUGH`) as its input does, and an
+    its input through at inference makes (:data:`PASS_THROUGH`) as its input does, so does a
+    ``Reshape`` of a sigmoid, or of a softmax that keeps its last axis, and an
     ``Average`` of outputs that all end in the same softmax or sigmoid ends in it too."""
     producer, out = _maker(out)
     if _passes(producer) and len(call_inputs(out)) == 1:
         return ends_in(call_inputs(out)[0])
+    if isinstance(producer, keras.layers.Reshape) and len(call_inputs(out)) == 1:
+        inner = call_inputs(out)[0]  # a map's softmax per position, reshaped back to the map
+        ending = ends_in(inner)
+        if ending == "sigmoid" or (_classes(inner) == _classes(out) and ending in (
+                "softmax",) + LOG_SCORE_ACTIVATIONS):
+            return ending
     endings = {ends_in(t) for t in averaged(out)}  # an ensemble's mean of its members' scores
     if len(endings) == 1 and endings <= set(SCORE_ACTIVATIONS):
         return endings.pop()
