@@ -476,18 +476,30 @@ def _pixel_resize_model():
                        name="aspp_net")
 
 
+def _pixel_dense_model():
+    """A squeeze-and-excitation block on a global pooling's 1 x 1 map: an EinsumDense, then
+    a Dense."""
+    inp = keras.Input((8, 8, 4), name="image")
+    h = L.Conv2D(6, 3, padding="same", activation="relu", name="conv")(inp)
+    s = L.EinsumDense("abcd,de->abce", (1, 1, 3), bias_axes="e", activation="relu",
+                      name="squeeze")(L.GlobalAveragePooling2D(keepdims=True)(h))
+    return keras.Model(inp, L.Multiply()([h, L.Dense(6, activation="sigmoid",
+                                                    name="excite")(s)]), name="se_net")
+
+
 #: Models whose JAX export cle writes in another form (cle._tflite.export), with the flag
 #: that turns the form off and what TF Lite then does with the model (hunt12 on JAX).
 JAX_FORMS = {"melspectrogram": (_mel_model, "DFT_STFT"),  # ConverterError: tfl.transpose
-             "one_pixel_resize": (_pixel_resize_model, "PIXEL_RESIZE")}  # TRANSPOSE 4 != 2
+             "one_pixel_resize": (_pixel_resize_model, "PIXEL_RESIZE"),  # TRANSPOSE 4 != 2
+             "one_pixel_dense": (_pixel_dense_model, "PIXEL_MATMUL")}  # tfl.batch_matmul rank
 
 
 @pytest.mark.parametrize("case", sorted(JAX_FORMS))
-def test_melspectrogram_and_a_one_pixel_resize_convert_on_both_backends(case):
-    """A MelSpectrogram and a resize of a 1 x 1 map (DeepLab's image pooling) convert: their
-    float file computes the model (to float32 round-off) and cle.quantize's INT8 file follows
-    it. On JAX both crashed (the converter's error; LiteRT's at prepare) before their export
-    forms (the next tests)."""
+def test_melspectrogram_and_one_pixel_maps_convert_on_both_backends(case):
+    """A MelSpectrogram, and a resize of (DeepLab's image pooling) and a Dense on (a
+    squeeze-and-excitation) a 1 x 1 map convert: their float file computes the model (to
+    float32 round-off) and cle.quantize's INT8 file follows it. On JAX each crashed (the
+    converter's error; LiteRT's at prepare) before its export form (the next tests)."""
     from cle._tflite import export
 
     keras.utils.set_random_seed(0)
@@ -504,9 +516,10 @@ def test_melspectrogram_and_a_one_pixel_resize_convert_on_both_backends(case):
 
 @pytest.mark.skipif(BACKEND != "jax", reason="the forms are of JAX's export")
 def test_the_jax_export_forms_compute_what_keras_does():
-    """cle's forms of Keras' JAX STFT and of its resize of a 1 x 1 image give Keras' values:
-    windows of every kind (a padded frame, no window, an array), centred or not, a 1-D signal;
-    every interpolation, antialiased or not, either data format."""
+    """cle's forms of Keras' JAX STFT, of its resize of a 1 x 1 image and of its matmul of one
+    row give Keras' values: windows of every kind (a padded frame, no window, an array),
+    centred or not, a 1-D signal; every interpolation, antialiased or not, either data format;
+    rows of rank 4 and 5 by a matrix, in a matmul or an einsum (and those left to Keras)."""
     from cle._core import keras_internals
 
     x = np.random.default_rng(0).normal(size=(3, 1000)).astype("float32")
@@ -531,15 +544,33 @@ def test_the_jax_export_forms_compute_what_keras_does():
                     got = keras.ops.image.resize(image, (5, 7), method, antialias,
                                                  data_format=fmt)
                 np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-6)
+    rng = np.random.default_rng(2)
+    kernel = rng.normal(size=(5, 3)).astype("float32")
+    for shape in ((1, 1, 1, 5), (1, 1, 1, 1, 5), (1, 2, 2, 5), (1, 1, 5), (3, 1, 1, 5)):
+        row = rng.normal(size=shape).astype("float32")
+        want = keras.ops.matmul(row, kernel)
+        letters = "abcde"[:len(shape)]
+        equation = f"{letters},{letters[-1]}z->{letters[:-1]}z"
+        want_einsum = keras.ops.einsum(equation, row, kernel)
+        with keras_internals.pixel_matmul_on_jax():
+            got = keras.ops.matmul(row, kernel)
+            got_einsum = keras.ops.einsum(equation, row, kernel)
+            other = keras.ops.einsum(f"{letters},z{letters[-1]}->{letters[:-1]}z", row,
+                                     kernel.T)
+        for g in (got, got_einsum, other):
+            np.testing.assert_allclose(np.asarray(g), np.asarray(want), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(np.asarray(want_einsum), np.asarray(want), rtol=1e-5,
+                                   atol=1e-6)
 
 
 @pytest.mark.skipif(BACKEND != "jax", reason="the forms are of JAX's export")
 @pytest.mark.parametrize("case", sorted(JAX_FORMS))
 def test_without_its_export_form_the_model_fails_on_jax(case, monkeypatch):
-    """The premise of each form: JAX's own export of a MelSpectrogram (a complex FFT) is one
-    TF Lite's converter refuses, and of a 1 x 1 map's resize after a convolution one whose
-    file LiteRT refuses at prepare. If a newer converter takes one, this fails: set its flag
-    in cle._tflite.export to False (or drop the form)."""
+    """The premise of each form: JAX's own export of a MelSpectrogram (a complex FFT) and of
+    an EinsumDense and a Dense on a 1 x 1 map are ones TF Lite's converter refuses, and of a
+    1 x 1 map's resize after a convolution one whose file LiteRT refuses at prepare. If a
+    newer converter takes one, this fails: set its flag in cle._tflite.export to False (or
+    drop the form)."""
     from cle._tflite import export
 
     build, flag = JAX_FORMS[case]

@@ -191,7 +191,8 @@ __all__ = ["ADD_OP", "MULTIPLY_OP", "built_input_shape", "inbound_nodes", "is_fu
            "lambda_copy",
            "nodes_by_depth", "not_compiled", "outbound_nodes", "output_position", "producer_of",
            "nn_operation", "sequential_graph", "sublayers", "takes_training",
-           "dft_stft_on_jax", "pixel_resize_on_jax", "tanh_gelu_on_jax",
+           "dft_stft_on_jax", "pixel_matmul_on_jax", "pixel_resize_on_jax",
+           "tanh_gelu_on_jax",
            "unsafe_deserialization"]
 
 
@@ -341,3 +342,74 @@ def _broadcast_pixel(keras_resize):
 
 #: The interpolations Keras' JAX resize has (each gives a one-pixel image's value everywhere).
 _RESIZES = ("nearest", "bilinear", "bicubic", "lanczos3", "lanczos5")
+
+
+@contextlib.contextmanager
+def pixel_matmul_on_jax():
+    """On the JAX backend, every matmul Keras computes within the block (``Dense``,
+    ``keras.ops.matmul``: the JAX backend's ``numpy.matmul``; and an einsum of that form,
+    ``"abcd,de->abce"``: ``EinsumDense``, ``keras.ops.einsum``) of a float tensor of rank 4 or
+    more that is one row (every dimension but the last 1: a ``Dense`` on a global pooling's
+    ``keepdims`` map, read at a batch of one) by a matrix is a 1 x 1 convolution, the same
+    values. TF Lite's converter wrote JAX's form (a reshape around it too) as a BATCH_MATMUL
+    of the wrong rank and stopped ("'tfl.batch_matmul' op found invalid output rank").
+    Any other matmul or einsum is left to Keras; elsewhere, nothing.
+
+    Public replacement: none; Keras has no switch for how its JAX backend multiplies
+    (``keras.src.backend.jax.numpy.matmul``, ``einsum``).
+    """
+    module = "keras.src.backend.jax.numpy"
+    with _swapped_on_jax(module, "matmul", _pixel_convolution), \
+            _swapped_on_jax(module, "einsum", _pixel_einsum):
+        yield
+
+
+def _one_row_by_matrix(a, b) -> bool:
+    """Whether ``a @ b`` is of one row of rank 4 or more by a float matrix (pixel_matmul_on_jax)."""
+    import math
+
+    import jax
+
+    return a.ndim >= 4 and b.ndim == 2 and math.prod(a.shape[:-1]) == 1 and all(
+        jax.numpy.issubdtype(t.dtype, jax.numpy.floating) for t in (a, b))
+
+
+def _as_convolution(a, b):
+    """``a @ b`` (:func:`_one_row_by_matrix`) as a 1 x 1 convolution."""
+    import jax
+
+    out = jax.lax.conv_general_dilated(
+        a.reshape(1, 1, 1, a.shape[-1]), b.reshape(1, 1, *b.shape), (1, 1), "VALID",
+        dimension_numbers=("NHWC", "HWIO", "NHWC"), precision=jax.lax.Precision.HIGHEST)
+    return out.reshape(a.shape[:-1] + b.shape[-1:])
+
+
+def _pixel_convolution(keras_matmul):
+    """``keras_matmul`` (Keras' JAX ``numpy.matmul``), one row of rank 4 or more by a matrix a
+    1 x 1 convolution (pixel_matmul_on_jax)."""
+    def matmul(x1, x2):
+        import jax
+
+        a, b = jax.numpy.asarray(x1), jax.numpy.asarray(x2)
+        return _as_convolution(a, b) if _one_row_by_matrix(a, b) else keras_matmul(x1, x2)
+
+    return matmul
+
+
+def _pixel_einsum(keras_einsum):
+    """``keras_einsum`` (Keras' JAX ``numpy.einsum``), ``"abcd,de->abce"`` of one row of rank 4
+    or more by a matrix a 1 x 1 convolution (pixel_matmul_on_jax)."""
+    def einsum(subscripts, *operands, **kwargs):
+        import jax
+
+        spec = subscripts.replace(" ", "")
+        if len(operands) == 2 and not kwargs and "->" in spec and "." not in spec:
+            (left, right), out = spec.split("->")[0].split(","), spec.split("->")[1]
+            a, b = (jax.numpy.asarray(t) for t in operands)
+            letters = left + right[1:]
+            if len(set(letters)) == len(letters) and len(right) == 2 and right[0] == left[-1] \
+                    and out == left[:-1] + right[1] and _one_row_by_matrix(a, b):
+                return _as_convolution(a, b)
+        return keras_einsum(subscripts, *operands, **kwargs)
+
+    return einsum

@@ -125,6 +125,11 @@ DFT_STFT = True
 #: (:func:`cle._core.keras_internals.pixel_resize_on_jax`): after a convolution, JAX's form left a
 #: TRANSPOSE LiteRT refused. Same values. (tests/test_unconvertible.py keeps both premises.)
 PIXEL_RESIZE = True
+#: On JAX, a matmul (or einsum) of one row of rank 4 or more by a matrix (a Dense or an
+#: EinsumDense on a 1 x 1 map) is exported as a 1 x 1 convolution
+#: (:func:`cle._core.keras_internals.pixel_matmul_on_jax`): JAX's form made TF Lite's converter
+#: stop on a BATCH_MATMUL of the wrong rank. Same values.
+PIXEL_MATMUL = True
 #: The SavedModel signature the converter reads (the one ``from_keras_model`` reads).
 SERVING = "serving_default"
 #: ``{(id(model), batch, shapes, weights' digest): (model, SavedModel directory)}`` within
@@ -191,11 +196,13 @@ def _exported(exports, model, batch, shapes=None) -> str:
 @contextlib.contextmanager
 def _jax_forms():
     """Within the block, the forms the JAX export writes instead of the ones TF Lite cannot
-    read (:data:`TANH_GELU`, :data:`DFT_STFT`, :data:`PIXEL_RESIZE`); elsewhere, nothing."""
+    read (:data:`TANH_GELU`, :data:`DFT_STFT`, :data:`PIXEL_RESIZE`, :data:`PIXEL_MATMUL`);
+    elsewhere, nothing."""
     with contextlib.ExitStack() as stack:
         for on, form in ((TANH_GELU, internals_keras.tanh_gelu_on_jax),
                          (DFT_STFT, internals_keras.dft_stft_on_jax),
-                         (PIXEL_RESIZE, internals_keras.pixel_resize_on_jax)):
+                         (PIXEL_RESIZE, internals_keras.pixel_resize_on_jax),
+                         (PIXEL_MATMUL, internals_keras.pixel_matmul_on_jax)):
             if on:
                 stack.enter_context(form())
         yield
