@@ -117,6 +117,19 @@ def with_batch(model, batch: int, shapes=None):
 #: under 5e-4 (:func:`cle._tflite.convertible.tanh_gelu_note`); TensorFlow's export writes
 #: exact GELU as one builtin op and is left alone.
 TANH_GELU = True
+#: On JAX, an STFT (``MelSpectrogram``, ``keras.ops.stft``) is exported as a real convolution
+#: with the DFT's windowed cosines and sines (:func:`cle._core.keras_internals.dft_stft_on_jax`):
+#: JAX's complex FFT left a transpose TF Lite's converter refused. Same values.
+DFT_STFT = True
+#: On JAX, a resize of a 1 x 1 image (a global pooling's, upsampled) is exported as a broadcast
+#: (:func:`cle._core.keras_internals.pixel_resize_on_jax`): after a convolution, JAX's form left a
+#: TRANSPOSE LiteRT refused. Same values. (tests/test_unconvertible.py keeps both premises.)
+PIXEL_RESIZE = True
+#: On JAX, a matmul (or einsum) of one row of rank 4 or more by a matrix (a Dense or an
+#: EinsumDense on a 1 x 1 map) is exported as a 1 x 1 convolution
+#: (:func:`cle._core.keras_internals.pixel_matmul_on_jax`): JAX's form made TF Lite's converter
+#: stop on a BATCH_MATMUL of the wrong rank. Same values.
+PIXEL_MATMUL = True
 #: The SavedModel signature the converter reads (the one ``from_keras_model`` reads).
 SERVING = "serving_default"
 #: ``{(id(model), batch, shapes, weights' digest): (model, SavedModel directory)}`` within
@@ -161,10 +174,8 @@ def _exported(exports, model, batch, shapes=None) -> str:
         if isinstance(spec, list) and len(spec) > 1:
             spec = [spec]
         path = tempfile.mkdtemp(prefix="cle_export_")
-        tanh_gelu = (internals_keras.tanh_gelu_on_jax() if TANH_GELU
-                     else contextlib.nullcontext())
         # as the converter's own export is quiet (JAX's deprecation warnings)
-        with quiet(), tanh_gelu:
+        with quiet(), _jax_forms():
             archive = keras.export.ExportArchive()
             archive.track(read)
             # Static on JAX: jax2tf traces the call with the weights as constants. Keras'
@@ -180,6 +191,21 @@ def _exported(exports, model, batch, shapes=None) -> str:
             archive.write_out(path, verbose=False)
         exports[key] = (model, path)  # the model kept alive: its id stays its own
     return exports[key][1]
+
+
+@contextlib.contextmanager
+def _jax_forms():
+    """Within the block, the forms the JAX export writes instead of the ones TF Lite cannot
+    read (:data:`TANH_GELU`, :data:`DFT_STFT`, :data:`PIXEL_RESIZE`, :data:`PIXEL_MATMUL`);
+    elsewhere, nothing."""
+    with contextlib.ExitStack() as stack:
+        for on, form in ((TANH_GELU, internals_keras.tanh_gelu_on_jax),
+                         (DFT_STFT, internals_keras.dft_stft_on_jax),
+                         (PIXEL_RESIZE, internals_keras.pixel_resize_on_jax),
+                         (PIXEL_MATMUL, internals_keras.pixel_matmul_on_jax)):
+            if on:
+                stack.enter_context(form())
+        yield
 
 
 @contextlib.contextmanager
