@@ -41,7 +41,7 @@ from cle._measure.input_range import SPREAD, spread_inputs
 __all__ = ["EXACT", "MIN_CLASSES", "OutputCheck", "ZERO_FLOAT", "check_outputs", "close_calls",
            "compare_verdict", "compiled_kinds", "declared_kinds", "ends_in", "sqnr_gain",
            "sqnr_interval", "estimate_caveat", "guessed_scores", "idle_top1", "json_number",
-           "output_kinds", "output_names", "held_out_caveats", "poor_outputs", "rough_figures",
+           "energies", "output_kinds", "output_names", "held_out_caveats", "poor_outputs", "rough_figures",
            "spread_inputs", "sqnr_with_clipping", "undeclared_scores"]
 
 #: A linear vector output with at least this many entries may be class logits: the report
@@ -327,7 +327,7 @@ def _finite(arrays, what):
                 f"{k}): the check cannot give a figure")
 
 
-def _energies(ref, y):
+def energies(ref, y):
     """Per input, the signal and the noise energy (sums over everything but the batch)."""
     ref = np.asarray(ref, np.float64).reshape(len(ref), -1)
     y = np.asarray(y, np.float64).reshape(ref.shape)
@@ -373,7 +373,7 @@ def sqnr_interval(ref, y, seed=0) -> tuple | None:
     :data:`MIN_INTERVAL` inputs."""
     if len(ref) < MIN_INTERVAL:
         return None
-    signal, noise = _energies(ref, y)
+    signal, noise = energies(ref, y)
     idx = _resamples(len(ref), seed)
     return _bounds(_db(signal[idx].sum(axis=1), noise[idx].sum(axis=1)))
 
@@ -383,7 +383,7 @@ def sqnr_with_clipping(ref, y, clipping=0.0) -> float:
     energy per input, added to the noise."""
     if not clipping:
         return _sqnr(ref, y)
-    signal, noise = _energies(ref, y)
+    signal, noise = energies(ref, y)
     return float(_db(signal.sum(), noise.sum() + clipping * len(noise)))
 
 
@@ -402,8 +402,8 @@ def sqnr_gain(references, ys, others, seed=0, clipping=None,
     clip_other = clipping_other or [0.0] * len(references)
     noises = []
     for r, a, b, ca, cb in zip(references, ys, others, clip, clip_other):
-        _, noise = _energies(r, a)
-        _, noise_other = _energies(r, b)
+        _, noise = energies(r, a)
+        _, noise_other = energies(r, b)
         noises.append((noise + ca, noise_other + cb))
     point = float(np.mean([_apart(a.sum(), b.sum()) for a, b in noises]))
     n = len(references[0])
@@ -462,7 +462,7 @@ def check_outputs(reference, test, names, kinds, clipping=None, ties=None) -> li
         unseen = (clipping[k] * len(ref) if clipping else 0.0) + (ties[k] if ties else 0.0)
         tail = None
         if interval is not None:  # noise the inputs at hand cannot show
-            signal, noise = _energies(ref, y)
+            signal, noise = energies(ref, y)
             tail = _tails.heavy_tail(signal, noise, _tails.noise_cap(ref, kind))
             lows = [interval[0], None if tail is None else tail.floor]
             if unseen:

@@ -24,6 +24,7 @@ from cle._quantize import caveats as _caveats
 from cle._quantize import choice as _choice
 from cle._quantize import constant_features as _constant_features
 from cle._quantize import deploy
+from cle._quantize import synthetic_choice as _nodata_choice
 from cle._quantize import tune as _tune
 from cle._quantize import weight_stages
 from cle._quantize.caveats import CONVERGED_LOSS  # noqa: F401  (read from here)
@@ -203,7 +204,7 @@ def quantize_checked(model, calibration_data, opts: QuantizeOptions, progress=No
         if opts.tune:
             _timed(build.seconds, "tune", _tune.tune_build, build, model, say)
         choice, plain = (_timed(build.seconds, "choose", _choice.choose, model, build, say)
-                         if _choice.chooses(build) else (None, None))
+                         if _choice.chooses(build) else _nodata_choice.choose(model, build, say))
         build.values, build.extremes = None, {}  # the samples are large: not kept any longer
         report = check_build(model, build, say, plain, choice)
     if build.calibration == "synthetic":

@@ -1,0 +1,65 @@
+"""Without data, the choice between tail and min/max activation ranges on the check's own
+synthetic sets (cle._quantize.synthetic_choice)."""
+
+import numpy as np
+import pytest
+
+import cle
+from cle._quantize import ranges as _ranges
+from cle._quantize import synthetic_choice as S
+from conftest import no_tflite_on_torch, small_classifier
+
+pytestmark = no_tflite_on_torch
+LOGITS = {"logits": "classes"}
+
+
+def _noisy(ref, scale, seed=0):
+    """``ref`` plus noise of ``scale`` times the RMS of ``ref`` (the same draw at every
+    scale: SQNR -20 log10(scale), exactly)."""
+    noise = np.random.default_rng(seed).normal(0, 1, ref.shape)
+    return ref + noise * scale * np.sqrt(np.mean(ref ** 2) / np.mean(noise ** 2))
+
+
+def test_the_lower_figure_over_the_sets_decides():
+    """A build far better on one set and worse on the other, the lower one, loses: the
+    check states the lower figure, and the choice reads both builds as the check does."""
+    refs = [[np.random.default_rng(s).normal(0, 1, (32, 10))] for s in (1, 2)]
+    # set 0: ys far closer (40 dB against 20); set 1, the lower: ys 10 dB, others 15 dB
+    ys = [[_noisy(refs[0][0], 0.01)], [_noisy(refs[1][0], 10 ** -0.5)]]
+    others = [[_noisy(refs[0][0], 0.1)], [_noisy(refs[1][0], 10 ** -0.75)]]
+    gain, support, (mine, theirs) = S.lower_gain(refs, ys, others)
+    assert gain == pytest.approx(-5.0) and support < 0.05
+    assert mine == pytest.approx(10.0) and theirs == pytest.approx(15.0)
+    gain, support, _ = S.lower_gain(refs, others, ys)
+    assert gain == pytest.approx(5.0) and support > S.SUPPORT
+
+
+def test_outputs_exact_in_both_builds_are_left_out():
+    refs = [[np.ones((20, 3)), np.random.default_rng(s).normal(0, 1, (20, 4))] for s in (1, 2)]
+    ys = [[r[0].copy(), _noisy(r[1], 0.1)] for r in refs]
+    others = [[r[0].copy(), _noisy(r[1], 0.05)] for r in refs]
+    gain, support, figures = S.lower_gain(refs, others, ys)
+    assert gain == pytest.approx(20 * np.log10(2)) and support > S.SUPPORT
+    assert all(np.isfinite(figures))
+
+
+@pytest.fixture(scope="module")
+def net():
+    return small_classifier()
+
+
+def test_tails_that_cut_the_synthetic_inputs_give_way_to_min_max(net, monkeypatch):
+    """Tails far too narrow (a tenth of the values cut on each side) read far below min/max
+    ranges on the check's synthetic sets: min/max ranges are written, the report's ranges and
+    a note say so."""
+    monkeypatch.setattr(_ranges, "TAIL", 0.1)
+    content, report = cle.quantize(net, input_range=(-1.0, 1.0), output_kinds=LOGITS)
+    text = report.summary()
+    assert "activation ranges: min/max of" in text
+    assert any("the file written has min/max activation ranges" in w for w in report.warnings)
+    assert not any(r.how == "percentile" for r in report.ranges)
+    # and with the tails forced, the figure is the tails' and lower
+    _, forced = cle.quantize(net, input_range=(-1.0, 1.0), output_kinds=LOGITS,
+                             ranges="percentile")
+    assert any(r.how == "percentile" for r in forced.ranges)
+    assert forced.sqnr_db < report.sqnr_db
