@@ -124,7 +124,7 @@ def test_a_softmax_outputs_check_draws_its_errors_within_their_bound():
     q[worst] = np.roll(p[worst], 1, axis=1)
     q += rng.normal(scale=1e-4, size=q.shape)
     (checked,) = C.check_outputs([p], [q], ["classes"], ["probabilities"])
-    signal, noise = C._energies(p, q)
+    signal, noise = C.energies(p, q)
     capped = T.heavy_tail(signal, noise, 2.0)
     assert capped is not None and capped.floor > T.heavy_tail(signal, noise).floor
     assert checked.sqnr_interval[0] == min(capped.floor, C.sqnr_interval(p, q)[0])

@@ -41,7 +41,8 @@ from cle._measure.input_range import SPREAD, spread_inputs
 __all__ = ["EXACT", "MIN_CLASSES", "OutputCheck", "ZERO_FLOAT", "check_outputs", "close_calls",
            "compare_verdict", "compiled_kinds", "declared_kinds", "ends_in", "sqnr_gain",
            "sqnr_interval", "estimate_caveat", "guessed_scores", "idle_top1", "json_number",
-           "energies", "output_kinds", "output_names", "held_out_caveats", "poor_outputs", "rough_figures",
+           "energies", "output_kinds", "output_names", "held_out_caveats", "poor_outputs",
+           "rough_figures",
            "spread_inputs", "sqnr_with_clipping", "undeclared_scores"]
 
 #: A linear vector output with at least this many entries may be class logits: the report
