@@ -132,10 +132,13 @@ def table(results):
         for n in nets for r in [results[n]["rows"]["per_channel"]["nodata"]])
     loads = ", ".join(f"{min(pair):.1f}–{max(pair):.1f}" for n in nets
                       for pair in [(results[n]["load"], results[n].get("load_after", 0))])
+    cpus = [results[n].get("cpu", "unknown CPU") for n in nets]
+    machine = (f"2 cores of an {cpus[0]}" if len(set(cpus)) == 1 else "2 cores; " + ", ".join(
+        f"{results[n]['net']} on an {cpu}" for n, cpu in zip(nets, cpus)))
     lines += ["", f"No data, no flags: the input range is found from the model's first batch "
               f"norm ({notes}), the calibration inputs are synthetic. "
-              f"Load average during the runs: {loads} (2 cores of an "
-              f"{results[nets[0]].get('cpu', 'unknown CPU')}; other work shared the machine)."]
+              f"Load average during the runs: {loads} ({machine}; other work shared the "
+              "machine)."]
     return "\n".join(lines) + "\n"
 
 
