@@ -31,6 +31,7 @@ from cle._quantize import weight_stages
 from cle._quantize.analysis_report import AnalysisReport, LayerReport
 from cle._quantize.choice import chooses, refit_cle
 from cle._quantize.options import QuantizeOptions
+from cle._quantize import synthetic_choice
 from cle._quantize.pipeline import build_checked, check_label, check_sets, lower
 from cle._tflite import converter as tflite, quant_sim
 from cle._tflite.flatgraph import FlatGraph, dequantize
@@ -97,6 +98,8 @@ def analyze_checked(model, calibration_data, opts: QuantizeOptions,
         build = build_checked(model, calibration_data, opts, say)
         if chooses(build):  # the file cle.quantize writes when it keeps cle's build
             refit_cle(model, build, say)
+        else:  # without data: the ranges cle.quantize chooses on its check's synthetic sets
+            synthetic_choice.choose(model, build, say)
     elif build.opts != opts or not holds_cle_build(build):
         raise ValueError("cle.analyze analyses cle's build: the build of a cle.quantize call "
                          "with the same options that wrote it")
