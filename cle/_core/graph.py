@@ -27,8 +27,7 @@ import keras
 
 from cle._core import keras_internals as internals
 
-__all__ = ["Call", "GraphView", "Tensor", "averaged", "call_inputs", "calls_leading_to",
-           "check_readable",
+__all__ = ["Call", "GraphView", "Tensor", "call_inputs", "calls_leading_to", "check_readable",
            "concatenated", "graph_view",
            "inner_function", "is_plain_call", "is_sequential", "local_view", "rebuilt_view",
            "run_call", "takes_training", "unreadable_error", "weighed_on_every_path"]
@@ -446,13 +445,9 @@ def weighed_on_every_path(tensor) -> bool:
 def concatenated(tensor) -> list:
     """The symbolic tensors a ``Concatenate`` layer joined into ``tensor`` (none when another
     operation made it)."""
-    return _merged(tensor, keras.layers.Concatenate)
-
-
-def averaged(tensor) -> list:
-    """The symbolic tensors an ``Average`` layer averaged into ``tensor`` (none when another
-    operation made it)."""
-    return _merged(tensor, keras.layers.Average)
+    if not isinstance(internals.producer_of(tensor), keras.layers.Concatenate):
+        return []
+    return call_inputs(tensor)
 
 
 def call_inputs(tensor) -> list:
@@ -462,7 +457,3 @@ def call_inputs(tensor) -> list:
         return []
     return next((list(n.input_tensors) for n in internals.inbound_nodes(layer)
                  if any(t is tensor for t in n.output_tensors)), [])
-
-
-def _merged(tensor, kind) -> list:
-    return call_inputs(tensor) if isinstance(internals.producer_of(tensor), kind) else []

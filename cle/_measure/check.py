@@ -28,7 +28,7 @@ import keras
 import numpy as np
 
 from cle._core import keras_internals as internals
-from cle._core.graph import averaged, call_inputs
+from cle._core.graph import call_inputs
 from cle._core.outputs import output_names
 from cle._math.json_numbers import EXACT, ZERO_FLOAT, sqnr_label, sqnr_span
 from cle._math.json_numbers import json_number  # noqa: F401 (here before)
@@ -106,17 +106,18 @@ def ends_in(out) -> str:
     ``Reshape`` of a sigmoid, or of a softmax that keeps its last axis, and an
     ``Average`` of outputs that all end in the same softmax or sigmoid ends in it too."""
     producer, out = _maker(out)
-    if _passes(producer) and len(call_inputs(out)) == 1:
-        return ends_in(call_inputs(out)[0])
-    if isinstance(producer, keras.layers.Reshape) and len(call_inputs(out)) == 1:
-        inner = call_inputs(out)[0]  # a map's softmax per position, reshaped back to the map
-        ending = ends_in(inner)
-        if ending == "sigmoid" or (_classes(inner) == _classes(out) and ending in (
+    inputs = call_inputs(out)
+    if len(inputs) == 1 and _passes(producer):
+        return ends_in(inputs[0])
+    if len(inputs) == 1 and isinstance(producer, keras.layers.Reshape):
+        ending = ends_in(inputs[0])  # a map's softmax per position, reshaped back to the map
+        if ending == "sigmoid" or (_classes(inputs[0]) == _classes(out) and ending in (
                 "softmax",) + LOG_SCORE_ACTIVATIONS):
             return ending
-    endings = {ends_in(t) for t in averaged(out)}  # an ensemble's mean of its members' scores
-    if len(endings) == 1 and endings <= set(SCORE_ACTIVATIONS):
-        return endings.pop()
+    if isinstance(producer, keras.layers.Average):  # an ensemble's mean of its members' scores
+        endings = {ends_in(t) for t in inputs}
+        if len(endings) == 1 and endings <= set(SCORE_ACTIVATIONS):
+            return endings.pop()
     if isinstance(producer, keras.layers.Softmax):
         axes = [producer.axis] if isinstance(producer.axis, int) else list(producer.axis)
         rank = len(tuple(out.shape))
