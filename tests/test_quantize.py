@@ -249,6 +249,26 @@ def test_shared_exports_export_a_model_once_per_weights(net, data, monkeypatch):
     assert _quantization(changed) != _quantization(alone)
 
 
+def test_a_failed_export_leaves_no_directory(net, data, monkeypatch, tmp_path):
+    """An export that raises (a model Keras' export refuses, an interrupt) removes the
+    directory it was writing: empty ``cle_export_*`` folders piled up in the temporary
+    directory, one per failed export."""
+    import tempfile
+
+    archive = type(keras.export.ExportArchive())
+
+    def refuse(self, path, *args, **kwargs):
+        raise RuntimeError("the export refuses this model")
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(archive, "write_out", refuse)
+    x = check_calibration_data(net, data)
+    with tflite.shared_exports():
+        with pytest.raises(RuntimeError, match="refuses"):
+            tflite.convert_int8(net, x, keras_route=True)
+        assert os.listdir(tmp_path) == []
+
+
 def test_written_ranges_reach_the_int8_model(net, data):
     calibrated = tflite.calibrate(net, data)
     ranges = tflite.ranges_of(calibrated)

@@ -174,8 +174,9 @@ def _exported(exports, model, batch, shapes=None) -> str:
         if isinstance(spec, list) and len(spec) > 1:
             spec = [spec]
         path = tempfile.mkdtemp(prefix="cle_export_")
-        # as the converter's own export is quiet (JAX's deprecation warnings)
-        with quiet(), _jax_forms():
+        # as the converter's own export is quiet (JAX's deprecation warnings); an export that
+        # fails leaves no directory behind (a model the export refuses, an interrupt)
+        with _removed_on_error(path), quiet(), _jax_forms():
             archive = keras.export.ExportArchive()
             archive.track(read)
             # Static on JAX: jax2tf traces the call with the weights as constants. Keras'
@@ -191,6 +192,16 @@ def _exported(exports, model, batch, shapes=None) -> str:
             archive.write_out(path, verbose=False)
         exports[key] = (model, path)  # the model kept alive: its id stays its own
     return exports[key][1]
+
+
+@contextlib.contextmanager
+def _removed_on_error(path):
+    """Within the block, the directory ``path`` is removed if the block raises."""
+    try:
+        yield
+    except BaseException:
+        shutil.rmtree(path, ignore_errors=True)
+        raise
 
 
 @contextlib.contextmanager
