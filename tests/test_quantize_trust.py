@@ -1364,8 +1364,14 @@ def test_an_output_zero_in_float_and_not_in_the_file_says_so():
     assert C.OutputCheck("y", "values", math.nan).text() == "no SQNR figure"  # not "nan dB"
 
 
-def test_no_choice_without_data_or_off_the_default_route(net):
+def test_no_choice_of_the_plain_conversion_without_data(net):
+    """Without data no plain conversion is made or chosen: the choice is between cle's ranges
+    only (tests/test_synthetic_choice.py), and off the default route there is none."""
     _, report = cle.quantize(net, input_range=(-1.0, 1.0), output_kinds=LOGITS)
+    assert report.choice.written in ("cle", "cle, min/max ranges") and not report.choice.n_all
+    assert "plain" not in report.to_dict()["choice"]["sqnr_db"]
+    _, report = cle.quantize(net, input_range=(-1.0, 1.0), output_kinds=LOGITS,
+                             ranges="percentile")
     assert report.choice is None and report.to_dict()["choice"] is None
 
 

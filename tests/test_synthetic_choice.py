@@ -1,6 +1,8 @@
 """Without data, the choice between tail and min/max activation ranges on the check's own
 synthetic sets (cle._quantize.synthetic_choice)."""
 
+import json
+
 import numpy as np
 import pytest
 
@@ -59,6 +61,15 @@ def test_tails_that_cut_the_synthetic_inputs_give_way_to_min_max(net, monkeypatc
     assert "activation ranges: min/max of" in text
     assert any("the file written has min/max activation ranges" in w for w in report.warnings)
     assert not any(r.how == "percentile" for r in report.ranges)
+    # the choice is the report's, in its summary and its dictionary
+    assert isinstance(report.choice, S.NoDataChoice)
+    assert report.choice.written == S.MINMAX and report.choice.support > S.SUPPORT
+    tails, minmax = report.choice.means()
+    assert minmax > tails + S.SWITCH_DB
+    assert "written without data: cle's equalized model with every activation range" in text
+    said = json.loads(json.dumps(report.to_dict()))["choice"]
+    assert said["written"] == S.MINMAX and said["calibration"] == "synthetic"
+    assert said["sqnr_db"]["cle"] == pytest.approx(report.choice.sqnr_db["cle"])
     # and with the tails forced, the figure is the tails' and lower: so low on JAX's
     # synthetic inputs (under 6 dB) that the file is refused
     try:
@@ -69,3 +80,19 @@ def test_tails_that_cut_the_synthetic_inputs_give_way_to_min_max(net, monkeypatc
         return
     assert any(r.how == "percentile" for r in forced.ranges)
     assert forced.sqnr_db < report.sqnr_db
+
+
+def test_tails_kept_are_said_too(net, monkeypatch):
+    """Where the tails hold (here: min/max must gain more than any figure can), the report's
+    choice says cle's build was written, with both builds' figures, and no warning; the
+    check's figure is the tails' lower figure."""
+    monkeypatch.setattr(S, "SWITCH_DB", 1e9)
+    content, report = cle.quantize(net, input_range=(-1.0, 1.0), output_kinds=LOGITS)
+    choice = report.choice
+    assert choice.written == "cle" and choice.warning() is None
+    assert any(r.how == "percentile" for r in report.ranges)
+    assert not any("min/max activation ranges" in w for w in report.warnings)
+    assert "written without data: cle's build (activation ranges at their tails)" in (
+        report.summary())
+    assert choice.sqnr_db["cle"][0] == pytest.approx(report.outputs[0].sqnr_db, abs=1e-6)
+    assert choice.n == report.n_check

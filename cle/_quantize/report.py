@@ -91,8 +91,10 @@ class QuantizeReport:
             every weight 8-bit, before the rounded kernels were stored (0: not known).
         choice: with data, which build was written (:class:`cle._quantize.choice.Choice`:
             cle's, cle's with min/max activation ranges, or the float model straight into the
-            converter, whichever is closest to the float model on the held-out inputs); None
-            where no choice was made.
+            converter, whichever is closest to the float model on the held-out inputs);
+            without data, between the tails and min/max ranges on the check's synthetic sets
+            (:class:`cle._quantize.synthetic_choice.NoDataChoice`); None where no choice was
+            made.
         compiled: for an Ethos-U target, the model Vela compiled (``OUT_vela.tflite``);
             else None.
     """

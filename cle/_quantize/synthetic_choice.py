@@ -12,8 +12,9 @@ when that figure, in mean over the outputs, is higher by more than :data:`SWITCH
 more than :data:`SUPPORT` of the resamples of a bootstrap of each set's inputs (the same resample
 for both builds). A set on which the tails read better and another on which min/max do is
 no evidence for either unless the lower of the two moves: the lower figure is the one the
-check states. The report says which was written,
-and that its check's figures are those of the build chosen on them.
+check states. The report says which was written and both figures (``report.choice``, a
+:class:`NoDataChoice`, whose line and dictionary take the shape of the choice with data), and
+that its check's figures are those of the build chosen on them.
 """
 
 from __future__ import annotations
@@ -24,13 +25,14 @@ import time
 
 import numpy as np
 
+from cle._math.json_numbers import sqnr_words
 from cle._measure import check as _check
 from cle._measure.inference import outputs_once
 from cle._quantize.choice import SWITCH_DB
 from cle._quantize.ranges import as_kind, tensor_roles
 from cle._tflite import converter as tflite
 
-__all__ = ["SUPPORT", "SWITCH_DB", "choose", "chooses"]
+__all__ = ["MINMAX", "SUPPORT", "SWITCH_DB", "NoDataChoice", "choose", "chooses"]
 
 #: The share of the bootstrap's resamples in which min/max ranges must read higher than the
 #: tails, on the lower figure over the check's sets, to be written: most of them, not nearly
@@ -42,6 +44,70 @@ __all__ = ["SUPPORT", "SWITCH_DB", "choose", "chooses"]
 SUPPORT = 0.5
 #: Resamples of the bootstrap, and its seed.
 BOOTSTRAP, SEED = 1000, 0
+#: The other build's name (as :data:`cle._quantize.choice.CANDIDATES` names it).
+MINMAX = "cle, min/max ranges"
+
+
+@dataclasses.dataclass
+class NoDataChoice:
+    """Without data, which build was written (``report.choice``).
+
+    Attributes:
+        written: ``"cle"`` (the tails) or :data:`MINMAX`.
+        sets: the check's synthetic sets both builds ran on (their names).
+        n: their inputs, in all.
+        sqnr_db: ``{build: [SQNR of each output]}``, each the lower over the sets.
+        support: the share of the bootstrap's resamples in which min/max ranges read higher
+            (on the mean over the outputs of the lower figures).
+    """
+
+    written: str
+    sets: list
+    n: int
+    sqnr_db: dict
+    support: float
+    #: What the choice with data has and this one has not (no calibration input held out,
+    #: no cross-fitting, no float conversion): the same names keep the report's readers one.
+    n_all: int = 0
+    crossfit: dict = dataclasses.field(default_factory=dict)
+    float_db: list = dataclasses.field(default_factory=list)
+
+    def means(self) -> tuple[float, float]:
+        """The mean over the outputs of each build's lower figure: (tails, min/max)."""
+        return tuple(_mean(self.sqnr_db[k], self.sqnr_db) for k in ("cle", MINMAX))
+
+    def line(self) -> str:
+        tails, minmax = self.means()
+        measured = (f"on the check's {len(self.sets)} synthetic sets ({self.n} inputs), each "
+                    f"build's lower figure over them in mean SQNR over the outputs: tails "
+                    f"{sqnr_words(tails, 2)}, min/max {sqnr_words(minmax, 2)}, min/max higher "
+                    f"in {self.support:.0%} of the resamples of the inputs")
+        if self.written == "cle":
+            return (f"written without data: cle's build (activation ranges at their tails); "
+                    f"min/max ranges would need to be higher by more than {SWITCH_DB:g} dB in "
+                    f"more than {SUPPORT:.0%} of the resamples ({measured})")
+        return (f"written without data: cle's equalized model with every activation range at "
+                f"its min/max over the synthetic calibration inputs ({measured}; the stages "
+                "above describe cle's build)")
+
+    def warning(self) -> str | None:
+        if self.written == "cle":
+            return None
+        tails, minmax = self.means()
+        return ("without data the file written has min/max activation ranges (cle's equalized "
+                "model, every range at its min/max over the synthetic calibration inputs) "
+                "instead of their tails: on the check's synthetic inputs its lower figure over "
+                f"the sets was higher ({minmax:.2f} against {tails:.2f} dB in mean SQNR over "
+                f"the outputs, in {self.support:.0%} of the resamples of the inputs); the "
+                "check's figures are those of the build chosen on the inputs they are "
+                "measured on")
+
+    def to_dict(self) -> dict:
+        return {"written": self.written, "calibration": "synthetic", "sets": list(self.sets),
+                "n": self.n, "sqnr_db": {k: [_check.json_number(f) for f in v]
+                                         for k, v in self.sqnr_db.items()},
+                "support": self.support, "support_needed": SUPPORT, "switch_db": SWITCH_DB,
+                "n_all": 0, "crossfit": {}, "float_db": []}
 
 
 def chooses(build) -> bool:
@@ -55,11 +121,11 @@ def chooses(build) -> bool:
             and opts.ranges == "auto" and not opts.tune)
 
 
-def choose(model, build, say) -> tuple[None, None]:
+def choose(model, build, say) -> tuple[NoDataChoice | None, None]:
     """When :func:`chooses`, measure min/max ranges against the tails on the check's sets and
-    write the build chosen into ``build`` (its ``content`` and ``ranges``; a note for the
-    report when min/max ranges are written). Returns ``(None, None)``: no
-    :class:`cle._quantize.choice.Choice` and no plain conversion (the pipeline's pair)."""
+    write the build chosen into ``build`` (its ``content`` and ``ranges``). Returns
+    ``(choice, None)``: the :class:`NoDataChoice` made (None where none ran) and no plain
+    conversion (the pipeline's pair)."""
     if not chooses(build):
         return None, None
     start = time.perf_counter()
@@ -70,10 +136,14 @@ def choose(model, build, say) -> tuple[None, None]:
     refs = [outputs_once(build.runs, model, x) for _, x in sets]
     mine = [outputs_once(build.runs, build.content, x) for _, x in sets]
     theirs = [outputs_once(build.runs, content, x) for _, x in sets]
-    gain, support, figures = lower_gain(refs, theirs, mine)
+    gain, support, _ = lower_gain(refs, theirs, mine)
     build.seconds["choose"] = time.perf_counter() - start
-    if not (gain > SWITCH_DB and support > SUPPORT):
-        return None, None
+    switch = gain > SWITCH_DB and support > SUPPORT
+    if switch:
+        build.content, build.ranges = content, ranges
+    figures = {"cle": per_output(refs, mine), MINMAX: per_output(refs, theirs)}
+    return NoDataChoice(MINMAX if switch else "cle", [name for name, _ in sets],
+                        sum(len(ref[0]) for ref in refs), figures, support), None
     build.content, build.ranges = content, ranges
     build.notes.append(
         "without data the file written has min/max activation ranges (cle's equalized model, "
@@ -128,6 +198,23 @@ def lower_gain(refs, ys, others) -> tuple[float, float, tuple[float, float]]:
     gains = gains[~np.isnan(gains)]
     support = float(np.mean(gains > 0)) if gains.size else 0.0
     return figure - other, support, (figure, other)
+
+
+def per_output(refs, ys) -> list[float]:
+    """Per output, the lowest SQNR over the sets (``refs[s]``, ``ys[s]``: one array per
+    output)."""
+    return [float(v) for v in np.min([[_db(*(e.sum() for e in _check.energies(r, a)))
+                                       for r, a in zip(ref, y)]
+                                      for ref, y in zip(refs, ys)], axis=0)]
+
+
+def _mean(figures, both) -> float:
+    """The mean of ``figures`` over the outputs left in by :func:`lower_gain`: outputs both
+    builds reproduce exactly (or that are zero in float), or NaN in either, are not read."""
+    a, b = both["cle"], both[MINMAX]
+    kept = [f for f, x, y in zip(figures, a, b)
+            if not (x == y and not math.isfinite(x)) and not math.isnan(x + y)]
+    return float(np.mean(kept)) if kept else math.nan
 
 
 def _db(signal, noise):
