@@ -3,7 +3,7 @@ the zoo, a PReLU net on photo crops claimed 40.5 dB (90 % interval 35.5 to 46.2)
 30.2 on a thousand new crops, one of which held two thirds of the noise. The check's own
 inputs show such a tail: their largest errors fall off as a power law. The interval reaches
 down to what a thousand new inputs read in all but one draw of twenty when that law goes on
-(:mod:`cle._measure.tails`); on a light tail it stays as the bootstrap sets it.
+(:mod:`cle._measure.tails`); on a light tail it stays about as the bootstrap sets it.
 
 The worlds below are simulated: per-input noise energies drawn from a known law, the check
 on 64 of them, the real figure on a thousand more.
@@ -55,10 +55,11 @@ def _draws(xi):
 
 @pytest.mark.parametrize("xi", [None, 0.3])
 def test_a_light_tail_leaves_the_bootstrap_interval_about_as_it_is(xi):
+    """A light tail moves the lower end by a fraction of a dB in the median draw (the index
+    its eight largest errors allow reaches some way up), never the upper end."""
     draws = _draws(xi)
     moved = [bootstrap[0] - checked.sqnr_interval[0] for bootstrap, checked, _ in draws]
-    assert sum(m == 0 for m in moved) >= DRAWS - 4  # as the bootstrap set it
-    assert max(moved) < 0.5  # or by a fraction of a dB
+    assert min(moved) >= 0 and np.median(moved) < 1.0 and max(moved) < 8.0
     assert all(checked.sqnr_interval[1] == bootstrap[1] for bootstrap, checked, _ in draws)
 
 
@@ -75,9 +76,26 @@ def test_a_heavy_tail_reaches_down_to_what_a_thousand_new_inputs_read(xi):
     for bootstrap, checked, _ in draws:  # only the lower end moves, and only down
         assert checked.sqnr_interval[1] == bootstrap[1]
         assert checked.sqnr_interval[0] <= bootstrap[0]
-    # and not without bound: typically within a few tens of dB of the new inputs' figure
+    # and not without bound: finite (how far below is the next test's: as far as needed)
     below = [real - checked.sqnr_interval[0] for _, checked, real in draws]
-    assert np.isfinite(below).all() and np.median(below) < 25.0
+    assert np.isfinite(below).all()
+
+
+@pytest.mark.parametrize("xi", [0.6, 1.2])
+def test_the_lower_end_covers_what_it_says_in_a_power_law_world(xi):
+    """The lower end is the figure all but 5 % of sets of a thousand new inputs read: in
+    worlds where the errors follow a power law, it covers the thousand inputs' figure in
+    about 95 % of draws of 64 check inputs, neither far fewer (the index fitted to eight
+    errors, used as if known, covered 73-77 %) nor nearly all (an interval wider than the
+    inputs say)."""
+    law, covered, n = _world(xi), 0, 100
+    for seed in range(n):
+        rng = np.random.default_rng(1000 + seed)
+        ref, y = _case(law(rng, 64))
+        real = 10 * np.log10(1000 / law(rng, 1000).sum())
+        (checked,) = C.check_outputs([ref], [y], ["out"], ["values"])
+        covered += real >= checked.sqnr_interval[0]
+    assert 0.88 <= covered / n <= 0.99
 
 
 def test_the_fit_reads_the_index_of_a_power_law():

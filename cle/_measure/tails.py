@@ -13,7 +13,12 @@ This module fits one to the largest :data:`TAIL_SHARE` of the per-input noise en
 Hill estimator of its index ξ; above ξ = 1 such a law has no finite mean) and draws
 :data:`SIMULATIONS` sets of :data:`NEW_INPUTS` new inputs, each input's noise from the
 check's own below the tail's threshold or, in the tail's share, from the fitted law (capped
-at the largest error the output can have, :func:`noise_cap`): :func:`new_figures`. The
+at the largest error the output can have, :func:`noise_cap`): :func:`new_figures`. Eight
+errors of sixty-four tell the index roughly, so each set draws its own index from those
+they allow (above its threshold a power law's k log-spacings sum to ξ times a Gamma(k)
+variable, so ``k ξ̂ / ξ`` is one): with the fitted index alone, the lower end covered the
+figure of a thousand new inputs in 73–77 % of simulated power-law worlds of index 0.6–1.5
+where 95 % is meant; drawing the index, in 95 % (``tests/test_tails.py``). The
 check's interval reaches down to the figure all but :data:`QUANTILE` of those sets read
 (:func:`heavy_tail`), the lower tail of its :data:`cle._measure.check.INTERVAL` interval. On
 a light tail that is above the bootstrap's lower end and changes nothing; on a heavy one it
@@ -75,8 +80,10 @@ def new_figures(signal, noise, cap=None, seed=0) -> np.ndarray | None:
     rng = np.random.default_rng(seed)
     in_tail = rng.random((SIMULATIONS, NEW_INPUTS)) < k / len(noise)
     bulk = below[rng.integers(0, len(below), size=in_tail.shape)]
+    # each set's own index, drawn from those its k errors allow: k xi_hat / xi is a Gamma(k)
+    xis = xi * k / rng.gamma(k, 1.0, size=(SIMULATIONS, 1))
     with np.errstate(over="ignore"):  # a steep law's rare draws: capped or infinite, both fine
-        tail = threshold * (1.0 - rng.random(in_tail.shape)) ** -xi
+        tail = threshold * (1.0 - rng.random(in_tail.shape)) ** -xis
     if cap is not None:
         tail = np.minimum(tail, cap)
     totals = np.where(in_tail, tail, bulk).sum(axis=1)
