@@ -437,8 +437,8 @@ def test_what_a_global_max_pooling_keeps_is_not_cut_at_its_tails(pool):
     its tails cut the features of the inputs that mattered, 5 dB below the converter; with
     min/max, at it). A max pooling of several positions, and what lies before it, keep their
     tails. The kept tensors' ranges reach the pooled values' extremes in the file written.
-    With data the rule is off (real inputs' tails cut little there, and the cross-fitted
-    choice misranked the build it made: ``ranges.tensor_roles``)."""
+    With data too (the zoo's multi-label classifier read 1.4 dB below the plain conversion
+    with its tails there, hunt13's CBAM net 6 dB above it without them)."""
     import cle
     from cle._tflite import converter as T
 
@@ -461,7 +461,10 @@ def test_what_a_global_max_pooling_keeps_is_not_cut_at_its_tails(pool):
     assert "the tensors whose largest values a global max pooling keeps keep min/max" in \
         report.summary()
     _, report = cle.quantize(model, x, ranges="percentile", bias_correction="none")
-    assert R.MAX_KEPT not in {r.how for r in report.ranges}
+    assert R.MAX_KEPT in {r.how for r in report.ranges}
+    for r in report.ranges:
+        if r.how == R.MAX_KEPT:
+            assert (r.lo, r.hi) == r.calibrated
 
 
 def test_logits_the_softmax_is_not_the_only_reader_of_keep_the_widened_range():

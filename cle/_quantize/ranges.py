@@ -136,10 +136,10 @@ def choose_percentile_ranges(calibrated, x, tensor_ranges, stated, integer_io, s
     range (``{input name: (lo, hi)}``, without data) takes it; and a tensor whose tail range
     would be narrower than :data:`MIN_WIDTH` of its min/max range keeps min/max. An input whose
     values lie within one of :data:`USUAL_RANGES` and nearly span it takes that range
-    (:func:`usual_range`). On ``synthetic`` inputs (without data) the tensors a map output of
-    sparse peaks is computed from keep min/max too (:func:`peaked_maps`, :data:`PEAKED`), as
-    do those whose largest values a global max pooling keeps (:func:`tensor_roles`). Every
-    range includes 0, as the converter's do.
+    (:func:`usual_range`). The tensors whose largest values a global max pooling keeps keep
+    min/max too (:func:`tensor_roles`), and on ``synthetic`` inputs (without data) so do the
+    tensors a map output of sparse peaks is computed from (:func:`peaked_maps`,
+    :data:`PEAKED`). Every range includes 0, as the converter's do.
 
     Each tensor's ``calibrated`` range becomes its min/max over all of ``x`` as the float
     interpreter computes it, so ``calibrated`` needs only the converter's tensor layout: one
@@ -151,7 +151,7 @@ def choose_percentile_ranges(calibrated, x, tensor_ranges, stated, integer_io, s
     values = tflite.observe(calibrated, x, [r.index for r in tensor_ranges], extremes=extremes)
     peaked = peaked_maps(tensor_ranges, values, tflite.output_indices(calibrated)
                          - tflite.softmax_outputs(calibrated)) if synthetic else ()
-    roles = tensor_roles(calibrated, synthetic, peaked)
+    roles = tensor_roles(calibrated, peaked)
     for r in tensor_ranges:
         # The min/max over all of ``x``, as the interpreter computes it (``calibrated`` may
         # have been calibrated on fewer inputs; observe keeps each tensor's min and max last).
@@ -178,25 +178,23 @@ def _softmax_logit(r, values, logits, n, synthetic=False):
     return classes, logit_widening(z, synthetic)
 
 
-def tensor_roles(calibrated, synthetic=False, peaked=()) -> tuple:
+def tensor_roles(calibrated, peaked=()) -> tuple:
     """``(protected, inputs, outputs, logits, max_kept, before_peaks, score_sums)``: the
     indices of the tensors that keep
     min/max (:func:`cle._tflite.converter.protected_indices`), of the inputs, of the outputs,
     of the logits of a softmax or sigmoid output (:func:`cle._tflite.converter.logit_indices`:
-    ``{index: (op, classes)}``), and, for ranges set on ``synthetic`` inputs (without data),
-    of the tensors whose largest values a global max pooling keeps
-    (:func:`cle._tflite.converter.max_kept_indices`: min/max too; the tails of synthetic
-    inputs stop far short of real inputs' maxima there. With data none: real inputs' tails cut
-    little there, and the cross-fitted choice, whose folds read min/max ranges calibrated on
-    fewer inputs as farther than the file will be, then ranked such a build above the plain
-    conversion it was not above: CHANGELOG), and of the tensors the output tensors ``peaked``
+    ``{index: (op, classes)}``), of the tensors whose largest values a global max pooling
+    keeps (:func:`cle._tflite.converter.max_kept_indices`: min/max too; their tails are every
+    value the pooling passes on: without data the tails of synthetic inputs stop far short of
+    real inputs' maxima there, and with data the tails of a few dozen inputs cut what new
+    inputs reach: CHANGELOG), and of the tensors the output tensors ``peaked``
     (maps of sparse peaks, :func:`peaked_maps`; none by default) are computed from
     (:func:`cle._tflite.converter.upstream_indices`), and ``{index: bounds}`` of the sums of
     class scores (:func:`cle._tflite.converter.score_bounds`)."""
     protected, inputs = tflite.protected_indices(calibrated)
     return (protected, inputs, tflite.output_indices(calibrated),
             tflite.logit_indices(calibrated),
-            tflite.max_kept_indices(calibrated) if synthetic else set(),
+            tflite.max_kept_indices(calibrated),
             tflite.upstream_indices(calibrated, peaked) if peaked else set(),
             tflite.score_bounds(calibrated))
 

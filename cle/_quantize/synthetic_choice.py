@@ -158,7 +158,7 @@ def choose(model, build, say) -> tuple[NoDataChoice | None, None]:
 def minmax_build(build) -> tuple[bytes, list]:
     """``(tflite bytes, ranges)``: ``build``'s calibrated model with every tail range set
     back to its min/max (:func:`cle._quantize.ranges.as_kind`)."""
-    roles = tensor_roles(build.calibrated, synthetic=True)
+    roles = tensor_roles(build.calibrated)
     ranges = [dataclasses.replace(r) for r in build.ranges]
     for r in ranges:
         if r.index in build.extremes:
