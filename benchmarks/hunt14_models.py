@@ -687,23 +687,29 @@ def raw255_conv():
     """Trained on raw 0..255 photos with no preprocessing layer at all (the first layer a
     Conv2D + BN + relu on 0..255 values), conv+BN x3 more; GAP; 8 photo classes: without data
     the input range has to come from the first BN alone."""
-    import keras
-    Ly = L()
     xt, yt, xc, xe = _photo_data()
 
     def train():
-        _seed(1418)
-        inp = keras.Input((32, 32, 3), name="rgb_raw")
-        h = inp
-        for w, s in ((16, 1), (32, 2), (48, 2), (64, 2)):
-            h = _conv_bn(h, w, s)
-        out = Ly.Dense(8, activation="softmax", name="photo")(Ly.GlobalAveragePooling2D()(h))
-        return _fit(keras.Model(inp, out, name="raw255_conv"), xt, yt, 8,
-                    "sparse_categorical_crossentropy")
+        return _raw_convnet(1418, (32, 32, 3), "rgb_raw", 8, "photo", "raw255_conv", xt, yt)
 
     return _cached("raw255_conv", train), ZooData(
         xc, xe, ("class",), "photo crops 32 raw 0..255, no preprocessing layer; conv+BN; 8 "
         "classes")
+
+
+def _raw_convnet(seed, shape, input_name, classes, output_name, name, xt, yt):
+    """conv + BN + relu x4 (16, 32, 48, 64 filters; strides 1, 2, 2, 2) straight on the raw
+    input, GAP, a softmax of ``classes``; trained 8 epochs."""
+    import keras
+    Ly = L()
+    _seed(seed)
+    inp = keras.Input(shape, name=input_name)
+    h = inp
+    for w, s in ((16, 1), (32, 2), (48, 2), (64, 2)):
+        h = _conv_bn(h, w, s)
+    out = Ly.Dense(classes, activation="softmax", name=output_name)(
+        Ly.GlobalAveragePooling2D()(h))
+    return _fit(keras.Model(inp, out, name=name), xt, yt, 8, "sparse_categorical_crossentropy")
 
 
 def _thermal(x):
@@ -715,20 +721,11 @@ def thermal_kelvin():
     """Thermal-camera-like frames in kelvin (285..315: a large offset, a narrow span) fed raw
     to conv + BN + relu x4 (no normalization layer); GAP; the 10 scikit-image pictures (hunt8's
     labelled gray crops)."""
-    import keras
-    Ly = L()
     (xt, yt), (xc, _), (xe, _) = H8.gray_labelled_sets(32)
     xt, xc, xe = _thermal(xt), _thermal(xc), _thermal(xe)
 
     def train():
-        _seed(1419)
-        inp = keras.Input((32, 32, 1), name="kelvin")
-        h = inp
-        for w, s in ((16, 1), (32, 2), (48, 2), (64, 2)):
-            h = _conv_bn(h, w, s)
-        out = Ly.Dense(10, activation="softmax", name="picture")(Ly.GlobalAveragePooling2D()(h))
-        return _fit(keras.Model(inp, out, name="thermal_kelvin"), xt, yt, 8,
-                    "sparse_categorical_crossentropy")
+        return _raw_convnet(1419, (32, 32, 1), "kelvin", 10, "picture", "thermal_kelvin", xt, yt)
 
     return _cached("thermal_kelvin", train), ZooData(
         xc, xe, ("class",), "gray crops as kelvins 285..315, raw into conv+BN; 10 pictures")
