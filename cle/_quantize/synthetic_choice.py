@@ -74,7 +74,9 @@ class NoDataChoice:
 
     def means(self) -> tuple[float, float]:
         """The mean over the outputs of each build's lower figure: (tails, min/max)."""
-        return tuple(_mean(self.sqnr_db[k], self.sqnr_db) for k in ("cle", MINMAX))
+        kept = _kept(self.sqnr_db["cle"], self.sqnr_db[MINMAX])
+        return tuple(float(np.mean([self.sqnr_db[k][i] for i in kept])) if kept else math.nan
+                     for k in ("cle", MINMAX))
 
     def line(self) -> str:
         tails, minmax = self.means()
@@ -136,12 +138,13 @@ def choose(model, build, say) -> tuple[NoDataChoice | None, None]:
     refs = [outputs_once(build.runs, model, x) for _, x in sets]
     mine = [outputs_once(build.runs, build.content, x) for _, x in sets]
     theirs = [outputs_once(build.runs, content, x) for _, x in sets]
-    gain, support, _ = lower_gain(refs, theirs, mine)
+    tails, minmax = _lower_figures(refs, mine), _lower_figures(refs, theirs)
+    gain, support, _ = _gain(minmax, tails)
     build.seconds["choose"] = time.perf_counter() - start
     switch = gain > SWITCH_DB and support > SUPPORT
     if switch:
         build.content, build.ranges = content, ranges
-    figures = {"cle": per_output(refs, mine), MINMAX: per_output(refs, theirs)}
+    figures = {"cle": tails[0].tolist(), MINMAX: minmax[0].tolist()}
     return NoDataChoice(MINMAX if switch else "cle", [name for name, _ in sets],
                         sum(len(ref[0]) for ref in refs), figures, support), None
 
@@ -167,45 +170,44 @@ def lower_gain(refs, ys, others) -> tuple[float, float, tuple[float, float]]:
     in float, left out), the gain the difference of the two figures, and the support the
     share of the resamples of each set's inputs (:data:`BOOTSTRAP`, the same for both builds)
     in which it is above 0."""
-    point, boot = {}, {}
-    for name, outs in (("ys", ys), ("others", others)):
-        per_set_point, per_set_boot = [], []
-        for s, (ref, y) in enumerate(zip(refs, outs)):
-            idx = np.random.default_rng(SEED + s).integers(0, len(ref[0]), (BOOTSTRAP,
-                                                                            len(ref[0])))
-            energies = [_check.energies(r, a) for r, a in zip(ref, y)]
-            per_set_point.append([_db(sig.sum(), noise.sum()) for sig, noise in energies])
-            per_set_boot.append([_db(sig[idx].sum(axis=1), noise[idx].sum(axis=1))
-                                 for sig, noise in energies])
-        point[name] = np.min(np.array(per_set_point), axis=0)  # (outputs,)
-        boot[name] = np.min(np.array(per_set_boot), axis=0)  # (outputs, resamples)
-    kept = [k for k in range(len(point["ys"]))
-            if not (point["ys"][k] == point["others"][k] and not math.isfinite(point["ys"][k]))
-            and not math.isnan(point["ys"][k] + point["others"][k])]
+    return _gain(_lower_figures(refs, ys), _lower_figures(refs, others))
+
+
+def _lower_figures(refs, ys) -> tuple[np.ndarray, np.ndarray]:
+    """``(point, boot)``: per output, the lowest SQNR of ``ys`` over the sets (``(outputs,)``),
+    and the same on each of the bootstrap's resamples of each set's inputs (``(outputs,
+    resamples)``; the resamples depend on the set and its size only: two builds read on the
+    same sets share them)."""
+    per_set_point, per_set_boot = [], []
+    for s, (ref, y) in enumerate(zip(refs, ys)):
+        n = len(ref[0])
+        idx = np.random.default_rng(SEED + s).integers(0, n, (BOOTSTRAP, n))
+        energies = [_check.energies(r, a) for r, a in zip(ref, y)]
+        per_set_point.append([_db(sig.sum(), noise.sum()) for sig, noise in energies])
+        per_set_boot.append([_db(sig[idx].sum(axis=1), noise[idx].sum(axis=1))
+                             for sig, noise in energies])
+    return np.min(np.array(per_set_point), axis=0), np.min(np.array(per_set_boot), axis=0)
+
+
+def _gain(ys, others) -> tuple[float, float, tuple[float, float]]:
+    """:func:`lower_gain` from each build's :func:`_lower_figures`."""
+    (point_y, boot_y), (point_o, boot_o) = ys, others
+    kept = _kept(point_y, point_o)
     if not kept:
         return 0.0, 0.0, (math.nan, math.nan)
-    figure, other = (float(np.mean(point[n][kept])) for n in ("ys", "others"))
-    gains = np.mean(boot["ys"][kept] - boot["others"][kept], axis=0)
+    figure, other = float(np.mean(point_y[kept])), float(np.mean(point_o[kept]))
+    gains = np.mean(boot_y[kept] - boot_o[kept], axis=0)
     gains = gains[~np.isnan(gains)]
     support = float(np.mean(gains > 0)) if gains.size else 0.0
     return figure - other, support, (figure, other)
 
 
-def per_output(refs, ys) -> list[float]:
-    """Per output, the lowest SQNR over the sets (``refs[s]``, ``ys[s]``: one array per
-    output)."""
-    return [float(v) for v in np.min([[_db(*(e.sum() for e in _check.energies(r, a)))
-                                       for r, a in zip(ref, y)]
-                                      for ref, y in zip(refs, ys)], axis=0)]
-
-
-def _mean(figures, both) -> float:
-    """The mean of ``figures`` over the outputs left in by :func:`lower_gain`: outputs both
-    builds reproduce exactly (or that are zero in float), or NaN in either, are not read."""
-    a, b = both["cle"], both[MINMAX]
-    kept = [f for f, x, y in zip(figures, a, b)
+def _kept(a, b) -> list[int]:
+    """The outputs two builds' per-output figures ``a`` and ``b`` are compared on: not those
+    both reproduce exactly, or that are zero in float (the same infinite figure in both), nor
+    those without a number in either."""
+    return [k for k, (x, y) in enumerate(zip(a, b))
             if not (x == y and not math.isfinite(x)) and not math.isnan(x + y)]
-    return float(np.mean(kept)) if kept else math.nan
 
 
 def _db(signal, noise):
