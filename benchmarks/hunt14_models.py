@@ -426,15 +426,20 @@ def _census(n, seed):
     return x.astype(np.float32), (z > 0).astype(np.float32)
 
 
+def _census_sets():
+    """``(x_train, y_train, x_cal, x_eval)``: 4096 training records, the draw's calibration
+    records and the held-out ones."""
+    xt, yt = _census(4096, H9.TRAIN_SEED)
+    return xt, yt, _census(N_CAL, H9.cal_seed())[0], _census(N_EVAL, H9.EVAL_SEED)[0]
+
+
 def wide_deep():
     """Wide & deep on census-like records (age 18-90, hours 0-99, income 5-600 k, 5 0/1 flags,
     4 N(0, 1)): deep part Normalization (adapted inside) -> Dense 64 + BN + relu -> Dense 32
     relu; wide part the RAW 12 inputs; Concatenate([raw, deep]) -> Dense(1, sigmoid)."""
     import keras
     Ly = L()
-    xt, yt = _census(4096, H9.TRAIN_SEED)
-    xc, _ = _census(N_CAL, H9.cal_seed())
-    xe, _ = _census(N_EVAL, H9.EVAL_SEED)
+    xt, yt, xc, xe = _census_sets()
 
     def train():
         _seed(1409)
@@ -602,9 +607,7 @@ def tab_discretize():
     relu, Dense(1, sigmoid)."""
     import keras
     Ly = L()
-    xt, yt = _census(4096, H9.TRAIN_SEED)
-    xc, _ = _census(N_CAL, H9.cal_seed())
-    xe, _ = _census(N_EVAL, H9.EVAL_SEED)
+    xt, yt, xc, xe = _census_sets()
 
     def train():
         _seed(1415)
