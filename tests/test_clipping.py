@@ -447,7 +447,8 @@ def test_what_a_global_max_pooling_keeps_is_not_cut_at_its_tails(pool):
     calibrated = T.calibrate(model, x[:4])
     kept = T.max_kept_indices(calibrated)
     ranges = {r.index: r for r in T.ranges_of(calibrated)}
-    producers = T._producers(T._object(calibrated))
+    from cle._tflite import roles
+    producers = roles._producers(roles.parsed(calibrated))
     kinds = sorted(producers[i][0] for i in kept if i in ranges)
     assert "CONV_2D" in kinds and "MUL" in kinds, kinds  # the convolution's sum, the swish
     assert not any(producers[i][0] == "MAX_POOL_2D" for i in kept)  # not the local pool

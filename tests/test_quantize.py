@@ -282,7 +282,7 @@ def test_written_ranges_reach_the_int8_model(net, data):
 
 
 def test_written_ranges_do_not_leak_into_the_next_writing(net, data):
-    """The parsed flatbuffer is shared between readers (converter._object): ranges written
+    """The parsed flatbuffer is shared between readers (roles.parsed): ranges written
     for one build are not in the next one's, nor in what ranges_of reads."""
     calibrated = tflite.calibrate(net, data)
     untouched = tflite.with_ranges(calibrated, [])

@@ -17,9 +17,7 @@ route is caught.
 
 from __future__ import annotations
 
-import collections
 import dataclasses
-import functools
 import re
 from typing import Any, Callable
 
@@ -30,14 +28,17 @@ from cle._core import graph as _graph
 from cle._core.inputs import input_names, integer_inputs
 from cle._core.keras_internals import fed
 from cle._tflite import internals
-from cle._tflite.flatgraph import FlatGraph
 from cle._tflite.export import (  # noqa: F401  (read as converter's by callers)
     export_batch, export_shapes, fixed_sizes, quiet, read_exported, shared_exports,
     static_batch, traced_batch)
 from cle._tflite.convertible import (  # noqa: F401  (read as converter's by callers)
     check_convertible, check_tflite_backend, converter_refusal, tanh_gelu_note,
     unconvertible_layers)
-from cle._tflite.runtime import input_details_by_name, interpreter, keras_output_order
+from cle._tflite.runtime import input_details_by_name, interpreter
+from cle._tflite.roles import (  # noqa: F401  (read as converter's by callers)
+    SCORE_OPS, logit_indices, max_kept_indices, output_indices, parsed,
+    protected_indices, score_bounds, softmax_logits, softmax_outputs, tensor_name,
+    upstream_indices)
 
 # Values kept per tensor to choose its range (a uniform sample of all positions of all
 # inputs, plus the exact extremes).
@@ -255,17 +256,9 @@ def convert_int16(model, x, integer_io=False) -> bytes:
         "activation_bits=16")
 
 
-@functools.lru_cache(maxsize=2)
-def _object(calibrated: bytes):
-    """The object tree of a calibrated flatbuffer, parsed once for the readers below (a parse
-    costs as much as a few interpreter runs; one build reads the same flatbuffer a dozen
-    times). Shared: a caller that changes it puts it back (:func:`with_ranges`)."""
-    return internals.read_model(calibrated)
-
-
 def ranges_of(calibrated: bytes) -> list[TensorRange]:
     """Every tensor of the main subgraph that carries a calibrated min/max."""
-    graph = _object(calibrated).subgraphs[0]
+    graph = parsed(calibrated).subgraphs[0]
     out = []
     for i, t in enumerate(graph.tensors):
         q = t.quantization
@@ -273,237 +266,9 @@ def ranges_of(calibrated: bytes) -> list[TensorRange]:
             continue
         lo, hi = float(q.min[0]), float(q.max[0])
         shape = tuple(int(d) for d in t.shape) if t.shape is not None else ()  # () a scalar
-        out.append(TensorRange(i, _tensor_name(t), shape, (lo, hi),
+        out.append(TensorRange(i, tensor_name(t), shape, (lo, hi),
                                lo, hi))
     return out
-
-
-# Ops through which an output's range is decided by their input's: the logits before a
-# softmax, what only moves values around or changes their type, and a max (pooling or a
-# reduction: a feature vector's GlobalMaxPooling), whose output is its input's largest values,
-# so that tails cut on the input clip the output itself (found by helper-18's hunt).
-_PASS_BACK = ("SOFTMAX", "LOGISTIC", "LOG_SOFTMAX", "RESHAPE", "SQUEEZE", "DEQUANTIZE",
-              "QUANTIZE", "CAST", "MAX_POOL_2D", "REDUCE_MAX")
-
-
-def _producers(obj) -> dict:
-    """``{tensor: (op kind, input tensors)}`` of the main subgraph's operators."""
-    names = internals.builtin_operator_names()
-    producer = {}
-    for op in obj.subgraphs[0].operators:
-        code = obj.operatorCodes[op.opcodeIndex]
-        kind = names.get(max(int(code.builtinCode), int(code.deprecatedBuiltinCode)), "")
-        for t in (op.outputs if op.outputs is not None else []):
-            producer[int(t)] = (kind, [int(i) for i in (op.inputs if op.inputs is not None
-                                                         else [])])
-    return producer
-
-
-def protected_indices(calibrated: bytes) -> tuple[set, set]:
-    """``(tensors that decide the outputs, input tensors)`` of the main subgraph: the outputs
-    and the class scores only their sums read (an ensemble's members, :func:`score_bounds`),
-    and walking back from them through :data:`_PASS_BACK` ops, their inputs."""
-    obj = _object(calibrated)
-    graph = obj.subgraphs[0]
-    producer = _producers(obj)
-    protected, todo = set(), [int(i) for i in graph.outputs] + _summed_members(calibrated)
-    while todo:
-        t = todo.pop()
-        if t in protected or t < 0:
-            continue
-        protected.add(t)
-        kind, inputs = producer.get(t, ("", []))
-        if kind in _PASS_BACK and inputs:
-            todo.append(inputs[0])
-    return protected, set(int(i) for i in graph.inputs)
-
-
-#: Elementwise ops through which a tensor's largest values come from their inputs' largest
-#: (:func:`max_kept_indices`): activations, a swish's product, a residual sum.
-_MONOTONE = ("RELU", "RELU6", "RELU_N1_TO_1", "RELU_0_TO_1", "LEAKY_RELU", "PRELU", "ELU",
-             "HARD_SWISH", "GELU", "LOGISTIC", "TANH", "MUL", "ADD")
-_MAX_KEEPERS = ("REDUCE_MAX", "MAX_POOL_2D")
-
-
-def max_kept_indices(calibrated: bytes) -> set:
-    """The tensors whose largest values a global max pooling keeps: the input of a REDUCE_MAX,
-    or of a MAX_POOL_2D whose output is one position, and back from it through elementwise ops
-    (:data:`_MONOTONE`) and ops that only move values around (:data:`_SAME_VALUES`). What a
-    tensor's tails leave out is every value such a pooling passes on: on a multi-label
-    classifier that pools its last feature map by its maximum, the tails cut the features of
-    the inputs that mattered (without data, far below the converter: CHANGELOG)."""
-    obj = _object(calibrated)
-    graph = obj.subgraphs[0]
-    producer = _producers(obj)
-    todo = []
-    for op in graph.operators:
-        code = obj.operatorCodes[op.opcodeIndex]
-        kind = internals.builtin_operator_names().get(
-            max(int(code.builtinCode), int(code.deprecatedBuiltinCode)), "")
-        if kind not in _MAX_KEEPERS or op.inputs is None or op.outputs is None:
-            continue
-        shape = graph.tensors[int(op.outputs[0])].shape
-        if kind == "MAX_POOL_2D" and (shape is None or len(shape) != 4
-                                      or int(np.prod(shape[1:3])) != 1):
-            continue
-        todo.append(int(op.inputs[0]))
-    kept = set()
-    while todo:
-        t = todo.pop()
-        if t in kept or t < 0:
-            continue
-        kept.add(t)
-        kind, inputs = producer.get(t, ("", []))
-        if kind in _MONOTONE or kind in _SAME_VALUES:
-            todo.extend(inputs)
-    return kept
-
-
-def upstream_indices(calibrated: bytes, outputs) -> set:
-    """The tensors the tensors ``outputs`` are computed from, walking back through every
-    operator's inputs (constants included, but no tensor past a model input), ``outputs``
-    included."""
-    producer = _producers(_object(calibrated))
-    seen, todo = set(), [int(t) for t in outputs]
-    while todo:
-        t = todo.pop()
-        if t in seen or t < 0:
-            continue
-        seen.add(t)
-        todo.extend(producer.get(t, ("", []))[1])
-    return seen
-
-
-#: Ops whose output over their last axis is class scores or their logarithm.
-SCORE_OPS = ("SOFTMAX", "LOG_SOFTMAX")
-
-
-def softmax_outputs(calibrated: bytes) -> set:
-    """The output tensors of the main subgraph that are a SOFTMAX or a LOG_SOFTMAX (walking
-    back through ops that only move values around or change their type): class scores, at
-    one position or at each of many."""
-    obj = _object(calibrated)
-    producer = _producers(obj)
-    return {int(t) for t in obj.subgraphs[0].outputs
-            if _back(producer, int(t))[0] in SCORE_OPS}
-
-
-#: Ops whose output is their input moved around or retyped (TF Lite gives both one scale).
-_SAME_VALUES = ("RESHAPE", "SQUEEZE", "DEQUANTIZE", "QUANTIZE", "CAST")
-
-
-def _back(producer, t) -> tuple[str, list]:
-    """``(kind, inputs)`` of the op that makes tensor ``t``, walking back past the ops that
-    only move values around or change their type (:data:`_SAME_VALUES`)."""
-    kind, inputs = producer.get(t, ("", []))
-    while kind in _SAME_VALUES and inputs:
-        kind, inputs = producer.get(inputs[0], ("", []))
-    return kind, inputs
-
-
-def softmax_logits(calibrated: bytes) -> list:
-    """For each output of the main subgraph, in the order of the Keras model's outputs, the
-    index of the tensor it is the SOFTMAX of (walking back through ops that only move values
-    around or change their type), else None (on JAX the converter may split a softmax into
-    its arithmetic: None too)."""
-    obj = _object(calibrated)
-    graph = obj.subgraphs[0]
-    producer = _producers(obj)
-    outputs = [int(i) for i in graph.outputs]
-    found = []
-    for t in outputs:
-        kind, inputs = _back(producer, t)
-        found.append(inputs[0] if kind == "SOFTMAX" and inputs else None)
-    names = [_tensor_name(graph.tensors[i]) for i in outputs]
-    inputs = [_tensor_name(graph.tensors[int(i)]) for i in graph.inputs]
-    return [found[k] for k in keras_output_order(names, inputs)]
-
-
-def logit_indices(calibrated: bytes) -> dict:
-    """``{tensor: (op, classes)}`` for the tensors that hold the logits of an output's softmax
-    (or log_softmax, or sigmoid): the input of the SOFTMAX, LOG_SOFTMAX or LOGISTIC (``op``)
-    an output is (walking back through ops that only move values around or change their
-    type), or that only a sum of class scores reads (:func:`score_bounds`: an ensemble's
-    members), and back from it through such ops; ``classes``: the size of the softmax's axis
-    (the last), 1 for a sigmoid, and 0 for a tensor the chain to the softmax is not the only
-    reader of (a model output, or read by another op too: what its other readers need is not
-    the softmax's). Not a tensor before an output that is a reshape alone (its range is the
-    output's)."""
-    obj = _object(calibrated)
-    graph = obj.subgraphs[0]
-    producer = _producers(obj)
-    outputs = [int(i) for i in graph.outputs]
-    readers = collections.Counter(int(i) for op in graph.operators
-                                  for i in (op.inputs if op.inputs is not None else []))
-    found = {}
-    for t in outputs + _summed_members(calibrated):
-        op, inputs = _back(producer, t)
-        if op not in SCORE_OPS + ("LOGISTIC",) or not inputs:
-            continue
-        t = inputs[0]  # the logits, and back from them past the same ops
-        shape = graph.tensors[t].shape
-        classes = int(shape[-1]) if op in SCORE_OPS and shape is not None and len(shape) else 1
-        while True:
-            alone = readers[t] == 1 and t not in outputs and classes
-            found[t] = (op, classes if alone else 0)
-            classes = classes if alone else 0  # earlier tensors feed that other reader too
-            kind, inputs = producer.get(t, ("", []))
-            if kind not in _SAME_VALUES or not inputs:
-                break
-            t = inputs[0]
-    return found
-
-
-def _summed_members(calibrated: bytes) -> list:
-    """The SOFTMAX and LOGISTIC tensors that only sums of class scores read
-    (:func:`score_bounds`)."""
-    sums, g = score_bounds(calibrated), FlatGraph(calibrated)
-    return [t for op in g.ops if op.kind in ("SOFTMAX", "LOGISTIC") for t in op.outputs
-            if g.consumers.get(t) and all(o in sums for c in g.consumers[t]
-                                          for o in g.ops[c].outputs)]
-
-
-def score_bounds(calibrated: bytes) -> dict:
-    """``{tensor: (lo, hi)}`` for the tensors computed from class scores (a SOFTMAX or a
-    LOGISTIC, in [0, 1] whatever their input) by sums and non-negative constant factors alone,
-    with the bounds that gives them: an ensemble's mean of its members' softmaxes (ADD, then
-    MUL by 1/k) lies in [0, 1], its partial sums in [0, 2], ... Not the scores themselves, nor
-    what only moves them around: TF Lite fixes their range."""
-    g = FlatGraph(calibrated)
-    bounds, summed = {}, set()
-    for op in g.ops:
-        ins = [t for t in op.inputs if t >= 0]
-        if len(op.outputs) != 1 or not ins:
-            continue
-        out = op.outputs[0]
-        if op.kind in ("SOFTMAX", "LOGISTIC"):
-            bounds[out] = (0.0, 1.0)
-        elif op.kind in _SAME_VALUES and ins[0] in bounds:
-            bounds[out] = bounds[ins[0]]
-        elif op.kind == "ADD" and len(ins) == 2 and all(t in bounds for t in ins):
-            bounds[out] = (bounds[ins[0]][0] + bounds[ins[1]][0],
-                           bounds[ins[0]][1] + bounds[ins[1]][1])
-        elif op.kind == "MUL" and len(ins) == 2 and sum(t in bounds for t in ins) == 1:
-            known = ins[0] if ins[0] in bounds else ins[1]
-            factor = g.constant(ins[1] if known == ins[0] else ins[0])
-            if factor is None or factor.size != 1 or not float(factor.ravel()[0]) >= 0.0:
-                continue
-            bounds[out] = tuple(float(factor.ravel()[0]) * b for b in bounds[known])
-        else:
-            continue
-        if op.kind in ("ADD", "MUL") or ins[0] in summed:
-            summed.add(out)
-    return {t: bounds[t] for t in summed}
-
-
-def _tensor_name(tensor) -> str:
-    name = tensor.name
-    return name.decode("utf-8", "replace") if isinstance(name, bytes) else str(name)
-
-
-def output_indices(calibrated: bytes) -> set:
-    """The output tensors of the main subgraph."""
-    return set(int(i) for i in _object(calibrated).subgraphs[0].outputs)
 
 
 def with_ranges(calibrated: bytes, ranges: list[TensorRange]) -> bytes:
@@ -519,7 +284,7 @@ def with_ranges(calibrated: bytes, ranges: list[TensorRange]) -> bytes:
                 "which float32 cannot hold: the model computes values there that overflow "
                 "on the calibration inputs, and no 8-bit scale holds them; keep the values of "
                 "the layer that makes that tensor finite")
-    obj = _object(calibrated)
+    obj = parsed(calibrated)
     tensors = obj.subgraphs[0].tensors
     before = [(q, q.min, q.max) for q in (tensors[r.index].quantization for r in ranges)]
     try:
@@ -528,7 +293,7 @@ def with_ranges(calibrated: bytes, ranges: list[TensorRange]) -> bytes:
             q.min = [np.float32(min(r.lo, 0.0))]
             q.max = [np.float32(max(r.hi, 0.0))]
         return internals.write_model(obj)
-    finally:  # the parsed tree is shared (_object): as it was read
+    finally:  # the parsed tree is shared (:func:`cle._tflite.roles.parsed`): as it was read
         for q, lo, hi in reversed(before):
             q.min, q.max = lo, hi
 
