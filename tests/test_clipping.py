@@ -598,3 +598,83 @@ def test_the_share_of_energy_the_largest_values_carry():
         assert R.peaked_maps(ranges, sample, {0, 1}) == found
     ranges = [TensorRange(0, "t0", (1, 10, 10, 10), (0.0, 1.0), 0.0, 1.0)]
     assert R.peaked_maps(ranges, sample, set()) == []  # not an output
+
+
+def _gated_model():
+    """conv+BN+ReLU, then ECA (a global average pooling read across channels by a Conv1D, a
+    sigmoid gate multiplying the map), a squeeze-and-excitation (an average pooling of the
+    whole 4x4 map, two 1x1 convolutions, a sigmoid gate), a spatial gate from a channel mean
+    (CBAM-like: positions kept), and a head on a global average pooling."""
+    keras.utils.set_random_seed(4)
+    inp = keras.Input((8, 8, 3), name="image")
+    h = L.ReLU()(L.BatchNormalization()(L.Conv2D(8, 3, 2, "same", name="c0")(inp)))
+    a = L.Reshape((8, 1))(L.GlobalAveragePooling2D(name="gap")(h))
+    a = L.Reshape((1, 1, 8))(L.Conv1D(1, 3, padding="same", activation="sigmoid")(a))
+    h = L.Multiply()([h, a])
+    se = L.Conv2D(4, 1, activation="relu")(L.AveragePooling2D(4, name="whole")(h))
+    h = L.Multiply()([h, L.Conv2D(8, 1, activation="sigmoid")(se)])
+    spatial = L.Conv2D(8, 1, activation="sigmoid")(keras.ops.mean(h, axis=-1, keepdims=True))
+    h = L.Multiply()([h, spatial])
+    h = L.GlobalAveragePooling2D(name="head_pool")(h)
+    return keras.Model(inp, L.Dense(5, activation="softmax", name="classes")(h))
+
+
+def test_global_averages_are_widened_past_their_min_max_with_data():
+    """A global average pooling's output holds one value per channel and input: a few dozen
+    inputs sample its extremes thinly and new inputs' averages pass them (hunt14's ECA net
+    with data: its first pooling's range 1.32 on 64 inputs, 1.91 on 1,000 new ones; the gate
+    it feeds multiplies the clip into the whole map: 43.7 dB against a claim of 50.1; widened
+    3x: 49.7). The MEAN over the positions that gates a map and what only reshapes it are
+    pooled, an average pooling to one position that gates one too (squeeze-and-excitation);
+    a pooling only a classifier's head reads is not (widened, two of hunt14's residual nets
+    lost resolution there and the cross-fit's choice moved), nor a mean over the channels
+    (positions kept), a convolution, the gate. In the file written with data each pooled
+    range reaches past its min/max on its high side (a ReLU's low side stays at 0), and the
+    summary says so; without data none is widened (synthetic inputs' averages reach past
+    real ones' on some models: widened, the zoo's dw_groups lost 8 dB)."""
+    import cle
+    from cle._tflite import converter as T
+    from cle._tflite import roles
+
+    model = _gated_model()
+    x = np.random.default_rng(0).uniform(0, 1, (48, 8, 8, 3)).astype("f4")
+    calibrated = T.calibrate(model, x[:4])
+    pooled = T.pooled_indices(calibrated)
+    producers = roles._producers(roles.parsed(calibrated))
+    kinds = sorted(producers[i][0] for i in pooled)
+    means = ("MEAN", "SUM")  # JAX's export: a SUM, then a MUL by 1/16
+    assert sum(map(kinds.count, means)) == 1 and kinds.count("AVERAGE_POOL_2D") == 1, kinds
+    assert {"RESHAPE", "EXPAND_DIMS"} & set(kinds), kinds  # onwards from the pooling
+    assert not {"CONV_2D", "DEPTHWISE_CONV_2D", "LOGISTIC"} & set(kinds), kinds
+    tensors = roles.parsed(calibrated).subgraphs[0].tensors
+    assert all(np.prod(tensors[i].shape[1:]) == 8 for i in pooled)  # not the gate's product
+    others = [t for t, (kind, _) in producers.items() if kind in means and t not in pooled]
+    assert len(others) == 2  # the channel mean keeps its positions; the head's pooling
+    said = "the outputs of a global average pooling that gate a map are widened past their"
+    _, report = cle.quantize(model, x, bias_correction="none")
+    widened = [r for r in report.ranges if r.how == R.POOLED]
+    assert len(widened) >= 2, {r.how for r in report.ranges}
+    for r in widened:
+        assert r.lo == min(r.calibrated[0], 0.0) and r.hi > r.calibrated[1]
+    assert said in report.summary()
+    _, report = cle.quantize(model, input_range=(0.0, 1.0), bias_correction="none")
+    assert not [r for r in report.ranges if r.how == R.POOLED] and said not in report.summary()
+
+
+def test_a_pooled_range_is_widened_once_whatever_the_kind():
+    """as_kind widens a pooled tensor from its min/max for every kind, and again gives the
+    same range (builds copy ranges already made a kind and make them another)."""
+    from cle._tflite.converter import TensorRange
+
+    lows, highs = np.zeros(32), np.random.default_rng(0).uniform(1.0, 2.0, 32)
+    r = TensorRange(0, "gap", (1, 8), (0.0, 2.0), 0.0, 2.0)
+    R.pick_range(r, np.linspace(0, 2, 100), (0.0, 2.0), (set(), set(), set(), {}, set(), set(),
+                                                          {}, {0}), {}, False)
+    assert r.how == R.POOLED
+    seen = set()
+    for kind in R.KINDS + R.KINDS:
+        R.as_kind(r, kind, lows, highs, set())
+        seen.add((r.lo, r.hi, r.how))
+    (lo, hi, how), = seen
+    assert how == R.POOLED and lo == 0.0
+    assert hi == pytest.approx(2.0 + np.sqrt(6) / np.pi * np.log(R.POOL_WIDENING) * np.std(highs))

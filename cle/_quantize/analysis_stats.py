@@ -8,6 +8,7 @@ import math
 import numpy as np
 
 from cle._math.json_numbers import sqnr_words
+from cle._quantize.ranges import POOLED
 from cle._tflite import converter as tflite
 from cle._tflite.flatgraph import FlatGraph
 
@@ -31,6 +32,8 @@ _HOW = {"percentile": "1e-4 tails", "min/max": "min/max",
         "bounds (a sum of class scores)": "the bounds of a sum of class scores (an ensemble's "
                                           "mean of softmaxes)",
         "min/max (max-pooled)": "min/max (a global max pooling keeps its largest values)",
+        POOLED: "min/max widened (a global average pooling's output: one value per channel "
+                "and input)",
         "min/max (before a map of sparse peaks)": "min/max (a map output of sparse peaks is "
                                                   "computed from it: its tails make the peaks)"}
 

@@ -12,7 +12,8 @@ from cle._tflite import converter as tflite
 from cle._tflite.runtime import input_name
 
 __all__ = ["KINDS", "LOGITS", "LOGIT_WIDENINGS", "MAX_KEPT", "MIN_WIDTH", "PEAKED", "PEAK_SHARE",
-           "PEAK_TOP", "SOFTMAX_STEPS", "TAIL", "USUAL_RANGES", "USUAL_SHARE", "WIDEN_INPUTS",
+           "PEAK_TOP", "POOLED", "POOL_WIDENING", "SOFTMAX_STEPS", "TAIL", "USUAL_RANGES",
+           "USUAL_SHARE", "WIDEN_INPUTS",
            "as_kind", "choose_percentile_ranges", "clipping_noise", "expected_clipping",
            "logit_range", "logit_widening", "mse_range", "peak_share", "peaked_maps",
            "pick_range", "softmax_clipping", "softmax_floor", "tail_range", "tensor_roles",
@@ -32,6 +33,17 @@ LOGITS = "widened (decides an output)"
 #: How a tensor whose largest values a global max pooling keeps is set: at its min/max (its
 #: tails are what the pooling passes on; :func:`cle._tflite.converter.max_kept_indices`).
 MAX_KEPT = "min/max (max-pooled)"
+#: How the output of a global average pooling that gates a map (one value per channel and
+#: input, read by a squeeze-and-excitation or ECA gate: :func:`cle._tflite.roles.pooled_indices`)
+#: is set with data: its min/max, widened to the
+#: extremes :data:`POOL_WIDENING` times as many inputs would be expected to reach
+#: (:func:`widened`). Its values are one per input: a few dozen calibration inputs sample its
+#: extremes as thinly as a model output's, where a map's tensor has every position of every
+#: input, and new inputs' averages pass them (an ECA net's gate multiplies the clip into the
+#: whole map: CHANGELOG). Not a pooling only a classifier's head reads (widened, it moved the
+#: cross-fit's choice on two residual nets), and not without data: synthetic inputs' averages
+#: reach short of real inputs' on some models and far past them on others.
+POOLED, POOL_WIDENING = "min/max widened (a global average)", 3.0
 #: How a tensor is set, without data, when a map output of sparse peaks is computed from it
 #: (:func:`peaked_maps`): at its min/max.
 PEAKED = "min/max (before a map of sparse peaks)"
@@ -139,7 +151,9 @@ def choose_percentile_ranges(calibrated, x, tensor_ranges, stated, integer_io, s
     (:func:`usual_range`). The tensors whose largest values a global max pooling keeps keep
     min/max too (:func:`tensor_roles`), and on ``synthetic`` inputs (without data) so do the
     tensors a map output of sparse peaks is computed from (:func:`peaked_maps`,
-    :data:`PEAKED`). Every range includes 0, as the converter's do.
+    :data:`PEAKED`). With data, the outputs of a global average pooling that gate a map take
+    their min/max, widened where ``extremes`` is given (:data:`POOLED`). Every range includes
+    0, as the converter's do.
 
     Each tensor's ``calibrated`` range becomes its min/max over all of ``x`` as the float
     interpreter computes it, so ``calibrated`` needs only the converter's tensor layout: one
@@ -151,7 +165,7 @@ def choose_percentile_ranges(calibrated, x, tensor_ranges, stated, integer_io, s
     values = tflite.observe(calibrated, x, [r.index for r in tensor_ranges], extremes=extremes)
     peaked = peaked_maps(tensor_ranges, values, tflite.output_indices(calibrated)
                          - tflite.softmax_outputs(calibrated)) if synthetic else ()
-    roles = tensor_roles(calibrated, peaked)
+    roles = tensor_roles(calibrated, peaked, pooled=not synthetic)
     for r in tensor_ranges:
         # The min/max over all of ``x``, as the interpreter computes it (``calibrated`` may
         # have been calibrated on fewer inputs; observe keeps each tensor's min and max last).
@@ -178,8 +192,8 @@ def _softmax_logit(r, values, logits, n, synthetic=False):
     return classes, logit_widening(z, synthetic)
 
 
-def tensor_roles(calibrated, peaked=()) -> tuple:
-    """``(protected, inputs, outputs, logits, max_kept, before_peaks, score_sums)``: the
+def tensor_roles(calibrated, peaked=(), pooled=True) -> tuple:
+    """``(protected, inputs, outputs, logits, max_kept, before_peaks, score_sums, pooled)``: the
     indices of the tensors that keep
     min/max (:func:`cle._tflite.converter.protected_indices`), of the inputs, of the outputs,
     of the logits of a softmax or sigmoid output (:func:`cle._tflite.converter.logit_indices`:
@@ -190,13 +204,17 @@ def tensor_roles(calibrated, peaked=()) -> tuple:
     inputs reach: CHANGELOG), and of the tensors the output tensors ``peaked``
     (maps of sparse peaks, :func:`peaked_maps`; none by default) are computed from
     (:func:`cle._tflite.converter.upstream_indices`), and ``{index: bounds}`` of the sums of
-    class scores (:func:`cle._tflite.converter.score_bounds`)."""
+    class scores (:func:`cle._tflite.converter.score_bounds`), and the indices of the outputs of
+    a global average pooling that gates a map (:func:`cle._tflite.converter.pooled_indices`,
+    :data:`POOLED`;
+    none with ``pooled`` False: without data)."""
     protected, inputs = tflite.protected_indices(calibrated)
     return (protected, inputs, tflite.output_indices(calibrated),
             tflite.logit_indices(calibrated),
             tflite.max_kept_indices(calibrated),
             tflite.upstream_indices(calibrated, peaked) if peaked else set(),
-            tflite.score_bounds(calibrated))
+            tflite.score_bounds(calibrated),
+            tflite.pooled_indices(calibrated) if pooled else set())
 
 
 def peak_share(values, top: float = PEAK_TOP) -> float:
@@ -261,6 +279,8 @@ def pick_range(r, values, extremes, roles, stated, integer_io) -> None:
         r.how = MAX_KEPT
     elif r.index in roles[5]:  # its tails make a map's peaks
         r.how = PEAKED
+    elif r.index in roles[7]:  # one value per input: widened by as_kind
+        r.how = POOLED
     else:
         picked = tail_range(values, r.calibrated, TAIL)
         if picked is None:
@@ -280,6 +300,8 @@ def as_kind(r, kind: str, lows, highs, inputs, logits=frozenset()) -> None:
     scale × ln k. A side at 0 (a ReLU's) stays there. On a value output (a regression head)
     the SQNR is ruled by the few inputs whose values leave the calibrated ranges, which few
     calibration inputs seldom contain; a classifier's outputs lose resolution for nothing.
+    The output of a global average pooling (:data:`POOLED`) is widened from its min/max
+    whatever the kind (by :data:`POOL_WIDENING`).
     ``inputs``: the indices of the model's input tensors; ``logits``: of the logits of a
     softmax or sigmoid output (:func:`cle._tflite.converter.logit_indices`).
 
@@ -290,6 +312,9 @@ def as_kind(r, kind: str, lows, highs, inputs, logits=frozenset()) -> None:
     little of their resolution (which a softmax hardly sees). So cle's own build widens them
     too."""
     if r.how == SCORE_BOUNDED:  # no input leaves them
+        return
+    if r.how == POOLED:  # widened from its min/max whatever the kind (again: the same)
+        r.lo, r.hi = widened(*r.calibrated, lows, highs, POOL_WIDENING)
         return
     if r.how == LOGITS:  # back to the min/max pick_range set
         r.lo, r.hi, r.how = r.calibrated[0], r.calibrated[1], "min/max (decides an output)"

@@ -11,7 +11,8 @@ from typing import Any
 import numpy as np
 
 from cle._math.json_numbers import json_safe, sqnr_words
-from cle._quantize.ranges import LOGIT_WIDENINGS, LOGITS, MAX_KEPT, PEAKED, WIDEN_INPUTS
+from cle._quantize.ranges import (LOGIT_WIDENINGS, LOGITS, MAX_KEPT, PEAKED, POOL_WIDENING,
+                                  POOLED, WIDEN_INPUTS)
 
 __all__ = ["HELD_OUT", "QuantizeReport"]
 
@@ -148,6 +149,10 @@ class QuantizeReport:
                         f" (of {LOGIT_WIDENINGS[0]:g}× to {LOGIT_WIDENINGS[-1]:g}×, the one of "
                         "least expected error on the calibration inputs, and no lower than "
                         "the softmax's 8-bit output can show)" if chosen else "") + said)
+        if any(r.how == POOLED for r in self.ranges):
+            said = ("; the outputs of a global average pooling that gate a map are widened past "
+                    f"their min/max to the extremes {POOL_WIDENING:g}× as many inputs would be "
+                    "expected to reach" + said)
         narrowed = [r for r in self.ranges if r.how == "percentile"]
         widened = [r for r in self.ranges if r.how.endswith(", widened")]
         if widened:

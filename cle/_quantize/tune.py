@@ -34,7 +34,7 @@ from cle._measure.check import output_kinds
 from cle._measure import evaluation as Q
 from cle._measure.inference import predict
 from cle._measure.ties import agreement
-from cle._quantize.ranges import MAX_KEPT, PEAKED, mse_range, tail_range
+from cle._quantize.ranges import MAX_KEPT, PEAKED, POOLED, mse_range, tail_range
 from cle._tflite import converter as tflite, quant_sim
 from cle._tflite.flatgraph import FlatGraph, align, with_constants
 from cle._tflite.layer_map import map_layers
@@ -155,13 +155,14 @@ def tune_build(build, model, say):
 
 def _fixed(build, integer_io) -> set:
     """Tensors whose range is not open to tuning: the output and the logits before a softmax
-    (they decide the top class), the input when its range is stated, usual or int8, and,
-    without data, the tensors kept at min/max for a global max pooling or a map of sparse
-    peaks (the synthetic inputs the tuning measures on do not show what their tails cut)."""
+    (they decide the top class), the input when its range is stated, usual or int8, and
+    the tensors kept at min/max for a global max pooling or a map of sparse peaks and the
+    widened outputs of a global average pooling (the inputs the tuning measures on do not
+    show what their tails cut, nor how far new inputs' averages reach)."""
     protected, inputs = tflite.protected_indices(build.calibrated)
     fixed = set(protected)
     for r in build.ranges:
-        if r.how in ("input range", "usual range", MAX_KEPT, PEAKED) or (
+        if r.how in ("input range", "usual range", MAX_KEPT, PEAKED, POOLED) or (
                 integer_io and r.index in inputs):
             fixed.add(r.index)
     return fixed

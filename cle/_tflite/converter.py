@@ -36,7 +36,7 @@ from cle._tflite.convertible import (  # noqa: F401  (read as converter's by cal
     unconvertible_layers)
 from cle._tflite.runtime import input_details_by_name, interpreter
 from cle._tflite.roles import (  # noqa: F401  (read as converter's by callers)
-    SCORE_OPS, logit_indices, max_kept_indices, output_indices, parsed,
+    SCORE_OPS, logit_indices, max_kept_indices, output_indices, parsed, pooled_indices,
     protected_indices, score_bounds, softmax_logits, softmax_outputs, tensor_name,
     upstream_indices)
 

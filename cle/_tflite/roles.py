@@ -1,7 +1,8 @@
 """What the tensors of a calibrated flatbuffer are to its outputs: the roles the choice of
 activation ranges reads (:mod:`cle._quantize.ranges`). Which tensors decide an output
 (:func:`protected_indices`), hold a softmax's logits (:func:`logit_indices`), feed a global
-max pooling (:func:`max_kept_indices`), are sums of class scores (:func:`score_bounds`), or
+max pooling (:func:`max_kept_indices`) or come out of a global average pooling that
+scales a map (:func:`pooled_indices`), are sums of class scores (:func:`score_bounds`), or
 feed given tensors (:func:`upstream_indices`); all read from the flatbuffer's operators,
 parsed once (:func:`parsed`). :mod:`cle._tflite.converter` re-exports them under its own name."""
 
@@ -17,7 +18,7 @@ from cle._tflite.flatgraph import FlatGraph
 from cle._tflite.runtime import keras_output_order
 
 __all__ = ["SCORE_OPS", "logit_indices", "max_kept_indices", "output_indices", "parsed",
-           "protected_indices", "score_bounds", "softmax_logits",
+           "pooled_indices", "protected_indices", "score_bounds", "softmax_logits",
            "softmax_outputs", "tensor_name", "upstream_indices"]
 
 
@@ -117,6 +118,66 @@ def max_kept_indices(calibrated: bytes) -> set:
         if kind in _MONOTONE or kind in _SAME_VALUES:
             todo.extend(inputs)
     return kept
+
+
+#: Ops that pool a map over its positions: a mean, an average pooling, and a sum (JAX's
+#: export writes a global average pooling as a SUM and a MUL by one over the positions).
+_POOLERS = ("MEAN", "AVERAGE_POOL_2D", "SUM")
+
+
+def pooled_indices(calibrated: bytes) -> set:
+    """The outputs of a global average pooling that scale a map: a pooling
+    (:data:`_POOLERS`) that keeps the channels and leaves one position (one value per channel
+    and input), from which, through ops whose outputs are no larger per input, a MUL is
+    reached whose output is (a gate: squeeze-and-excitation, ECA, whose sigmoid multiplies the
+    map); and onwards from them through ops that only move values around
+    (:data:`_SAME_VALUES`, EXPAND_DIMS) or multiply them by a constant. Not a pooling whose
+    vector only a classifier's head reads."""
+    obj = parsed(calibrated)
+    tensors = obj.subgraphs[0].tensors
+
+    def shape(t):
+        s = tensors[t].shape
+        return None if s is None or len(s) < 2 else [int(d) for d in s[1:]]
+
+    def size(t):
+        return int(np.prod(shape(t))) if shape(t) is not None else 0
+    readers = collections.defaultdict(list)
+    for kind, op in _kinds(obj):
+        if op.inputs is not None and op.outputs is not None and len(op.outputs):
+            for t in op.inputs:
+                readers[int(t)].append((kind, int(op.outputs[0])))
+
+    def gates(p):
+        todo, seen = [p], {p}
+        while todo:
+            for kind, out in readers[todo.pop()]:
+                if kind == "MUL" and size(out) > size(p):
+                    return True
+                if out not in seen and 0 < size(out) <= size(p):
+                    seen.add(out)
+                    todo.append(out)
+        return False
+    pooled = set()
+    for kind, op in _kinds(obj):
+        if kind not in _POOLERS or op.inputs is None or op.outputs is None:
+            continue
+        t, source = int(op.outputs[0]), int(op.inputs[0])
+        if (shape(t) is not None and shape(source) is not None and size(t) == shape(t)[-1]
+                and size(source) > size(t) and shape(t)[-1] == shape(source)[-1] and gates(t)):
+            pooled.add(t)
+    made = {int(t) for _, op in _kinds(obj) for t in (op.outputs if op.outputs is not None
+                                                     else [])}
+    made |= {int(t) for t in obj.subgraphs[0].inputs}
+    moved = [(int(op.outputs[0]), int(op.inputs[0])) for kind, op in _kinds(obj)
+             if op.inputs is not None and op.outputs is not None and (
+                 kind in _SAME_VALUES + ("EXPAND_DIMS",)
+                 or kind == "MUL" and len(op.inputs) == 2 and int(op.inputs[1]) not in made)]
+    while True:
+        more = {out for out, src in moved if src in pooled and out not in pooled}
+        if not more:
+            return pooled
+        pooled |= more
 
 
 def upstream_indices(calibrated: bytes, outputs) -> set:
