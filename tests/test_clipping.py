@@ -650,6 +650,8 @@ def test_global_averages_are_widened_past_their_min_max_with_data():
     assert all(np.prod(tensors[i].shape[1:]) == 8 for i in pooled)  # not the gate's product
     others = [t for t, (kind, _) in producers.items() if kind in means and t not in pooled]
     assert len(others) == 2  # the channel mean keeps its positions; the head's pooling
+    from cle._core.inputs import check_calibration_data
+
     said = "the outputs of a global average pooling that gate a map are widened past their"
     _, report = cle.quantize(model, x, bias_correction="none")
     widened = [r for r in report.ranges if r.how == R.POOLED]
@@ -657,8 +659,12 @@ def test_global_averages_are_widened_past_their_min_max_with_data():
     for r in widened:
         assert r.lo == min(r.calibrated[0], 0.0) and r.hi > r.calibrated[1]
     assert said in report.summary()
-    _, report = cle.quantize(model, input_range=(0.0, 1.0), bias_correction="none")
-    assert not [r for r in report.ranges if r.how == R.POOLED] and said not in report.summary()
+    inputs = check_calibration_data(model, x)
+    for synthetic in (False, True):  # the ranges' choice itself: no distillation to run
+        ranges = T.ranges_of(calibrated)
+        R.choose_percentile_ranges(calibrated, inputs, ranges, {}, False, lambda _: None, {},
+                                   synthetic)
+        assert bool([r for r in ranges if r.how == R.POOLED]) is not synthetic
 
 
 def test_a_pooled_range_is_widened_once_whatever_the_kind():
