@@ -31,6 +31,14 @@ def parsed(calibrated: bytes):
     return internals.read_model(calibrated)
 
 
+@functools.lru_cache(maxsize=2)
+def _flat(calibrated: bytes) -> FlatGraph:
+    """The :class:`cle._tflite.flatgraph.FlatGraph` of a calibrated flatbuffer, built once for
+    the readers of this module (which only read it: a build asks for the sums of class scores
+    and the pooled tensors several times)."""
+    return FlatGraph(calibrated)
+
+
 def tensor_name(tensor) -> str:
     """A flatbuffer tensor's name as text."""
     name = tensor.name
@@ -133,46 +141,37 @@ def pooled_indices(calibrated: bytes) -> set:
     map); and onwards from them through ops that only move values around
     (:data:`_SAME_VALUES`, EXPAND_DIMS) or multiply them by a constant. Not a pooling whose
     vector only a classifier's head reads."""
-    obj = parsed(calibrated)
-    tensors = obj.subgraphs[0].tensors
+    g = _flat(calibrated)
 
     def shape(t):
-        s = tensors[t].shape
-        return None if s is None or len(s) < 2 else [int(d) for d in s[1:]]
+        s = g.shape(t)
+        return list(s[1:]) if len(s) >= 2 else None
 
     def size(t):
         return int(np.prod(shape(t))) if shape(t) is not None else 0
-    readers = collections.defaultdict(list)
-    for kind, op in _kinds(obj):
-        if op.inputs is not None and op.outputs is not None and len(op.outputs):
-            for t in op.inputs:
-                readers[int(t)].append((kind, int(op.outputs[0])))
 
     def gates(p):
         todo, seen = [p], {p}
         while todo:
-            for kind, out in readers[todo.pop()]:
-                if kind == "MUL" and size(out) > size(p):
+            for op in (g.ops[i] for i in g.consumers.get(todo.pop(), [])):
+                out = op.outputs[0]
+                if op.kind == "MUL" and size(out) > size(p):
                     return True
                 if out not in seen and 0 < size(out) <= size(p):
                     seen.add(out)
                     todo.append(out)
         return False
     pooled = set()
-    for kind, op in _kinds(obj):
-        if kind not in _POOLERS or op.inputs is None or op.outputs is None:
+    for op in g.ops:
+        if op.kind not in _POOLERS or not op.inputs or not op.outputs:
             continue
-        t, source = int(op.outputs[0]), int(op.inputs[0])
+        t, source = op.outputs[0], op.inputs[0]
         if (shape(t) is not None and shape(source) is not None and size(t) == shape(t)[-1]
                 and size(source) > size(t) and shape(t)[-1] == shape(source)[-1] and gates(t)):
             pooled.add(t)
-    made = {int(t) for _, op in _kinds(obj) for t in (op.outputs if op.outputs is not None
-                                                     else [])}
-    made |= {int(t) for t in obj.subgraphs[0].inputs}
-    moved = [(int(op.outputs[0]), int(op.inputs[0])) for kind, op in _kinds(obj)
-             if op.inputs is not None and op.outputs is not None and (
-                 kind in _SAME_VALUES + ("EXPAND_DIMS",)
-                 or kind == "MUL" and len(op.inputs) == 2 and int(op.inputs[1]) not in made)]
+    moved = [(op.outputs[0], op.inputs[0]) for op in g.ops if op.inputs and op.outputs and (
+        op.kind in _SAME_VALUES + ("EXPAND_DIMS",) or op.kind == "MUL" and len(op.inputs) == 2
+        and op.inputs[1] >= 0 and g.constant(op.inputs[1]) is not None)]
     while True:
         more = {out for out, src in moved if src in pooled and out not in pooled}
         if not more:
@@ -278,7 +277,7 @@ def logit_indices(calibrated: bytes) -> dict:
 def _summed_members(calibrated: bytes) -> list:
     """The SOFTMAX and LOGISTIC tensors that only sums of class scores read
     (:func:`score_bounds`)."""
-    sums, g = score_bounds(calibrated), FlatGraph(calibrated)
+    sums, g = score_bounds(calibrated), _flat(calibrated)
     return [t for op in g.ops if op.kind in ("SOFTMAX", "LOGISTIC") for t in op.outputs
             if g.consumers.get(t) and all(o in sums for c in g.consumers[t]
                                           for o in g.ops[c].outputs)]
@@ -290,7 +289,7 @@ def score_bounds(calibrated: bytes) -> dict:
     with the bounds that gives them: an ensemble's mean of its members' softmaxes (ADD, then
     MUL by 1/k) lies in [0, 1], its partial sums in [0, 2], ... Not the scores themselves, nor
     what only moves them around: TF Lite fixes their range."""
-    g = FlatGraph(calibrated)
+    g = _flat(calibrated)
     bounds, summed = {}, set()
     for op in g.ops:
         ins = [t for t in op.inputs if t >= 0]
