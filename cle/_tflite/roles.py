@@ -78,16 +78,22 @@ def protected_indices(calibrated: bytes) -> tuple[set, set]:
     obj = parsed(calibrated)
     graph = obj.subgraphs[0]
     producer = _producers(obj)
-    protected, todo = set(), [int(i) for i in graph.outputs] + _summed_members(calibrated)
+    protected = _reached(producer, [int(i) for i in graph.outputs] + _summed_members(calibrated),
+                         lambda kind, inputs: inputs[:1] if kind in _PASS_BACK else [])
+    return protected, set(int(i) for i in graph.inputs)
+
+
+def _reached(producer: dict, start, back) -> set:
+    """The tensors ``start`` and those reached from them walking back to producers' inputs:
+    ``back(kind, inputs)`` names the inputs of a tensor's producer the walk goes on to."""
+    seen, todo = set(), list(start)
     while todo:
         t = todo.pop()
-        if t in protected or t < 0:
+        if t in seen or t < 0:
             continue
-        protected.add(t)
-        kind, inputs = producer.get(t, ("", []))
-        if kind in _PASS_BACK and inputs:
-            todo.append(inputs[0])
-    return protected, set(int(i) for i in graph.inputs)
+        seen.add(t)
+        todo.extend(back(*producer.get(t, ("", []))))
+    return seen
 
 
 #: Elementwise ops through which a tensor's largest values come from their inputs' largest
@@ -116,16 +122,8 @@ def max_kept_indices(calibrated: bytes) -> set:
                                       or int(np.prod(shape[1:3])) != 1):
             continue
         todo.append(int(op.inputs[0]))
-    kept = set()
-    while todo:
-        t = todo.pop()
-        if t in kept or t < 0:
-            continue
-        kept.add(t)
-        kind, inputs = producer.get(t, ("", []))
-        if kind in _MONOTONE or kind in _SAME_VALUES:
-            todo.extend(inputs)
-    return kept
+    return _reached(producer, todo, lambda kind, inputs:
+                    inputs if kind in _MONOTONE or kind in _SAME_VALUES else [])
 
 
 #: Ops that pool a map over its positions: a mean, an average pooling, and a sum (JAX's
@@ -183,15 +181,8 @@ def upstream_indices(calibrated: bytes, outputs) -> set:
     """The tensors the tensors ``outputs`` are computed from, walking back through every
     operator's inputs (constants included, but no tensor past a model input), ``outputs``
     included."""
-    producer = _producers(parsed(calibrated))
-    seen, todo = set(), [int(t) for t in outputs]
-    while todo:
-        t = todo.pop()
-        if t in seen or t < 0:
-            continue
-        seen.add(t)
-        todo.extend(producer.get(t, ("", []))[1])
-    return seen
+    return _reached(_producers(parsed(calibrated)), [int(t) for t in outputs],
+                    lambda kind, inputs: inputs)
 
 
 #: Ops whose output over their last axis is class scores or their logarithm.
