@@ -7,7 +7,6 @@ import dataclasses
 import time
 from typing import Any, Callable
 
-import numpy as np
 
 from cle._core.backend import check_runnable
 from cle._core.checks import check_model
@@ -15,6 +14,7 @@ from cle._core.graph import graph_view
 from cle._core.inputs import ModelInputs, check_calibration_data
 from cle._core.traced import functional_for
 from cle._measure import calibration as _calibration
+from cle._measure import field_spread as _field_spread
 from cle._measure import check as _check
 from cle._measure import input_range as _input_range
 from cle._measure import synthetic as _synthetic
@@ -44,7 +44,8 @@ __all__ = ["InputRangeUnknown", "Int8Build", "QuantizeOptions", "QuantizeReport"
 #: Share of the calibration data held out for the check (when at least 8 remain to calibrate).
 HOLDOUT = 0.25
 #: Without data, the calibration inputs: inputs distilled from the BN statistics and as many
-#: natural-image-like inputs across the input range; the check: other natural-image-like
+#: natural-image-like inputs across the input range (unless those are unlike the data to the
+#: batch norms: :mod:`cle._measure.field_spread`); the check: other natural-image-like
 #: inputs, and inputs distilled apart (another seed, other batches).
 SYNTHETIC_CALIBRATION, SYNTHETIC_CHECK, DISTILLED_CHECK = 32, 32, 16
 #: A synthetic calibration batch whose final BN-statistics loss is above ``FAILED_LOSS`` did
@@ -427,8 +428,9 @@ def _door(model, calibration_data, opts, single_io=None):
 def _calibration_inputs(model, x, input_ranges, opts, say, seconds) -> _Inputs:
     """With data: the data less a held-out part for the check. Without data: inputs
     distilled from the model's BN statistics and natural-image-like inputs across the input
-    ranges to calibrate on; to check on, other natural-image-like inputs and inputs distilled
-    apart, none of which the calibration saw."""
+    ranges to calibrate on (the distilled alone where the fields are unlike the data to the
+    batch norms: :func:`cle._measure.field_spread.calibration_inputs`); to check on, other
+    natural-image-like inputs and inputs distilled apart, none of which the calibration saw."""
     if x is not None:
         x_cal, x_check = _calibration.split_holdout(x, HOLDOUT)
         if x_check is None:
@@ -448,15 +450,11 @@ def _calibration_inputs(model, x, input_ranges, opts, say, seconds) -> _Inputs:
                                            output_kinds=opts.output_kinds)
     seconds["synthesize"] = time.perf_counter() - start
     fields = _fields(distilled, input_ranges, SYNTHETIC_CHECK, opts.seed + 1)
-    calibration = ModelInputs(tuple(np.concatenate([a, b]) for a, b in
-                                    zip(distilled.arrays, fields.arrays)),
-                              distilled.names, distilled.shapes)
+    calibration, what = _field_spread.calibration_inputs(model, distilled, fields)
     return _Inputs(calibration, [
         ("natural-image-like inputs across the input range",
          _fields(distilled, input_ranges, SYNTHETIC_CHECK, opts.seed + 2)),
-        ("inputs distilled apart from the calibration inputs", apart)], loss + loss_apart,
-        f"{len(distilled)} distilled from the model's batch-norm statistics and "
-        f"{len(fields)} natural-image-like inputs across the input range")
+        ("inputs distilled apart from the calibration inputs", apart)], loss + loss_apart, what)
 
 
 def _fields(like, input_ranges, n, seed):
