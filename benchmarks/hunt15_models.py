@@ -51,12 +51,14 @@ import numpy as np
 import zoo_models as ZM  # the repository's zoo: data helpers, ZooData
 import hunt9_models as H9  # hunt9's data helpers and its draw of calibration inputs
 import hunt8_models as H8
+import hunt14_models as H14  # its photo data helper
 
 ZooData = ZM.ZooData
 Missing = ZM.Missing
 _fit, _seed, _settle_bn = ZM._fit, ZM._seed, ZM._settle_bn
 photo_sets, _conv_bn, _f32, L = H9.photo_sets, H9._conv_bn, H9._f32, H9.L
 N_CAL, N_EVAL = H9.N_CAL, H9.N_EVAL
+_photo_data = H14._photo_data
 DRAW = 0  # set by build() (here and in hunt9_models / hunt8_models, whose cal_seed() is read)
 
 
@@ -68,11 +70,6 @@ def _cached(name, train):
 def _cached_weights(name, make, train):
     """hunt9's weights cache, in the folder ``hunt15``."""
     return H9._cached_weights(name, make, train, folder="hunt15")
-
-
-def _photo_data():
-    (xt, yt, _), (xc, _, _), (xe, _, _) = photo_sets(32)
-    return _f32(xt), yt, _f32(xc), _f32(xe)
 
 
 def _gray_data():
@@ -113,46 +110,38 @@ def densenet121():
         "(torch-style Normalization inside), weights=None, 2 epochs; 8 classes")
 
 
-def nasnet_mobile():
-    """keras.applications.NASNetMobile at 32 px (weights=None), Rescaling(1/127.5, -1) before
-    it, GAP + Dense(8) softmax, 2 epochs."""
+def _application(name, application, seed, what):
+    """keras.applications ``application`` at 32 px (weights=None), Rescaling(1/127.5, -1)
+    before it, GAP + Dense(8) softmax, 2 epochs on the photo crops; ``what`` names it in the
+    data's description."""
     import keras
     xt, yt, xc, xe = _photo_data()
 
     def train():
-        _seed(1502)
-        base = keras.applications.NASNetMobile(
-            include_top=False, weights=None, input_shape=(32, 32, 3), pooling="avg")
+        _seed(seed)
+        base = application(include_top=False, weights=None, input_shape=(32, 32, 3),
+                           pooling="avg")
         inp = keras.Input((32, 32, 3), name="rgb255")
         h = L().Rescaling(1 / 127.5, offset=-1.0)(inp)
         out = L().Dense(8, activation="softmax", name="photo")(base(h))
-        return _fit(keras.Model(inp, out, name="nasnet_mobile"), xt, yt, 2,
+        return _fit(keras.Model(inp, out, name=name), xt, yt, 2,
                     "sparse_categorical_crossentropy")
 
-    return _cached("nasnet_mobile", train), ZooData(
-        xc, xe, ("class",), "photo crops 32 0..255; keras.applications NASNetMobile, "
+    return _cached(name, train), ZooData(
+        xc, xe, ("class",), f"photo crops 32 0..255; keras.applications {what}, "
         "weights=None, 2 epochs; 8 classes")
+
+
+def nasnet_mobile():
+    """keras.applications.NASNetMobile (:func:`_application`)."""
+    import keras
+    return _application("nasnet_mobile", keras.applications.NASNetMobile, 1502, "NASNetMobile")
 
 
 def resnet50v2():
-    """keras.applications.ResNet50V2 at 32 px (weights=None; pre-activation BN), Rescaling(1 /
-    127.5, -1) before it, GAP + Dense(8) softmax, 2 epochs."""
+    """keras.applications.ResNet50V2, pre-activation BN (:func:`_application`)."""
     import keras
-    xt, yt, xc, xe = _photo_data()
-
-    def train():
-        _seed(1503)
-        base = keras.applications.ResNet50V2(
-            include_top=False, weights=None, input_shape=(32, 32, 3), pooling="avg")
-        inp = keras.Input((32, 32, 3), name="rgb255")
-        h = L().Rescaling(1 / 127.5, offset=-1.0)(inp)
-        out = L().Dense(8, activation="softmax", name="photo")(base(h))
-        return _fit(keras.Model(inp, out, name="resnet50v2"), xt, yt, 2,
-                    "sparse_categorical_crossentropy")
-
-    return _cached("resnet50v2", train), ZooData(
-        xc, xe, ("class",), "photo crops 32 0..255; keras.applications ResNet50V2, "
-        "weights=None, 2 epochs; 8 classes")
+    return _application("resnet50v2", keras.applications.ResNet50V2, 1503, "ResNet50V2")
 
 
 # ---- a VAE's decoder: latent codes N(0, 1) -> 16 x 16 gray images in [-1, 1]

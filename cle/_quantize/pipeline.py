@@ -7,15 +7,14 @@ import dataclasses
 import time
 from typing import Any, Callable
 
-
 from cle._core.backend import check_runnable
 from cle._core.checks import check_model
 from cle._core.graph import graph_view
 from cle._core.inputs import ModelInputs, check_calibration_data
 from cle._core.traced import functional_for
 from cle._measure import calibration as _calibration
-from cle._measure import field_spread as _field_spread
 from cle._measure import check as _check
+from cle._measure import field_spread as _field_spread
 from cle._measure import input_range as _input_range
 from cle._measure import synthetic as _synthetic
 from cle._measure.calibration import input_range_of  # noqa: F401  (cle.quantization's)
