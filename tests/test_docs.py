@@ -22,7 +22,7 @@ from cle import cli
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPTS = os.path.join(REPO, "scripts")
 DOCS = [os.path.join(REPO, "README.md")] + sorted(glob.glob(os.path.join(REPO, "docs", "*.md")))
-CODE = sorted(glob.glob(os.path.join(REPO, "cle", "*.py")))
+CODE = sorted(glob.glob(os.path.join(REPO, "cle", "**", "*.py"), recursive=True))
 
 
 def _script(name):
@@ -217,8 +217,9 @@ def test_cli_md_loading_block_runs(tmp_path, monkeypatch, tiny_model):
 
 
 # A measured figure: a number with a unit a measurement carries (percent, dB, a ratio "1.3×" /
-# "10x" — not a shape like "224×224" —, seconds, minutes, MB/GB).
-FIGURE_RE = re.compile(r"\d(\.\d+)?\s?(%|dB|×(?!\s?\d)|x(?=[\s),.;:]|$)|s|ms|min|MB|GB)(?!\w)")
+# "10x" — not a shape like "224×224" or "1 x 1" —, seconds, minutes, MB/GB).
+FIGURE_RE = re.compile(
+    r"\d(\.\d+)?\s?(%|dB|×(?!\s?\d)|x(?=[\s),.;:]|$)(?!\s?\d)|s|ms|min|MB|GB)(?!\w)")
 
 # Lines with such a figure outside generated blocks. These are stated bounds and budgets, not
 # measurements: the counts may only go down, and every other document must have none.
@@ -260,15 +261,36 @@ def _comments_and_docstrings(path):
     return sorted(found)
 
 
-@pytest.mark.parametrize("path", CODE, ids=os.path.basename)
+# Lines of the library's comments and docstrings with such a figure that is no measurement: a
+# statistical level or a bound stated as a constant, or a size computed from a shape. The
+# counts may only go down; every other module must have none.
+CODE_STATED = {
+    "cle/_math/moments.py": 1,  # the size of one layer's matrix, computed from its fan-in
+    "cle/_measure/check.py": 1,  # a top-1 agreement that "can hardly fall below 100 %"
+    "cle/_measure/ties.py": 4,  # the rule of three's 95 % level; "100 %" as above
+    "cle/_quantize/analysis_stats.py": 1,  # the middle share of values a range spans
+    "cle/_quantize/choice.py": 1,  # the choice's interval level
+    "cle/_quantize/rounding.py": 3,  # sizes computed from a fan-in; the figure's precision
+    "cle/_transforms/stable.py": 1,  # the rounding error of one step over 254, computed
+}
+
+
+@pytest.mark.parametrize("path", CODE, ids=lambda p: os.path.relpath(p, REPO))
 def test_no_hand_copied_figures_in_code(path):
-    """The same guard over the library's comments and docstrings: a measured figure there goes
-    stale as silently as in a document; point at the generated docs instead."""
-    lines = [f"{os.path.relpath(path, REPO)}:{n}: {text.strip()}"
+    """The same guard over the library's comments and docstrings, every subpackage included: a
+    measured figure there goes stale as silently as in a document; point at the generated docs
+    (or the test that measures it) instead."""
+    rel = os.path.relpath(path, REPO).replace(os.sep, "/")
+    lines = [f"{rel}:{n}: {text.strip()}"
              for n, text in _comments_and_docstrings(path) if FIGURE_RE.search(text)]
-    assert not lines, (
+    assert len(lines) <= CODE_STATED.get(rel, 0), (
         "measured figures in comments or docstrings; point at the generated docs instead:\n"
         + "\n".join(lines))
+
+
+def test_the_code_guard_reads_every_subpackage():
+    assert os.path.join(REPO, "cle", "_measure", "check.py") in CODE
+    assert all(os.path.join(REPO, *p.split("/")) in CODE for p in CODE_STATED)
 
 
 def test_the_code_guard_sees_comments_and_docstrings(tmp_path):
@@ -277,6 +299,7 @@ def test_the_code_guard_sees_comments_and_docstrings(tmp_path):
                    '    return "4 dB"  # took 12 s\n')
     hits = [n for n, text in _comments_and_docstrings(str(mod)) if FIGURE_RE.search(text)]
     assert hits == [1, 7, 8]  # the string literal "4 dB" is code, not prose
+    assert not FIGURE_RE.search("a 1 x 1 convolution") and FIGURE_RE.search("about 10x")
 
 
 def test_backends_suite_block_reports_counts_and_names_every_failure():

@@ -36,8 +36,8 @@ tried in this order for each input:
 
 The pooled standard deviation matters: the familiar ImageNet std (0.229, 0.224, 0.225) is an
 average of per-image deviations and leaves out the variance between images, which a BN's
-moving variance includes; with it the fitted scale came out about 1.2× too large on both
-real ImageNet networks.
+moving variance includes; with it the fitted scale came out too large on both real ImageNet
+networks.
 """
 
 from __future__ import annotations

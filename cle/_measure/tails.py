@@ -17,8 +17,8 @@ at the largest error the output can have, :func:`noise_cap`): :func:`new_figures
 errors of sixty-four tell the index roughly, so each set draws its own index from those
 they allow (above its threshold a power law's k log-spacings sum to ξ times a Gamma(k)
 variable, so ``k ξ̂ / ξ`` is one): with the fitted index alone, the lower end covered the
-figure of a thousand new inputs in 73–77 % of simulated power-law worlds of index 0.6–1.5
-where 95 % is meant; drawing the index, in 95 % (``tests/test_tails.py``). The
+figure of a thousand new inputs in far fewer simulated power-law worlds than the interval's
+level means; drawing the index, about as often as meant (``tests/test_tails.py``). The
 check's interval reaches down to the figure all but :data:`QUANTILE` of those sets read
 (:func:`heavy_tail`), the lower tail of its :data:`cle._measure.check.INTERVAL` interval. On
 a light tail that is above the bootstrap's lower end and changes nothing; on a heavy one it

@@ -196,7 +196,7 @@ def independent_labels(reference, kind) -> bool:
     independent labels: scores that do not sum to one over the last axis (sigmoids, a
     multi-label output; a softmax sums to one). Their top class means little: several labels
     near 1 (or all near 0) leave it to the error's last digits (hunt9's multi-label
-    attributes read a top-1 agreement of 67 % where 99.9 % of the labels agreed). Read on
+    attributes read a low top-1 agreement where nearly every label agreed). Read on
     the mean distance of the sums from one (above 1e-2), which a float16 softmax's rounding
     does not reach."""
     r = np.asarray(reference, np.float64)

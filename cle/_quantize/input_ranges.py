@@ -60,7 +60,7 @@ def input_ranges_of(model, stated):
                           "model, check it")
         out.append(given)
     # A guess (a batch-norm fit near no usual convention, or between two) is not a range the
-    # tool can back: quantized with it, models read 15 dB and more below the figure their
+    # tool can back: quantized with it, the hunts' models read far below the figure their
     # check claimed. Ask for the range instead, in the one message.
     unknown = [r for r in out if not r.known or (not r.sure and r.source != "stated")]
     if unknown:

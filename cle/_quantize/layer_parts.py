@@ -59,7 +59,7 @@ def kind_of(layer) -> str:
 
 def parts(layer) -> list[Part]:
     """The kernels of a layer the rounding stage rounds, in the order they read the input (a
-    1-D layer's sequence is one row of :func:`channels_last`, its kernel ``1 x k``)."""
+    1-D layer's sequence is one row of :func:`channels_last`, its kernel one row of ``k`` taps)."""
     kind = kind_of(layer)
     if kind == "dense":
         return [Part("kernel", "dense", "dense", layer.use_bias, Geometry("dense"))]

@@ -373,7 +373,7 @@ def _shift(times) -> float:
 
 def softmax_floor(highs, classes) -> float:
     """The lowest logit of a softmax over ``classes`` that its 8-bit output can tell from a
-    lower one: ln(2 × :data:`SOFTMAX_STEPS` × classes) below the smallest of the per-input
+    lower one: ln(2 · :data:`SOFTMAX_STEPS` · classes) below the smallest of the per-input
     largest logits ``highs``, taken down to where :data:`FLOOR_WIDENING` times as many inputs
     would be expected to reach (:func:`widened`'s margin). Raising every logit below it to it
     moves each probability, and their sum, by less than half a step, on an input whose
