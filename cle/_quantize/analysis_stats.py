@@ -8,6 +8,7 @@ import math
 import numpy as np
 
 from cle._math.json_numbers import sqnr_words
+from cle._quantize.pool_spread import POOL_SPREAD
 from cle._quantize.ranges import POOLED
 from cle._tflite import converter as tflite
 from cle._tflite.flatgraph import FlatGraph
@@ -34,6 +35,8 @@ _HOW = {"percentile": "1e-4 tails", "min/max": "min/max",
         "min/max (max-pooled)": "min/max (a global max pooling keeps its largest values)",
         POOLED: "min/max widened (a global average pooling's output: one value per channel "
                 "and input)",
+        POOL_SPREAD: "min/max, widened as far as the map a global average pooling averages "
+                     "spreads (no data)",
         "min/max (before a map of sparse peaks)": "min/max (a map output of sparse peaks is "
                                                   "computed from it: its tails make the peaks)"}
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from cle._math.order import quantiles
+from cle._quantize.pool_spread import POOL_SPREAD, spread_ranges
 from cle._tflite import converter as tflite
 from cle._tflite.runtime import input_name
 
@@ -42,7 +43,8 @@ MAX_KEPT = "min/max (max-pooled)"
 #: input, and new inputs' averages pass them (an ECA net's gate multiplies the clip into the
 #: whole map: CHANGELOG). Not a pooling only a classifier's head reads (widened, it moved the
 #: cross-fit's choice on two residual nets), and not without data: synthetic inputs' averages
-#: reach short of real inputs' on some models and far past them on others.
+#: reach short of real inputs' on some models and far past them on others (without data:
+#: :mod:`cle._quantize.pool_spread`).
 POOLED, POOL_WIDENING = "min/max widened (a global average)", 3.0
 #: How a tensor is set, without data, when a map output of sparse peaks is computed from it
 #: (:func:`peaked_maps`): at its min/max.
@@ -151,9 +153,11 @@ def choose_percentile_ranges(calibrated, x, tensor_ranges, stated, integer_io, s
     (:func:`usual_range`). The tensors whose largest values a global max pooling keeps keep
     min/max too (:func:`tensor_roles`), and on ``synthetic`` inputs (without data) so do the
     tensors a map output of sparse peaks is computed from (:func:`peaked_maps`,
-    :data:`PEAKED`). With data, the outputs of a global average pooling that gate a map take
-    their min/max, widened where ``extremes`` is given (:data:`POOLED`). Every range includes
-    0, as the converter's do.
+    :data:`PEAKED`). The outputs of a global average pooling that gate a map take their
+    min/max, with data widened where ``extremes`` is given (:data:`POOLED`), on ``synthetic``
+    inputs widened as far as the map they average spreads
+    (:func:`cle._quantize.pool_spread.spread_ranges`). Every range includes 0, as the
+    converter's do.
 
     Each tensor's ``calibrated`` range becomes its min/max over all of ``x`` as the float
     interpreter computes it, so ``calibrated`` needs only the converter's tensor layout: one
@@ -162,7 +166,10 @@ def choose_percentile_ranges(calibrated, x, tensor_ranges, stated, integer_io, s
     values). ``extremes``: as :func:`cle._tflite.converter.observe` takes it (each tensor's min
     and max on each input, for the cross-fitted builds of :mod:`cle._quantize.crossfit`)."""
     say(f"measuring {len(tensor_ranges)} activation tensors")
-    values = tflite.observe(calibrated, x, [r.index for r in tensor_ranges], extremes=extremes)
+    sources = tflite.pooled_sources(calibrated) if synthetic else {}
+    moments = dict.fromkeys(sources.values()) if sources else None
+    values = tflite.observe(calibrated, x, [r.index for r in tensor_ranges], extremes=extremes,
+                            moments=moments)
     peaked = peaked_maps(tensor_ranges, values, tflite.output_indices(calibrated)
                          - tflite.softmax_outputs(calibrated)) if synthetic else ()
     roles = tensor_roles(calibrated, peaked, pooled=not synthetic)
@@ -174,6 +181,8 @@ def choose_percentile_ranges(calibrated, x, tensor_ranges, stated, integer_io, s
         if extremes is not None and r.index in extremes:
             r.logit = _softmax_logit(r, values[r.index], roles[3], len(x), synthetic)
             as_kind(r, "tails", *extremes[r.index], roles[1], roles[3])
+    if sources:
+        spread_ranges(tensor_ranges, sources, moments)
     return values
 
 
@@ -311,7 +320,7 @@ def as_kind(r, kind: str, lows, highs, inputs, logits=frozenset()) -> None:
     alone took the file's figure on them most of the way to its claim, at the cost of a
     little of their resolution (which a softmax hardly sees). So cle's own build widens them
     too."""
-    if r.how == SCORE_BOUNDED:  # no input leaves them
+    if r.how in (SCORE_BOUNDED, POOL_SPREAD):  # no input leaves them; set from the map
         return
     if r.how == POOLED:  # widened from its min/max whatever the kind (again: the same)
         r.lo, r.hi = widened(*r.calibrated, lows, highs, POOL_WIDENING)

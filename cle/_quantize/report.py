@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from cle._math.json_numbers import json_safe, sqnr_words
+from cle._quantize.pool_spread import POOL_SPREAD, SPREAD
 from cle._quantize.ranges import (LOGIT_WIDENINGS, LOGITS, MAX_KEPT, PEAKED, POOL_WIDENING,
                                   POOLED, WIDEN_INPUTS)
 
@@ -153,6 +154,11 @@ class QuantizeReport:
             said = ("; the outputs of a global average pooling that gate a map are widened past "
                     f"their min/max to the extremes {POOL_WIDENING:g}× as many inputs would be "
                     "expected to reach" + said)
+        if any(r.how == POOL_SPREAD for r in self.ranges):
+            said = ("; the outputs of a global average pooling that gate a map reach as far as "
+                    f"{SPREAD:g} standard deviations of each channel of the map they average "
+                    "past its mean, within the map's range (synthetic inputs' averages stay "
+                    "near the mean)" + said)
         narrowed = [r for r in self.ranges if r.how == "percentile"]
         widened = [r for r in self.ranges if r.how.endswith(", widened")]
         if widened:

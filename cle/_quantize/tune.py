@@ -34,6 +34,7 @@ from cle._measure.check import output_kinds
 from cle._measure import evaluation as Q
 from cle._measure.inference import predict
 from cle._measure.ties import agreement
+from cle._quantize.pool_spread import POOL_SPREAD
 from cle._quantize.ranges import MAX_KEPT, PEAKED, POOLED, mse_range, tail_range
 from cle._tflite import converter as tflite, quant_sim
 from cle._tflite.flatgraph import FlatGraph, align, with_constants
@@ -162,7 +163,8 @@ def _fixed(build, integer_io) -> set:
     protected, inputs = tflite.protected_indices(build.calibrated)
     fixed = set(protected)
     for r in build.ranges:
-        if r.how in ("input range", "usual range", MAX_KEPT, PEAKED, POOLED) or (
+        if r.how in ("input range", "usual range", MAX_KEPT, PEAKED, POOLED,
+                     POOL_SPREAD) or (
                 integer_io and r.index in inputs):
             fixed.add(r.index)
     return fixed

@@ -37,8 +37,8 @@ from cle._tflite.convertible import (  # noqa: F401  (read as converter's by cal
 from cle._tflite.runtime import input_details_by_name, interpreter
 from cle._tflite.roles import (  # noqa: F401  (read as converter's by callers)
     SCORE_OPS, logit_indices, max_kept_indices, output_indices, parsed, pooled_indices,
-    protected_indices, score_bounds, softmax_logits, softmax_outputs, tensor_name,
-    upstream_indices)
+    pooled_sources, protected_indices, score_bounds, softmax_logits, softmax_outputs,
+    tensor_name, upstream_indices)
 
 # Values kept per tensor to choose its range (a uniform sample of all positions of all
 # inputs, plus the exact extremes).
@@ -299,14 +299,17 @@ def with_ranges(calibrated: bytes, ranges: list[TensorRange]) -> bytes:
 
 
 def observe(calibrated: bytes, x, indices, progress: Callable | None = None,
-            per_tensor=SAMPLE_PER_TENSOR, seed=0, extremes: dict | None = None
-            ) -> dict[int, np.ndarray]:
+            per_tensor=SAMPLE_PER_TENSOR, seed=0, extremes: dict | None = None,
+            moments: dict | None = None) -> dict[int, np.ndarray]:
     """A uniform sample of the values each tensor of ``indices`` takes on ``x``
     (:class:`cle._core.inputs.ModelInputs`; float interpreter, one sample at a time), with each
     tensor's exact min and max over ``x`` as its last two values. Every input gives each
     tensor the same number of values (:func:`sample_per_input`), in the order of ``x``; with
     ``extremes`` (a dict), ``extremes[index]`` becomes ``(lows, highs)``: the tensor's min and
-    max on each input."""
+    max on each input. With ``moments`` (a dict whose keys are tensors, channels
+    last), ``moments[index]`` becomes ``(means, squares)``: each channel's mean over the
+    positions of each input, ``(N, channels)``, and its mean square over every position of
+    every input, ``(channels,)`` (float64)."""
     interp = interpreter(calibrated, preserve_all_tensors=True)
     ins = input_details_by_name(interp, x.names)
     for d, a in zip(ins, x.arrays):
@@ -321,10 +324,16 @@ def observe(calibrated: bytes, x, indices, progress: Callable | None = None,
     kept: dict[int, Any] = {}
     lows = {i: np.empty(n) for i in indices}
     highs = {i: np.empty(n) for i in indices}
+    sums = {i: [[], 0.0] for i in (moments or {})}
     for k in range(n):
         for d, a in zip(ins, x.arrays):
             interp.set_tensor(d["index"], a[k: k + 1])
         interp.invoke()
+        for i, kept_sums in sums.items():
+            t = interp.get_tensor(i)
+            v = t.reshape(-1, t.shape[-1]).astype(np.float64)
+            kept_sums[0].append(v.mean(axis=0))
+            kept_sums[1] = kept_sums[1] + (v * v).mean(axis=0) / n
         for i in indices:
             v = interp.get_tensor(i).ravel()
             lows[i][k], highs[i][k] = float(v.min()), float(v.max())
@@ -344,6 +353,8 @@ def observe(calibrated: bytes, x, indices, progress: Callable | None = None,
             progress(f"measured activations on {k + 1} of {n} inputs")
     if extremes is not None:
         extremes.update({i: (lows[i], highs[i]) for i in indices})
+    if moments is not None:
+        moments.update({i: (np.stack(m), sq) for i, (m, sq) in sums.items()})
     for i in indices:
         ends = np.array([lows[i].min(), highs[i].max()], np.float32)
         if isinstance(kept[i], list):

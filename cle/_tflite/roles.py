@@ -18,7 +18,7 @@ from cle._tflite.flatgraph import FlatGraph
 from cle._tflite.runtime import keras_output_order
 
 __all__ = ["SCORE_OPS", "logit_indices", "max_kept_indices", "output_indices", "parsed",
-           "pooled_indices", "protected_indices", "score_bounds", "softmax_logits",
+           "pooled_indices", "pooled_sources", "protected_indices", "score_bounds", "softmax_logits",
            "softmax_outputs", "tensor_name", "upstream_indices"]
 
 
@@ -139,6 +139,12 @@ def pooled_indices(calibrated: bytes) -> set:
     map); and onwards from them through ops that only move values around
     (:data:`_SAME_VALUES`, EXPAND_DIMS) or multiply them by a constant. Not a pooling whose
     vector only a classifier's head reads."""
+    return set(pooled_sources(calibrated))
+
+
+def pooled_sources(calibrated: bytes) -> dict:
+    """``{tensor: map}`` of :func:`pooled_indices`: each with the map its pooling averaged
+    (channels last, as the pooling's output)."""
     g = _flat(calibrated)
 
     def shape(t):
@@ -159,22 +165,22 @@ def pooled_indices(calibrated: bytes) -> set:
                     seen.add(out)
                     todo.append(out)
         return False
-    pooled = set()
+    pooled = {}
     for op in g.ops:
         if op.kind not in _POOLERS or not op.inputs or not op.outputs:
             continue
         t, source = op.outputs[0], op.inputs[0]
         if (shape(t) is not None and shape(source) is not None and size(t) == shape(t)[-1]
                 and size(source) > size(t) and shape(t)[-1] == shape(source)[-1] and gates(t)):
-            pooled.add(t)
+            pooled[t] = source
     moved = [(op.outputs[0], op.inputs[0]) for op in g.ops if op.inputs and op.outputs and (
         op.kind in _SAME_VALUES + ("EXPAND_DIMS",) or op.kind == "MUL" and len(op.inputs) == 2
         and op.inputs[1] >= 0 and g.constant(op.inputs[1]) is not None)]
     while True:
-        more = {out for out, src in moved if src in pooled and out not in pooled}
+        more = {out: pooled[src] for out, src in moved if src in pooled and out not in pooled}
         if not more:
             return pooled
-        pooled |= more
+        pooled.update(more)
 
 
 def upstream_indices(calibrated: bytes, outputs) -> set:
