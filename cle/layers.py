@@ -33,7 +33,7 @@ import keras
 import numpy as np
 from keras import ops
 
-__all__ = ["STABLE", "ChannelAffine", "ClippedReLU", "StableActivation"]
+__all__ = ["STABLE", "ChannelAffine", "ClippedReLU", "OneHot", "StableActivation"]
 
 _DEFAULT_CAP = 6.0
 
@@ -294,3 +294,49 @@ class ChannelAffine(keras.layers.Layer):
 
     def compute_output_shape(self, input_shape):
         return input_shape
+
+
+@keras.saving.register_keras_serializable(package="cle")
+class OneHot(keras.layers.Layer):
+    """The one-hot vectors of integer ids, as ``keras.layers.CategoryEncoding(num_tokens,
+    output_mode="one_hot")`` computes them (the same output shapes: a last axis of size 1 is
+    replaced, another kept; an id outside ``[0, num_tokens)`` gives zeros), computed as rows
+    of an identity matrix taken by the ids.
+
+    Why it is needed: TF Lite's converter writes a ``CategoryEncoding`` as a ``ONE_HOT`` whose
+    on and off values, int8 constants, keep their own scale in an output of another one (the
+    concatenation it usually feeds): the one-hot reads as values near 0 and the model's output
+    is noise, in TF Lite's own conversion as in cle's. Here the converter writes a ``GATHER``
+    from the table, an int8 constant that holds 0 and 1 exactly on its own scale, and the
+    model reads as if the one-hot were given as float inputs. :func:`cle.quantize` puts it in
+    place of such a ``CategoryEncoding``.
+
+    Example:
+
+    >>> import numpy as np
+    >>> layer = OneHot(3)
+    >>> keras.ops.convert_to_numpy(layer(np.array([[2], [0], [5]], "int32"))).tolist()
+    [[0.0, 0.0, 1.0], [1.0, 0.0, 0.0], [0.0, 0.0, 0.0]]
+    """
+
+    def __init__(self, num_tokens: int, **kwargs):
+        super().__init__(**kwargs)
+        self.num_tokens = int(num_tokens)
+
+    def call(self, inputs):
+        ids = ops.cast(inputs, "int32")
+        if len(ids.shape) >= 2 and ids.shape[-1] == 1:
+            ids = ops.squeeze(ids, axis=-1)
+        n = self.num_tokens
+        ids = ops.where(ops.logical_and(ids >= 0, ids < n), ids, n)  # row n: zeros
+        table = np.concatenate([np.eye(n), np.zeros((1, n))]).astype(self.compute_dtype)
+        return ops.take(ops.convert_to_tensor(table), ids, axis=0)
+
+    def compute_output_shape(self, input_shape):
+        shape = tuple(input_shape)
+        if len(shape) >= 2 and shape[-1] == 1:
+            shape = shape[:-1]
+        return shape + (self.num_tokens,)
+
+    def get_config(self):
+        return {**super().get_config(), "num_tokens": self.num_tokens}

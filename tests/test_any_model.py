@@ -827,3 +827,65 @@ def test_a_range_float32_cannot_hold_is_refused_naming_its_tensor():
         bad = TensorRange(7, "act/erfc", (1, 8), (0.0, hi), 0.0, hi)
         with pytest.raises(ValueError, match="tensor 'act/erfc'.*float32 cannot hold"):
             with_ranges(b"", [bad])
+
+
+@pytest.mark.parametrize("shape", [(), (1,), (3,), (2, 1)])
+def test_one_hot_is_category_encoding_s_one_hot(shape, tmp_path):
+    """cle.layers.OneHot computes what CategoryEncoding(output_mode="one_hot") does, its output
+    shapes too (a last axis of 1 replaced, another kept), zeros for ids out of range, and
+    survives a save."""
+    from cle.layers import OneHot
+
+    ids = np.random.default_rng(0).integers(-2, 8, (16,) + shape).astype("int32")
+    want = L.CategoryEncoding(6, output_mode="one_hot")
+    got = OneHot(6)
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(got(ids)),
+                                  keras.ops.convert_to_numpy(want(ids)))
+    inp = keras.Input(shape, dtype="int32")
+    assert got(inp).shape == want(inp).shape
+    model = keras.Model(inp, OneHot(6, name="one_hot")(inp))
+    path = str(tmp_path / "one_hot.keras")
+    model.save(path)
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(cle.load_model(path)(ids)),
+                                  keras.ops.convert_to_numpy(want(ids)))
+
+
+def _store_model(seed=0):
+    """An int store id (0..11) one-hot encoded (CategoryEncoding) beside 4 standardized
+    numeric features, Concatenate, Dense + relu, 3 classes; and 256 records."""
+    rng = np.random.default_rng(seed)
+    x = {"store": rng.integers(0, 12, (256, 1)).astype("int32"),
+         "numeric": rng.normal(size=(256, 4)).astype("float32")}
+    keras.utils.set_random_seed(seed)
+    store = keras.Input((1,), dtype="int32", name="store")
+    numeric = keras.Input((4,), name="numeric")
+    one_hot = L.CategoryEncoding(12, output_mode="one_hot", name="store_onehot")(store)
+    h = L.Concatenate()([one_hot, numeric])
+    h = L.Dense(16, activation="relu", name="d1")(h)
+    return keras.Model([store, numeric], L.Dense(3, activation="softmax", name="cls")(h)), x
+
+
+@no_tflite_on_torch
+def test_a_one_hot_category_encoding_is_taken_from_a_table():
+    """TF Lite writes a CategoryEncoding as a ONE_HOT whose int8 on and off values keep their
+    own scale in the concatenation's output: the plain file's one-hot reads as nearly 0, and
+    its output is noise (hunt15's onehot_tab: both files read 3 dB). cle puts a OneHot in its
+    place (a GATHER from an int8 table that holds 0 and 1 exactly), and the file reads as one
+    whose one-hot is given as float inputs (JAX's export of the one-hot reads a little higher
+    in the plain file, still far below)."""
+    model, x = _store_model()
+    from cle._tflite.runtime import run_all
+
+    cal = {k: v[128:192] for k, v in x.items()}
+    held = {k: v[192:] for k, v in x.items()}
+    ref = predict_all(model, check_calibration_data(model, held))[0]
+
+    def sqnr(content):
+        got = run_all(content, check_calibration_data(model, held))[0]
+        return 10 * np.log10(np.sum(ref ** 2) / np.sum((ref - got) ** 2))
+
+    plain = sqnr(Q.convert_to_tflite_int8(model, cal))
+    content, report = Q.quantize(model, cal)
+    assert "store_onehot" in report.equalization.stable_changed
+    assert plain < 15.0 and sqnr(content) > plain + 15.0, (plain, sqnr(content))
+    assert type(model.get_layer("store_onehot")) is L.CategoryEncoding  # untouched

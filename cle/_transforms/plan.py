@@ -29,8 +29,8 @@ from cle._core.layouts import channel_axis
 from cle._transforms.options import EqualizeOptions
 from cle._core.rebuild import LayerEdit
 from cle._transforms.relu6 import all_relu6, changed_name, merge, relu6_edit
-from cle._transforms.stable import (all_normalizations, all_stable, normalization_edit,
-                                   stable_edit)
+from cle._transforms.stable import (all_normalizations, all_one_hots, all_stable,
+                                   normalization_edit, one_hot_edit, stable_edit)
 from cle._core.weights import gamma_beta
 
 __all__ = ["EqualizePlan", "decide_sets", "measure_junctions", "plan_equalization",
@@ -286,6 +286,9 @@ def plan_equalization(model, view: GraphView, opts: EqualizeOptions, x=None,
     affine = all_normalizations(view) if opts.stable_activations else []
     for layer, mean, scale in affine:
         merge(edits, id(layer), normalization_edit(layer, mean, scale))
+    one_hots = all_one_hots(view) if opts.stable_activations else []
+    for layer in one_hots:
+        merge(edits, id(layer), one_hot_edit(layer))
     return EqualizePlan(matches, fold_skipped, search, decisions, scaled, absorptions, changed,
                         edits, bypass, clips, [changed_name(la, k) for la, k, _ in stable]
-                        + [la.name for la, _, _ in affine])
+                        + [la.name for la, _, _ in affine] + [la.name for la in one_hots])

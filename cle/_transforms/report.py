@@ -52,8 +52,8 @@ class EqualizationReport:
             activation range before and after.
         objective: how the scales were chosen ("quantized" or "weights").
         stable_changed: names of the layers put in a form 8-bit tensors can hold
-            (:class:`cle.layers.StableActivation`, :class:`cle.layers.ChannelAffine`;
-            :func:`cle.quantize` only).
+            (:class:`cle.layers.StableActivation`, :class:`cle.layers.ChannelAffine`,
+            :class:`cle.layers.OneHot`; :func:`cle.quantize` only).
     """
 
     folded: list
@@ -94,7 +94,7 @@ class EqualizationReport:
         ]
         if self.stable_changed:
             lines.append(f"layers rewritten exactly in a form 8-bit tensors can hold "
-                         f"(cle.layers.StableActivation, ChannelAffine): "
+                         f"(cle.layers.StableActivation, ChannelAffine, OneHot): "
                          f"{', '.join(self.stable_changed)}")
         for what, reason, count, example in self.reasons():
             lines.append(f"  {what} ×{count}: {reason} (e.g. '{example}')")

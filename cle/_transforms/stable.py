@@ -23,10 +23,10 @@ from cle._core.layouts import layout_of
 from cle._core.rebuild import LayerEdit
 from cle._core.semantics import activation_name
 from cle._core.weights import normalization_arrays
-from cle.layers import STABLE, ChannelAffine, StableActivation
+from cle.layers import STABLE, ChannelAffine, OneHot, StableActivation
 
-__all__ = ["AFFINE_SPREAD", "all_normalizations", "all_stable", "normalization_edit",
-           "stable_edit"]
+__all__ = ["AFFINE_SPREAD", "all_normalizations", "all_one_hots", "all_stable",
+           "normalization_edit", "one_hot_edit", "stable_edit"]
 
 #: A ``Normalization`` becomes a :class:`cle.layers.ChannelAffine` when its largest scale is
 #: more than this many times its smallest: one 8-bit scale for them then puts a relative
@@ -129,3 +129,22 @@ def normalization_edit(layer, mean, scale) -> LayerEdit:
     return LayerEdit(
         replace=lambda old: ChannelAffine(name=old.name, dtype=old.dtype_policy.name),
         made_variables={"scale": scale, "offset": -mean * scale})
+
+
+def all_one_hots(view):
+    """Every distinct ``CategoryEncoding`` of the view with ``output_mode="one_hot"`` (dense):
+    TF Lite's ``ONE_HOT`` loses its values in an INT8 model (:class:`cle.layers.OneHot`)."""
+    seen, out = set(), []
+    for call in view.calls:
+        layer = call.layer
+        if (id(layer) not in seen and type(layer) is L.CategoryEncoding
+                and layer.output_mode == "one_hot" and not getattr(layer, "sparse", False)):
+            seen.add(id(layer))
+            out.append(layer)
+    return out
+
+
+def one_hot_edit(layer) -> LayerEdit:
+    """The edit that puts a :class:`cle.layers.OneHot` in place of a ``CategoryEncoding``."""
+    return LayerEdit(replace=lambda old: OneHot(old.num_tokens, name=old.name,
+                                                dtype=old.dtype_policy.name))
