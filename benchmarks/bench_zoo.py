@@ -233,6 +233,12 @@ def measure_model(name, modes, emit):
                 plain=plain[k] if plain else None, plain_error=plain_error,
                 plain_kept=plain_kept[k] if plain_kept else None,
                 plain_claimed=plain_claimed[k] if k < len(plain_claimed) else None,
+                # each check set's figure of the output, and whether it bounds the claim
+                claimed_sets=[{"inputs": c["inputs"], "bounds": c.get("bounds", True),
+                               "sqnr_db": c["outputs"][k].sqnr_db,
+                               "interval": None if c["outputs"][k].sqnr_interval is None
+                               else list(c["outputs"][k].sqnr_interval)}
+                              for c in report.check_sets if k < len(c["outputs"])],
                 finite=real[k]["finite"], seconds=seconds, plain_seconds=plain_s,
                 warnings=len(report.warnings), all_finite=finite,
                 # with data: the build written and every candidate's cross-fitted figures

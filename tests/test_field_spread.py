@@ -7,6 +7,7 @@ import keras
 import numpy as np
 import pytest
 
+import cle
 from cle._core.inputs import ModelInputs
 from cle._measure import field_spread as FS
 
@@ -74,7 +75,8 @@ def test_fields_unlike_the_data_are_left_out_of_the_calibration_and_the_words_sa
 
 def test_without_data_the_pipeline_calibrates_on_what_the_spread_allows(monkeypatch):
     """quantize's synthetic calibration takes the distilled inputs alone when the fields are
-    unlike the data to the batch norms, and says so in the report's calibration words."""
+    unlike the data to the batch norms, and says so in the report's calibration words; the
+    check still runs on the fields, marked as not bounding the figures."""
     from cle._measure import input_range as IR
     from cle._quantize import pipeline as P
     from cle._quantize.options import QuantizeOptions
@@ -99,3 +101,38 @@ def test_without_data_the_pipeline_calibrates_on_what_the_spread_allows(monkeypa
         assert [name for name, _ in got.checks] == [
             "natural-image-like inputs across the input range",
             "inputs distilled apart from the calibration inputs"]
+        # the fields left out of the calibration do not bound the figures either
+        assert got.unlike == (("natural-image-like inputs across the input range",)
+                              if scale < 1 else ())
+
+
+def test_a_check_set_unlike_the_data_is_reported_and_not_counted():
+    """The report's figures are the lower over the sets that bound them (the zoo's sepconv_bn
+    without data: the fields the calibration left out read 16.1 dB, the inputs distilled apart
+    37.0, real inputs 32.7): the set marked is reported, with why, and the figures are the
+    others'; with every set marked (none left), all of them count."""
+    from cle._measure import check as C
+    from cle._quantize import check_sets as S
+    from cle._quantize.report import QuantizeReport
+
+    fields = {"inputs": "natural-image-like inputs across the input range", "n": 32,
+              "outputs": [C.OutputCheck("y", "probabilities", 16.1, 0.9)], "bounds": False}
+    apart = {"inputs": "inputs distilled apart from the calibration inputs", "n": 16,
+             "outputs": [C.OutputCheck("y", "probabilities", 37.0, 1.0)]}
+    (y,) = S.lower([fields, apart])
+    assert (y.sqnr_db, y.top1_agreement) == (37.0, 1.0)
+    assert S.lower([fields, dict(apart, bounds=True)])[0].sqnr_db == 37.0
+    assert S.lower([fields])[0].sqnr_db == 16.1  # nothing else to take
+    assert S.lower([dict(fields, bounds=True), apart])[0].sqnr_db == 16.1
+    report = QuantizeReport(target={"weight_bits": 8, "per_channel": True,
+                                    "activation_bits": 8, "integer_io": False},
+                            calibration="synthetic", n_calibration=32,
+                            check_inputs=S.check_label([fields, apart]), n_check=48,
+                            equalization=cle.EqualizationReport([], [], [], [], [], [], []),
+                            outputs=[y],
+                            check_sets=[S.public(fields), S.public(apart)])
+    lines = report._check_lines()
+    said = [line for line in lines if "natural-image-like" in line]
+    assert said and "not counted: unlike the data to the batch norms" in said[0]
+    assert not any("not counted" in line for line in lines if "distilled apart" in line)
+    assert [c["bounds"] for c in report.to_dict()["check"]["sets"]] == [False, True]

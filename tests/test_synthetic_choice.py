@@ -96,3 +96,24 @@ def test_tails_kept_are_said_too(net, monkeypatch):
         report.summary())
     assert choice.sqnr_db["cle"][0] == pytest.approx(report.outputs[0].sqnr_db, abs=1e-6)
     assert choice.n == report.n_check
+
+
+
+def test_fields_unlike_the_data_do_not_bound_the_figures_and_still_choose(net, monkeypatch):
+    """Where the batch norms say the natural-image-like fields are unlike the data (here: any
+    spread passes a limit of 0), the calibration leaves them out, and so do the check's
+    figures, which are the inputs distilled apart's; the fields' set is still measured and
+    reported, and the choice of ranges still reads both sets (read on the distilled set
+    alone it moved the zoo's sepconv_bn up by 2.4 dB and its unet_bn down by 5.0)."""
+    from cle._measure import field_spread
+
+    monkeypatch.setattr(field_spread, "SPREAD_LIMIT", 0.0)
+    _, report = cle.quantize(net, input_range=(-1.0, 1.0), output_kinds=LOGITS)
+    apart = "inputs distilled apart from the calibration inputs"
+    assert "left out" in report.calibration_inputs
+    assert [(c["inputs"] == apart, c["bounds"]) for c in report.check_sets] == [
+        (False, False), (True, True)]
+    assert len(report.choice.sets) == 2 and report.choice.n == 48
+    (mine,) = [c["outputs"][0] for c in report.check_sets if c["bounds"]]
+    assert report.outputs[0].sqnr_db == mine.sqnr_db
+    assert "(not counted: unlike the data to the batch norms" in report.summary()

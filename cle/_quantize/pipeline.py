@@ -20,6 +20,7 @@ from cle._measure import synthetic as _synthetic
 from cle._measure.calibration import input_range_of  # noqa: F401  (cle.quantization's)
 from cle._measure.inference import outputs_once
 from cle._quantize import caveats as _caveats
+from cle._quantize.check_sets import check_label, lower, public
 from cle._quantize import choice as _choice
 from cle._quantize import constant_features as _constant_features
 from cle._quantize import deploy
@@ -59,12 +60,15 @@ FAILED_LOSS = CONVERGED_LOSS
 
 @dataclasses.dataclass
 class _Inputs:
-    """The calibration inputs and the check's sets of inputs (``(what, inputs)``)."""
+    """The calibration inputs and the check's sets of inputs (``(what, inputs)``); ``unlike``:
+    the sets (by what) unlike the data to the batch norms, whose figures do not bound the
+    report's (:mod:`cle._quantize.check_sets`)."""
 
     calibration: ModelInputs
     checks: list
     loss: list | None = None
     what: str = "inputs given"
+    unlike: tuple = ()
 
     @property
     def held_out(self) -> bool:
@@ -324,8 +328,9 @@ def build_checked(model, calibration_data, opts: QuantizeOptions, say,
 
 def check_sets(model, build: Int8Build, say) -> list:
     """The check of the build's ``.tflite`` on each of its sets of check inputs (see
-    :func:`_check_model`), timed as the "check" stage; after the choice, the one set of every
-    calibration input it cross-fitted (``build.crossfit``)."""
+    :func:`_check_model`), timed as the "check" stage, each with whether its figures bound the
+    report's (``"bounds"``: :mod:`cle._quantize.check_sets`); after the choice, the one set
+    of every calibration input it cross-fitted (``build.crossfit``)."""
     if build.crossfit is not None:
         fit, names = build.crossfit, _check.output_names(model)
         kinds = _check.output_kinds(model, build.opts.output_kinds)
@@ -333,19 +338,9 @@ def check_sets(model, build: Int8Build, say) -> list:
             fit["reference"], fit["test"], names, kinds, fit.get("clipping"), fit.get("ties"))}]
     clipping = (_choice.unchosen_clipping(model, build) if build.calibration == "data"
                 else None)
-    return _timed(build.seconds, "check", _check_model, model, build.content,
+    sets = _timed(build.seconds, "check", _check_model, model, build.content,
                   build.inputs.checks, build.opts, say, build.runs, clipping)
-
-
-def lower(sets) -> list:
-    """Per output, the lower of each figure over the check sets (SQNR and top-1 agreement)."""
-    return _lower(sets)
-
-
-def check_label(sets) -> str:
-    """What the check ran on, in words (the report's ``check_inputs``)."""
-    return sets[0]["inputs"] if len(sets) == 1 else (
-        "inputs the calibration never saw: " + " and ".join(c["inputs"] for c in sets))
+    return [{**c, "bounds": c["inputs"] not in build.inputs.unlike} for c in sets]
 
 
 def check_build(model, build: Int8Build, say, straight=None, choice=None) -> QuantizeReport:
@@ -359,7 +354,7 @@ def check_build(model, build: Int8Build, say, straight=None, choice=None) -> Qua
                     build.runs, fitted) if opts.compare else None)
     warned = [] if choice is None or choice.warning() is None else [choice.warning()]
     data = build.calibration == "data"
-    outputs = _lower(sets)
+    outputs = lower(sets)
     if build.rounding is not None and build.rounding.n_inputs and data and inputs.held_out:
         on_fit = _timed(seconds, "check fitted", _check_model, model, build.content, [(
             "calibration inputs the rounding fitted", inputs.calibration)], opts, say,
@@ -372,7 +367,7 @@ def check_build(model, build: Int8Build, say, straight=None, choice=None) -> Qua
         equalization=build.equalization,
         bias_correction=opts.bias_mode, ranges=build.ranges,
         input_ranges=[] if data else [r.to_dict() for r in build.input_ranges],
-        outputs=outputs, check_sets=[_public(c) for c in sets], plain=plain,
+        outputs=outputs, check_sets=[public(c) for c in sets], plain=plain,
         calibration_inputs=inputs.what, synthesis_loss=inputs.loss,
         choice=choice,
         warnings=warned + build.notes + _caveats.caveats(model, sets, inputs, build.input_ranges,
@@ -450,10 +445,11 @@ def _calibration_inputs(model, x, input_ranges, opts, say, seconds) -> _Inputs:
     seconds["synthesize"] = time.perf_counter() - start
     fields = _fields(distilled, input_ranges, SYNTHETIC_CHECK, opts.seed + 1)
     calibration, what = _field_spread.calibration_inputs(model, distilled, fields)
-    return _Inputs(calibration, [
-        ("natural-image-like inputs across the input range",
-         _fields(distilled, input_ranges, SYNTHETIC_CHECK, opts.seed + 2)),
-        ("inputs distilled apart from the calibration inputs", apart)], loss + loss_apart, what)
+    checks = [("natural-image-like inputs across the input range",
+               _fields(distilled, input_ranges, SYNTHETIC_CHECK, opts.seed + 2)),
+              ("inputs distilled apart from the calibration inputs", apart)]
+    unlike = (checks[0][0],) if calibration is distilled else ()  # the fields left out
+    return _Inputs(calibration, checks, loss + loss_apart, what, unlike)
 
 
 def _fields(like, input_ranges, n, seed):
@@ -529,19 +525,6 @@ def _check_model(model, content, checks, opts, say, runs=None, clipping=None):
     return sets
 
 
-def _lower(sets, key="outputs"):
-    """Per output, the lowest SQNR and the lowest top-1 agreement over the sets (without data
-    each set of synthetic inputs is a guess of what real ones do: the check cannot flatter)."""
-    return [dataclasses.replace(
-        min(per_set, key=lambda o: o.sqnr_db),
-        top1_agreement=min(o.top1_agreement for o in per_set))
-        for per_set in zip(*(c[key] for c in sets))]
-
-
-def _public(check_set):
-    return {key: check_set[key] for key in ("inputs", "n", "outputs")}
-
-
 def _compare(model, inputs, sets, opts, say, straight=None, runs=None, fitted=None):
     """The check's figures for the float model converted straight (TF Lite's defaults;
     ``straight``: its bytes, when the choice of the build made them already, with its
@@ -560,14 +543,15 @@ def _compare(model, inputs, sets, opts, say, straight=None, runs=None, fitted=No
         y = fitted if fitted is not None else outputs_once(runs, straight, x)
         clip = zip(*(c.get(k) or [0.0] * len(names) for k in ("clipping", "clipping_plain")))
         plain.append({"outputs": _check.check_outputs(c["reference"], y, names, kinds,
-                                                       c.get("clipping_plain"))})
+                                                       c.get("clipping_plain")),
+                      "bounds": c.get("bounds", True)})
         verdicts += [{"inputs": c["inputs"], "output": name, "verdict": verdict,
                       "interval_db": interval}
                      for name, ref, ours, theirs, (ca, cb) in zip(names, c["reference"],
                                                                    c["test"], y, clip)
                      for verdict, interval in [_check.compare_verdict(
                          ref, ours, theirs, clipping=(ca, cb))]]
-    outputs = _lower(plain)
+    outputs = lower(plain)
     return {"top1_agreement": outputs[0].top1_agreement, "sqnr_db": outputs[0].sqnr_db,
             "outputs": outputs, "verdicts": verdicts}
 

@@ -70,9 +70,12 @@ class QuantizeReport:
         outputs: the check of each output (:class:`cle._measure.check.OutputCheck`): SQNR,
             and top-1 agreement for class scores; without data, per output the figures of
             the check set where its SQNR is the lowest.
-        check_sets: each set of check inputs, ``{"inputs", "n", "outputs"}``: with data the
-            held-out inputs; without data natural-image-like inputs across the input range
-            and inputs distilled apart from the calibration inputs (no real data was seen).
+        check_sets: each set of check inputs, ``{"inputs", "n", "outputs", "bounds"}``: with
+            data the held-out inputs; without data natural-image-like inputs across the input
+            range and inputs distilled apart from the calibration inputs (no real data was
+            seen). ``bounds``: whether its figures bound ``outputs`` (not for
+            natural-image-like inputs the batch norms say are unlike the data:
+            :mod:`cle._quantize.check_sets`).
         top1_agreement: the first output's top-1 agreement (its label-set agreement for independent
             sigmoid labels, :func:`cle._measure.ties.agreement`; NaN when it is not class scores).
         sqnr_db: the first output's SQNR against the float output, in dB.
@@ -221,7 +224,10 @@ class QuantizeReport:
             lines = ["check on inputs the calibration never saw (no real data was seen); the "
                      "figures of each output are the lower of:"]
             for c in self.check_sets:
-                lines += _figure_lines(f"  {c['n']} {c['inputs']}", c["outputs"], "  ")
+                aside = ("" if c.get("bounds", True) else
+                         " (not counted: unlike the data to the batch norms, as the "
+                         "calibration line says)")
+                lines += _figure_lines(f"  {c['n']} {c['inputs']}{aside}", c["outputs"], "  ")
         else:
             what = f"check on {self.n_check} {self.check_inputs}"
             if self.calibration != "data":
@@ -297,6 +303,7 @@ class QuantizeReport:
                       "sqnr_db": self.sqnr_db,
                       "outputs": [o.to_dict() for o in self.outputs],
                       "sets": [{"inputs": c["inputs"], "n": c["n"],
+                                "bounds": c.get("bounds", True),
                                 "outputs": [o.to_dict() for o in c["outputs"]]}
                                for c in self.check_sets]},
             "plain_conversion": plain,
