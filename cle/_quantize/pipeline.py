@@ -20,7 +20,6 @@ from cle._measure import synthetic as _synthetic
 from cle._measure.calibration import input_range_of  # noqa: F401  (cle.quantization's)
 from cle._measure.inference import outputs_once
 from cle._quantize import caveats as _caveats
-from cle._quantize.check_sets import check_label, lower, public
 from cle._quantize import choice as _choice
 from cle._quantize import constant_features as _constant_features
 from cle._quantize import deploy
@@ -28,6 +27,7 @@ from cle._quantize import synthetic_choice as _nodata_choice
 from cle._quantize import tune as _tune
 from cle._quantize import weight_stages
 from cle._quantize.caveats import CONVERGED_LOSS  # noqa: F401  (read from here)
+from cle._quantize.check_sets import check_label, lower, public
 from cle._quantize.input_ranges import (  # noqa: F401  (input_ranges_of: read from here)
     InputRangeUnknown, input_ranges_of, ranges_without_data)
 from cle._quantize.options import QuantizeOptions
