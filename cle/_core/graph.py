@@ -125,6 +125,16 @@ class GraphView:
         """How many times ``layer`` is called in the viewed graph."""
         return self.counts.get(id(layer), len(self.layer_calls(layer)))
 
+    def first_calls(self) -> list[Call]:
+        """The first call of each distinct layer, in topological order (one per layer for the
+        planners that edit a layer once, whatever its calls)."""
+        seen, out = set(), []
+        for call in self.calls:
+            if id(call.layer) not in seen:
+                seen.add(id(call.layer))
+                out.append(call)
+        return out
+
     def find_layer(self, name: str) -> list[Any]:
         """All distinct layer objects of the view whose name is ``name``."""
         seen = {}

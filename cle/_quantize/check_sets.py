@@ -24,13 +24,13 @@ def bounding(sets) -> list:
     return kept or list(sets)
 
 
-def lower(sets, key="outputs") -> list:
+def lower(sets) -> list:
     """Per output, the lowest SQNR and the lowest top-1 agreement over the :func:`bounding`
     sets."""
     return [dataclasses.replace(
         min(per_set, key=lambda o: o.sqnr_db),
         top1_agreement=min(o.top1_agreement for o in per_set))
-        for per_set in zip(*(c[key] for c in bounding(sets)))]
+        for per_set in zip(*(c["outputs"] for c in bounding(sets)))]
 
 
 def check_label(sets) -> str:

@@ -18,8 +18,8 @@ from cle._tflite.flatgraph import FlatGraph
 from cle._tflite.runtime import keras_output_order
 
 __all__ = ["SCORE_OPS", "logit_indices", "max_kept_indices", "output_indices", "parsed",
-           "pooled_indices", "pooled_sources", "protected_indices", "score_bounds", "softmax_logits",
-           "softmax_outputs", "tensor_name", "upstream_indices"]
+           "pooled_indices", "pooled_sources", "protected_indices", "score_bounds",
+           "softmax_logits", "softmax_outputs", "tensor_name", "upstream_indices"]
 
 
 @functools.lru_cache(maxsize=2)

@@ -60,8 +60,9 @@ class EqualizeOptions:
     activation_ranges: str = "bn"
     weight_rounding: str = "nearest"
     #: softplus, mish, log-sigmoid and SELU, Normalizations of widely spread scales, and
-    #: one-hot CategoryEncodings, put in a form 8-bit tensors can hold (:mod:`cle._transforms.stable`): for a model that
-    #: will be quantized (:func:`cle.quantize`); exact, but new layer classes
+    #: one-hot CategoryEncodings, put in a form 8-bit tensors can hold
+    #: (:mod:`cle._transforms.stable`): for a model that will be quantized
+    #: (:func:`cle.quantize`); exact, but new layer classes
     stable_activations: bool = False
     has_data: bool = False
     calibration_type: str = dataclasses.field(default="None", compare=False, repr=False)

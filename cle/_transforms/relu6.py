@@ -35,12 +35,11 @@ def relu6_edit(layer, kind, mode, axis=-1, caps=None):
 
 def all_relu6(view: GraphView):
     """(layer, kind, channel axis for a ClippedReLU) for every distinct ReLU6 in the view."""
-    seen, out = set(), []
-    for call in view.calls:
+    out = []
+    for call in view.first_calls():
         kind = relu6_kind(call.layer)
-        if kind is None or id(call.layer) in seen:
+        if kind is None:
             continue
-        seen.add(id(call.layer))
         t = call.outputs[0] if kind == "fused" else call.inputs[0]
         fmt = getattr(call.layer, "data_format", None)
         if kind == "standalone":  # follow the producer's data format when it has one

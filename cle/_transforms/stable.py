@@ -48,12 +48,9 @@ def all_stable(view):
     """``(layer, kind, activation)`` for every distinct layer of the view that applies one of
     :data:`cle.layers.STABLE`: kind "standalone" (an ``Activation`` layer, or one of the
     :data:`OPERATIONS`) or "fused" (a layer keras-cle knows with ``activation=`` that one)."""
-    seen, out = set(), []
-    for call in view.calls:
+    out = []
+    for call in view.first_calls():
         layer = call.layer
-        if id(layer) in seen:
-            continue
-        seen.add(id(layer))
         op = OPERATIONS.get(internals.nn_operation(layer))
         if op is not None:
             out.append((layer, "standalone", op))
@@ -105,13 +102,10 @@ def all_normalizations(view):
     """``(layer, mean, scale)`` for every distinct ``Normalization`` of the view over its last
     axis whose scales spread more than :data:`AFFINE_SPREAD` (and whose offsets stay below
     :data:`AFFINE_MAX_OFFSET`), called on inputs of known sizes."""
-    seen, out = set(), []
-    for call in view.calls:
+    out = []
+    for call in view.first_calls():
         layer = call.layer
-        if id(layer) in seen or type(layer) is not L.Normalization:
-            continue
-        seen.add(id(layer))
-        if None in tuple(call.inputs[0].shape[1:]):
+        if type(layer) is not L.Normalization or None in tuple(call.inputs[0].shape[1:]):
             continue
         found = _scales(layer)
         if found is None:
@@ -134,14 +128,9 @@ def normalization_edit(layer, mean, scale) -> LayerEdit:
 def all_one_hots(view):
     """Every distinct ``CategoryEncoding`` of the view with ``output_mode="one_hot"`` (dense):
     TF Lite's ``ONE_HOT`` loses its values in an INT8 model (:class:`cle.layers.OneHot`)."""
-    seen, out = set(), []
-    for call in view.calls:
-        layer = call.layer
-        if (id(layer) not in seen and type(layer) is L.CategoryEncoding
-                and layer.output_mode == "one_hot" and not getattr(layer, "sparse", False)):
-            seen.add(id(layer))
-            out.append(layer)
-    return out
+    return [call.layer for call in view.first_calls()
+            if type(call.layer) is L.CategoryEncoding and call.layer.output_mode == "one_hot"
+            and not getattr(call.layer, "sparse", False)]
 
 
 def one_hot_edit(layer) -> LayerEdit:
