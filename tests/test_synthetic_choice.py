@@ -82,6 +82,24 @@ def test_tails_that_cut_the_synthetic_inputs_give_way_to_min_max(net, monkeypatc
     assert forced.sqnr_db < report.sqnr_db
 
 
+def test_min_max_ranges_keep_the_logits_widened(net, monkeypatch):
+    """The min/max build sets the tensors inside the model back to their min/max, but the
+    logits of a softmax output keep the range cle's build widened them to: synthetic inputs
+    are less sure of their class than real ones, and the min/max of their logits cut real
+    inputs' largest (the zoo's sepconv_bn)."""
+    import keras
+
+    probs = keras.Model(net.input, keras.layers.Softmax(name="probs")(net.output))
+    monkeypatch.setattr(_ranges, "TAIL", 0.1)
+    _, report = cle.quantize(probs, input_range=(-1.0, 1.0))
+    assert report.choice.written == S.MINMAX
+    assert not any(r.how == "percentile" for r in report.ranges)
+    (logits,) = [r for r in report.ranges if r.how == _ranges.LOGITS]
+    low, high = logits.calibrated
+    assert logits.hi > high and logits.lo <= low
+    assert "but the logits' (widened as in cle's build)" in report.summary()
+
+
 def test_tails_kept_are_said_too(net, monkeypatch):
     """Where the tails hold (here: min/max must gain more than any figure can), the report's
     choice says cle's build was written, with both builds' figures, and no warning; the

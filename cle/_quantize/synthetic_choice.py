@@ -1,6 +1,7 @@
 """Without data, the choice between cle's build (activation ranges at their tails) and the
-same equalized model with every range at its min/max over the synthetic calibration inputs,
-made on the check's own synthetic sets (:mod:`cle._quantize.choice` makes it with data).
+same equalized model with every range at its min/max over the synthetic calibration inputs
+(but the logits of a softmax or sigmoid output, widened in both: :func:`minmax_build`), made
+on the check's own synthetic sets (:mod:`cle._quantize.choice` makes it with data).
 
 The tails suit the ImageNet networks, and cut ranges some models need (with data the
 cross-fitted choice then writes min/max ranges); min/max ranges of synthetic inputs are no
@@ -29,7 +30,7 @@ from cle._math.json_numbers import sqnr_words
 from cle._measure import check as _check
 from cle._measure.inference import outputs_once
 from cle._quantize.choice import SWITCH_DB
-from cle._quantize.ranges import as_kind, tensor_roles
+from cle._quantize.ranges import LOGITS, as_kind, tensor_roles
 from cle._tflite import converter as tflite
 
 __all__ = ["MINMAX", "SUPPORT", "SWITCH_DB", "NoDataChoice", "choose", "chooses"]
@@ -89,15 +90,16 @@ class NoDataChoice:
                     f"min/max ranges would need to be higher by more than {SWITCH_DB:g} dB in "
                     f"more than {SUPPORT:.0%} of the resamples ({measured})")
         return (f"written without data: cle's equalized model with every activation range at "
-                f"its min/max over the synthetic calibration inputs ({measured}; the stages "
-                "above describe cle's build)")
+                f"its min/max over the synthetic calibration inputs, but the logits' (widened as "
+                f"in cle's build) ({measured}; the stages above describe cle's build)")
 
     def warning(self) -> str | None:
         if self.written == "cle":
             return None
         tails, minmax = self.means()
         return ("without data the file written has min/max activation ranges (cle's equalized "
-                "model, every range at its min/max over the synthetic calibration inputs) "
+                "model, every range at its min/max over the synthetic calibration inputs but "
+                "the logits') "
                 "instead of their tails: on the check's synthetic inputs its lower figure over "
                 f"the sets was higher ({minmax:.2f} against {tails:.2f} dB in mean SQNR over "
                 f"the outputs, in {self.support:.0%} of the resamples of the inputs); the "
@@ -151,11 +153,18 @@ def choose(model, build, say) -> tuple[NoDataChoice | None, None]:
 
 def minmax_build(build) -> tuple[bytes, list]:
     """``(tflite bytes, ranges)``: ``build``'s calibrated model with every tail range set
-    back to its min/max (:func:`cle._quantize.ranges.as_kind`)."""
+    back to its min/max (:func:`cle._quantize.ranges.as_kind`), but the logits of a softmax
+    or sigmoid output, which keep the range the tails build widened them to
+    (:data:`cle._quantize.ranges.LOGITS`): synthetic inputs are less sure of their class
+    than real ones, and their largest logits stop short of real inputs' (the zoo's
+    sepconv_bn: its logits' min/max over the synthetic inputs stopped well short of the real
+    inputs' highest, and the build written read several dB below the plain converter with
+    data; widened, above it). The choice is between the tail and min/max ranges of the
+    tensors inside the model; the logits' is not the choice's to undo."""
     roles = tensor_roles(build.calibrated)
     ranges = [dataclasses.replace(r) for r in build.ranges]
     for r in ranges:
-        if r.index in build.extremes:
+        if r.index in build.extremes and r.how != LOGITS:
             as_kind(r, "min/max", *build.extremes[r.index], roles[1], roles[3])
     content = tflite.quantize_calibrated(tflite.with_ranges(build.calibrated, ranges),
                                          per_channel=build.opts.per_channel,
