@@ -28,10 +28,9 @@ Dense(softplus), 8 photo classes) is one cle takes without data.
 """
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
+import hunts  # what the hunts after hunt9 share
 import zoo_models as ZM  # the repository's zoo: data helpers, ZooData
 import hunt9_models as H9  # hunt9's data helpers and its draw of calibration inputs
 
@@ -42,11 +41,7 @@ photo_sets, _squares, _tab_split, _conv_bn, _f32, _lum, L = (
     H9.photo_sets, H9._squares, H9._tab_split, H9._conv_bn, H9._f32, H9._lum, H9.L)
 N_CAL, N_EVAL = H9.N_CAL, H9.N_EVAL
 DRAW = 0  # set by build() (here and in hunt9_models, whose cal_seed() the data helpers read)
-
-
-def _cached(name, train):
-    """The zoo's cache, in its folder ``hunt10``."""
-    return ZM._cached(os.path.join("hunt10", name), train)
+_cached = hunts.caches("hunt10")[0]
 
 
 # ------------------------------------------------------------------------------- the models
@@ -267,8 +262,4 @@ MODELS = {f.__name__: f for f in [
     mish_softplus_cls]}
 
 
-def build(name):
-    global DRAW
-    base, _, draw = name.partition("@")
-    DRAW = H9.DRAW = int(draw or 0)
-    return MODELS[base]()
+build = hunts.builder(MODELS, __name__)

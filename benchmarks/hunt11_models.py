@@ -29,10 +29,9 @@ RandomTranslation and RandomContrast; a residual TCN (causal dilated Conv1D + BN
 """
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
+import hunts  # what the hunts after hunt9 share
 import zoo_models as ZM  # the repository's zoo: data helpers, ZooData
 import hunt8_models as H8  # hunt8's photo pairs
 import hunt9_models as H9  # hunt9's data helpers and its draw of calibration inputs
@@ -43,11 +42,7 @@ _fit, _seed, _settle_bn = ZM._fit, ZM._seed, ZM._settle_bn
 photo_sets, _conv_bn, _f32, L = H9.photo_sets, H9._conv_bn, H9._f32, H9.L
 N_CAL, N_EVAL = H9.N_CAL, H9.N_EVAL
 DRAW = 0  # set by build() (here and in hunt9_models, whose cal_seed() the data helpers read)
-
-
-def _cached(name, train):
-    """The zoo's cache, in its folder ``hunt11``."""
-    return ZM._cached(os.path.join("hunt11", name), train)
+_cached = hunts.caches("hunt11")[0]
 
 
 def _signal_sets(n_train=2048):
@@ -448,8 +443,4 @@ MODELS = {f.__name__: f for f in [
     gray_centercrop_aug, tcn_residual]}
 
 
-def build(name):
-    global DRAW
-    base, _, draw = name.partition("@")
-    DRAW = H9.DRAW = int(draw or 0)
-    return MODELS[base]()
+build = hunts.builder(MODELS, __name__)

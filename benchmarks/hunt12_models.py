@@ -28,10 +28,9 @@ linear box); one output that is a Concatenate of a softmax and raw box values in
 """
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
+import hunts  # what the hunts after hunt9 share
 import zoo_models as ZM  # the repository's zoo: data helpers, ZooData
 import hunt9_models as H9  # hunt9's data helpers and its draw of calibration inputs
 
@@ -41,16 +40,7 @@ _fit, _seed, _settle_bn = ZM._fit, ZM._seed, ZM._settle_bn
 photo_sets, _conv_bn, _f32, L = H9.photo_sets, H9._conv_bn, H9._f32, H9.L
 N_CAL, N_EVAL = H9.N_CAL, H9.N_EVAL
 DRAW = 0  # set by build() (here and in hunt9_models, whose cal_seed() the data helpers read)
-
-
-def _cached(name, train):
-    """The zoo's cache, in its folder ``hunt12``."""
-    return ZM._cached(os.path.join("hunt12", name), train)
-
-
-def _cached_weights(name, make, train):
-    """hunt9's weights cache, in the folder ``hunt12``."""
-    return H9._cached_weights(name, make, train, folder="hunt12")
+_cached, _cached_weights = hunts.caches("hunt12")
 
 
 def _quadrant(box):
@@ -463,8 +453,4 @@ MODELS = {f.__name__: f for f in [
     superres_d2s, instnorm_style, prep_layers, mobilenet_hand, three_heads, concat_out]}
 
 
-def build(name):
-    global DRAW
-    base, _, draw = name.partition("@")
-    DRAW = H9.DRAW = int(draw or 0)
-    return MODELS[base]()
+build = hunts.builder(MODELS, __name__)

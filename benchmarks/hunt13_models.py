@@ -32,10 +32,9 @@ tanh) averaged by keras.layers.Average; factorized asymmetric kernels (1x7, 7x1)
 """
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
+import hunts  # what the hunts after hunt9 share
 import zoo_models as ZM  # the repository's zoo: data helpers, ZooData
 import hunt9_models as H9  # hunt9's data helpers and its draw of calibration inputs
 import hunt8_models as H8  # hunt8's labelled gray crops
@@ -47,16 +46,7 @@ _fit, _seed, _settle_bn = ZM._fit, ZM._seed, ZM._settle_bn
 photo_sets, _conv_bn, _f32, L = H9.photo_sets, H9._conv_bn, H9._f32, H9.L
 N_CAL, N_EVAL = H9.N_CAL, H9.N_EVAL
 DRAW = 0  # set by build() (here and in hunt9_models / hunt8_models, whose cal_seed() is read)
-
-
-def _cached(name, train):
-    """The zoo's cache, in its folder ``hunt13``."""
-    return ZM._cached(os.path.join("hunt13", name), train)
-
-
-def _cached_weights(name, make, train):
-    """hunt9's weights cache, in the folder ``hunt13``."""
-    return H9._cached_weights(name, make, train, folder="hunt13")
+_cached, _cached_weights = hunts.caches("hunt13")
 
 
 def _photo_cls(name, seed, body, epochs=8, lr=2e-3, out_act="softmax", loss=None):
@@ -339,7 +329,6 @@ def log_softmax_out():
     """A conv+BN photo classifier ending in Dense(8) -> Activation("log_softmax") (values in
     (-inf, 0], log-probabilities), trained with the from-logits loss."""
     import keras
-    Ly = L()
 
     def body(h):
         for w in (16, 32, 48):
@@ -499,8 +488,4 @@ MODELS = {f.__name__: f for f in [
     bilinear_dot, frame_tagger, ensemble_avg, factorized_kernels]}
 
 
-def build(name):
-    global DRAW
-    base, _, draw = name.partition("@")
-    DRAW = H9.DRAW = H8.DRAW = H12.DRAW = int(draw or 0)
-    return MODELS[base]()
+build = hunts.builder(MODELS, __name__)

@@ -52,14 +52,12 @@ l2_bn_tiny's claim 41.9 [40.2, 44.1] against 39.8 real, and zero_gamma_res with 
 from __future__ import annotations
 
 import functools
-import os
-
 import numpy as np
 
+import hunts  # what the hunts after hunt9 share
 import zoo_models as ZM  # the repository's zoo: data helpers, ZooData
 import hunt9_models as H9  # hunt9's data helpers and its draw of calibration inputs
 import hunt8_models as H8
-import hunt12_models as H12
 
 ZooData = ZM.ZooData
 Missing = ZM.Missing
@@ -67,16 +65,7 @@ _fit, _seed, _settle_bn = ZM._fit, ZM._seed, ZM._settle_bn
 photo_sets, _conv_bn, _f32, L = H9.photo_sets, H9._conv_bn, H9._f32, H9.L
 N_CAL, N_EVAL = H9.N_CAL, H9.N_EVAL
 DRAW = 0  # set by build() (here and in hunt9_models / hunt8_models, whose cal_seed() is read)
-
-
-def _cached(name, train):
-    """The zoo's cache, in its folder ``hunt14``."""
-    return ZM._cached(os.path.join("hunt14", name), train)
-
-
-def _cached_weights(name, make, train):
-    """hunt9's weights cache, in the folder ``hunt14``."""
-    return H9._cached_weights(name, make, train, folder="hunt14")
+_cached, _cached_weights = hunts.caches("hunt14")
 
 
 def _photo_data():
@@ -768,8 +757,4 @@ MODELS = {f.__name__: f for f in [
     tied_conv]}
 
 
-def build(name):
-    global DRAW
-    base, _, draw = name.partition("@")
-    DRAW = H9.DRAW = H8.DRAW = H12.DRAW = int(draw or 0)
-    return MODELS[base]()
+build = hunts.builder(MODELS, __name__)

@@ -27,10 +27,9 @@ FFN).
 """
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
+import hunts  # what the hunts after hunt9 share
 import zoo_models as ZM  # the repository's zoo: data helpers, ZooData
 import hunt9_models as H9  # hunt9's data helpers and its draw of calibration inputs
 import hunt8_models as H8  # hunt8's labelled gray crops
@@ -43,16 +42,7 @@ _f32, L = H9._f32, H9.L
 N_CAL, N_EVAL = H9.N_CAL, H9.N_EVAL
 _photo_data = H14._photo_data
 DRAW = 0  # set by build() (here and in hunt9_models / hunt8_models, whose cal_seed() is read)
-
-
-def _cached(name, train):
-    """The zoo's cache, in its folder ``hunt16``."""
-    return ZM._cached(os.path.join("hunt16", name), train)
-
-
-def _cached_weights(name, make, train):
-    """hunt9's weights cache, in the folder ``hunt16``."""
-    return H9._cached_weights(name, make, train, folder="hunt16")
+_cached, _cached_weights = hunts.caches("hunt16")
 
 
 # ------------------------------------------------------------------------------- the models
@@ -335,8 +325,4 @@ MODELS = {f.__name__: f for f in [
     convlstm_rolled]}
 
 
-def build(name):
-    global DRAW
-    base, _, draw = name.partition("@")
-    DRAW = H9.DRAW = H8.DRAW = int(draw or 0)
-    return MODELS[base]()
+build = hunts.builder(MODELS, __name__)
