@@ -363,6 +363,24 @@ def test_an_operation_no_table_knows_is_refused_in_one_line_by_the_converter(mon
         assert expected in str(info16.value) and "\n" not in str(info16.value)
 
 
+@pytest.mark.skipif(BACKEND != "tensorflow", reason="JAX's export of this layer converts")
+def test_any_other_converter_error_is_said_in_one_line_with_the_converters_words():
+    """Any other failure of the converter is raised as one ValueError holding the converter's
+    own error lines (hunt17's MLP-Mixer: an EinsumDense whose bias is on the token axis; the
+    last line of the converter's error a user saw was a caret), by the plain conversion and
+    by ``cle.quantize``; the converter's error is chained."""
+    inp = keras.Input((6, 4), name="tokens")
+    out = L.EinsumDense("btc,ts->bsc", output_shape=(6, 4), bias_axes="s", name="mix")(inp)
+    model = keras.Model(inp, out, name="token_mixer")
+    x = np.random.default_rng(0).normal(size=(8, 6, 4)).astype("float32")
+    said = r"converter failed on model 'token_mixer' and said: 'tf\.Transpose' op"
+    with pytest.raises(ValueError, match=said) as info:
+        Q.convert_to_tflite_int8(model, x)
+    assert "\n" not in str(info.value) and info.value.__cause__ is not None
+    with pytest.raises(ValueError, match=said):
+        cle.quantize(model, x)
+
+
 def test_a_float64_model_is_refused_naming_its_dtype():
     """A model built with ``dtype="float64"``: the converter failed on it naming Conv2D and
     MatMul as ops it has no builtin for (with data), and without data the distillation

@@ -301,14 +301,27 @@ def _snake(kind: str) -> str:
 def converter_refusal(error: Exception, model) -> ValueError | None:
     """The ``ValueError`` to raise for TF Lite converter's ``error`` on ``model`` when the
     cause is an operation outside what it writes (a TensorFlow op it has no builtin for, or
-    a StableHLO op of a JAX export it does not read): those named; None for any other
-    error. For what :func:`unconvertible_layers` does not know yet: said in one line, the
-    converter's own output already written to stderr."""
+    a StableHLO op of a JAX export it does not read): those named. Any other error whose
+    text holds the converter's own diagnostics (MLIR's ``file:line:col: error: ...`` lines,
+    each followed by a trace of Python frames and a caret that were the last line a user
+    saw): those errors, in one line (hunt17's MLP-Mixer: an ``EinsumDense`` whose bias is
+    on the token axis, which the TensorFlow backend's converter cannot transpose); None when
+    there are none. For what :func:`unconvertible_layers` does not know yet: said in one line,
+    the converter's own output already written to stderr."""
     text = str(error)
     tf_ops = set(re.findall(r"'tf\.(\w+)' op is neither a custom op nor a flex op", text))
     hlo_ops = set(re.findall(r"'vhlo\.(\w+?)(?:_v\d+)?' op is not part of the vhlo", text))
     if not tf_ops and not hlo_ops:
-        return None
+        said = list(dict.fromkeys(m.strip() for m in re.findall(r":\d+: error: (.+)", text)))
+        if not said:
+            return None
+        return ValueError(
+            f"TF Lite's converter failed on model '{model.name}' and said: "
+            + "; ".join(said[:3]) + (f" (and {len(said) - 3} more)" if len(said) > 3 else "")
+            + ". Most often that is the converter's own limit on a layer of the model as "
+            "written (its error, chained to this one, holds its whole trace; the command line "
+            "shows it with CLE_DEBUG=1): rewrite that layer with ops TF Lite has. Received: "
+            f"model '{model.name}' on the {keras.backend.backend()} backend")
     parts = []
     if tf_ops - {"XlaCallModule"}:
         parts.append("TensorFlow ops " + ", ".join(sorted(tf_ops - {"XlaCallModule"})))
