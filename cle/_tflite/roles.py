@@ -101,15 +101,25 @@ def _reached(producer: dict, start, back) -> set:
 _MONOTONE = ("RELU", "RELU6", "RELU_N1_TO_1", "RELU_0_TO_1", "LEAKY_RELU", "PRELU", "ELU",
              "HARD_SWISH", "GELU", "LOGISTIC", "TANH", "MUL", "ADD")
 _MAX_KEEPERS = ("REDUCE_MAX", "MAX_POOL_2D")
+#: Ops through whose data input (the first) a map's largest values are made of its input's
+#: largest (:func:`max_kept_indices`): a convolution's or a dense layer's sum over a window
+#: of its input, a max pooling over several positions, a padding.
+_MAX_PASSERS = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "MAX_POOL_2D", "PAD",
+                "EXPAND_DIMS")
 
 
 def max_kept_indices(calibrated: bytes) -> set:
     """The tensors whose largest values a global max pooling keeps: the input of a REDUCE_MAX,
     or of a MAX_POOL_2D whose output is one position, and back from it through elementwise ops
-    (:data:`_MONOTONE`) and ops that only move values around (:data:`_SAME_VALUES`). What a
-    tensor's tails leave out is every value such a pooling passes on: on a multi-label
-    classifier that pools its last feature map by its maximum, the tails cut the features of
-    the inputs that mattered (without data, far below the converter: CHANGELOG)."""
+    (:data:`_MONOTONE`), ops that only move values around (:data:`_SAME_VALUES`), a
+    concatenation, and the data input of convolutions, dense layers and max poolings
+    (:data:`_MAX_PASSERS`). What a tensor's tails leave out is every value such a pooling
+    passes on: on a multi-label classifier that pools its last feature map by its maximum,
+    the tails cut the features of the inputs that mattered (without data, far below the
+    converter: CHANGELOG); and the largest values of that map are made of the largest of the
+    maps before it, whose tails cut them too (the same classifier with data: its first two
+    blocks at their tails read farther from the float model on new inputs than at min/max,
+    though no one of their tensors alone moved it much: CHANGELOG)."""
     obj = parsed(calibrated)
     graph = obj.subgraphs[0]
     producer = _producers(obj)
@@ -123,7 +133,8 @@ def max_kept_indices(calibrated: bytes) -> set:
             continue
         todo.append(int(op.inputs[0]))
     return _reached(producer, todo, lambda kind, inputs:
-                    inputs if kind in _MONOTONE or kind in _SAME_VALUES else [])
+                    inputs if kind in _MONOTONE or kind in _SAME_VALUES or kind == "CONCATENATION"
+                    else inputs[:1] if kind in _MAX_PASSERS else [])
 
 
 #: Ops that pool a map over its positions: a mean, an average pooling, and a sum (JAX's
