@@ -478,6 +478,29 @@ def test_what_a_global_max_pooling_keeps_is_not_cut_at_its_tails(pool):
             assert (r.lo, r.hi) == r.calibrated
 
 
+def test_a_maximum_a_log_sum_exp_subtracts_does_not_reach_back_through_convolutions():
+    """A REDUCE_MAX that is not a pooling of positions (``keras.ops.logsumexp`` over the last
+    axis subtracts its maximum, as JAX's export of a softmax over another axis does) keeps
+    the tensor it reads and the elementwise ops before it at min/max, as before, but not the
+    maps before a convolution: those keep their tails. A global max pooling's walk does
+    reach them (the test above)."""
+    from cle._tflite import converter as T
+    from cle._tflite import roles
+
+    keras.utils.set_random_seed(4)
+    inp = keras.Input((10, 10, 3), name="image")
+    h = L.Conv2D(6, 3, name="c1")(L.ReLU(name="early")(L.Conv2D(8, 3, name="c0")(inp)))
+    out = L.Lambda(lambda t: keras.ops.logsumexp(t, axis=-1), name="lse")(h)
+    model = keras.Model(inp, out)
+    x = np.random.default_rng(0).normal(size=(4, 10, 10, 3)).astype("f4")
+    calibrated = T.calibrate(model, x)
+    kept = T.max_kept_indices(calibrated)
+    producers = roles._producers(roles.parsed(calibrated))
+    convs = sorted(i for i, (kind, _) in producers.items() if kind == "CONV_2D")
+    assert len(convs) == 2 and kept, (convs, kept)
+    assert convs[1] in kept and convs[0] not in kept, (convs, kept)
+
+
 def test_logits_the_softmax_is_not_the_only_reader_of_keep_the_widened_range():
     """helper-29's review: logits that are also a model output, or read by another op, serve
     more than the softmax: no floor cut below what the softmax shows (classes 0: the widened

@@ -111,30 +111,47 @@ _MAX_PASSERS = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "MAX_POOL_2D"
 def max_kept_indices(calibrated: bytes) -> set:
     """The tensors whose largest values a global max pooling keeps: the input of a REDUCE_MAX,
     or of a MAX_POOL_2D whose output is one position, and back from it through elementwise ops
-    (:data:`_MONOTONE`), ops that only move values around (:data:`_SAME_VALUES`), a
-    concatenation, and the data input of convolutions, dense layers and max poolings
-    (:data:`_MAX_PASSERS`). What a tensor's tails leave out is every value such a pooling
-    passes on: on a multi-label classifier that pools its last feature map by its maximum,
-    the tails cut the features of the inputs that mattered (without data, far below the
-    converter: CHANGELOG); and the largest values of that map are made of the largest of the
-    maps before it, whose tails cut them too (the same classifier with data: its first two
-    blocks at their tails read farther from the float model on new inputs than at min/max,
-    though no one of their tensors alone moved it much: CHANGELOG)."""
+    (:data:`_MONOTONE`) and ops that only move values around (:data:`_SAME_VALUES`). What a
+    tensor's tails leave out is every value such a pooling passes on: on a multi-label
+    classifier that pools its last feature map by its maximum, the tails cut the features of
+    the inputs that mattered (without data, far below the converter: CHANGELOG).
+
+    From a pooling of a map's positions to one per channel (:func:`_pools_positions`: a
+    global max pooling, not the maximum a softmax or a log-sum-exp subtracts over its axis,
+    which JAX's export and ``keras.ops.logsumexp`` write as a REDUCE_MAX too), the walk goes
+    on through a concatenation and the data input of convolutions, dense layers and max
+    poolings (:data:`_MAX_PASSERS`): the largest values of the pooled map are made of the
+    largest of the maps before it, whose tails cut them too (the same classifier with data:
+    its first two blocks at their tails read farther from the float model on new inputs than
+    at min/max, though no one of their tensors alone moved it much: CHANGELOG)."""
     obj = parsed(calibrated)
     graph = obj.subgraphs[0]
     producer = _producers(obj)
-    todo = []
+    pooled, other = [], []
     for kind, op in _kinds(obj):
         if kind not in _MAX_KEEPERS or op.inputs is None or op.outputs is None:
             continue
-        shape = graph.tensors[int(op.outputs[0])].shape
-        if kind == "MAX_POOL_2D" and (shape is None or len(shape) != 4
-                                      or int(np.prod(shape[1:3])) != 1):
+        source, out = (graph.tensors[int(op.inputs[0])].shape,
+                       graph.tensors[int(op.outputs[0])].shape)
+        if kind == "MAX_POOL_2D" and (out is None or len(out) != 4
+                                      or int(np.prod(out[1:3])) != 1):
             continue
-        todo.append(int(op.inputs[0]))
-    return _reached(producer, todo, lambda kind, inputs:
-                    inputs if kind in _MONOTONE or kind in _SAME_VALUES or kind == "CONCATENATION"
-                    else inputs[:1] if kind in _MAX_PASSERS else [])
+        (pooled if _pools_positions(source, out) else other).append(int(op.inputs[0]))
+    return _reached(producer, other, lambda kind, inputs:
+                    inputs if kind in _MONOTONE or kind in _SAME_VALUES else []) | _reached(
+        producer, pooled, lambda kind, inputs:
+        inputs if kind in _MONOTONE or kind in _SAME_VALUES or kind == "CONCATENATION"
+        else inputs[:1] if kind in _MAX_PASSERS else [])
+
+
+def _pools_positions(source, out) -> bool:
+    """Whether a max pooling of a tensor of shape ``source`` to one of shape ``out`` pools a
+    map's positions to one value per channel: ``source`` has several positions between its
+    batch and its last axis, ``out`` one (or none) and the same last axis."""
+    if source is None or out is None or len(source) < 3 or len(out) < 2:
+        return False
+    return (int(np.prod(source[1:-1])) > 1 and int(np.prod(out[1:-1])) == 1
+            and int(out[-1]) == int(source[-1]))
 
 
 #: Ops that pool a map over its positions: a mean, an average pooling, and a sum (JAX's
