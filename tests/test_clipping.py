@@ -722,6 +722,24 @@ def test_a_pooled_range_is_widened_once_whatever_the_kind():
     assert hi == pytest.approx(2.0 + np.sqrt(6) / np.pi * np.log(R.POOL_WIDENING) * np.std(highs))
 
 
+def test_a_pooled_range_a_global_max_pooling_also_keeps_stays_widened():
+    """A gate's global average that a global max pooling's walk reaches too (through the gate's
+    dense layers, since the walk passes convolutions: a squeeze-and-excitation net with a max
+    pooling head, hunt13's CBAM) keeps its widened range, which holds its min/max and more;
+    one that is also in a peaked map's past keeps min/max (as before)."""
+    from cle._tflite.converter import TensorRange
+
+    def how(max_kept, peaked):
+        r = TensorRange(0, "gap", (1, 8), (0.0, 2.0), 0.0, 2.0)
+        roles = (set(), set(), set(), {}, {0} if max_kept else set(), {0} if peaked else set(),
+                 {}, {0})
+        R.pick_range(r, np.linspace(0, 2, 100), (0.0, 2.0), roles, {}, False)
+        return r.how
+
+    assert how(True, False) == R.POOLED
+    assert how(True, True) == R.MAX_KEPT and how(False, True) == R.PEAKED
+
+
 def test_a_gate_s_average_reaches_spread_standard_deviations_of_its_channel():
     """Without data, a pooled range's both sides are widened by the one factor that takes the
     largest average on the calibration inputs out to :data:`SPREAD` standard deviations of its

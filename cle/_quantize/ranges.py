@@ -284,12 +284,12 @@ def pick_range(r, values, extremes, roles, stated, integer_io) -> None:
         (r.lo, r.hi), r.how = roles[6][r.index], SCORE_BOUNDED
     elif r.index in protected:  # min/max: the largest outputs decide the top-1 class
         r.how = "min/max (output)" if r.index in outputs else "min/max (decides an output)"
+    elif r.index in roles[7] and r.index not in roles[5]:  # one value per input: widened
+        r.how = POOLED  # by as_kind, past min/max (what a global max pooling passes on too)
     elif r.index in roles[4]:  # its tails are what a global max pooling passes on
         r.how = MAX_KEPT
     elif r.index in roles[5]:  # its tails make a map's peaks
         r.how = PEAKED
-    elif r.index in roles[7]:  # one value per input: widened by as_kind
-        r.how = POOLED
     else:
         picked = tail_range(values, r.calibrated, TAIL)
         if picked is None:
