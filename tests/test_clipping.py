@@ -469,8 +469,9 @@ def test_what_a_global_max_pooling_keeps_is_not_cut_at_its_tails(pool):
     for r in report.ranges:
         if r.how == R.MAX_KEPT:
             assert (r.lo, r.hi) == r.calibrated
-    assert "the tensors whose largest values a global max pooling keeps keep min/max" in \
-        report.summary()
+    kept_count = sum(r.how == R.MAX_KEPT for r in report.ranges)
+    assert f"the {kept_count} tensors whose largest values a global max pooling keeps keep " \
+        "min/max" in report.summary(), report.summary()
     _, report = cle.quantize(model, x, ranges="percentile", bias_correction="none")
     assert R.MAX_KEPT in {r.how for r in report.ranges}
     for r in report.ranges:
@@ -499,6 +500,52 @@ def test_a_maximum_a_log_sum_exp_subtracts_does_not_reach_back_through_convoluti
     convs = sorted(i for i, (kind, _) in producers.items() if kind == "CONV_2D")
     assert len(convs) == 2 and kept, (convs, kept)
     assert convs[1] in kept and convs[0] not in kept, (convs, kept)
+
+
+def _max_seeded(kind):
+    """A small model for the cases below: ``kind`` says what its max is."""
+    keras.utils.set_random_seed(5)
+    length = None if kind == "dynamic_global" else 16
+    if kind == "dynamic_local":
+        inp = keras.Input((None, None, 3))
+        h = L.MaxPooling2D(2)(L.Conv2D(8, 3, activation="relu", name="c0")(inp))
+        return keras.Model(inp, L.Conv2D(4, 1, name="c1")(h))
+    inp = keras.Input((length, 8))
+    h = L.Conv1D(12, 3, activation="relu", name="c1")(L.Conv1D(12, 3, activation="relu",
+                                                               name="c0")(inp))
+    if kind == "attention_pool":  # a softmax over the positions (JAX: a REDUCE_MAX of them)
+        weights = L.Softmax(axis=1)(L.Dense(1, name="score")(h))
+        out = L.Lambda(lambda t: keras.ops.sum(t[0] * t[1], axis=1))([h, weights])
+    elif kind == "square_channel_max":  # 12 positions x 12 channels, a max over channels
+        out = L.Lambda(lambda t: keras.ops.max(t, axis=-1))(h)
+    else:  # a global max pooling of a sequence whose length is not fixed
+        out = L.GlobalMaxPooling1D()(h)
+    return keras.Model(inp, L.Dense(3, name="head")(out))
+
+
+@pytest.mark.parametrize("kind", ["attention_pool", "square_channel_max", "dynamic_global",
+                                  "dynamic_local"])
+def test_only_a_max_over_a_maps_positions_reaches_back_through_convolutions(kind):
+    """helper-54's review: the walk through convolutions starts from a max over exactly a
+    map's positions, read from its axes (a max over the channels of a 12 x 12 map has the
+    shapes of one over its positions), whose result no subtraction reads (JAX writes a softmax
+    over the positions, an attention pooling, as such a max, subtracted); on a length not
+    fixed too (the shape writes 1 there, the signature -1); and a local max pooling of a map
+    whose size is not fixed is no global one."""
+    from cle._tflite import converter as T
+    from cle._tflite import roles
+
+    model = _max_seeded(kind)
+    shape = (4, 12, 12, 3) if kind == "dynamic_local" else (4, 16, 8)
+    calibrated = T.calibrate(model, np.random.default_rng(0).normal(size=shape).astype("f4"))
+    kept = T.max_kept_indices(calibrated)
+    producers = roles._producers(roles.parsed(calibrated))
+    names = {t: roles.tensor_name(roles.parsed(calibrated).subgraphs[0].tensors[t])
+             for t in producers}
+    c0 = [t for t in producers if producers[t][0] == "CONV_2D" and "c0" in names[t]]
+    assert len(c0) == 1, names
+    assert (c0[0] in kept) is (kind == "dynamic_global"), (kind, sorted(names[t] for t in kept
+                                                                        if t in names))
 
 
 def test_logits_the_softmax_is_not_the_only_reader_of_keep_the_widened_range():

@@ -182,8 +182,10 @@ class QuantizeReport:
         kept = ["the model's outputs"]
         if any(r.how == "min/max (decides an output)" for r in self.ranges):
             kept.append("the tensors an output only reshapes or passes through a softmax")
-        if any(r.how == MAX_KEPT for r in self.ranges):
-            kept.append("the tensors whose largest values a global max pooling keeps")
+        max_kept = sum(r.how == MAX_KEPT for r in self.ranges)
+        if max_kept:
+            kept.append(f"the {max_kept} tensors whose largest values a global max pooling "
+                        "keeps")
         if any(r.how == PEAKED for r in self.ranges):
             kept.append("the tensors a map output of sparse peaks is computed from")
         line = (f"activation ranges: {len(narrowed)} of {len(self.ranges)} tensors set to their "

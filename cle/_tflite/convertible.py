@@ -320,7 +320,8 @@ def converter_refusal(error: Exception, model) -> ValueError | None:
             + "; ".join(said[:3]) + (f" (and {len(said) - 3} more)" if len(said) > 3 else "")
             + ". Most often that is the converter's own limit on a layer of the model as "
             "written (its error, chained to this one, holds its whole trace; the command line "
-            "shows it with CLE_DEBUG=1): rewrite that layer with ops TF Lite has. Received: "
+            "shows it with CLE_DEBUG=1): another form of that layer's computation may "
+            "convert. Received: "
             f"model '{model.name}' on the {keras.backend.backend()} backend")
     parts = []
     if tf_ops - {"XlaCallModule"}:

@@ -116,27 +116,26 @@ def max_kept_indices(calibrated: bytes) -> set:
     classifier that pools its last feature map by its maximum, the tails cut the features of
     the inputs that mattered (without data, far below the converter: CHANGELOG).
 
-    From a pooling of a map's positions to one per channel (:func:`_pools_positions`: a
-    global max pooling, not the maximum a softmax or a log-sum-exp subtracts over its axis,
-    which JAX's export and ``keras.ops.logsumexp`` write as a REDUCE_MAX too), the walk goes
-    on through a concatenation and the data input of convolutions, dense layers and max
-    poolings (:data:`_MAX_PASSERS`): the largest values of the pooled map are made of the
-    largest of the maps before it, whose tails cut them too (the same classifier with data:
-    its first two blocks at their tails read farther from the float model on new inputs than
-    at min/max, though no one of their tensors alone moved it much: CHANGELOG)."""
-    obj = parsed(calibrated)
-    graph = obj.subgraphs[0]
-    producer = _producers(obj)
+    From a pooling of a map's positions to one value per channel (:func:`_pools_positions`),
+    the walk goes on through a concatenation and the data input of convolutions, dense
+    layers and max poolings (:data:`_MAX_PASSERS`): the largest values of the pooled map are
+    made of the largest of the maps before it, whose tails cut them too (the same classifier
+    with data: its first two blocks at their tails read farther from the float model on new
+    inputs than at min/max, though no one of their tensors alone moved it much: CHANGELOG).
+    Behind a global max pooling head that is most of the network. Not from the maximum a
+    softmax or a log-sum-exp subtracts (JAX's export and ``keras.ops.logsumexp`` write it as
+    a REDUCE_MAX too, over positions where the softmax is over them), nor from a max over
+    the channels."""
+    g = _flat(calibrated)
+    producer = _producers(parsed(calibrated))
     pooled, other = [], []
-    for kind, op in _kinds(obj):
-        if kind not in _MAX_KEEPERS or op.inputs is None or op.outputs is None:
+    for op in g.ops:
+        if op.kind not in _MAX_KEEPERS or not op.inputs or not op.outputs:
             continue
-        source, out = (graph.tensors[int(op.inputs[0])].shape,
-                       graph.tensors[int(op.outputs[0])].shape)
-        if kind == "MAX_POOL_2D" and (out is None or len(out) != 4
-                                      or int(np.prod(out[1:3])) != 1):
+        out = _signature(g, op.outputs[0])
+        if op.kind == "MAX_POOL_2D" and (len(out) != 4 or any(d != 1 for d in out[1:3])):
             continue
-        (pooled if _pools_positions(source, out) else other).append(int(op.inputs[0]))
+        (pooled if _pools_positions(g, op) else other).append(op.inputs[0])
     return _reached(producer, other, lambda kind, inputs:
                     inputs if kind in _MONOTONE or kind in _SAME_VALUES else []) | _reached(
         producer, pooled, lambda kind, inputs:
@@ -144,14 +143,48 @@ def max_kept_indices(calibrated: bytes) -> set:
         else inputs[:1] if kind in _MAX_PASSERS else [])
 
 
-def _pools_positions(source, out) -> bool:
-    """Whether a max pooling of a tensor of shape ``source`` to one of shape ``out`` pools a
-    map's positions to one value per channel: ``source`` has several positions between its
-    batch and its last axis, ``out`` one (or none) and the same last axis."""
-    if source is None or out is None or len(source) < 3 or len(out) < 2:
+def _signature(g, t) -> tuple:
+    """Tensor ``t``'s shape with -1 where it is not fixed (its shape signature; the shape
+    alone writes 1 there)."""
+    sig = g.graph.tensors[t].shapeSignature
+    return tuple(int(d) for d in sig) if sig is not None and len(sig) else g.shape(t)
+
+
+#: Ops a subtracted maximum passes on its way to the subtraction (JAX's softmax: a MAXIMUM
+#: with the lowest float; ``keras.ops.logsumexp``: a SELECT_V2 of the finite ones).
+_TO_SUBTRACTION = ("RESHAPE", "SQUEEZE", "EXPAND_DIMS", "CAST", "MAXIMUM", "SELECT_V2",
+                   "BROADCAST_TO")
+
+
+def _pools_positions(g, op) -> bool:
+    """Whether the max pooling ``op`` pools a map's positions to one value per channel: its
+    input has several positions between its batch and its last axis (or a number not fixed),
+    its output one and the same last axis; a REDUCE_MAX reduces exactly those axes (read from
+    its constant axes: a max over the channels of a square map has the shapes of one over its
+    positions), and its output is not subtracted (a softmax's or a log-sum-exp's maximum,
+    which shapes alone cannot tell from a pooling when the softmax is over the positions)."""
+    source, out = _signature(g, op.inputs[0]), _signature(g, op.outputs[0])
+    if len(source) < 3 or len(out) < 2 or out[-1] != source[-1] or out[-1] < 0:
         return False
-    return (int(np.prod(source[1:-1])) > 1 and int(np.prod(out[1:-1])) == 1
-            and int(out[-1]) == int(source[-1]))
+    if not (-1 in source[1:-1] or int(np.prod(source[1:-1])) > 1) or any(
+            d != 1 for d in out[1:-1]):
+        return False
+    if op.kind == "MAX_POOL_2D":
+        return True
+    axes = g.constant(op.inputs[1]) if len(op.inputs) > 1 else None
+    if axes is None or {int(a) % len(source) for a in np.ravel(axes)} != set(
+            range(1, len(source) - 1)):
+        return False
+    todo, seen = [op.outputs[0]], set()
+    while todo:
+        t = todo.pop()
+        for reader in (g.ops[i] for i in g.consumers.get(t, [])):
+            if reader.kind in ("SUB", "SQUARED_DIFFERENCE"):
+                return False
+            if reader.kind in _TO_SUBTRACTION and reader.outputs[0] not in seen:
+                seen.add(reader.outputs[0])
+                todo.append(reader.outputs[0])
+    return True
 
 
 #: Ops that pool a map over its positions: a mean, an average pooling, and a sum (JAX's
