@@ -73,6 +73,12 @@ class FlatGraph:
         shape = self.graph.tensors[t].shape
         return tuple(int(d) for d in (shape if shape is not None else ()))
 
+    def signature(self, t: int) -> tuple:
+        """Tensor ``t``'s shape with -1 where it is not fixed (its shape signature; the shape
+        alone writes 1 there)."""
+        sig = self.graph.tensors[t].shapeSignature
+        return tuple(int(d) for d in sig) if sig is not None and len(sig) else self.shape(t)
+
     def type(self, t: int) -> int:
         return int(self.graph.tensors[t].type)
 

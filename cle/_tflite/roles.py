@@ -132,7 +132,7 @@ def max_kept_indices(calibrated: bytes) -> set:
     for op in g.ops:
         if op.kind not in _MAX_KEEPERS or not op.inputs or not op.outputs:
             continue
-        out = _signature(g, op.outputs[0])
+        out = g.signature(op.outputs[0])
         if op.kind == "MAX_POOL_2D" and (len(out) != 4 or any(d != 1 for d in out[1:3])):
             continue
         (pooled if _pools_positions(g, op) else other).append(op.inputs[0])
@@ -141,13 +141,6 @@ def max_kept_indices(calibrated: bytes) -> set:
         producer, pooled, lambda kind, inputs:
         inputs if kind in _MONOTONE or kind in _SAME_VALUES or kind == "CONCATENATION"
         else inputs[:1] if kind in _MAX_PASSERS else [])
-
-
-def _signature(g, t) -> tuple:
-    """Tensor ``t``'s shape with -1 where it is not fixed (its shape signature; the shape
-    alone writes 1 there)."""
-    sig = g.graph.tensors[t].shapeSignature
-    return tuple(int(d) for d in sig) if sig is not None and len(sig) else g.shape(t)
 
 
 #: Ops a subtracted maximum passes on its way to the subtraction (JAX's softmax: a MAXIMUM
@@ -163,7 +156,7 @@ def _pools_positions(g, op) -> bool:
     its constant axes: a max over the channels of a square map has the shapes of one over its
     positions), and its output is not subtracted (a softmax's or a log-sum-exp's maximum,
     which shapes alone cannot tell from a pooling when the softmax is over the positions)."""
-    source, out = _signature(g, op.inputs[0]), _signature(g, op.outputs[0])
+    source, out = g.signature(op.inputs[0]), g.signature(op.outputs[0])
     if len(source) < 3 or len(out) < 2 or out[-1] != source[-1] or out[-1] < 0:
         return False
     if not (-1 in source[1:-1] or int(np.prod(source[1:-1])) > 1) or any(
