@@ -368,7 +368,8 @@ def test_any_other_converter_error_is_said_in_one_line_with_the_converters_words
     """Any other failure of the converter is raised as one ValueError holding the converter's
     own error lines (hunt17's MLP-Mixer: an EinsumDense whose bias is on the token axis; the
     last line of the converter's error a user saw was a caret), by the plain conversion and
-    by ``cle.quantize``; the converter's error is chained."""
+    by ``cle.quantize`` (in the 16x8 mode too, which names ``activation_bits=8``); the
+    converter's error is chained."""
     inp = keras.Input((6, 4), name="tokens")
     out = L.EinsumDense("btc,ts->bsc", output_shape=(6, 4), bias_axes="s", name="mix")(inp)
     model = keras.Model(inp, out, name="token_mixer")
@@ -379,6 +380,11 @@ def test_any_other_converter_error_is_said_in_one_line_with_the_converters_words
     assert "\n" not in str(info.value) and info.value.__cause__ is not None
     with pytest.raises(ValueError, match=said):
         cle.quantize(model, x)
+    # the 16x8 mode's conversion fails on it too: said as that mode's, naming the INT8 one
+    said16 = r"converter failed in its 16x8 mode on model 'token_mixer' and said: 'tf\.Trans"
+    with pytest.raises(ValueError, match=said16) as info16:
+        cle.quantize(model, x, activation_bits=16)
+    assert "activation_bits=8" in str(info16.value) and "\n" not in str(info16.value)
 
 
 def test_a_float64_model_is_refused_naming_its_dtype():

@@ -246,7 +246,7 @@ def convert_int16(model, x, integer_io=False) -> bytes:
             if unranged:  # another tensor than an integer input (check_int16)
                 raise _int16_refusal(f"tensor '{unranged.group(1)}'") from exc
             if not ops:  # an op outside the builtins: the ValueError that names it, as INT8's
-                refusal = converter_refusal(exc, model)
+                refusal = converter_refusal(exc, model, int16=True)
                 if refusal is None:
                     raise
                 raise refusal from exc

@@ -298,7 +298,7 @@ def _snake(kind: str) -> str:
     return {"TopK": "top_k"}.get(kind, kind.lower())
 
 
-def converter_refusal(error: Exception, model) -> ValueError | None:
+def converter_refusal(error: Exception, model, int16=False) -> ValueError | None:
     """The ``ValueError`` to raise for TF Lite converter's ``error`` on ``model`` when the
     cause is an operation outside what it writes (a TensorFlow op it has no builtin for, or
     a StableHLO op of a JAX export it does not read): those named. Any other error whose
@@ -307,7 +307,9 @@ def converter_refusal(error: Exception, model) -> ValueError | None:
     saw): those errors, in one line (hunt17's MLP-Mixer: an ``EinsumDense`` whose bias is
     on the token axis, which the TensorFlow backend's converter cannot transpose); None when
     there are none. For what :func:`unconvertible_layers` does not know yet: said in one line,
-    the converter's own output already written to stderr."""
+    the converter's own output already written to stderr. ``int16``: the error is of TF Lite's
+    16x8 mode, and the message says so and names ``activation_bits=8``, whose INT8 conversion
+    writes some models that mode cannot."""
     text = str(error)
     tf_ops = set(re.findall(r"'tf\.(\w+)' op is neither a custom op nor a flex op", text))
     hlo_ops = set(re.findall(r"'vhlo\.(\w+?)(?:_v\d+)?' op is not part of the vhlo", text))
@@ -315,13 +317,16 @@ def converter_refusal(error: Exception, model) -> ValueError | None:
         said = list(dict.fromkeys(m.strip() for m in re.findall(r":\d+: error: (.+)", text)))
         if not said:
             return None
+        mode = " in its 16x8 mode" if int16 else ""
+        other = (" (or activation_bits=8: the INT8 conversion writes some models the 16x8 "
+                 "mode cannot)") if int16 else ""
         return ValueError(
-            f"TF Lite's converter failed on model '{model.name}' and said: "
+            f"TF Lite's converter failed{mode} on model '{model.name}' and said: "
             + "; ".join(said[:3]) + (f" (and {len(said) - 3} more)" if len(said) > 3 else "")
             + ". Most often that is the converter's own limit on a layer of the model as "
             "written (its error, chained to this one, holds its whole trace; the command line "
             "shows it with CLE_DEBUG=1): another form of that layer's computation may "
-            "convert. Received: "
+            f"convert{other}. Received: "
             f"model '{model.name}' on the {keras.backend.backend()} backend")
     parts = []
     if tf_ops - {"XlaCallModule"}:
