@@ -499,6 +499,7 @@ def _convert(equalized, x_cal, opts, input_ranges, say, extremes=None, synthetic
         stated = {r.name: (r.lo, r.hi) for r in input_ranges} if input_ranges else {}
         values = choose_percentile_ranges(calibrated, x_cal, tensor_ranges, stated,
                                           opts.integer_io, say, extremes, synthetic)
+    if percentile or tflite.padded_below(calibrated):  # min/max: the converter's but those
         calibrated = tflite.with_ranges(calibrated, tensor_ranges)
     say("quantizing")
     return (tflite.quantize_calibrated(calibrated, per_channel=opts.per_channel,

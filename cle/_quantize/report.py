@@ -14,6 +14,7 @@ from cle._math.json_numbers import json_safe, sqnr_words
 from cle._quantize.pool_spread import POOL_SPREAD, SPREAD
 from cle._quantize.ranges import (LOGIT_WIDENINGS, LOGITS, MAX_KEPT, PEAKED, POOL_WIDENING,
                                   POOLED, WIDEN_INPUTS)
+from cle._tflite.converter import PADDED
 
 __all__ = ["HELD_OUT", "QuantizeReport"]
 
@@ -162,6 +163,9 @@ class QuantizeReport:
                     f"{SPREAD:g} standard deviations of each channel of the map they average "
                     "past its mean, within the map's range (synthetic inputs' averages stay "
                     "near the mean)" + said)
+        if any(r.how == PADDED for r in self.ranges):
+            said += ("; a padding by a value below its input's, before a max pooling, takes its "
+                     "input's range (its value then pads as the 8-bit range's lowest)")
         narrowed = [r for r in self.ranges if r.how == "percentile"]
         widened = [r for r in self.ranges if r.how.endswith(", widened")]
         if widened:

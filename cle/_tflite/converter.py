@@ -36,8 +36,8 @@ from cle._tflite.convertible import (  # noqa: F401  (read as converter's by cal
     unconvertible_layers)
 from cle._tflite.runtime import input_details_by_name, interpreter
 from cle._tflite.roles import (  # noqa: F401  (read as converter's by callers)
-    SCORE_OPS, logit_indices, max_kept_indices, output_indices, parsed, pooled_indices,
-    pooled_sources, protected_indices, score_bounds, softmax_logits, softmax_outputs,
+    SCORE_OPS, logit_indices, max_kept_indices, output_indices, padded_below, parsed,
+    pooled_indices, pooled_sources, protected_indices, score_bounds, softmax_logits, softmax_outputs,
     tensor_name, upstream_indices)
 
 # Values kept per tensor to choose its range (a uniform sample of all positions of all
@@ -271,11 +271,30 @@ def ranges_of(calibrated: bytes) -> list[TensorRange]:
     return out
 
 
+#: How a padding below its input's values before a max pooling is set (:func:`with_ranges`).
+PADDED = "its input's (a padding below it, before a max pooling)"
+
+
 def with_ranges(calibrated: bytes, ranges: list[TensorRange]) -> bytes:
     """``calibrated`` with each listed tensor's min/max replaced by its ``lo``/``hi``. A bound
     no float32 holds (an overflow in the float model on the calibration inputs: JAX's
     polynomial of exact GELU's erf reached inf) raises a ValueError naming the tensor: TF
-    Lite's quantizer died on it (a segmentation fault)."""
+    Lite's quantizer died on it (a segmentation fault).
+
+    A padding by a constant below its input's values that only max poolings read
+    (:func:`cle._tflite.roles.padded_below`: a ``-inf`` padding) first takes its input's range,
+    in ``ranges`` too (``how``: :data:`PADDED`), whatever range a build chose for it: any other
+    puts the lowest float in the scale the quantizer gives both."""
+    by_index = {r.index: r for r in ranges}
+    for out, inp in padded_below(calibrated).items():
+        if out in by_index:
+            r, source = by_index[out], by_index.get(inp)
+            if source is None:
+                q = parsed(calibrated).subgraphs[0].tensors[inp].quantization
+                r.lo, r.hi = float(q.min[0]), float(q.max[0])
+            else:
+                r.lo, r.hi = source.lo, source.hi
+            r.how = PADDED
     largest = float(np.finfo(np.float32).max)
     for r in ranges:
         if not all(np.isfinite(v) and abs(v) <= largest for v in (r.lo, r.hi)):

@@ -17,8 +17,8 @@ from cle._tflite import internals
 from cle._tflite.flatgraph import FlatGraph
 from cle._tflite.runtime import keras_output_order
 
-__all__ = ["SCORE_OPS", "logit_indices", "max_kept_indices", "output_indices", "parsed",
-           "pooled_indices", "pooled_sources", "protected_indices", "score_bounds",
+__all__ = ["SCORE_OPS", "logit_indices", "max_kept_indices", "output_indices", "padded_below",
+           "parsed", "pooled_indices", "pooled_sources", "protected_indices", "score_bounds",
            "softmax_logits", "softmax_outputs", "tensor_name", "upstream_indices"]
 
 
@@ -141,6 +141,45 @@ def max_kept_indices(calibrated: bytes) -> set:
         producer, pooled, lambda kind, inputs:
         inputs if kind in _MONOTONE or kind in _SAME_VALUES or kind == "CONCATENATION"
         else inputs[:1] if kind in _MAX_PASSERS else [])
+
+
+def padded_below(calibrated: bytes) -> dict[int, int]:
+    """``{output: input}`` of each padding (a PADV2) by a constant below every value its input
+    took in calibration whose output only max poolings read, each window wider than the
+    padding on its side (so that it holds a value of the input): keras_hub's ResNetV2 and
+    CSPNet stems pad by ``-inf`` before a max pooling, and the calibrated range of such a
+    padding reaches the lowest float. The quantizer gives the padding and its input one
+    scale, so the input's 8-bit steps were 1e36 wide and the file's every output 0, the
+    plain converter's too. Set to its input's range
+    (:func:`cle._tflite.converter.with_ranges`), the padding's constant is its lowest 8-bit
+    value, below or at every value of the input there, and the pooling takes the same
+    maxima as with ``-inf``."""
+    g = _flat(calibrated)
+    found = {}
+    for op in g.ops:
+        if op.kind != "PADV2" or len(op.inputs) < 3 or min(op.inputs) < 0:
+            continue
+        value, widths = g.constant(op.inputs[2]), g.constant(op.inputs[1])
+        q = g.graph.tensors[op.inputs[0]].quantization
+        if (value is None or value.size != 1 or widths is None or widths.shape != (4, 2)
+                or q is None or q.min is None or len(q.min) != 1
+                or not float(value.reshape(())) < float(q.min[0])):
+            continue
+        readers = [g.ops[c] for c in g.consumers.get(op.outputs[0], [])]
+        if readers and all(_pool_holds(r, widths) for r in readers) \
+                and op.outputs[0] not in g.outputs:
+            found[op.outputs[0]] = op.inputs[0]
+    return found
+
+
+def _pool_holds(op, widths) -> bool:
+    """Whether ``op`` is a max pooling each of whose windows reaches past a padding of
+    ``widths`` (``(4, 2)``: before and after on each axis of an NHWC map) into its input."""
+    if op.kind != "MAX_POOL_2D":
+        return False
+    o = op.obj.builtinOptions
+    return (int(widths[1].max()) < int(o.filterHeight) and int(widths[2].max())
+            < int(o.filterWidth) and not widths[0].any() and not widths[3].any())
 
 
 #: Ops a subtracted maximum passes on its way to the subtraction (JAX's softmax: a MAXIMUM
