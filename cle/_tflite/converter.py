@@ -37,8 +37,8 @@ from cle._tflite.convertible import (  # noqa: F401  (read as converter's by cal
 from cle._tflite.runtime import input_details_by_name, interpreter
 from cle._tflite.roles import (  # noqa: F401  (read as converter's by callers)
     SCORE_OPS, logit_indices, max_kept_indices, output_indices, padded_below, parsed,
-    pooled_indices, pooled_sources, protected_indices, score_bounds, softmax_logits, softmax_outputs,
-    tensor_name, upstream_indices)
+    pooled_indices, pooled_sources, protected_indices, score_bounds, softmax_logits,
+    softmax_outputs, tensor_name, upstream_indices)
 
 # Values kept per tensor to choose its range (a uniform sample of all positions of all
 # inputs, plus the exact extremes).
