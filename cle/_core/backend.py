@@ -14,11 +14,13 @@ guessed from the CPU's name.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 
 __all__ = ["channels_first_conv_supported", "channels_first_problem", "check_runnable",
-           "compiled", "NCHW_UNSUPPORTED"]
+           "compiled", "exact_graph_kernels", "exact_kernels", "fused_leaky_relu_wrong",
+           "warn_fused_leaky_relu", "NCHW_UNSUPPORTED"]
 
 # What is missing, in words: the tests' skip reason and the library's error both start from it.
 NCHW_UNSUPPORTED = (
@@ -128,3 +130,139 @@ def weights_digest(model) -> str:
     for v in model.weights:
         digest.update(np.ascontiguousarray(keras.ops.convert_to_numpy(v)).tobytes())
     return digest.hexdigest()
+
+
+#: The slope TensorFlow's fused convolution kernels take for a LeakyReLU whatever it was.
+FUSED_SLOPE = 0.2
+
+
+@functools.lru_cache(maxsize=None)
+def _fused_leaky_relu_probe(backend: str) -> bool:
+    if backend != "tensorflow":
+        return False
+    import keras
+    import numpy as np
+
+    x = np.random.default_rng(0).normal(size=(1, 4, 4, 2)).astype("float32")
+    inp = keras.Input((4, 4, 2))
+    conv = keras.layers.Conv2D(2, 1, kernel_initializer="ones", bias_initializer="ones")
+    y = keras.layers.LeakyReLU(0.01)(keras.layers.Add()([conv(inp), inp]))
+    probe = keras.Model(inp, y)
+    called = np.asarray(probe(x))
+    predicted = probe.predict(x, verbose=0)
+    return not np.allclose(called, predicted, rtol=1e-5, atol=1e-6)
+
+
+def fused_leaky_relu_wrong() -> bool:
+    """Whether TensorFlow's graph mode (``model.predict``, a ``tf.function``) here computes a
+    ``Conv2D`` with a bias, an ``Add`` and a ``LeakyReLU`` of another slope than
+    :data:`FUSED_SLOPE` with that slope: its oneDNN remapper fuses the three into one kernel
+    and drops the slope (TensorFlow 2.21 on the AMD EPYC and Intel Xeon machines of this kind;
+    not with ``TF_ENABLE_ONEDNN_OPTS=0``, nor on JAX). A model called eagerly computes it
+    right. Tried once per process (a 4 x 4 map), never guessed from the CPU."""
+    import keras
+
+    return _fused_leaky_relu_probe(keras.backend.backend())
+
+
+def _other_slope(op) -> bool:
+    """Whether ``op`` is a LeakyReLU layer or a ``keras.ops.leaky_relu`` operation whose slope
+    is not :data:`FUSED_SLOPE`."""
+    return (type(op).__name__ in ("LeakyReLU", "LeakyRelu")
+            and float(getattr(op, "negative_slope", FUSED_SLOPE)) != FUSED_SLOPE)
+
+
+def _leaky_slopes(model) -> bool:
+    """Whether ``model`` (nested models and layers included) holds a LeakyReLU layer, or a
+    ``keras.ops.leaky_relu`` of its functional graph, whose slope is not :data:`FUSED_SLOPE`."""
+    import keras
+
+    from cle._core import keras_internals
+
+    if not isinstance(model, keras.layers.Layer):
+        return False
+    found = [model] + keras_internals.sublayers(model)
+    for layer in list(found):
+        found.extend(getattr(layer, "operations", ()))
+    return any(_other_slope(op) for op in found)
+
+
+def _fused_pattern(model) -> list[str]:
+    """The names of the LeakyReLU calls of ``model``'s graph (slope not :data:`FUSED_SLOPE`)
+    whose input is an ``Add`` of the output of a ``Conv2D`` with a bias: the pattern
+    :func:`fused_leaky_relu_wrong` is about."""
+    import keras
+
+    from cle._core.graph import graph_view
+
+    names = []
+    for call in graph_view(model).calls:
+        if not _other_slope(call.layer) or not call.inputs:
+            continue
+        add = call.inputs[0].producer
+        if add is None or add.kind is not keras.layers.Add:
+            continue
+        if any(t.producer is not None and type(t.producer.layer) is keras.layers.Conv2D
+               and t.producer.layer.use_bias for t in add.inputs):
+            names.append(call.name)
+    return names
+
+
+def warn_fused_leaky_relu(model, new_model) -> None:
+    """Warn when ``new_model`` (a fold or an equalization of ``model``) holds the pattern
+    :func:`fused_leaky_relu_wrong` finds TensorFlow computing wrong here at LeakyReLUs where
+    ``model`` did not (a batch norm between the convolution and the ``Add`` was folded): the
+    new model is exact as called, but its ``predict`` is not. Nothing where the probe finds
+    the kernels right, or the model holds no such LeakyReLU."""
+    if not (_leaky_slopes(new_model) and fused_leaky_relu_wrong()):
+        return
+    import warnings
+
+    added = [n for n in _fused_pattern(new_model) if n not in set(_fused_pattern(model))]
+    if added:
+        shown = ", ".join(f"'{n}'" for n in added[:3]) + (
+            f" and {len(added) - 3} more" if len(added) > 3 else "")
+        warnings.warn(
+            f"model '{new_model.name}' computes what model '{model.name}' computes when "
+            f"called, but TensorFlow's graph mode on this CPU (model.predict, tf.function) "
+            f"computes its LeakyReLU {shown} with slope {FUSED_SLOPE:g}: with the batch norm "
+            "folded, a Conv2D with a bias, an Add and a LeakyReLU make the pattern its oneDNN "
+            "kernels fuse and drop the slope of (a TensorFlow bug). Predict with "
+            "tf.config.optimizer.set_experimental_options({'remapping': False}), or "
+            "TF_ENABLE_ONEDNN_OPTS=0 set before TensorFlow is imported", stacklevel=3)
+
+
+@contextlib.contextmanager
+def exact_graph_kernels(model):
+    """Within the block, TensorFlow's graph mode computes ``model`` as its layers say: where
+    :func:`fused_leaky_relu_wrong` and ``model`` holds a LeakyReLU of another slope
+    (:func:`_leaky_slopes`), grappler's remapper (which makes the fused kernels) is off, and
+    set back as it was after. Batch-norm folding turns a convolution, a batch norm, a residual
+    ``Add`` and a LeakyReLU (keras_hub's CSPNet, a Darknet) into the very pattern that kernel
+    gets wrong: the folded model's ``predict`` was off its call (CHANGELOG), and a model
+    without batch norms that holds it (a YOLO-like head) had every figure measured against
+    wrong references.
+    Process-wide while it lasts (TensorFlow has no per-function switch); elsewhere nothing
+    changes."""
+    if not (_leaky_slopes(model) and fused_leaky_relu_wrong()):
+        yield
+        return
+    import tensorflow as tf
+
+    before = tf.config.optimizer.get_experimental_options().get("remapping", True)
+    tf.config.optimizer.set_experimental_options({"remapping": False})
+    try:
+        yield
+    finally:
+        tf.config.optimizer.set_experimental_options({"remapping": before})
+
+
+def exact_kernels(fn):
+    """``fn(model, ...)`` run within :func:`exact_graph_kernels` of its first argument (the
+    doors of the stages that run a model: quantize, analyze, equalize, predict)."""
+    @functools.wraps(fn)
+    def run(model, *args, **kwargs):
+        with exact_graph_kernels(model):
+            return fn(model, *args, **kwargs)
+
+    return run

@@ -9,11 +9,13 @@ import logging
 import keras
 import numpy as np
 
+from cle._core.backend import exact_kernels
 from cle._tflite.runtime import TFLITE_BATCH, run_all
 
 KERAS_BATCH = 32
 
 
+@exact_kernels
 def predict(model, x):
     """``model.predict(x)`` in batches of :data:`KERAS_BATCH`, as float64 (a model whose one
     output is in a list or a dict: that output's array)."""
@@ -39,6 +41,7 @@ def flat_outputs(y) -> list:
     return keras.tree.flatten(y)
 
 
+@exact_kernels
 def predict_all(model, x) -> list[np.ndarray]:
     """Every output of ``model`` on :class:`cle._core.inputs.ModelInputs` ``x``, as a list of
     float64 arrays in the order of ``model.outputs`` (:func:`flat_outputs`)."""

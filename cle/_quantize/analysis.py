@@ -24,6 +24,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from cle._core.backend import exact_kernels
 from cle._core.checks import check_model
 from cle._core.traced import functional_for
 from cle._quantize import analysis_stats as describe
@@ -70,6 +71,7 @@ def holds_cle_build(build) -> bool:
                                   and build.crossfit["written"] == "cle")
 
 
+@exact_kernels
 def analyze_checked(model, calibration_data, opts: QuantizeOptions,
                     layer_inputs: int = LAYER_INPUTS, progress=None,
                     build=None) -> AnalysisReport:

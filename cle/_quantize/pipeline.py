@@ -7,7 +7,7 @@ import dataclasses
 import time
 from typing import Any, Callable
 
-from cle._core.backend import check_runnable
+from cle._core.backend import check_runnable, exact_kernels
 from cle._core.checks import check_model
 from cle._core.graph import graph_view
 from cle._core.inputs import ModelInputs, check_calibration_data
@@ -191,6 +191,7 @@ def quantize(model, calibration_data=None, *, per_channel: bool = True, weight_b
     return quantize_checked(model, calibration_data, opts, progress)
 
 
+@exact_kernels
 def quantize_checked(model, calibration_data, opts: QuantizeOptions, progress=None, builds=None):
     """:func:`quantize` with its options already made: the door and the stages up to the
     ``.tflite`` (:func:`build_checked`), the tuning if asked for, then the check

@@ -7,6 +7,7 @@ import logging
 
 import keras
 
+from cle._core.backend import warn_fused_leaky_relu
 from cle._core.graph import Call, GraphView, graph_view
 from cle._transforms.bn_match import (
     Match, SkippedBatchNorm, check_backward, check_bn, check_forward, find_matches, fold_plan)
@@ -89,7 +90,9 @@ class BatchNormFoldReport:
 
 def _apply(model, matches: list[Match]):
     edits, bypass = fold_plan(matches)
-    return rebuild(model, edits=edits, bypass=bypass)
+    new_model, clones = rebuild(model, edits=edits, bypass=bypass)
+    warn_fused_leaky_relu(model, new_model)
+    return new_model, clones
 
 
 def _log(matches, skipped, model):

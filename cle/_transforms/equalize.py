@@ -7,7 +7,7 @@ import contextlib
 import keras
 import numpy as np
 
-from cle._core.backend import check_runnable
+from cle._core.backend import check_runnable, exact_kernels, warn_fused_leaky_relu
 from cle._core.graph import graph_view
 from cle._core.inputs import check_calibration_data
 from cle._core.rebuild import rebuild
@@ -146,9 +146,11 @@ def equalize_model(model, relu6="bound", high_bias_fold="none", margin=3.0,
         check_runnable(model, opts.data_use)
         x = check_calibration_data(model, calibration_data)  # the one check, the one copy
     new_model, report = equalize_checked(model, view, opts, x, progress, guard_inputs=x)
+    warn_fused_leaky_relu(model, new_model)
     return (new_model, report) if return_report else new_model
 
 
+@exact_kernels
 def equalize_checked(model, view, opts: EqualizeOptions, x, progress=None, guard_inputs=None):
     """:func:`equalize_model` on what its door checked: ``view`` the model's graph view,
     ``opts`` its options, ``x`` the :class:`cle._core.inputs.ModelInputs` they need (or None).
