@@ -179,7 +179,10 @@ def measure_model(name, modes, emit):
     except Z.Missing as exc:
         emit(dict(base, status="skipped", why=str(exc)))
         return
-    reference = _outputs(model.predict(data.x_eval, batch_size=EVAL_BATCH, verbose=0))
+    from cle._core.backend import exact_graph_kernels
+
+    with exact_graph_kernels(model):  # as called (a fused TensorFlow kernel can drop a slope)
+        reference = _outputs(model.predict(data.x_eval, batch_size=EVAL_BATCH, verbose=0))
     names = [f"{k}" for k in range(len(reference))]
     info = {"params": int(model.count_params()), "source": data.source,
             "n_cal": _count(data.x_cal), "n_eval": _count(data.x_eval),
