@@ -361,13 +361,88 @@ def layer_from_config(layer, config):
     kept."""
     try:
         return type(layer).from_config(config)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError) as error:
         fn = getattr(layer, "activation", None)
         if not callable(fn) or isinstance(config.get("activation", ""), str):
-            raise
+            return _from_taken_keys(layer, config, error)
     new = type(layer).from_config(dict(config, activation="linear"))
     new.activation = fn
     return new
+
+
+#: Keys of a layer's config that ``keras.layers.Layer.__init__`` itself takes.
+_LAYER_KEYS = frozenset({"name", "trainable", "dtype", "autocast"})
+
+
+def _from_taken_keys(layer, config, error):
+    """A layer whose class does not take back the config it gives (keras_hub's ViT patching
+    layer writes ``num_patches``, derived in its constructor, which refuses it; its MiT
+    encoder writes a sublayer's config and a misspelt rate): made from the keys its
+    constructor takes, kept only where the new layer's config is then ``config`` again
+    (nothing of the layer lost: a key its constructor refused came back the same), and, built
+    as ``layer`` was, holds weights of the same shapes (keras_hub's MiT encoder leaves its
+    spatial-reduction ratio out of its config: made again without it, it lost a convolution).
+    Else a ValueError naming the layer, the class's own error chained."""
+    import inspect
+
+    params = inspect.signature(type(layer).__init__).parameters.values()
+    taken = {p.name for p in params if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)}
+    kept = {k: v for k, v in config.items() if k in taken or k in _LAYER_KEYS}
+    new = None
+    if len(kept) < len(config):
+        try:
+            new = type(layer).from_config(kept)
+        except (TypeError, ValueError):
+            new = None
+    if new is not None and not (_same(_unbuilt(layer_config(new)), _unbuilt(config))
+                                and _same_weights(layer, new)):
+        new = None
+    if new is None:
+        refused = sorted(set(config) - set(kept))
+        said = (f"its constructor refuses {', '.join(repr(k) for k in refused)}, and made "
+                "without them it is another layer" if refused else
+                f"its from_config() fails: {str(error).strip().splitlines()[-1][:200]}")
+        raise ValueError(
+            f"layer '{layer.name}' ({type(layer).__name__}) cannot be rebuilt from the config "
+            f"its get_config() gives: {said}. Make its get_config() return what its "
+            "constructor takes (or give it a from_config() that does); the error of its "
+            f"class is chained to this one. Received: layer '{layer.name}'") from error
+    return new
+
+
+def _same_weights(layer, new) -> bool:
+    """Whether ``new``, built as ``layer`` was (its build config), holds weights of the
+    shapes ``layer``'s have."""
+    if not layer.built:
+        return True
+    try:
+        new.build_from_config(layer.get_build_config())
+    except Exception:  # noqa: BLE001 - a layer that cannot be built so is not the same
+        return False
+    return [tuple(w.shape) for w in layer.weights] == [tuple(w.shape) for w in new.weights]
+
+
+def _unbuilt(config):
+    """``config`` without the ``build_config`` entries a built layer adds (nested ones too)."""
+    if isinstance(config, dict):
+        return {k: _unbuilt(v) for k, v in config.items() if k != "build_config"}
+    if isinstance(config, (list, tuple)):
+        return [_unbuilt(v) for v in config]
+    return config
+
+
+def _same(a, b) -> bool:
+    """Whether two configs hold the same values (numbers by value, arrays elementwise)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return np.array_equal(np.asarray(a), np.asarray(b))
+    try:
+        return bool(a == b)
+    except (TypeError, ValueError):
+        return repr(a) == repr(b)
 
 
 def own_configs():
