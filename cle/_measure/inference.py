@@ -9,7 +9,7 @@ import logging
 import keras
 import numpy as np
 
-from cle._core.backend import exact_kernels
+from cle._core.backend import compiled, exact_kernels
 from cle._tflite.runtime import TFLITE_BATCH, run_all
 
 KERAS_BATCH = 32
@@ -25,11 +25,38 @@ def predict(model, x):
     level = tf_logger.level
     tf_logger.setLevel(logging.ERROR)
     try:
-        y = model.predict(x, batch_size=KERAS_BATCH, verbose=0)
+        y = _predicted(model, x)
     finally:
         tf_logger.setLevel(level)
     ys = flat_outputs(y)
     return np.asarray(ys[0] if len(ys) == 1 else ys, dtype=np.float64)
+
+
+def _predicted(model, feed):
+    """``model.predict(feed)`` in batches of :data:`KERAS_BATCH`; for a model whose class
+    gives ``predict`` a meaning of its own (keras_hub's object detectors decode and select
+    boxes in their ``predict_step``: four outputs of another shape than the model's two),
+    the outputs of its graph as called, batch by batch, which is what TF Lite's converter
+    writes."""
+    if not own_predict(model):
+        return model.predict(feed, batch_size=KERAS_BATCH, verbose=0)
+    step = compiled(lambda batch: model(batch, training=False))
+    n = len(keras.tree.flatten(feed)[0])
+    parts = [keras.tree.map_structure(
+        lambda a: np.asarray(keras.ops.convert_to_numpy(a)),
+        step(keras.tree.map_structure(lambda a: a[i:i + KERAS_BATCH], feed)))
+        for i in range(0, n, KERAS_BATCH)]
+    return keras.tree.map_structure(lambda *a: np.concatenate(a), *parts)
+
+
+def own_predict(model) -> bool:
+    """Whether ``model``'s class (or one it derives from outside Keras) defines ``predict``
+    or ``predict_step``: then ``model.predict`` need not give the outputs of its graph."""
+    for name in ("predict", "predict_step"):
+        owner = next((k for k in type(model).__mro__ if name in vars(k)), None)
+        if owner is not None and not owner.__module__.startswith("keras."):
+            return True
+    return False
 
 
 def flat_outputs(y) -> list:
@@ -49,7 +76,7 @@ def predict_all(model, x) -> list[np.ndarray]:
     level = tf_logger.level
     tf_logger.setLevel(logging.ERROR)
     try:
-        y = model.predict(x.feed(model), batch_size=KERAS_BATCH, verbose=0)
+        y = _predicted(model, x.feed(model))
     finally:
         tf_logger.setLevel(level)
     ys = flat_outputs(y)
