@@ -74,3 +74,23 @@ def test_a_layer_that_would_come_back_another_is_refused_by_name(kwargs, refused
                                          f"the config .* refuses {refused}") as info:
         cle.fold_all_batch_norms(model)
     assert info.value.__cause__ is not None
+
+
+class _NoConfig(_Scale):
+    """A layer whose get_config() fails (keras_hub 0.32's DeiT encoder reads an attribute it
+    never set)."""
+
+    def get_config(self):
+        return dict(super().get_config(), key_dim=self.key_dim)
+
+
+def test_a_layer_whose_get_config_fails_is_refused_by_name():
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((8, 8, 3))
+    h = L.BatchNormalization()(L.Conv2D(4, 3, use_bias=False)(inp))
+    model = keras.Model(inp, _NoConfig(4, name="opaque")(h))
+    with pytest.raises(ValueError, match="layer 'opaque' \\(_NoConfig\\) cannot give its "
+                                         "config: its get_config\\(\\) raised "
+                                         "AttributeError") as info:
+        cle.fold_all_batch_norms(model)
+    assert isinstance(info.value.__cause__, AttributeError)

@@ -336,13 +336,20 @@ def layer_config(layer) -> dict:
     """``layer.get_config()``. Keras cannot write the config of a layer whose activation is a
     callable it cannot serialize at all (``functools.partial(leaky_relu, ...)``, an object
     without ``get_config``): then the config of the same layer with a linear activation, that
-    function object in its place, which :func:`layer_from_config` gives the new layer."""
+    function object in its place, which :func:`layer_from_config` gives the new layer. A
+    ``get_config()`` that fails otherwise raises a ValueError naming the layer (its error
+    chained)."""
     try:
         return layer.get_config()
-    except TypeError:
+    except Exception as error:  # noqa: BLE001 - said as the layer's, whatever it is
         fn = getattr(layer, "activation", None)
-        if not callable(fn):
-            raise
+        if not isinstance(error, TypeError) or not callable(fn):
+            raise ValueError(
+                f"layer '{layer.name}' ({type(layer).__name__}) cannot give its config: its "
+                f"get_config() raised {type(error).__name__}: "
+                f"{(str(error).strip().splitlines() or [''])[-1][:200]}. cle makes the new "
+                "model's layers from their configs; fix the class's get_config(). Received: "
+                f"layer '{layer.name}'") from error
     layer.activation = keras.activations.linear  # read, then put back at once
     try:
         config = layer.get_config()

@@ -285,8 +285,24 @@ def with_ranges(calibrated: bytes, ranges: list[TensorRange]) -> bytes:
     (:func:`cle._tflite.roles.padded_below`: a ``-inf`` padding) first takes its input's range,
     in ``ranges`` too (``how``: :data:`PADDED`), whatever range a build chose for it: any other
     puts the lowest float in the scale the quantizer gives both."""
+    largest = float(np.finfo(np.float32).max)
+    padded = None
+    for r in ranges:
+        if not all(np.isfinite(v) and abs(v) <= largest for v in (r.lo, r.hi)):
+            if padded is None:
+                try:
+                    padded = padded_below(calibrated)
+                except Exception:  # noqa: BLE001 - no graph to read: the range is said
+                    padded = {}
+            if r.index in padded:  # its input's range replaces it below
+                continue
+            raise ValueError(
+                f"the 8-bit range of tensor '{r.name}' would be [{r.lo:.4g}, {r.hi:.4g}], "
+                "which float32 cannot hold: the model computes values there that overflow "
+                "on the calibration inputs, and no 8-bit scale holds them; keep the values of "
+                "the layer that makes that tensor finite")
     by_index = {r.index: r for r in ranges}
-    for out, inp in padded_below(calibrated).items():
+    for out, inp in (padded_below(calibrated) if padded is None else padded).items():
         if out in by_index:
             r, source = by_index[out], by_index.get(inp)
             if source is None:
@@ -295,14 +311,6 @@ def with_ranges(calibrated: bytes, ranges: list[TensorRange]) -> bytes:
             else:
                 r.lo, r.hi = source.lo, source.hi
             r.how = PADDED
-    largest = float(np.finfo(np.float32).max)
-    for r in ranges:
-        if not all(np.isfinite(v) and abs(v) <= largest for v in (r.lo, r.hi)):
-            raise ValueError(
-                f"the 8-bit range of tensor '{r.name}' would be [{r.lo:.4g}, {r.hi:.4g}], "
-                "which float32 cannot hold: the model computes values there that overflow "
-                "on the calibration inputs, and no 8-bit scale holds them; keep the values of "
-                "the layer that makes that tensor finite")
     obj = parsed(calibrated)
     tensors = obj.subgraphs[0].tensors
     before = [(q, q.min, q.max) for q in (tensors[r.index].quantization for r in ranges)]
