@@ -72,8 +72,9 @@ def snap_stage(equalized, opts, say) -> dict:
 
 def unsnap(model, snapped: dict) -> None:
     """Give the layers of ``model`` the float kernels :func:`snap_stage` returned."""
-    for name, kernels in snapped.items():
-        layer = model.get_layer(name)
+    layers = {c.layer.name: c.layer for c in graph_view(model).calls}  # nested ones too,
+    for name, kernels in snapped.items():  # as snap_stage found them
+        layer = layers[name]
         for attr, kernel in kernels.items():
             getattr(layer, attr).assign(kernel)
 

@@ -83,14 +83,17 @@ class FlatGraph:
         return int(self.graph.tensors[t].type)
 
     def constant(self, t: int) -> np.ndarray | None:
-        """The value of a constant tensor (one whose buffer holds data), else None."""
+        """The value of a constant tensor (one whose buffer holds data, or one of no elements
+        no operator makes: the empty shape of a RESHAPE to a scalar), else None."""
         tensor = self.graph.tensors[t]
         data = self.model.buffers[tensor.buffer].data if tensor.buffer > 0 else None
-        if data is None or len(data) == 0:
-            return None
         dtype = _NUMPY.get(int(tensor.type))
         if dtype is None:
             return None
+        if data is None or len(data) == 0:
+            empty = (tensor.buffer > 0 and 0 in self.shape(t) and t not in self.producer
+                     and t not in self.inputs)
+            return np.zeros(self.shape(t), dtype) if empty else None
         return np.frombuffer(np.asarray(data, np.uint8).tobytes(), dtype).reshape(
             self.shape(t))
 

@@ -1,0 +1,48 @@
+"""``cle.analyze`` on kinds of model ``cle.quantize`` takes and helper-55's sweep of the
+zoo and the hunts found it stopping on: a mel spectrogram front end (a RESHAPE to a scalar
+shape reads a constant of no elements, which the float and INT8 graphs' pairing took for an
+activation) and, without data, a backbone nested in the model (the float kernels the
+rounding snapped were put back by a name looked up among the outer model's layers only)."""
+
+import keras
+import numpy as np
+
+import cle
+
+from conftest import no_tflite_on_torch
+
+L = keras.layers
+
+pytestmark = no_tflite_on_torch
+
+
+def test_a_mel_spectrogram_front_end_is_analysed():
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((2112,), name="audio")
+    m = L.MelSpectrogram(fft_length=256, sequence_stride=128, sampling_rate=8000,
+                         num_mel_bins=16, min_freq=0.0, max_freq=4000.0)(inp)
+    h = L.Conv2D(4, 3, 2, activation="relu")(L.Reshape((16, -1, 1))(m))
+    model = keras.Model(inp, L.Dense(3, activation="softmax")(L.GlobalAveragePooling2D()(h)))
+    rng = np.random.default_rng(0)
+    x = (0.3 * np.sin(np.arange(2112)[None] * rng.uniform(0.05, 0.5, (48, 1)))
+         + 0.05 * rng.standard_normal((48, 2112))).astype("float32")
+    report = cle.analyze(model, x, layer_inputs=8)
+    assert any(r.kind == "Conv2D" for r in report.layers)
+    assert np.isfinite(report.output["sqnr_db"]), report.output
+
+
+def test_a_nested_backbone_is_analysed_without_data():
+    keras.utils.set_random_seed(0)
+    i = keras.Input((16, 16, 3))
+    h = L.ReLU()(L.BatchNormalization()(L.Conv2D(8, 3, padding="same", name="conv")(i)))
+    h = L.ReLU()(L.BatchNormalization()(L.Conv2D(8, 3, strides=2, padding="same")(h)))
+    inner = keras.Model(i, L.GlobalAveragePooling2D()(h), name="backbone")
+    x_in = keras.Input((16, 16, 3))
+    model = keras.Model(x_in, L.Dense(4, activation="softmax")(inner(x_in)))
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-1, 1, (128, 16, 16, 3)).astype("float32")
+    model.compile("adam", "sparse_categorical_crossentropy")
+    model.fit(x, rng.integers(0, 4, 128), epochs=1, verbose=0)  # BN statistics of the data
+    report = cle.analyze(model, None, input_range=(-1.0, 1.0), layer_inputs=8)
+    assert any("conv" in [la.split("/")[-1] for la in r.layers] or r.name == "conv"
+               for r in report.layers), [r.name for r in report.layers]
