@@ -26,7 +26,9 @@ Kinds, each for what keras_hub builds that no hunt had:
 * ``hub_xception``: Xception, separable convolutions and residual poolings;
 * ``hub_hgnetv2``: HGNetV2, its batch norms inside keras_hub's own layers (no fold reaches
   them);
-* ``hub_densenet``: DenseNet, a batch norm after each concatenation.
+* ``hub_densenet``: DenseNet, a batch norm after each concatenation;
+* ``hub_mobilenet_v3``: keras_hub's MobileNetV3-Small 0.5, configured by its own timm
+  converter.
 """
 
 from __future__ import annotations
@@ -149,7 +151,24 @@ def hub_densenet():
         num_classes=8))
 
 
+def hub_mobilenet_v3():
+    """MobileNetImageClassifier on keras_hub's MobileNetV3-Small 0.5 (its configuration as
+    keras_hub's own timm converter writes it for ``mobilenetv3_small_050``: squeeze-and-excite,
+    hard-swish, a batch norm at the input)."""
+    import importlib
+
+    def make(M):
+        timm = importlib.import_module("keras_hub.src.utils.timm.convert_mobilenet")
+        config = timm.convert_backbone_config({"architecture": "mobilenetv3_small_050"})
+        return M.MobileNetImageClassifier(
+            backbone=M.MobileNetBackbone(**config, image_shape=(SIZE, SIZE, 3)),
+            num_classes=8, preprocessor=None)
+
+    return _classifier("hub_mobilenet_v3", 1807, make, epochs=10)
+
+
 MODELS = {f.__name__: f for f in [
-    hub_resnet_v2, hub_cspnet, hub_vit, hub_xception, hub_hgnetv2, hub_densenet]}
+    hub_resnet_v2, hub_cspnet, hub_vit, hub_xception, hub_hgnetv2, hub_densenet,
+    hub_mobilenet_v3]}
 
 build = hunts.builder(MODELS, __name__)
