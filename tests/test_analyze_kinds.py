@@ -46,3 +46,23 @@ def test_a_nested_backbone_is_analysed_without_data():
     report = cle.analyze(model, None, input_range=(-1.0, 1.0), layer_inputs=8)
     assert any("conv" in [la.split("/")[-1] for la in r.layers] or r.name == "conv"
                for r in report.layers), [r.name for r in report.layers]
+
+
+def test_a_layer_norm_whose_variance_rounds_to_zero_keeps_the_simulation_finite():
+    """A token of zeros: its variance plus epsilon rounds to 0 in the INT8 model, whose RSQRT
+    kernel saturates at its output range; the simulation's float RSQRT gave inf there, and
+    every layer after it NaN (hunt17's MLP-Mixer, hunt9's ConvNeXt). Now the simulation of
+    the whole INT8 model is finite and close to the file's own figure."""
+    import math
+
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((4, 8))
+    h = L.LayerNormalization()(L.Dense(8, use_bias=False)(inp))
+    model = keras.Model(inp, L.Dense(3)(L.Flatten()(h)))
+    x = np.random.default_rng(0).standard_normal((64, 4, 8)).astype("float32")
+    x[:, 3, :] = 0.0
+    report = cle.analyze(model, x)
+    simulated = report.simulation["output_sqnr_db"]
+    assert math.isfinite(simulated) and abs(simulated - report.output["sqnr_db"]) < 3.0
+    assert all(r.simulated_sqnr_db is None or math.isfinite(r.simulated_sqnr_db)
+               for r in report.layers)

@@ -259,6 +259,24 @@ def _quantize_switch(ed: _Editor, t: int, params, k: int, base: int | None = Non
     return out, mask
 
 
+def _rsqrt_floor(ed: _Editor, q: FlatGraph, qop, t: int, op) -> int:
+    """The input ``t`` of an RSQRT kept at or above a floor whose inverse square root is
+    1000 times the INT8 operator's largest output: where the quantization rounds a
+    LayerNormalization's variance plus epsilon to 0, the float RSQRT gave inf (and the layers
+    after it NaN) where the INT8 kernel saturates at its output range, which the output's own
+    switch then clips to. Float values that low are far past that range already."""
+    params = q.params(qop.outputs[0])
+    if params is None:
+        return t
+    top = float((127 - params[1][0]) * params[0][0])
+    if not top > 0:
+        return t
+    floor = ed.constant(np.array([(1e-3 / top) ** 2], np.float32), f"cle_sim_floor_{op.index}")
+    out = ed.tensor(t, f"cle_sim_floored_{op.index}")
+    ed.pending.append(ed.minmax("MAXIMUM", t, floor, out))
+    return out
+
+
 def _weight_error(f: FlatGraph, q: FlatGraph, op, qop, position) -> np.ndarray | None:
     """The INT8 model's dequantized constant at ``position`` of ``qop`` less the float
     model's, or None when the INT8 model holds it unquantized."""
@@ -380,8 +398,10 @@ def build(float_content: bytes, int8_content: bytes, watch=(), alternatives=None
                 continue
             kind = "weight" if op.inputs[p] in weights_kind else "activation"
             inputs[p] = switch(op.inputs[p], op.index, kind, q.params(u), True)
-        work_op.obj.inputs = np.array(inputs, np.int32)
         qop = q.ops[alignment.op_of[op.index]]
+        if op.kind == "RSQRT":  # its input may be switched, or moved from a switched one
+            inputs[0] = _rsqrt_floor(ed, q, qop, inputs[0], op)
+        work_op.obj.inputs = np.array(inputs, np.int32)
         mask = None
         if op.kind in WEIGHT_OPS:
             mask = _weight_branch(ed, f, q, work_op, qop, len(switches))
