@@ -7,7 +7,8 @@ everywhere else. :mod:`cle._core.keras_internals` swaps them in during the JAX e
 
 from __future__ import annotations
 
-__all__ = ["broadcast_pixel", "dft_stft", "pixel_convolution", "pixel_einsum"]
+__all__ = ["broadcast_pixel", "dft_stft", "last_axis_softmax", "pixel_convolution",
+           "pixel_einsum"]
 
 
 def dft_stft(keras_stft):
@@ -128,3 +129,20 @@ def pixel_einsum(keras_einsum):
         return keras_einsum(subscripts, *operands, **kwargs)
 
     return einsum
+
+
+def last_axis_softmax(keras_softmax):
+    """``keras_softmax`` (Keras' JAX ``nn.softmax``) over an axis other than the last computed
+    over the last axis of the tensor with that axis moved last, then moved back
+    (:func:`cle._core.keras_internals.last_axis_softmax_on_jax`)."""
+    def softmax(x, axis=-1):
+        import jax
+
+        x = jax.numpy.asarray(x)
+        if not isinstance(axis, int) or x.ndim < 2 or axis % x.ndim == x.ndim - 1:
+            return keras_softmax(x, axis=axis)
+        axis %= x.ndim
+        moved = keras_softmax(jax.numpy.moveaxis(x, axis, -1), axis=-1)
+        return jax.numpy.moveaxis(moved, -1, axis)
+
+    return softmax

@@ -130,6 +130,10 @@ PIXEL_RESIZE = True
 #: (:func:`cle._core.keras_internals.pixel_matmul_on_jax`): JAX's form made TF Lite's converter
 #: stop on a BATCH_MATMUL of the wrong rank. Same values.
 PIXEL_MATMUL = True
+#: On JAX, a softmax over an axis other than the last is exported over the last axis, that axis
+#: moved there and back (:func:`cle._core.keras_internals.last_axis_softmax_on_jax`): JAX's form
+#: left its denominator an INT8 tensor new inputs clip. Same values.
+LAST_AXIS_SOFTMAX = True
 #: The SavedModel signature the converter reads (the one ``from_keras_model`` reads).
 SERVING = "serving_default"
 #: ``{(id(model), batch, shapes, weights' digest): (model, SavedModel directory)}`` within
@@ -207,13 +211,14 @@ def _removed_on_error(path):
 @contextlib.contextmanager
 def _jax_forms():
     """Within the block, the forms the JAX export writes instead of the ones TF Lite cannot
-    read (:data:`TANH_GELU`, :data:`DFT_STFT`, :data:`PIXEL_RESIZE`, :data:`PIXEL_MATMUL`);
-    elsewhere, nothing."""
+    read (:data:`TANH_GELU`, :data:`DFT_STFT`, :data:`PIXEL_RESIZE`, :data:`PIXEL_MATMUL`,
+    :data:`LAST_AXIS_SOFTMAX`); elsewhere, nothing."""
     with contextlib.ExitStack() as stack:
         for on, form in ((TANH_GELU, internals_keras.tanh_gelu_on_jax),
                          (DFT_STFT, internals_keras.dft_stft_on_jax),
                          (PIXEL_RESIZE, internals_keras.pixel_resize_on_jax),
-                         (PIXEL_MATMUL, internals_keras.pixel_matmul_on_jax)):
+                         (PIXEL_MATMUL, internals_keras.pixel_matmul_on_jax),
+                         (LAST_AXIS_SOFTMAX, internals_keras.last_axis_softmax_on_jax)):
             if on:
                 stack.enter_context(form())
         yield
