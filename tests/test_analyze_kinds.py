@@ -66,3 +66,26 @@ def test_a_layer_norm_whose_variance_rounds_to_zero_keeps_the_simulation_finite(
     assert math.isfinite(simulated) and abs(simulated - report.output["sqnr_db"]) < 3.0
     assert all(r.simulated_sqnr_db is None or math.isfinite(r.simulated_sqnr_db)
                for r in report.layers)
+
+
+def test_snapped_kernels_of_same_named_layers_in_two_nested_models_come_back():
+    """Two nested models each with a Conv2D named 'conv': the rounding's snapped kernels are
+    kept by scope and name, so each layer gets its own float kernel back (by name alone the
+    second overwrote the first: helper-58's review)."""
+    from cle._quantize import weight_stages
+    from cle._quantize.options import QuantizeOptions
+
+    keras.utils.set_random_seed(0)
+
+    def branch(name):
+        i = keras.Input((8, 8, 3))
+        return keras.Model(i, L.Conv2D(4, 3, padding="same", name="conv")(i), name=name)
+
+    inp = keras.Input((8, 8, 3))
+    model = keras.Model(inp, L.Add()([branch("a")(inp), branch("b")(inp)]))
+    kernels = [np.array(m.get_layer("conv").kernel) for m in model.layers[1:3]]
+    snapped = weight_stages.snap_stage(model, QuantizeOptions.from_call(None), lambda _: None)
+    assert len(snapped) == 2
+    weight_stages.unsnap(model, snapped)
+    for m, k in zip(model.layers[1:3], kernels):
+        np.testing.assert_array_equal(np.array(m.get_layer("conv").kernel), k)

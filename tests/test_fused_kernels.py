@@ -89,3 +89,38 @@ def test_a_fold_that_makes_the_pattern_warns_where_the_kernels_drop_the_slope(sl
         assert "remapping" in said[0]
     else:
         assert said == []
+
+
+def test_every_form_of_a_leaky_relu_of_another_slope_is_seen():
+    """A LeakyReLU given as a partial activation of another slope, or hidden in a Lambda, is
+    taken as one (helper-58's review: the partial form's predict was off and not seen); the
+    slope the kernel keeps is not."""
+    import functools
+
+    def model(act):
+        inp = keras.Input((6, 6, 2))
+        return keras.Model(inp, act(L.Add()([L.Conv2D(2, 3, padding="same")(inp), inp])))
+
+    leaky = keras.activations.leaky_relu
+    assert B._leaky_slopes(model(L.Activation(functools.partial(leaky, negative_slope=0.01))))
+    assert B._leaky_slopes(model(L.Lambda(lambda t: t)))
+    assert not B._leaky_slopes(model(L.Activation(functools.partial(leaky, negative_slope=0.2))))
+    assert not B._leaky_slopes(model(L.ReLU()))
+
+
+@pytest.mark.skipif(BACKEND != "tensorflow", reason="the probe runs on TensorFlow only")
+def test_the_probe_neither_fails_on_channels_first_nor_moves_layer_names():
+    B._fused_leaky_relu_probe.cache_clear()
+    before = keras.config.image_data_format()
+    keras.config.set_image_data_format("channels_first")
+    try:
+        first = L.Conv2D(1, 1).name
+        wrong = B.fused_leaky_relu_wrong()
+        second = L.Conv2D(1, 1).name
+    finally:
+        keras.config.set_image_data_format(before)
+        B._fused_leaky_relu_probe.cache_clear()
+    assert isinstance(wrong, bool)
+    prefix, _, k = first.rpartition("_")
+    assert second == (f"{prefix}_{int(k) + 1}" if k.isdigit() else f"{first}_1"), (first,
+                                                                                  second)

@@ -138,10 +138,11 @@ def last_axis_softmax(keras_softmax):
     def softmax(x, axis=-1):
         import jax
 
-        x = jax.numpy.asarray(x)
-        if not isinstance(axis, int) or x.ndim < 2 or axis % x.ndim == x.ndim - 1:
+        ndim = getattr(x, "ndim", None)
+        if not isinstance(axis, int) or not isinstance(ndim, int) or ndim < 2 \
+                or axis % ndim == ndim - 1 or type(x).__name__ == "BCOO":
             return keras_softmax(x, axis=axis)
-        axis %= x.ndim
+        x, axis = jax.numpy.asarray(x), axis % ndim
         moved = keras_softmax(jax.numpy.moveaxis(x, axis, -1), axis=-1)
         return jax.numpy.moveaxis(moved, -1, axis)
 

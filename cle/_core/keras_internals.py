@@ -270,9 +270,8 @@ def last_axis_softmax_on_jax():
     the same values. JAX's export of a softmax over another axis (a spatial soft-argmax's over
     positions) is its parts, REDUCE_MAX, SUB, EXP, SUM and DIV, and its denominator became an
     INT8 tensor whose calibrated range new inputs' flatter maps pass (hunt13's soft-argmax
-    keypoints: 27.1 dB in the plain converter's file on JAX, 36.7 on TensorFlow, whose export
-    writes TRANSPOSE, SOFTMAX, TRANSPOSE); over the last axis it writes one SOFTMAX. Elsewhere,
-    nothing.
+    keypoints, far below TensorFlow's file, whose export writes TRANSPOSE, SOFTMAX, TRANSPOSE:
+    CHANGELOG); over the last axis it writes one SOFTMAX. Elsewhere, nothing.
 
     Public replacement: none; Keras has no switch for how its JAX backend computes a softmax
     (``keras.src.backend.jax.nn.softmax``).

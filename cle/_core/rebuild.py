@@ -408,7 +408,8 @@ def _from_taken_keys(layer, config, error):
         refused = sorted(set(config) - set(kept))
         said = (f"its constructor refuses {', '.join(repr(k) for k in refused)}, and made "
                 "without them it is another layer" if refused else
-                f"its from_config() fails: {str(error).strip().splitlines()[-1][:200]}")
+                f"its from_config() fails: "
+                f"{(str(error).strip().splitlines() or [type(error).__name__])[-1][:200]}")
         raise ValueError(
             f"layer '{layer.name}' ({type(layer).__name__}) cannot be rebuilt from the config "
             f"its get_config() gives: {said}. Make its get_config() return what its "
@@ -420,7 +421,7 @@ def _from_taken_keys(layer, config, error):
 def _same_weights(layer, new) -> bool:
     """Whether ``new``, built as ``layer`` was (its build config), holds weights of the
     shapes ``layer``'s have."""
-    if not layer.built:
+    if not isinstance(layer, keras.layers.Layer) or not layer.built:
         return True
     try:
         new.build_from_config(layer.get_build_config())

@@ -462,7 +462,9 @@ def evaluate(model, inputs, reference_outputs, *, float_outputs=None, weight_bit
         name = f"weights int{weight_bits} {label(pc)}"
         if folded is None:
             say("folding batch norms")
-            _, folded = fold_all_batch_norms(model)
+            with warnings.catch_warnings():  # cle predicts it exactly; the user never has it
+                warnings.filterwarnings("ignore", message=".*TensorFlow's graph mode")
+                _, folded = fold_all_batch_norms(model)
         say(f"{name}: quantizing kernels")
         if quantized is None:
             quantized = fake_quantize_weights(folded, bits=weight_bits, per_channel=pc)

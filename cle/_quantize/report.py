@@ -165,7 +165,7 @@ class QuantizeReport:
                     "near the mean)" + said)
         if any(r.how == PADDED for r in self.ranges):
             said += ("; a padding by a value below its input's, before a max pooling, takes its "
-                     "input's range (its value then pads as the 8-bit range's lowest)")
+                     "input's range (a value below that range pads as its lowest 8-bit value)")
         narrowed = [r for r in self.ranges if r.how == "percentile"]
         widened = [r for r in self.ranges if r.how.endswith(", widened")]
         if widened:

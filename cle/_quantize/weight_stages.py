@@ -54,10 +54,12 @@ def snap_stage(equalized, opts, say) -> dict:
     from the kernel, whose largest weight stays), so that the converter's rounding to nearest
     gives every weight back as it is. The bias
     correction of the equalize stage corrected for these kernels. Returns the float kernels
-    as they were, ``{layer name: {attribute: kernel}}`` (what :func:`unsnap` restores)."""
+    as they were, ``{layer's scoped name: {attribute: kernel}}`` (what :func:`unsnap`
+    restores; the scope tells apart layers of one name in two nested models)."""
     say("putting the kernels on their 8-bit grids (tap sums kept)")
     done: dict = {}
-    for layer in {id(c.layer): c.layer for c in graph_view(equalized).calls}.values():
+    for call in graph_view(equalized).first_calls():
+        layer = call.layer
         if type(layer) not in TAPSUM_LAYERS:
             continue
         for attr, axis, depthwise in kernel_specs(layer):
@@ -66,14 +68,14 @@ def snap_stage(equalized, opts, say) -> dict:
             if int(np.prod(kernel.shape[:-2])) > 1:
                 var.assign(round_kernel(kernel, 8, axis if opts.per_channel else None,
                                         depthwise, "tapsum").astype(kernel.dtype))
-                done.setdefault(layer.name, {})[attr] = kernel.copy()
+                done.setdefault(call.name, {})[attr] = kernel.copy()
     return done
 
 
 def unsnap(model, snapped: dict) -> None:
     """Give the layers of ``model`` the float kernels :func:`snap_stage` returned."""
-    layers = {c.layer.name: c.layer for c in graph_view(model).calls}  # nested ones too,
-    for name, kernels in snapped.items():  # as snap_stage found them
+    layers = {c.name: c.layer for c in graph_view(model).first_calls()}  # nested ones too,
+    for name, kernels in snapped.items():  # by scope and name, as snap_stage found them
         layer = layers[name]
         for attr, kernel in kernels.items():
             getattr(layer, attr).assign(kernel)

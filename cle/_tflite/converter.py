@@ -286,14 +286,12 @@ def with_ranges(calibrated: bytes, ranges: list[TensorRange]) -> bytes:
     in ``ranges`` too (``how``: :data:`PADDED`), whatever range a build chose for it: any other
     puts the lowest float in the scale the quantizer gives both."""
     largest = float(np.finfo(np.float32).max)
-    padded = None
+    try:
+        padded = padded_below(calibrated)
+    except Exception:  # noqa: BLE001 - no graph to read: no padding, ranges said as they are
+        padded = {}
     for r in ranges:
         if not all(np.isfinite(v) and abs(v) <= largest for v in (r.lo, r.hi)):
-            if padded is None:
-                try:
-                    padded = padded_below(calibrated)
-                except Exception:  # noqa: BLE001 - no graph to read: the range is said
-                    padded = {}
             if r.index in padded:  # its input's range replaces it below
                 continue
             raise ValueError(
@@ -302,7 +300,7 @@ def with_ranges(calibrated: bytes, ranges: list[TensorRange]) -> bytes:
                 "on the calibration inputs, and no 8-bit scale holds them; keep the values of "
                 "the layer that makes that tensor finite")
     by_index = {r.index: r for r in ranges}
-    for out, inp in (padded_below(calibrated) if padded is None else padded).items():
+    for out, inp in padded.items():
         if out in by_index:
             r, source = by_index[out], by_index.get(inp)
             if source is None:

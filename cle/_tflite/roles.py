@@ -172,13 +172,18 @@ def padded_below(calibrated: bytes) -> dict[int, int]:
     return found
 
 
+#: The schema's ``Padding.VALID`` (a pooling of no padding of its own).
+_VALID = 1
+
+
 def _pool_holds(op, widths) -> bool:
-    """Whether ``op`` is a max pooling each of whose windows reaches past a padding of
-    ``widths`` (``(4, 2)``: before and after on each axis of an NHWC map) into its input."""
+    """Whether ``op`` is a max pooling of no padding of its own each of whose windows reaches
+    past a padding of ``widths`` (``(4, 2)``: before and after on each axis of an NHWC map)
+    into its input."""
     if op.kind != "MAX_POOL_2D":
         return False
     o = op.obj.builtinOptions
-    return (int(widths[1].max()) < int(o.filterHeight) and int(widths[2].max())
+    return (int(o.padding) == _VALID and int(widths[1].max()) < int(o.filterHeight) and int(widths[2].max())
             < int(o.filterWidth) and not widths[0].any() and not widths[3].any())
 
 
