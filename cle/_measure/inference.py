@@ -19,16 +19,7 @@ KERAS_BATCH = 32
 def predict(model, x):
     """``model.predict(x)`` in batches of :data:`KERAS_BATCH`, as float64 (a model whose one
     output is in a list or a dict: that output's array)."""
-    # Every variant is a new model, so TensorFlow warns about tf.function retracing after a few
-    # of them; that warning is about this loop, not the user's code.
-    tf_logger = logging.getLogger("tensorflow")
-    level = tf_logger.level
-    tf_logger.setLevel(logging.ERROR)
-    try:
-        y = _predicted(model, x)
-    finally:
-        tf_logger.setLevel(level)
-    ys = flat_outputs(y)
+    ys = flat_outputs(_predicted(model, x))
     return np.asarray(ys[0] if len(ys) == 1 else ys, dtype=np.float64)
 
 
@@ -37,16 +28,23 @@ def _predicted(model, feed):
     gives ``predict`` a meaning of its own (keras_hub's object detectors decode and select
     boxes in their ``predict_step``: four outputs of another shape than the model's two),
     the outputs of its graph as called, batch by batch, which is what TF Lite's converter
-    writes."""
-    if not own_predict(model):
-        return model.predict(feed, batch_size=KERAS_BATCH, verbose=0)
-    step = compiled(lambda batch: model(batch, training=False))
-    n = len(keras.tree.flatten(feed)[0])
-    parts = [keras.tree.map_structure(
-        lambda a: np.asarray(keras.ops.convert_to_numpy(a)),
-        step(keras.tree.map_structure(lambda a: a[i:i + KERAS_BATCH], feed)))
-        for i in range(0, n, KERAS_BATCH)]
-    return keras.tree.map_structure(lambda *a: np.concatenate(a), *parts)
+    writes. Every variant is a new model, so TensorFlow warns about tf.function retracing
+    after a few of them; that warning is about cle's loop, not the user's code: quiet."""
+    tf_logger = logging.getLogger("tensorflow")
+    level = tf_logger.level
+    tf_logger.setLevel(logging.ERROR)
+    try:
+        if not own_predict(model):
+            return model.predict(feed, batch_size=KERAS_BATCH, verbose=0)
+        step = compiled(lambda batch: model(batch, training=False))
+        n = len(keras.tree.flatten(feed)[0])
+        parts = [keras.tree.map_structure(
+            lambda a: np.asarray(keras.ops.convert_to_numpy(a)),
+            step(keras.tree.map_structure(lambda a: a[i:i + KERAS_BATCH], feed)))
+            for i in range(0, n, KERAS_BATCH)]
+        return keras.tree.map_structure(lambda *a: np.concatenate(a), *parts)
+    finally:
+        tf_logger.setLevel(level)
 
 
 def own_predict(model) -> bool:
@@ -72,14 +70,7 @@ def flat_outputs(y) -> list:
 def predict_all(model, x) -> list[np.ndarray]:
     """Every output of ``model`` on :class:`cle._core.inputs.ModelInputs` ``x``, as a list of
     float64 arrays in the order of ``model.outputs`` (:func:`flat_outputs`)."""
-    tf_logger = logging.getLogger("tensorflow")
-    level = tf_logger.level
-    tf_logger.setLevel(logging.ERROR)
-    try:
-        y = _predicted(model, x.feed(model))
-    finally:
-        tf_logger.setLevel(level)
-    ys = flat_outputs(y)
+    ys = flat_outputs(_predicted(model, x.feed(model)))
     if len(ys) != len(model.outputs):
         raise ValueError(f"Model '{model.name}' returned {len(ys)} outputs but has "
                          f"{len(model.outputs)} (model.outputs). Received: outputs of types "

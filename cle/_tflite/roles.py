@@ -183,8 +183,9 @@ def _pool_holds(op, widths) -> bool:
     if op.kind != "MAX_POOL_2D":
         return False
     o = op.obj.builtinOptions
-    return (int(o.padding) == _VALID and int(widths[1].max()) < int(o.filterHeight) and int(widths[2].max())
-            < int(o.filterWidth) and not widths[0].any() and not widths[3].any())
+    return (int(o.padding) == _VALID and int(widths[1].max()) < int(o.filterHeight)
+            and int(widths[2].max()) < int(o.filterWidth) and not widths[0].any()
+            and not widths[3].any())
 
 
 #: Ops a subtracted maximum passes on its way to the subtraction (JAX's softmax: a MAXIMUM
