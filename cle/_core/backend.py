@@ -211,8 +211,9 @@ def _fused_pattern(model) -> list[str]:
     from cle._core.graph import graph_view
 
     names = []
-    for call in graph_view(model).calls:
-        if not _other_slope(call.layer) or not call.inputs:
+    for call in graph_view(model).calls:  # a Lambda may hold one: not named as one
+        if type(call.layer).__name__ == "Lambda" or not _other_slope(call.layer) \
+                or not call.inputs:
             continue
         add = call.inputs[0].producer
         if add is None or add.kind is not keras.layers.Add:
@@ -233,7 +234,8 @@ def warn_fused_leaky_relu(model, new_model) -> None:
         return
     import warnings
 
-    added = [n for n in _fused_pattern(new_model) if n not in set(_fused_pattern(model))]
+    before = set(_fused_pattern(model))
+    added = [n for n in _fused_pattern(new_model) if n not in before]
     if added:
         shown = ", ".join(f"'{n}'" for n in added[:3]) + (
             f" and {len(added) - 3} more" if len(added) > 3 else "")
